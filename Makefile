@@ -1,0 +1,57 @@
+# actonce: `make run` serves, `make test` runs every test. Both create .venv when needed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NODE_BIN := node_modules/.bin
+BUF := $(NODE_BIN)/buf
+
+# Other parts of the project (clients, deploy, bench, chaos) add their own
+# targets in mk/*.mk and append to TEST_TARGETS so `make test` runs them.
+TEST_TARGETS := test-python
+-include mk/*.mk
+
+.PHONY: run test venv lint typecheck check-gen gen buf-lint test-python clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+$(BUF): package.json package-lock.json
+	npm ci --silent --no-audit --no-fund
+	touch $(BUF)
+
+run: $(STAMP)
+	$(VENV)/bin/actonce serve
+
+gen: $(STAMP)
+	$(PY) scripts/gen_protos.py
+
+# Fails when the committed generated code is not what the script makes.
+check-gen: $(STAMP)
+	rm -rf .gen-check && $(PY) scripts/gen_protos.py .gen-check
+	diff -r --exclude=__pycache__ sidecar/_gen .gen-check || { rm -rf .gen-check; echo "sidecar/_gen is stale: run 'make gen'"; exit 1; }
+	rm -rf .gen-check
+
+buf-lint: $(BUF)
+	$(BUF) lint
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check sidecar tests scripts
+	$(VENV)/bin/ruff format --check sidecar tests scripts
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test-python: $(STAMP)
+	$(PY) -m pytest -q
+
+test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
+
+clean:
+	rm -rf $(VENV) node_modules .gen-check .actonce
