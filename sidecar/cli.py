@@ -1,0 +1,200 @@
+"""The ``actonce`` command: ``serve`` (the sidecar) and ``store`` (the reference store alone).
+
+Every flag has an ``ACTONCE_*`` environment variable; a flag given on the
+command line wins. A malformed setting stops start-up with one line on
+stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from sidecar import logs
+from sidecar.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, Config
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; its message is the one line the user sees."""
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else None
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+    return value
+
+
+def _listen(text: str) -> str:
+    if text.startswith("unix:"):
+        if len(text) <= len("unix:"):
+            raise ValueError("unix: needs a path")
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected HOST:PORT or unix:PATH")
+    return text
+
+
+def _allowlist(text: str) -> frozenset[str]:
+    return frozenset(rule.strip() for rule in text.split(",") if rule.strip())
+
+
+def _choice(*allowed: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+# flag -> (environment variable, parser, default, help)
+Setting = tuple[str, Callable[[str], Any], Any, str]
+
+SERVE_SETTINGS: dict[str, Setting] = {
+    "--listen": ("ACTONCE_LISTEN", _listen, DEFAULT_LISTEN,
+                 "where the sidecar listens: HOST:PORT or unix:PATH"),
+    "--data-dir": ("ACTONCE_DATA_DIR", Path, DEFAULT_DATA_DIR,
+                   "folder for the embedded store and, by default, the ledger"),
+    "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
+                   "the audit ledger's SQLite file (default DATA_DIR/audit.db)"),
+    "--store-target": ("ACTONCE_STORE_TARGET", _listen, None,
+                       "HOST:PORT of an external artifact store instead of the embedded one"),
+    "--send-allowlist": ("ACTONCE_SEND_ALLOWLIST", _allowlist, frozenset(),
+                         "comma-separated rules allowed to Send (ask for a thread's turn)"),
+    "--store-timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 5.0,
+                        "seconds a store call may take"),
+    "--audit-busy-timeout-ms": ("ACTONCE_AUDIT_BUSY_TIMEOUT_MS", _positive_int, 5000,
+                                "how long a ledger append waits for a locked ledger"),
+    "--attempt-idle-ttl": ("ACTONCE_ATTEMPT_IDLE_TTL", _positive_float, 3600.0,
+                           "seconds after which an idle attempt is forgotten"),
+    "--grace-period": ("ACTONCE_GRACE_PERIOD", _positive_float, 10.0,
+                       "seconds calls in flight get to finish on SIGTERM"),
+    "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
+                    "debug, info, warning or error"),
+    "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
+                     "json, console, or auto (console in a terminal)"),
+}  # fmt: skip
+
+STORE_SETTINGS: dict[str, Setting] = {
+    "--listen": ("ACTONCE_STORE_LISTEN", _listen, "127.0.0.1:50052",
+                 "where the store listens: HOST:PORT or unix:PATH"),
+    "--data-dir": ("ACTONCE_STORE_DATA_DIR", Path, Path(".actonce-store"),
+                   "folder for the store's SQLite file"),
+    "--log-level": SERVE_SETTINGS["--log-level"],
+    "--log-format": SERVE_SETTINGS["--log-format"],
+}  # fmt: skip
+
+
+def _add_settings(parser: argparse.ArgumentParser, settings: dict[str, Setting]) -> None:
+    for flag, (env, _parse, default, text) in settings.items():
+        shown = "" if default in (None, frozenset()) else f" (default {default})"
+        parser.add_argument(flag, default=None, help=f"{text}{shown} [env {env}]")
+
+
+def _resolve(args: argparse.Namespace, settings: dict[str, Setting]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for flag, (env, parse, default, _text) in settings.items():
+        key = flag.lstrip("-").replace("-", "_")
+        raw = getattr(args, key)
+        source = flag
+        if raw is None:
+            raw = _env(env)
+            source = env
+        if raw is None:
+            values[key] = default
+            continue
+        try:
+            values[key] = parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}={raw!r} is not valid: {exc}") from None
+    return values
+
+
+def _check_environment(settings: dict[str, Setting]) -> None:
+    known = {env for env, *_ in settings.values()}
+    known |= {env for env, *_ in STORE_SETTINGS.values()}
+    unknown = sorted(k for k in os.environ if k.startswith("ACTONCE_") and k not in known)
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]} (see actonce serve --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="actonce",
+        description="A gRPC sidecar that makes every write of an agent's run land once.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the sidecar (embedded store by default)")
+    _add_settings(serve, SERVE_SETTINGS)
+    store = commands.add_parser("store", help="run the reference artifact store alone")
+    _add_settings(store, STORE_SETTINGS)
+    return parser
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"actonce: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def config_from(values: dict[str, Any]) -> Config:
+    return Config(
+        listen=values["listen"],
+        data_dir=values["data_dir"],
+        audit_db=values["audit_db"],
+        store_target=values["store_target"],
+        send_allowlist=values["send_allowlist"],
+        store_timeout_seconds=values["store_timeout"],
+        audit_busy_timeout_ms=values["audit_busy_timeout_ms"],
+        attempt_idle_ttl_seconds=values["attempt_idle_ttl"],
+        log_level=values["log_level"],
+        log_format=values["log_format"],
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            _check_environment(SERVE_SETTINGS)
+            values = _resolve(args, SERVE_SETTINGS)
+            config = config_from(values)
+            logs.configure(config.log_level, config.log_format)
+            from sidecar.server import serve
+
+            asyncio.run(serve(config, grace_seconds=values["grace_period"]))
+        elif args.command == "store":
+            _check_environment(STORE_SETTINGS)
+            values = _resolve(args, STORE_SETTINGS)
+            logs.configure(values["log_level"], values["log_format"])
+            from sidecar.store.server import serve_store
+
+            asyncio.run(serve_store(values["listen"], values["data_dir"]))
+    except ConfigError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot start: {exc}")
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Sidecar configuration: flags, each with an ``ACTONCE_*`` environment variable.
+
+Flags win over the environment, which wins over the defaults. A setting that
+is unknown or malformed stops start-up with one clear line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_DATA_DIR = Path(".actonce")
+
+
+@dataclass
+class Config:
+    """Everything `actonce serve` needs to start."""
+
+    listen: str = DEFAULT_LISTEN
+    data_dir: Path = DEFAULT_DATA_DIR
+    # The ledger's file, apart from the store's data; default data_dir/audit.db.
+    audit_db: Path | None = None
+    # An external ArtifactStoreService instead of the embedded reference store.
+    store_target: str | None = None
+    send_allowlist: frozenset[str] = field(default_factory=frozenset)
+    store_timeout_seconds: float = 5.0
+    audit_busy_timeout_ms: int = 5000
+    attempt_idle_ttl_seconds: float = 3600.0
+    health_interval_seconds: float = 1.0
+    log_level: str = "info"
+    log_format: str = "auto"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.audit_db if self.audit_db is not None else self.data_dir / "audit.db"

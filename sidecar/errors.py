@@ -1,0 +1,248 @@
+"""The one error hierarchy of the sidecar, and the one table that maps it to gRPC.
+
+Every refusal the sidecar gives is an :class:`ActonceError`. The servicer never
+builds a status by hand: :func:`to_status` turns any of these into a
+``google.rpc.Status`` with an ``ErrorInfo`` (reason, domain ``actonce``,
+``metadata.failure_class``) and, for bad input, a ``BadRequest``.
+
+    ActonceError
+    ├── InvalidArgument          INVALID_ARGUMENT        REFUSED
+    ├── UnknownAttempt           UNKNOWN_ATTEMPT         RETRYABLE
+    ├── AuditPersistenceFailed   AUDIT_PERSISTENCE_FAILED UNKNOWN
+    ├── StoreRefused             <the store's code>      (from rules.refusals)
+    ├── StoreUnavailable         STORE_UNAVAILABLE       RETRYABLE
+    ├── StoreDeadlineExceeded    STORE_DEADLINE_EXCEEDED RETRYABLE
+    ├── ArtifactArchived         INVALID_STATE           PERMANENT
+    ├── SendNotAllowed           FORBIDDEN               PERMANENT
+    ├── LeaseExpired             LEASE_EXPIRED           RETRYABLE
+    ├── AttemptFenced            ATTEMPT_FENCED          RETRYABLE
+    ├── InDoubt                  IN_DOUBT                UNKNOWN
+    ├── UnknownStep              UNKNOWN_STEP            REFUSED
+    └── ShuttingDown             SHUTTING_DOWN           RETRYABLE
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+DOMAIN = "actonce"
+
+
+class FailureClass(enum.StrEnum):
+    """What the caller does with a failure (DESIGN.md, refusal table)."""
+
+    REFUSED = "REFUSED"  # hand it back to the model; it can correct the call
+    RETRYABLE = "RETRYABLE"  # fail the attempt; the queue retries the run
+    PERMANENT = "PERMANENT"  # the run fails, no retry
+    UNKNOWN = "UNKNOWN"  # never retried: the run is dead-lettered or settles FAILED
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field of a request, as google.rpc.BadRequest reports it."""
+
+    field: str
+    description: str
+
+
+class ActonceError(Exception):
+    """Root of every refusal the sidecar gives to its caller."""
+
+    reason: str = "INTERNAL"
+    failure_class: FailureClass = FailureClass.UNKNOWN
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        failure_class: FailureClass | None = None,
+        code: grpc.StatusCode | None = None,
+        metadata: Mapping[str, str] | None = None,
+        violations: Sequence[FieldViolation] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if reason is not None:
+            self.reason = reason
+        if failure_class is not None:
+            self.failure_class = failure_class
+        if code is not None:
+            self.code = code
+        self.metadata: dict[str, str] = dict(metadata or {})
+        self.violations: tuple[FieldViolation, ...] = tuple(violations)
+
+
+class InvalidArgument(ActonceError):
+    """Bad input: nothing of the request reached the store."""
+
+    reason = "INVALID_ARGUMENT"
+    failure_class = FailureClass.REFUSED
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(f"{field}: {description}", violations=[FieldViolation(field, description)])
+
+
+class UnknownAttempt(ActonceError):
+    """The attempt is not known to this process (also after a restart)."""
+
+    reason = "UNKNOWN_ATTEMPT"
+    failure_class = FailureClass.RETRYABLE
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AuditPersistenceFailed(ActonceError):
+    """The ledger could not make an audit event durable: the write fails closed."""
+
+    reason = "AUDIT_PERSISTENCE_FAILED"
+    failure_class = FailureClass.UNKNOWN
+    # Not UNAVAILABLE: a transport retry policy would re-run a write whose
+    # effect may already have landed.
+    code = grpc.StatusCode.INTERNAL
+
+
+class StoreRefused(ActonceError):
+    """The store refused the write; reason is the store's own code, and the
+    status code follows it (STORE_REFUSAL_CODES)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        failure_class: FailureClass,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            reason=reason,
+            failure_class=failure_class,
+            code=STORE_REFUSAL_CODES.get(reason, grpc.StatusCode.FAILED_PRECONDITION),
+            metadata=metadata,
+        )
+
+
+class StoreUnavailable(ActonceError):
+    """The store could not be reached; derived ids make a retry safe."""
+
+    reason = "STORE_UNAVAILABLE"
+    failure_class = FailureClass.RETRYABLE
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class StoreDeadlineExceeded(ActonceError):
+    """The store did not answer in time; the write may or may not have landed."""
+
+    reason = "STORE_DEADLINE_EXCEEDED"
+    failure_class = FailureClass.RETRYABLE
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class ArtifactArchived(ActonceError):
+    """An edit of an archived artifact, refused before it is tried."""
+
+    reason = "INVALID_STATE"
+    failure_class = FailureClass.PERMANENT
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class SendNotAllowed(ActonceError):
+    """Send from a rule that the operator's allowlist does not name."""
+
+    reason = "FORBIDDEN"
+    failure_class = FailureClass.PERMANENT
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class LeaseExpired(ActonceError):
+    """The attempt's lease would not outlast the write: refused before acting."""
+
+    reason = "LEASE_EXPIRED"
+    failure_class = FailureClass.RETRYABLE
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AttemptFenced(ActonceError):
+    """A newer attempt of the run began; this one stops."""
+
+    reason = "ATTEMPT_FENCED"
+    failure_class = FailureClass.RETRYABLE
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InDoubt(ActonceError):
+    """A non-idempotent step began earlier and never ended: never re-run it automatically."""
+
+    reason = "IN_DOUBT"
+    failure_class = FailureClass.UNKNOWN
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class UnknownStep(ActonceError):
+    """EndStep for a step this attempt did not begin."""
+
+    reason = "UNKNOWN_STEP"
+    failure_class = FailureClass.REFUSED
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ShuttingDown(ActonceError):
+    """The sidecar is draining and takes no new calls."""
+
+    reason = "SHUTTING_DOWN"
+    failure_class = FailureClass.RETRYABLE
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+# The status code a store refusal reaches the agent with, by the store's code.
+STORE_REFUSAL_CODES: dict[str, grpc.StatusCode] = {
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "VERSION_CONFLICT": grpc.StatusCode.ABORTED,
+    "VALIDATION_FAILED": grpc.StatusCode.INVALID_ARGUMENT,
+    "PATCH_FAILED": grpc.StatusCode.FAILED_PRECONDITION,
+    "FORBIDDEN": grpc.StatusCode.PERMISSION_DENIED,
+    "INVALID_STATE": grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+_CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: int(code.value[0]) for code in grpc.StatusCode}
+
+
+def to_status(error: ActonceError) -> status_pb2.Status:
+    """Build the google.rpc.Status that carries ``error`` to the caller."""
+    info = error_details_pb2.ErrorInfo(
+        reason=error.reason,
+        domain=DOMAIN,
+        metadata={**error.metadata, "failure_class": error.failure_class.value},
+    )
+    details = [_pack(info)]
+    if error.violations:
+        bad = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=v.field, description=v.description
+                )
+                for v in error.violations
+            ]
+        )
+        details.append(_pack(bad))
+    return status_pb2.Status(
+        code=_CODE_NUMBERS.get(error.code, code_pb2.INTERNAL),
+        message=error.message,
+        details=details,
+    )
+
+
+def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed

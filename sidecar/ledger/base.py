@@ -1,0 +1,96 @@
+"""The audit ledger's interface and its event.
+
+A write's intent is appended before the store is called and its outcome
+before the answer is sent; ``append`` returns only once the event is durable
+(fsync'd or committed). Each event carries a hash over its content and the
+previous event's hash, so that an edited, deleted or reordered event shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+GENESIS_HASH = "0" * 64
+
+
+class LedgerError(Exception):
+    """The ledger could not make an event durable (or could not be reached)."""
+
+
+class Phase:
+    """What an event records."""
+
+    ATTEMPT_BEGIN = "attempt_begin"
+    ATTEMPT_END = "attempt_end"
+    INTENT = "intent"  # a write is about to be tried
+    OUTCOME = "outcome"  # how a write ended: outcome, or reason and failure class
+    READ = "read"  # a read, audited fail-soft
+    STEP_BEGIN = "step_begin"
+    STEP_END = "step_end"
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One ledger entry. Digests, never payloads, except a step's result,
+    which a later attempt must be able to return."""
+
+    run_id: str
+    attempt_id: str
+    rpc: str
+    phase: str
+    rule: str = ""
+    checkpoint: str = ""
+    write_type: str = ""
+    derived_id: str = ""
+    request_id: str = ""
+    occurrence: int = -1
+    digest: str = ""
+    outcome: str = ""
+    reason: str = ""
+    failure_class: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An event as the ledger holds it: numbered, timestamped, chained."""
+
+    seq: int
+    ts: str
+    event: AuditEvent
+    prev_hash: str
+    hash: str
+
+
+def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
+    """The chain hash of an event: over its number, time, content and predecessor."""
+    body = json.dumps(
+        {"seq": seq, "ts": ts, **asdict(event)},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+    return hashlib.sha256((prev_hash + body).encode("ascii")).hexdigest()
+
+
+class AuditLedger(Protocol):
+    """What the sidecar needs of a ledger backend."""
+
+    async def append(self, event: AuditEvent) -> int:
+        """Make ``event`` durable and return its sequence number; LedgerError if not."""
+        ...
+
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        """Every event that names ``derived_id``, oldest first; LedgerError if unreadable."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise LedgerError unless the ledger answers."""
+        ...
+
+    async def close(self) -> None:
+        """Flush what is pending and release the backend."""
+        ...

@@ -1,0 +1,7 @@
+"""The sidecar's rules, in plain modules that know nothing of gRPC.
+
+canonical (JSON input, RFC 8785 digests), ids (derivation), edits (pointer
+rules, skip-when-equal), refusals (store code to failure class), effects
+(ToolEffect per RPC and per tool name), attempts (occurrences, request_id
+replay, leases, fencing).
+"""

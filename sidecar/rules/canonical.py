@@ -1,0 +1,121 @@
+"""JSON as it comes from a model: strict parsing, limits, RFC 8785 digests.
+
+Every ``*_json`` field is parsed here before anything else happens, so that a
+value that could not be canonicalized never reaches the ledger or the store.
+Canonical form is RFC 8785 (JCS) through the ``rfc8785`` library: key order,
+``1.0`` against ``1`` and escaping do not change a digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import rfc8785
+
+from sidecar.errors import InvalidArgument
+
+# Documented limits (README, "Limits"). The transport's own limit is set well
+# above these so that an oversized payload gets this clear error instead.
+MAX_JSON_BYTES = 1 << 20  # 1 MiB of UTF-8 JSON text per field
+MAX_JSON_DEPTH = 64  # nested arrays/objects
+MAX_TEXT_BYTES = 64 << 10  # a notice's or message's text
+MAX_NAME_BYTES = 512  # kind, title, ids, tool names, paths
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    # json.loads accepts NaN, Infinity and -Infinity, which JSON does not.
+    raise ValueError(f"{name} is not JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # RFC 8785 needs I-JSON: with duplicate keys the canonical form is ambiguous.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_json(text: str, field: str) -> Any:
+    """Parse one ``*_json`` field strictly, or raise InvalidArgument naming it."""
+    if not text:
+        raise InvalidArgument(field, "must be JSON text, got an empty string")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_JSON_BYTES:
+        raise InvalidArgument(field, f"is {size} bytes; the limit is {MAX_JSON_BYTES}")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise InvalidArgument(field, f"nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(field, f"is not valid JSON: {exc}") from None
+    depth = _depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidArgument(field, f"nests {depth} levels; the limit is {MAX_JSON_DEPTH}")
+    try:
+        canonical(value)
+    except (rfc8785.CanonicalizationError, UnicodeError, ValueError) as exc:
+        raise InvalidArgument(field, f"cannot be canonicalized (RFC 8785): {exc}") from None
+    return value
+
+
+def _depth(value: Any) -> int:
+    # Iterative, so that a hostile document cannot exhaust the stack here.
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in node)
+    return deepest
+
+
+def canonical(value: Any) -> bytes:
+    """The RFC 8785 canonical UTF-8 bytes of a JSON value."""
+    return bytes(rfc8785.dumps(value))
+
+
+def digest(data: bytes) -> str:
+    """Hex SHA-256: what logs and ids carry instead of payloads."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def json_digest(value: Any) -> str:
+    """Digest of a JSON value's canonical form."""
+    return digest(canonical(value))
+
+
+def text_digest(text: str) -> str:
+    """Digest of a text's exact UTF-8 bytes (no normalization: ADR-0019)."""
+    return digest(text.encode("utf-8", "surrogatepass"))
+
+
+def compact(value: Any) -> str:
+    """JSON text of a value as the store keeps it (canonical, so stable)."""
+    return canonical(value).decode("utf-8")
+
+
+def require_text(value: str, field: str, *, limit: int = MAX_TEXT_BYTES) -> str:
+    """A non-empty string field within its byte limit."""
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise InvalidArgument(field, f"is {size} bytes; the limit is {limit}")
+    return value
+
+
+def require_name(value: str, field: str) -> str:
+    """A non-empty identifier-like field (kind, title, ids, tool names)."""
+    return require_text(value, field, limit=MAX_NAME_BYTES)

@@ -1,0 +1,168 @@
+"""Building and running the sidecar: ``create_server(config) -> (server, port)``.
+
+Kept apart from ``main()`` so that tests start real servers on port 0. The
+embedded default runs the reference store in the same process and the
+ledger on a SQLite file; ``store_target`` points at an external store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from dataclasses import dataclass, field
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sidecar._gen.actonce.v1 import run_actions_pb2, run_actions_pb2_grpc
+from sidecar.actions import RunActions, Settings
+from sidecar.config import Config
+from sidecar.interceptors import LogContextInterceptor
+from sidecar.ledger.base import AuditLedger, LedgerError
+from sidecar.ledger.sqlite import SqliteLedger
+from sidecar.rules.attempts import AttemptRegistry
+from sidecar.servicer import RunActionsServicer
+from sidecar.store.server import create_store_server
+from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.upstream.client import GrpcStoreClient, StoreClient
+
+log = structlog.get_logger()
+
+SERVICE_NAME = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"].full_name
+# Well above every documented payload limit, so that an oversized field gets
+# the sidecar's own INVALID_ARGUMENT rather than a bare transport error.
+MAX_MESSAGE_BYTES = 16 << 20
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+@dataclass
+class Sidecar:
+    """A built sidecar: its gRPC server and what it must close on stop."""
+
+    server: grpc.aio.Server
+    actions: RunActions
+    ledger: AuditLedger
+    store: StoreClient
+    health: health.aio.HealthServicer
+    embedded_store: grpc.aio.Server | None = None
+    interval_seconds: float = 1.0
+    _health_task: asyncio.Task[None] | None = None
+    _stopped: bool = field(default=False)
+
+    async def start(self) -> None:
+        if self.embedded_store is not None:
+            await self.embedded_store.start()
+        await self.server.start()
+        await self.check_health()
+        self._health_task = asyncio.create_task(self._watch_health())
+
+    async def check_health(self) -> bool:
+        """SERVING only when both the ledger and the store answer."""
+        try:
+            await self.ledger.ping()
+            await self.store.ping()
+            serving = True
+        except (LedgerError, Exception) as exc:  # any failure to answer is NOT_SERVING
+            log.warning("health_check_failed", error=str(exc))
+            serving = False
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+        return serving
+
+    async def _watch_health(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_seconds)
+            await self.check_health()
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.store.close()
+        if self.embedded_store is not None:
+            await self.embedded_store.stop(grace)
+        await self.ledger.close()
+
+
+async def create_server(config: Config) -> tuple[Sidecar, int]:
+    """Build the sidecar (not yet started) and return it with its bound port."""
+    ledger = SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
+    embedded: grpc.aio.Server | None = None
+    if config.store_target:
+        target = config.store_target
+    else:
+        backend = SqliteStoreBackend(config.data_dir / "store.db")
+        embedded, store_port = await create_store_server(backend, "127.0.0.1:0")
+        target = f"127.0.0.1:{store_port}"
+    store = GrpcStoreClient.insecure(target, timeout_seconds=config.store_timeout_seconds)
+    actions = RunActions(
+        ledger=ledger,
+        store=store,
+        attempts=AttemptRegistry(idle_ttl_seconds=config.attempt_idle_ttl_seconds),
+        settings=Settings(
+            send_allowlist=config.send_allowlist,
+            store_timeout_seconds=config.store_timeout_seconds,
+        ),
+    )
+    server = grpc.aio.server(interceptors=[LogContextInterceptor()], options=GRPC_OPTIONS)
+    run_actions_pb2_grpc.add_RunActionsServiceServicer_to_server(
+        RunActionsServicer(actions), server
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    reflection.enable_server_reflection(
+        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+    port = server.add_insecure_port(config.listen)
+    if port == 0 and not config.listen.startswith("unix:"):
+        raise OSError(f"could not listen on {config.listen}")
+    sidecar = Sidecar(
+        server=server,
+        actions=actions,
+        ledger=ledger,
+        store=store,
+        health=health_servicer,
+        embedded_store=embedded,
+        interval_seconds=config.health_interval_seconds,
+    )
+    return sidecar, port
+
+
+async def serve(config: Config, *, grace_seconds: float = 10.0) -> None:
+    """Run the sidecar until SIGINT or SIGTERM, then drain and exit."""
+    sidecar, port = await create_server(config)
+    await sidecar.start()
+    log.info(
+        "serving",
+        listen=config.listen,
+        port=port,
+        store=config.store_target or "embedded",
+        audit_db=str(config.audit_path),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("draining", grace_seconds=grace_seconds)
+    await sidecar.stop(grace_seconds)
+    log.info("stopped")

@@ -1,0 +1,243 @@
+"""The thin RunActionsService servicer: proto in, one domain call, proto out.
+
+All rules live in sidecar.actions and sidecar.rules. The one place that turns
+an error into a gRPC status is :func:`_answer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import grpc
+import structlog
+from google.protobuf import timestamp_pb2
+from grpc_status import rpc_status
+
+from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
+from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from sidecar._gen.actonce.v1 import types_pb2
+from sidecar.actions import Outcome, RunActions
+from sidecar.errors import ActonceError, InvalidArgument, to_status
+from sidecar.upstream.client import StoredArtifact
+
+log = structlog.get_logger()
+
+T = TypeVar("T")
+
+_OUTCOMES = {
+    Outcome.APPLIED: types_pb2.OUTCOME_APPLIED,
+    Outcome.ALREADY_APPLIED: types_pb2.OUTCOME_ALREADY_APPLIED,
+    Outcome.SKIPPED: types_pb2.OUTCOME_SKIPPED,
+}
+
+
+async def _answer(context: grpc.aio.ServicerContext, call: Awaitable[T]) -> T:
+    """Await the domain call; abort the RPC with ErrorInfo if it refused."""
+    try:
+        return await call
+    except ActonceError as error:
+        log.info("refused", reason=error.reason, failure_class=error.failure_class.value)
+        await context.abort_with_status(rpc_status.to_status(to_status(error)))
+        raise  # abort_with_status raises; this line is for the type checker
+
+
+def _timestamp(value: timestamp_pb2.Timestamp | None, field: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return value.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidArgument(field, f"is not a valid timestamp: {exc}") from None
+
+
+def _artifact(artifact: StoredArtifact) -> types_pb2.Artifact:
+    return types_pb2.Artifact(
+        id=artifact.id,
+        kind=artifact.kind,
+        version=artifact.version,
+        data_json=artifact.data_json,
+        archived=artifact.archived,
+    )
+
+
+class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
+    """actonce.v1.RunActionsService over sidecar.actions.RunActions."""
+
+    def __init__(self, actions: RunActions) -> None:
+        self.actions = actions
+
+    async def BeginAttempt(
+        self, request: pb.BeginAttemptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BeginAttemptResponse:
+        async def call() -> pb.BeginAttemptResponse:
+            deadline = (
+                _timestamp(request.lease_deadline, "lease_deadline")
+                if request.HasField("lease_deadline")
+                else None
+            )
+            attempt = await self.actions.begin_attempt(
+                run_id=request.run_id,
+                rule=request.rule,
+                checkpoint=request.checkpoint,
+                lease_deadline=deadline,
+            )
+            return pb.BeginAttemptResponse(attempt_id=attempt.attempt_id)
+
+        return await _answer(context, call())
+
+    async def Create(
+        self, request: pb.CreateRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateResponse:
+        result = await _answer(
+            context,
+            self.actions.create(
+                attempt_id=request.attempt_id,
+                kind=request.kind,
+                data_json=request.data_json,
+                propose=request.propose,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.CreateResponse(
+            id=result.id, outcome=_OUTCOMES[result.outcome], version=result.version
+        )
+
+    async def Edit(
+        self, request: pb.EditRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EditResponse:
+        result = await _answer(
+            context,
+            self.actions.edit(
+                attempt_id=request.attempt_id,
+                artifact_id=request.artifact_id,
+                path=request.path,
+                value_json=request.value_json,
+                propose=request.propose,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.EditResponse(
+            outcome=_OUTCOMES[result.outcome],
+            version=result.version,
+            proposal_id=result.proposal_id,
+        )
+
+    async def Notice(
+        self, request: pb.NoticeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.NoticeResponse:
+        result = await _answer(
+            context,
+            self.actions.notice(
+                attempt_id=request.attempt_id,
+                thread_id=request.thread_id,
+                text=request.text,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.NoticeResponse(message_id=result.id, outcome=_OUTCOMES[result.outcome])
+
+    async def CreateThread(
+        self, request: pb.CreateThreadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateThreadResponse:
+        result = await _answer(
+            context,
+            self.actions.create_thread(
+                attempt_id=request.attempt_id,
+                title=request.title,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.CreateThreadResponse(thread_id=result.id, outcome=_OUTCOMES[result.outcome])
+
+    async def Send(
+        self, request: pb.SendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SendResponse:
+        result = await _answer(
+            context,
+            self.actions.send(
+                attempt_id=request.attempt_id,
+                thread_id=request.thread_id,
+                text=request.text,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.SendResponse(message_id=result.id, outcome=_OUTCOMES[result.outcome])
+
+    async def Read(
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadResponse:
+        target = request.WhichOneof("target")
+        result = await _answer(
+            context,
+            self.actions.read(
+                attempt_id=request.attempt_id,
+                artifact_id=request.artifact_id if target == "artifact_id" else None,
+                thread_id=request.thread_id if target == "thread_id" else None,
+            ),
+        )
+        if result.artifact is not None:
+            return pb.ReadResponse(artifact=_artifact(result.artifact))
+        return pb.ReadResponse(
+            messages=[types_pb2.Message(id=m.id, kind=m.kind, text=m.text) for m in result.messages]
+        )
+
+    async def EndAttempt(
+        self, request: pb.EndAttemptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EndAttemptResponse:
+        counts = await _answer(context, self.actions.end_attempt(request.attempt_id))
+        return pb.EndAttemptResponse(
+            applied=counts.applied,
+            already_applied=counts.already_applied,
+            skipped=counts.skipped,
+            failed=counts.failed,
+        )
+
+    async def ExtendLease(
+        self, request: pb.ExtendLeaseRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExtendLeaseResponse:
+        async def call() -> pb.ExtendLeaseResponse:
+            if not request.HasField("lease_deadline"):
+                raise InvalidArgument("lease_deadline", "must be set")
+            deadline = _timestamp(request.lease_deadline, "lease_deadline")
+            assert deadline is not None
+            in_force = await self.actions.extend_lease(request.attempt_id, deadline)
+            stamp = timestamp_pb2.Timestamp()
+            stamp.FromDatetime(in_force)
+            return pb.ExtendLeaseResponse(lease_deadline=stamp)
+
+        return await _answer(context, call())
+
+    async def BeginStep(
+        self, request: pb.BeginStepRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BeginStepResponse:
+        result = await _answer(
+            context,
+            self.actions.begin_step(
+                attempt_id=request.attempt_id,
+                tool=request.tool,
+                effect=int(request.effect),
+                args_json=request.args_json,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.BeginStepResponse(
+            step_id=result.id,
+            outcome=_OUTCOMES[result.outcome],
+            result_json=result.result_json,
+        )
+
+    async def EndStep(
+        self, request: pb.EndStepRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EndStepResponse:
+        result = await _answer(
+            context,
+            self.actions.end_step(
+                attempt_id=request.attempt_id,
+                step_id=request.step_id,
+                result_json=request.result_json,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.EndStepResponse(outcome=_OUTCOMES[result.outcome])

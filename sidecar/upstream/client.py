@@ -1,0 +1,253 @@
+"""The store client: the interface the sidecar's rules call, and its gRPC backend.
+
+Every transport error is mapped in :func:`_map_errors` (httpx's
+``map_httpcore_exceptions`` is the model): a refusal the store gives becomes
+a :class:`Refusal` carrying the store's code and states; a store that cannot
+be reached or does not answer in time becomes StoreUnavailable or
+StoreDeadlineExceeded, both RETRYABLE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
+from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+
+STORE_DOMAIN = "store.actonce"
+DEFAULT_STORE_TIMEOUT_SECONDS = 5.0
+
+StoredArtifact = spb.StoredArtifact
+StoredMessage = spb.StoredMessage
+
+
+class Refusal(Exception):
+    """The store refused a call: ``code`` is its refusal code, ``states`` the
+    states an INVALID_STATE names (``ID_USED``, ``ARCHIVED``, ...)."""
+
+    def __init__(self, code: str, message: str, states: frozenset[str] = frozenset()) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.states = states
+
+
+class StoreClient(Protocol):
+    """What the sidecar asks of an artifact store."""
+
+    async def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str
+    ) -> StoredArtifact: ...
+
+    async def get_artifact(self, artifact_id: str) -> StoredArtifact: ...
+
+    async def patch_artifact(
+        self, artifact_id: str, expected_version: int, patch_json: str
+    ) -> StoredArtifact: ...
+
+    async def propose_create(self, proposal_id: str, kind: str, data_json: str) -> None: ...
+
+    async def propose_patch(
+        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+    ) -> None: ...
+
+    async def create_thread(self, thread_id: str, title: str) -> None: ...
+
+    async def post_message(
+        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool
+    ) -> StoredMessage: ...
+
+    async def list_messages(self, thread_id: str) -> Sequence[StoredMessage]: ...
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the store answers."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# Store refusal codes that arrive without an ErrorInfo (from a proxy, say).
+_BARE_CODES = {
+    grpc.StatusCode.NOT_FOUND: "NOT_FOUND",
+    grpc.StatusCode.PERMISSION_DENIED: "FORBIDDEN",
+    grpc.StatusCode.UNAUTHENTICATED: "FORBIDDEN",
+    grpc.StatusCode.INVALID_ARGUMENT: "VALIDATION_FAILED",
+    grpc.StatusCode.ABORTED: "VERSION_CONFLICT",
+}
+_UNREACHABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+}
+
+
+def refusal_from(error: grpc.aio.AioRpcError) -> Refusal | None:
+    """The store's refusal carried by ``error``, or None for a transport failure."""
+    status = rpc_status.from_call(error)
+    if status is not None:
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                if info.domain == STORE_DOMAIN:
+                    raw = info.metadata.get("states", "")
+                    states = frozenset(s for s in raw.split(",") if s)
+                    return Refusal(info.reason, status.message, states)
+    code = _BARE_CODES.get(error.code())
+    if code is not None:
+        return Refusal(code, error.details() or "")
+    return None
+
+
+@asynccontextmanager
+async def _map_errors(operation: str) -> AsyncIterator[None]:
+    try:
+        yield
+    except grpc.aio.AioRpcError as error:
+        if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise StoreDeadlineExceeded(
+                f"store did not answer {operation} in time; the write may have landed, "
+                "and a retry with the same derived id is safe"
+            ) from error
+        refusal = refusal_from(error)
+        if refusal is not None and error.code() not in _UNREACHABLE:
+            raise refusal from error
+        raise StoreUnavailable(
+            f"store unavailable for {operation}: {error.code().name} {error.details()}"
+        ) from error
+
+
+class GrpcStoreClient:
+    """A StoreClient over a gRPC channel to any ArtifactStoreService."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self._channel = channel
+        self._stub = spb_grpc.ArtifactStoreServiceStub(channel)
+        self.timeout_seconds = timeout_seconds
+        self._metadata = tuple(metadata)
+
+    @classmethod
+    def insecure(
+        cls, target: str, *, timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
+    ) -> GrpcStoreClient:
+        options = [
+            ("grpc.max_receive_message_length", 16 << 20),
+            ("grpc.max_send_message_length", 16 << 20),
+        ]
+        channel = grpc.aio.insecure_channel(target, options=options)
+        return cls(channel, timeout_seconds=timeout_seconds)
+
+    async def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
+        async with _map_errors("CreateArtifact"):
+            response = await self._stub.CreateArtifact(
+                spb.CreateArtifactRequest(artifact_id=artifact_id, kind=kind, data_json=data_json),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+        return response.artifact
+
+    async def get_artifact(self, artifact_id: str) -> StoredArtifact:
+        async with _map_errors("GetArtifact"):
+            response = await self._stub.GetArtifact(
+                spb.GetArtifactRequest(artifact_id=artifact_id),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+        return response.artifact
+
+    async def patch_artifact(
+        self, artifact_id: str, expected_version: int, patch_json: str
+    ) -> StoredArtifact:
+        async with _map_errors("PatchArtifact"):
+            response = await self._stub.PatchArtifact(
+                spb.PatchArtifactRequest(
+                    artifact_id=artifact_id,
+                    expected_version=expected_version,
+                    patch_json=patch_json,
+                ),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+        return response.artifact
+
+    async def propose_create(self, proposal_id: str, kind: str, data_json: str) -> None:
+        async with _map_errors("CreateProposal"):
+            await self._stub.CreateProposal(
+                spb.CreateProposalRequest(proposal_id=proposal_id, kind=kind, data_json=data_json),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+
+    async def propose_patch(
+        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+    ) -> None:
+        async with _map_errors("CreateProposal"):
+            await self._stub.CreateProposal(
+                spb.CreateProposalRequest(
+                    proposal_id=proposal_id,
+                    artifact_id=artifact_id,
+                    patch_json=patch_json,
+                    base_version=base_version,
+                ),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+
+    async def create_thread(self, thread_id: str, title: str) -> None:
+        async with _map_errors("CreateThread"):
+            await self._stub.CreateThread(
+                spb.CreateThreadRequest(thread_id=thread_id, title=title),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+
+    async def post_message(
+        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool
+    ) -> StoredMessage:
+        async with _map_errors("PostMessage"):
+            response = await self._stub.PostMessage(
+                spb.PostMessageRequest(
+                    message_id=message_id,
+                    thread_id=thread_id,
+                    kind=kind,
+                    text=text,
+                    request_turn=request_turn,
+                ),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+        return response.message
+
+    async def list_messages(self, thread_id: str) -> Sequence[StoredMessage]:
+        async with _map_errors("ListMessages"):
+            response = await self._stub.ListMessages(
+                spb.ListMessagesRequest(thread_id=thread_id),
+                timeout=self.timeout_seconds,
+                metadata=self._metadata,
+            )
+        return list(response.messages)
+
+    async def ping(self) -> None:
+        # Any answer from the store, a refusal included, proves it is there.
+        try:
+            await self.get_artifact("actonce-health-probe")
+        except Refusal:
+            return
+
+    async def close(self) -> None:
+        await self._channel.close()
