@@ -50,7 +50,9 @@ class Sidecar:
     ledger: AuditLedger
     store: StoreClient
     health: health.aio.HealthServicer
+    store_target: str = ""
     embedded_store: grpc.aio.Server | None = None
+    embedded_backend: SqliteStoreBackend | None = None
     interval_seconds: float = 1.0
     _health_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
@@ -98,6 +100,8 @@ class Sidecar:
         await self.store.close()
         if self.embedded_store is not None:
             await self.embedded_store.stop(grace)
+        if self.embedded_backend is not None:
+            self.embedded_backend.close()
         await self.ledger.close()
 
 
@@ -105,6 +109,7 @@ async def create_server(config: Config) -> tuple[Sidecar, int]:
     """Build the sidecar (not yet started) and return it with its bound port."""
     ledger = SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
     embedded: grpc.aio.Server | None = None
+    backend: SqliteStoreBackend | None = None
     if config.store_target:
         target = config.store_target
     else:
@@ -141,7 +146,9 @@ async def create_server(config: Config) -> tuple[Sidecar, int]:
         ledger=ledger,
         store=store,
         health=health_servicer,
+        store_target=target,
         embedded_store=embedded,
+        embedded_backend=backend,
         interval_seconds=config.health_interval_seconds,
     )
     return sidecar, port

@@ -1,0 +1,213 @@
+"""Real sidecars and stores for tests: real gRPC on loopback, real SQLite files.
+
+A server runs on its own event loop in a background thread, so that tests
+call it through ordinary blocking stubs exactly as an agent would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
+from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
+from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from sidecar.config import Config
+from sidecar.ledger.sqlite import read_events
+from sidecar.server import Sidecar, create_server
+from sidecar.store.server import create_store_server
+from sidecar.store.sqlite import SqliteStoreBackend
+
+T = TypeVar("T")
+
+
+class Loop:
+    """An event loop in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@dataclass
+class RunningStore:
+    """A standalone reference store in this process."""
+
+    data_dir: Path
+    port: int
+    server: grpc.aio.Server
+    backend: SqliteStoreBackend
+    loop: Loop
+    channel: grpc.Channel = field(init=False)
+    stub: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = spb_grpc.ArtifactStoreServiceStub(self.channel)
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.channel.close()
+        self.loop.run(self.server.stop(0))
+        self.backend.close()
+        self.loop.close()
+
+
+def start_store(
+    data_dir: Path,
+    *,
+    port: int = 0,
+    token: str | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> RunningStore:
+    loop = Loop()
+    backend = SqliteStoreBackend(data_dir / "store.db")
+
+    async def build() -> tuple[grpc.aio.Server, int]:
+        server, bound = await create_store_server(
+            backend, f"127.0.0.1:{port}", token=token, interceptors=interceptors
+        )
+        await server.start()
+        return server, bound
+
+    server, bound = loop.run(build())
+    return RunningStore(data_dir, bound, server, backend, loop)
+
+
+@dataclass
+class RunningSidecar:
+    """A sidecar in this process, with blocking stubs to it and its store."""
+
+    config: Config
+    sidecar: Sidecar
+    port: int
+    loop: Loop
+    channel: grpc.Channel = field(init=False)
+    stub: Any = field(init=False)
+    store: Any = field(init=False)
+    _store_channel: grpc.Channel = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
+        self.stub = pb_grpc.RunActionsServiceStub(self.channel)
+        self._store_channel = grpc.insecure_channel(self.sidecar.store_target)
+        self.store = spb_grpc.ArtifactStoreServiceStub(self._store_channel)
+
+    def begin(self, run_id: str = "run-1", rule: str = "triage", checkpoint: str = "cp-0") -> str:
+        answer = self.stub.BeginAttempt(
+            pb.BeginAttemptRequest(run_id=run_id, rule=rule, checkpoint=checkpoint)
+        )
+        return str(answer.attempt_id)
+
+    def health(self) -> int:
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        return int(stub.Check(health_pb2.HealthCheckRequest(service="")).status)
+
+    def audit(self, run_id: str | None = None) -> list[Any]:
+        return list(read_events(self.config.audit_path, run_id=run_id))
+
+    def artifacts(self, kind: str) -> list[spb.StoredArtifact]:
+        return list(self.store.ListArtifacts(spb.ListArtifactsRequest(kind=kind)).artifacts)
+
+    def messages(self, thread_id: str) -> list[spb.StoredMessage]:
+        return list(self.store.ListMessages(spb.ListMessagesRequest(thread_id=thread_id)).messages)
+
+    def stop(self) -> None:
+        self.channel.close()
+        self._store_channel.close()
+        self.loop.run(self.sidecar.stop(0))
+        self.loop.close()
+
+
+def start_sidecar(config: Config) -> RunningSidecar:
+    loop = Loop()
+
+    async def build() -> tuple[Sidecar, int]:
+        sidecar, port = await create_server(config)
+        await sidecar.start()
+        return sidecar, port
+
+    sidecar, port = loop.run(build())
+    return RunningSidecar(config, sidecar, port, loop)
+
+
+def sidecar_config(data_dir: Path, **overrides: Any) -> Config:
+    return replace(
+        Config(listen="127.0.0.1:0", data_dir=data_dir, health_interval_seconds=0.2), **overrides
+    )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refusal as an agent sees it."""
+
+    code: grpc.StatusCode
+    reason: str
+    domain: str
+    failure_class: str
+    metadata: dict[str, str]
+    fields: list[str]
+    message: str
+
+
+def refusal(error: grpc.RpcError) -> Refusal:
+    """Decode the ErrorInfo and BadRequest of a failed call."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None, f"no google.rpc.Status details on {error!r}"
+    info = error_details_pb2.ErrorInfo()
+    fields: list[str] = []
+    found = False
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            detail.Unpack(info)
+            found = True
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            fields.extend(v.field for v in bad.field_violations)
+    assert found, "no ErrorInfo in the status details"
+    return Refusal(
+        code=error.code(),  # type: ignore[attr-defined]
+        reason=info.reason,
+        domain=info.domain,
+        failure_class=info.metadata.get("failure_class", ""),
+        metadata=dict(info.metadata),
+        fields=fields,
+        message=status.message,
+    )
+
+
+@contextlib.contextmanager
+def ledger_locked(path: Path) -> Iterator[None]:
+    """Hold the ledger's write lock from another connection: a real ledger fault."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
