@@ -1,0 +1,16 @@
+"""The reference artifact store: a real server behind the store contract.
+
+`actonce.store.v1.ArtifactStoreService` is what the sidecar speaks upstream. This package
+implements it so that the embedded default (one command, no other service) and the tests have a
+store that keeps the contract's promises for real: caller-chosen ids refused durably once used,
+versioned JSON artifacts patched under optimistic concurrency (RFC 6902), proposals, threads
+whose messages and turn requests commit in one transaction, and every refusal reported as a
+gRPC status with a `google.rpc.ErrorInfo` in domain `store.actonce`.
+
+Modules:
+- `refusals`: the one refusal exception and its mapping to gRPC statuses.
+- `backend`: the storage interface, the records it returns, and rules every backend shares.
+- `sqlite`: the SQLite backend (the default).
+- `servicer`: the thin gRPC servicer over a backend.
+- `server`: `create_store_server` (tests, embedding) and `serve_store` (the CLI command).
+"""

@@ -1,0 +1,339 @@
+"""The storage interface of the reference store, and the rules every backend shares.
+
+`StoreBackend` is what the gRPC servicer calls; one module per backend implements it (`sqlite`
+now, PostgreSQL later). A backend knows nothing of gRPC: it takes and returns plain values and
+the frozen records below, and refuses with `StoreRefusal`.
+
+The input rules that do not depend on storage (what valid JSON, a valid JSON Patch, a message
+kind, a page size and a page token are) live here too, so every backend refuses the same input
+with the same code.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+import jsonpatch
+import jsonpointer
+
+from sidecar.store.refusals import RefusalCode, StoreRefusal
+
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
+    "MESSAGE_KINDS",
+    "ArtifactPage",
+    "StoreBackend",
+    "StoredArtifact",
+    "StoredMessage",
+    "StoredProposal",
+    "StoredThread",
+    "apply_patch",
+    "compact_json",
+    "decode_page_token",
+    "encode_page_token",
+    "page_size_for",
+    "parse_document",
+    "parse_json",
+    "parse_patch",
+    "require_text",
+]
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+# "notice" starts and steers no turn; "message" (made by send) asks for the thread's turn.
+MESSAGE_KINDS = frozenset({"notice", "message"})
+
+_PATCH_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+_OPS_WITH_VALUE = frozenset({"add", "replace", "test"})
+_OPS_WITH_FROM = frozenset({"move", "copy"})
+
+
+@dataclass(frozen=True, slots=True)
+class StoredArtifact:
+    """An artifact as the store holds it; `data_json` is compact JSON text."""
+
+    id: str
+    kind: str
+    version: int
+    data_json: str
+    archived: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactPage:
+    """One page of a kind's artifacts in id order; `next_page_token` is empty on the last."""
+
+    artifacts: tuple[StoredArtifact, ...]
+    next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredProposal:
+    """A proposal as recorded.
+
+    A proposed create has `kind` and `data_json`; a proposed edit has `artifact_id`,
+    `patch_json` and `base_version`. The other form's fields are empty ("" and 0), as on the
+    wire.
+    """
+
+    id: str
+    kind: str
+    data_json: str
+    artifact_id: str
+    patch_json: str
+    base_version: int
+
+    @property
+    def is_edit(self) -> bool:
+        return bool(self.artifact_id)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredThread:
+    """A thread."""
+
+    id: str
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message of a thread; `seq` is its position in the thread, from 1."""
+
+    id: str
+    thread_id: str
+    kind: str
+    text: str
+    seq: int
+
+
+class StoreBackend(Protocol):
+    """Durable storage for artifacts, proposals, threads, messages and turn requests.
+
+    Ids are chosen by the caller and unique forever within their type (artifact, proposal,
+    thread, message); a used id is refused with INVALID_STATE whose states include ID_USED.
+    Each write is atomic. Implementations must be safe to call from several threads: the
+    servicer runs every call in a worker thread.
+    """
+
+    def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
+        """Make an artifact at version 1."""
+        ...
+
+    def get_artifact(self, artifact_id: str) -> StoredArtifact:
+        """Read an artifact; NOT_FOUND when missing."""
+        ...
+
+    def patch_artifact(
+        self, artifact_id: str, expected_version: int, patch_json: str
+    ) -> StoredArtifact:
+        """Apply an RFC 6902 patch if the version still matches; bump the version."""
+        ...
+
+    def archive_artifact(self, artifact_id: str) -> StoredArtifact:
+        """Archive an artifact; archiving an archived one is INVALID_STATE {ARCHIVED}."""
+        ...
+
+    def list_artifacts(self, kind: str, page_size: int = 0, page_token: str = "") -> ArtifactPage:
+        """List a kind's artifacts in id order, archived ones included."""
+        ...
+
+    def create_proposal(
+        self,
+        proposal_id: str,
+        *,
+        kind: str = "",
+        data_json: str = "",
+        artifact_id: str = "",
+        patch_json: str = "",
+        base_version: int = 0,
+    ) -> StoredProposal:
+        """Record a proposed create (kind, data_json) or edit (artifact_id, patch_json, ...)."""
+        ...
+
+    def get_proposal(self, proposal_id: str) -> StoredProposal:
+        """Read a proposal; NOT_FOUND when missing."""
+        ...
+
+    def create_thread(self, thread_id: str, title: str) -> StoredThread:
+        """Make a thread."""
+        ...
+
+    def post_message(
+        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool = False
+    ) -> StoredMessage:
+        """Append a message; with `request_turn`, its turn request commits with it."""
+        ...
+
+    def list_messages(self, thread_id: str) -> tuple[StoredMessage, ...]:
+        """A thread's messages, oldest first; NOT_FOUND for an unknown thread."""
+        ...
+
+    def request_turn(self, message_id: str) -> bool:
+        """Ask for the thread's turn for a message (not a notice); False when already asked."""
+        ...
+
+    def list_turn_requests(self, thread_id: str) -> tuple[str, ...]:
+        """Message ids with a turn request, oldest first; NOT_FOUND for an unknown thread."""
+        ...
+
+    def close(self) -> None:
+        """Release the storage; later calls fail."""
+        ...
+
+
+def require_text(value: str, field: str) -> str:
+    """Refuse an empty required string with VALIDATION_FAILED."""
+    if not value:
+        raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{field} must not be empty")
+    return value
+
+
+def _reject_constant(name: str) -> object:
+    # Python's json accepts NaN and Infinity, which are not JSON and which other languages'
+    # parsers (and RFC 8785 digests) would choke on later.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(text: str, field: str) -> object:
+    """Parse strict JSON text (RFC 8259); VALIDATION_FAILED otherwise."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{field} is nested too deeply") from None
+    except ValueError as error:
+        # The message names the position, never the content: refusals reach logs.
+        detail = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+        position = f" at {error.pos}" if isinstance(error, json.JSONDecodeError) else ""
+        raise StoreRefusal(
+            RefusalCode.VALIDATION_FAILED, f"{field} is not valid JSON: {detail}{position}"
+        ) from None
+
+
+def parse_document(text: str, field: str) -> dict[str, object]:
+    """Parse an artifact's data: strict JSON whose top level is an object.
+
+    An artifact is a document edited one JSON Pointer path at a time; a bare number, string or
+    array at the top would leave no member to name, so it is refused (VALIDATION_FAILED).
+    """
+    document = parse_json(text, field)
+    if not isinstance(document, dict):
+        raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{field} must be a JSON object")
+    return document
+
+
+def compact_json(value: object) -> str:
+    """The compact text a document is stored as (key order kept, non-ASCII kept)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _check_pointer(value: object, where: str) -> None:
+    if not isinstance(value, str):
+        raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{where} must be a string")
+    try:
+        jsonpointer.JsonPointer(value)
+    except jsonpointer.JsonPointerException as error:
+        raise StoreRefusal(
+            RefusalCode.VALIDATION_FAILED, f"{where} is not a JSON Pointer: {error}"
+        ) from None
+
+
+def parse_patch(patch_json: str, field: str = "patch_json") -> jsonpatch.JsonPatch:
+    """Parse an RFC 6902 JSON Patch document; VALIDATION_FAILED when it is not one.
+
+    The `jsonpatch` library only notices a missing `value` or `from` when it applies the
+    patch, which would make a malformed document look like a patch that does not apply
+    (PATCH_FAILED); so the structure is checked here, before anything is read.
+    """
+    document = parse_json(patch_json, field)
+    if not isinstance(document, list):
+        raise StoreRefusal(
+            RefusalCode.VALIDATION_FAILED, f"{field} must be a JSON array of operations"
+        )
+    for index, operation in enumerate(document):
+        where = f"{field}[{index}]"
+        if not isinstance(operation, dict):
+            raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{where} must be an object")
+        op = operation.get("op")
+        if op not in _PATCH_OPS:
+            raise StoreRefusal(
+                RefusalCode.VALIDATION_FAILED,
+                f"{where}.op must be one of {', '.join(sorted(_PATCH_OPS))}",
+            )
+        if "path" not in operation:
+            raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{where} has no path")
+        _check_pointer(operation["path"], f"{where}.path")
+        if op in _OPS_WITH_VALUE and "value" not in operation:
+            raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{where} ({op}) has no value")
+        if op in _OPS_WITH_FROM:
+            if "from" not in operation:
+                raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{where} ({op}) has no from")
+            _check_pointer(operation["from"], f"{where}.from")
+    try:
+        return jsonpatch.JsonPatch(document)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
+        raise StoreRefusal(
+            RefusalCode.VALIDATION_FAILED, f"{field} is not a JSON Patch: {error}"
+        ) from None
+
+
+def apply_patch(patch: jsonpatch.JsonPatch, document: dict[str, object]) -> dict[str, object]:
+    """Apply a parsed patch to a copy of `document`; PATCH_FAILED when it does not apply.
+
+    A missing parent, a failed `test`, an index out of range, a move into its own child, or a
+    result that is no longer an object: the patch is well-formed but does not fit the document.
+    """
+    try:
+        patched: object = patch.apply(document, in_place=False)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
+        raise StoreRefusal(RefusalCode.PATCH_FAILED, f"the patch does not apply: {error}") from None
+    if not isinstance(patched, dict):
+        raise StoreRefusal(
+            RefusalCode.PATCH_FAILED, "the patch would leave the artifact's data not an object"
+        )
+    return patched
+
+
+def page_size_for(requested: int) -> int:
+    """The page size to use: 0 means the default; above the maximum is lowered to it."""
+    if requested < 0:
+        raise StoreRefusal(RefusalCode.VALIDATION_FAILED, "page_size must not be negative")
+    if requested == 0:
+        return DEFAULT_PAGE_SIZE
+    return min(requested, MAX_PAGE_SIZE)
+
+
+def encode_page_token(kind: str, after_id: str) -> str:
+    """An opaque token for the page after `after_id` in `kind`'s listing."""
+    raw = json.dumps({"kind": kind, "after": after_id}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode("ascii")
+
+
+def decode_page_token(kind: str, token: str) -> str | None:
+    """The id a page token continues after, or None for the first page.
+
+    The token carries its kind so that one from another listing is refused rather than
+    silently paging through the wrong artifacts.
+    """
+    if not token:
+        return None
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (ValueError, binascii.Error, UnicodeError):
+        decoded = None
+    if (
+        not isinstance(decoded, dict)
+        or not isinstance(decoded.get("after"), str)
+        or decoded.get("kind") != kind
+    ):
+        raise StoreRefusal(
+            RefusalCode.VALIDATION_FAILED, "page_token is not a token of this listing"
+        )
+    after: str = decoded["after"]
+    return after

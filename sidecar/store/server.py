@@ -1,0 +1,119 @@
+"""Running the reference store: a server factory for tests and embedding, and the CLI's loop.
+
+`create_store_server` builds a `grpc.aio` server around a backend (the store service, health
+and reflection) and binds it, without starting it, so tests bind port 0 and read the port back.
+`serve_store` is what `actonce store --listen ... --data-dir ...` runs: a SQLite-backed store
+until SIGINT or SIGTERM, then a graceful drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
+from sidecar.store.backend import StoreBackend
+from sidecar.store.servicer import ArtifactStoreServicer
+from sidecar.store.sqlite import SqliteStoreBackend
+
+__all__ = ["MAX_MESSAGE_BYTES", "SERVICE_NAME", "create_store_server", "serve_store"]
+
+log = structlog.get_logger()
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["ArtifactStoreService"].full_name
+
+# Artifacts are whole JSON documents; gRPC's 4 MiB default would refuse large ones with a
+# transport error instead of an answer.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+# How long in-flight calls may finish after SIGINT/SIGTERM before they are cancelled.
+DEFAULT_GRACE_SECONDS = 10.0
+
+
+async def create_store_server(
+    backend: StoreBackend,
+    listen: str = "127.0.0.1:0",
+    *,
+    token: str | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> tuple[grpc.aio.Server, int]:
+    """Build a store server on `listen` ("host:port" or "unix:/path"); the caller starts it.
+
+    Returns the server and the bound port (the real one when `listen` asks for port 0; 0 for a
+    Unix socket). Raises OSError when the address cannot be bound. The caller owns `backend`
+    and closes it after stopping the server.
+    """
+    server = grpc.aio.server(
+        interceptors=list(interceptors),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # gRPC sets SO_REUSEPORT by default, so a second store on a busy port would bind
+            # and silently take half the calls to its own database.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    pb_grpc.add_ArtifactStoreServiceServicer_to_server(
+        ArtifactStoreServicer(backend, token=token), server
+    )
+
+    health_servicer = health.aio.HealthServicer()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+
+    try:
+        port: int = server.add_insecure_port(listen)
+    except RuntimeError as error:
+        # gRPC reports a failed bind as RuntimeError; callers (the CLI) expect an OSError.
+        raise OSError(f"cannot listen on {listen}: {error}") from error
+    return server, 0 if listen.startswith("unix:") else port
+
+
+async def serve_store(
+    listen: str,
+    data_dir: Path,
+    token: str | None = None,
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+) -> None:
+    """Serve a SQLite store in `data_dir / "store.db"` on `listen` until SIGINT or SIGTERM.
+
+    Must run in the main thread (it installs signal handlers). In-flight calls get
+    `grace_seconds` to finish; the database is closed after the last one.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    backend = SqliteStoreBackend(data_dir / "store.db")
+    try:
+        server, port = await create_store_server(backend, listen, token=token)
+        await server.start()
+        log.info("store.serving", listen=listen, port=port, auth=token is not None)
+
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for signum in signals:
+            loop.add_signal_handler(signum, stopping.set)
+        try:
+            await stopping.wait()
+            log.info("store.draining", grace_seconds=grace_seconds)
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+            # Also when cancelled: in-flight calls finish before the database closes.
+            await server.stop(grace_seconds)
+        log.info("store.stopped")
+    finally:
+        backend.close()
