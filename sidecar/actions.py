@@ -20,6 +20,7 @@ import structlog
 from sidecar.errors import (
     ActonceError,
     ArtifactArchived,
+    AttemptFenced,
     AuditPersistenceFailed,
     InDoubt,
     InvalidArgument,
@@ -28,7 +29,7 @@ from sidecar.errors import (
     StoreRefused,
     UnknownStep,
 )
-from sidecar.ledger.base import AuditEvent, AuditLedger, LedgerError, Phase
+from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, edits, effects, ids, refusals
 from sidecar.rules.attempts import Attempt, AttemptRegistry, StepState
 from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact, StoredMessage
@@ -506,6 +507,11 @@ class RunActions:
                 await self.ledger.append(
                     self._event(attempt, rpc, phases[0], detail=detail, **base)
                 )
+            except FencedError as exc:
+                raise AttemptFenced(
+                    f"{exc}; this attempt stops and the newer one goes on",
+                    metadata={"run_id": attempt.run_id},
+                ) from exc
             except LedgerError as exc:
                 if not fail_soft:
                     raise AuditPersistenceFailed(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -18,6 +19,19 @@ GENESIS_HASH = "0" * 64
 
 class LedgerError(Exception):
     """The ledger could not make an event durable (or could not be reached)."""
+
+
+class FencedError(LedgerError):
+    """An intent of an attempt that a newer attempt of its run has fenced.
+
+    Checked in the same transaction that would make the intent durable, so a
+    fenced attempt's write never reaches the store, on any sidecar that
+    shares the ledger.
+    """
+
+
+# Events whose attempt must still be its run's newest for them to be written.
+FENCED_PHASES = frozenset({"intent", "step_begin"})
 
 
 class Phase:
@@ -55,6 +69,18 @@ class AuditEvent:
 
 
 @dataclass(frozen=True)
+class RunSummary:
+    """One run as the ledger saw it (``actonce audit list``)."""
+
+    run_id: str
+    rule: str
+    attempts: int
+    events: int
+    first_ts: str
+    last_ts: str
+
+
+@dataclass(frozen=True)
 class StoredEvent:
     """An event as the ledger holds it: numbered, timestamped, chained."""
 
@@ -76,11 +102,22 @@ def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
     return hashlib.sha256((prev_hash + body).encode("ascii")).hexdigest()
 
 
+def fenced(event: AuditEvent, newest_attempt: str | None) -> FencedError | None:
+    """The refusal of ``event`` if its attempt is no longer its run's newest."""
+    if event.phase not in FENCED_PHASES or newest_attempt in (None, event.attempt_id):
+        return None
+    return FencedError(
+        f"attempt {event.attempt_id} of run {event.run_id} was fenced by a newer attempt "
+        f"{newest_attempt}"
+    )
+
+
 class AuditLedger(Protocol):
     """What the sidecar needs of a ledger backend."""
 
     async def append(self, event: AuditEvent) -> int:
-        """Make ``event`` durable and return its sequence number; LedgerError if not."""
+        """Make ``event`` durable and return its sequence number; LedgerError if
+        not, FencedError if a newer attempt of its run began (intents only)."""
         ...
 
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
@@ -94,3 +131,21 @@ class AuditLedger(Protocol):
     async def close(self) -> None:
         """Flush what is pending and release the backend."""
         ...
+
+
+class LedgerReader(Protocol):
+    """Read access for operators (``actonce audit``): never writes."""
+
+    def runs(self) -> list[RunSummary]:
+        """Every run in the ledger, most recent first."""
+        ...
+
+    def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
+        """Events in sequence order, all or one run's, from after ``after``."""
+        ...
+
+    def count(self) -> int:
+        """How many events the ledger holds."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,38 +1,29 @@
 """The SQLite ledger: one file, WAL, ``synchronous=FULL``, group commit.
 
-One writer thread owns the connection. Appends queue up while it commits;
-it then writes every queued event in one transaction and one sync, and only
-after that commit does it wake each appender. Concurrent writes thus share a
-sync, and no answer is sent before its own event is on disk.
+The embedded default, for one sidecar on one machine. Several sidecars share
+a PostgreSQL ledger instead (sidecar.ledger.postgres).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import queue
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import structlog
-
 from sidecar.ledger.base import (
+    FENCED_PHASES,
     GENESIS_HASH,
     AuditEvent,
     LedgerError,
+    RunSummary,
     StoredEvent,
     event_hash,
+    fenced,
 )
-
-log = structlog.get_logger()
-
-# Most events a single commit carries; bounds a batch's latency under load.
-MAX_BATCH = 512
+from sidecar.ledger.group_commit import GroupCommitLedger
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit_events (
@@ -58,12 +49,17 @@ CREATE TABLE IF NOT EXISTS audit_events (
 );
 CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
 CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
+CREATE TABLE IF NOT EXISTS audit_runs (
+    run_id TEXT PRIMARY KEY,
+    attempt_id TEXT NOT NULL
+);
 """
 
 COLUMNS = (
     "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
     "request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash, hash"
 )
+_INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join('?' * 19)})"
 
 
 def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -79,7 +75,18 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
-def row_to_event(row: tuple[object, ...]) -> StoredEvent:
+def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:
+    """An event as the row both SQL backends store (in COLUMNS order)."""
+    detail = json.dumps(event.detail, sort_keys=True, separators=(",", ":"))
+    return (
+        seq, ts, event.run_id, event.attempt_id, event.rpc, event.phase, event.rule,
+        event.checkpoint, event.write_type, event.derived_id, event.request_id,
+        event.occurrence, event.digest, event.outcome, event.reason, event.failure_class,
+        detail, prev, digest,
+    )  # fmt: skip
+
+
+def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
     """Decode one ``audit_events`` row (in COLUMNS order)."""
     (seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id,
      request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash,
@@ -104,32 +111,61 @@ def row_to_event(row: tuple[object, ...]) -> StoredEvent:
     return StoredEvent(int(str(seq)), str(ts), event, str(prev_hash), str(hash_))
 
 
-@dataclass
-class _Pending:
-    event: AuditEvent
-    future: asyncio.Future[int]
-    loop: asyncio.AbstractEventLoop
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-class SqliteLedger:
+class SqliteLedger(GroupCommitLedger):
     """An AuditLedger on one SQLite file."""
 
     def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
+        super().__init__()
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._conn = connect(path, busy_timeout_ms=busy_timeout_ms)
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self._closed = False
-        self._writer = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
-        self._writer.start()
+        self._start_writer()
 
-    async def append(self, event: AuditEvent) -> int:
-        if self._closed:
-            raise LedgerError("ledger is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[int] = loop.create_future()
-        self._queue.put(_Pending(event, future, loop))
-        return await future
+    def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Read the chain's head inside the transaction: another process
+            # (an operator's tool) may have appended since our last commit.
+            row = conn.execute(
+                "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            seq, prev = (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+            results: list[int | LedgerError] = []
+            for event in events:
+                if event.phase == "attempt_begin":
+                    conn.execute(
+                        "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) "
+                        "ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id",
+                        (event.run_id, event.attempt_id),
+                    )
+                elif event.phase in FENCED_PHASES:
+                    newest = conn.execute(
+                        "SELECT attempt_id FROM audit_runs WHERE run_id = ?", (event.run_id,)
+                    ).fetchone()
+                    refusal = fenced(event, newest[0] if newest else None)
+                    if refusal is not None:
+                        results.append(refusal)
+                        continue
+                seq += 1
+                ts = now()
+                digest = event_hash(seq, ts, event, prev)
+                conn.execute(_INSERT, event_row(seq, ts, event, prev, digest))
+                prev = digest
+                results.append(seq)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return results
+
+    def _close_backend(self) -> None:
+        self._conn.close()
 
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         def query() -> list[StoredEvent]:
@@ -161,112 +197,47 @@ class SqliteLedger:
         except sqlite3.Error as exc:
             raise LedgerError(f"ledger does not answer: {exc}") from exc
 
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._queue.put(None)
-        await asyncio.to_thread(self._writer.join)
+
+class SqliteLedgerReader:
+    """Read-only access to a ledger file for ``actonce audit``."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.exists():
+            raise LedgerError(f"no ledger at {path}")
+        self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+    def runs(self) -> list[RunSummary]:
+        rows = self._conn.execute(
+            "SELECT run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), MAX(ts) "
+            "FROM audit_events GROUP BY run_id ORDER BY MAX(seq) DESC"
+        ).fetchall()
+        return [RunSummary(str(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]))
+                for r in rows]  # fmt: skip
+
+    def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
+        if run_id is None:
+            rows = self._conn.execute(
+                f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? ORDER BY seq", (after,)
+            )
+        else:
+            rows = self._conn.execute(
+                f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? AND seq > ? ORDER BY seq",
+                (run_id, after),
+            )
+        for row in rows:
+            yield row_to_event(row)
+
+    def count(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM audit_events").fetchone()[0])
+
+    def close(self) -> None:
         self._conn.close()
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                batch.append(more)
-            self._commit(batch)
-            if stop:
-                return
-
-    def _commit(self, batch: list[_Pending]) -> None:
-        try:
-            seqs = self._write(batch)
-        except Exception as exc:  # every failure of the batch fails each append closed
-            log.warning("audit_append_failed", error=str(exc), batch=len(batch))
-            error = LedgerError(f"audit event not persisted: {exc}")
-            for pending in batch:
-                _wake(pending, _settle_error, error)
-            return
-        for pending, seq in zip(batch, seqs, strict=True):
-            _wake(pending, _settle, seq)
-
-    def _write(self, batch: list[_Pending]) -> list[int]:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Read the chain's head inside the transaction: another process
-            # (an operator's tool) may have appended since our last commit.
-            row = conn.execute(
-                "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
-            seq, prev = (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
-            seqs = []
-            for pending in batch:
-                seq += 1
-                ts = datetime.now(UTC).isoformat(timespec="microseconds")
-                event = pending.event
-                digest = event_hash(seq, ts, event, prev)
-                conn.execute(
-                    f"INSERT INTO audit_events ({COLUMNS}) VALUES "
-                    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        seq, ts, event.run_id, event.attempt_id, event.rpc, event.phase,
-                        event.rule, event.checkpoint, event.write_type, event.derived_id,
-                        event.request_id, event.occurrence, event.digest, event.outcome,
-                        event.reason, event.failure_class,
-                        json.dumps(event.detail, sort_keys=True, separators=(",", ":")),
-                        prev, digest,
-                    ),
-                )  # fmt: skip
-                prev = digest
-                seqs.append(seq)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return seqs
-
-
-def _settle(future: asyncio.Future[int], seq: int) -> None:
-    if not future.done():
-        future.set_result(seq)
-
-
-def _settle_error(future: asyncio.Future[int], error: LedgerError) -> None:
-    if not future.done():
-        future.set_exception(error)
-
-
-def _wake(pending: _Pending, settle: Callable[..., None], value: object) -> None:
-    # The appender's loop may be gone (its call was cancelled and the server
-    # stopped); the event is durable all the same, and the writer must live on.
-    with contextlib.suppress(RuntimeError):
-        pending.loop.call_soon_threadsafe(settle, pending.future, value)
 
 
 def read_events(path: Path, *, run_id: str | None = None) -> Iterator[StoredEvent]:
     """Every event of a ledger file in order (read-only), or one run's."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    reader = SqliteLedgerReader(path)
     try:
-        if run_id is None:
-            rows = conn.execute(f"SELECT {COLUMNS} FROM audit_events ORDER BY seq")
-        else:
-            rows = conn.execute(
-                f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? ORDER BY seq", (run_id,)
-            )
-        for row in rows:
-            yield row_to_event(row)
+        yield from reader.events(run_id=run_id)
     finally:
-        conn.close()
+        reader.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -141,20 +143,39 @@ def test_two_identical_writes_in_one_attempt_make_two_distinct_objects(
 def test_two_attempts_of_one_run_at_the_same_time_land_each_write_once(
     sidecar: RunningSidecar,
 ) -> None:
+    """The newer attempt fences the older: the older's later writes are refused
+    (ATTEMPT_FENCED, RETRYABLE) and the store still holds each write once."""
     thread, artifact = _setup(sidecar)
-    attempts = [sidecar.begin("run-dup", rule="pager", checkpoint="c") for _ in range(2)]
+    older = sidecar.begin("run-dup", rule="pager", checkpoint="c")
+    plan = _plan(thread, artifact)
+    newer_began = threading.Event()
+    older_results: list[tuple[str, Any]] = []
 
-    def run(attempt: str) -> list[tuple[str, int]]:
-        return [_call(sidecar, attempt, rpc, req) for rpc, req in _plan(thread, artifact)]
+    def run_older() -> None:
+        for index, (rpc, request) in enumerate(_plan(thread, artifact)):
+            if index == 3:
+                newer_began.wait(10)
+            try:
+                older_results.append(("ok", _call(sidecar, older, rpc, request)))
+            except grpc.RpcError as error:
+                older_results.append(("refused", refusal(error)))
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(run, attempts))
-    assert sorted(i for i, _ in results[0]) == sorted(i for i, _ in results[1])
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        done = pool.submit(run_older)
+        while len(older_results) < 3:
+            time.sleep(0.01)
+        newer = sidecar.begin("run-dup", rule="pager", checkpoint="c")
+        newer_began.set()
+        newer_results = [_call(sidecar, newer, rpc, req) for rpc, req in plan]
+        done.result(30)
+    assert [kind for kind, _ in older_results] == ["ok"] * 3 + ["refused"] * (len(plan) - 3)
+    for _, got in older_results[3:]:
+        assert (got.reason, got.failure_class) == ("ATTEMPT_FENCED", "RETRYABLE")
+    assert [o for _, o in newer_results[:3]] == [ALREADY] * 3
+    assert [o for _, o in newer_results[3:]] == [APPLIED] * (len(plan) - 3)
     tickets = [json.loads(a.data_json) for a in sidecar.artifacts("ticket")]
     assert sorted(t.get("n", 0) for t in tickets) == [0, 1, 1, 2]
     assert len(sidecar.messages(thread)) == 3
-    applied = sum(o == APPLIED for r in results for _, o in r)
-    assert applied == len(_plan(thread, artifact))  # each write made by exactly one attempt
 
 
 def test_a_refusal_counts_as_done_only_when_the_only_problem_is_a_used_id(

@@ -1,0 +1,132 @@
+"""Group commit, shared by every ledger backend.
+
+One writer thread owns the backend's write connection. Appends queue up while
+it commits; it then writes every queued event in one transaction and one sync,
+and only after that commit does it wake each appender. Concurrent writes share
+a sync, and no appender is woken before its own event is durable.
+
+A backend implements :meth:`GroupCommitLedger._write_batch`, which writes a
+batch in one transaction and returns, per event, its sequence number or the
+error that refused that event alone (a fenced attempt's intent, say).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from sidecar.ledger.base import AuditEvent, LedgerError
+
+log = structlog.get_logger()
+
+# Most events a single commit carries; bounds a batch's latency under load.
+MAX_BATCH = 512
+
+# Hooks for metrics: called from the writer thread with (seconds, batch size)
+# after each commit, and with the batch size after each failed one.
+CommitHook = Callable[[float, int], None]
+FailureHook = Callable[[int], None]
+
+
+@dataclass
+class _Pending:
+    event: AuditEvent
+    future: asyncio.Future[int]
+    loop: asyncio.AbstractEventLoop
+
+
+class GroupCommitLedger:
+    """The queue and writer thread of a ledger; backends supply the writes."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._closed = False
+        self.on_commit: CommitHook | None = None
+        self.on_failure: FailureHook | None = None
+        self._writer = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+
+    def _start_writer(self) -> None:
+        self._writer.start()
+
+    async def append(self, event: AuditEvent) -> int:
+        if self._closed:
+            raise LedgerError("ledger is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+        self._queue.put(_Pending(event, future, loop))
+        return await future
+
+    async def close(self) -> None:
+        """Commit what is queued, then stop the writer and release the backend."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        await asyncio.to_thread(self._writer.join)
+        self._close_backend()
+
+    def _close_backend(self) -> None:
+        raise NotImplementedError
+
+    def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            self._commit(batch)
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        started = time.perf_counter()
+        try:
+            results = self._write_batch([p.event for p in batch])
+        except Exception as exc:  # any failure of the batch fails each of its appends closed
+            log.warning("audit_append_failed", error=str(exc), batch=len(batch))
+            if self.on_failure is not None:
+                self.on_failure(len(batch))
+            error = LedgerError(f"audit event not persisted: {exc}")
+            for pending in batch:
+                _wake(pending, error)
+            return
+        if self.on_commit is not None:
+            self.on_commit(time.perf_counter() - started, len(batch))
+        for pending, result in zip(batch, results, strict=True):
+            _wake(pending, result)
+
+
+def _settle(future: asyncio.Future[int], result: int | LedgerError) -> None:
+    if future.done():
+        return
+    if isinstance(result, LedgerError):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+def _wake(pending: _Pending, result: int | LedgerError) -> None:
+    # The appender's loop may be gone (its call was cancelled and the server
+    # stopped); the event is durable all the same, and the writer must live on.
+    with contextlib.suppress(RuntimeError):
+        pending.loop.call_soon_threadsafe(_settle, pending.future, result)
