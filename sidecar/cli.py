@@ -53,6 +53,12 @@ def _listen(text: str) -> str:
     return text
 
 
+def _dsn(text: str) -> str:
+    if not text.startswith(("postgresql://", "postgres://")):
+        raise ValueError("expected a postgresql:// DSN")
+    return text
+
+
 def _allowlist(text: str) -> frozenset[str]:
     return frozenset(rule.strip() for rule in text.split(",") if rule.strip())
 
@@ -76,14 +82,18 @@ SERVE_SETTINGS: dict[str, Setting] = {
                    "folder for the embedded store and, by default, the ledger"),
     "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
                    "the audit ledger's SQLite file (default DATA_DIR/audit.db)"),
+    "--audit-dsn": ("ACTONCE_AUDIT_DSN", _dsn, None,
+                    "PostgreSQL DSN of a ledger shared by many sidecars, instead of --audit-db"),
     "--store-target": ("ACTONCE_STORE_TARGET", _listen, None,
                        "HOST:PORT of an external artifact store instead of the embedded one"),
+    "--store-dsn": ("ACTONCE_STORE_DSN", _dsn, None,
+                    "PostgreSQL DSN for the embedded reference store, instead of DATA_DIR"),
     "--send-allowlist": ("ACTONCE_SEND_ALLOWLIST", _allowlist, frozenset(),
                          "comma-separated rules allowed to Send (ask for a thread's turn)"),
     "--store-timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 5.0,
                         "seconds a store call may take"),
     "--audit-busy-timeout-ms": ("ACTONCE_AUDIT_BUSY_TIMEOUT_MS", _positive_int, 5000,
-                                "how long a ledger append waits for a locked ledger"),
+                                "ms a ledger append waits for a locked ledger"),
     "--attempt-idle-ttl": ("ACTONCE_ATTEMPT_IDLE_TTL", _positive_float, 3600.0,
                            "seconds after which an idle attempt is forgotten"),
     "--grace-period": ("ACTONCE_GRACE_PERIOD", _positive_float, 10.0,
@@ -92,6 +102,12 @@ SERVE_SETTINGS: dict[str, Setting] = {
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
                      "json, console, or auto (console in a terminal)"),
+}  # fmt: skip
+
+AUDIT_SETTINGS: dict[str, Setting] = {
+    "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
+                   "the ledger's SQLite file (default .actonce/audit.db)"),
+    "--audit-dsn": SERVE_SETTINGS["--audit-dsn"],
 }  # fmt: skip
 
 STORE_SETTINGS: dict[str, Setting] = {
@@ -147,6 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings(serve, SERVE_SETTINGS)
     store = commands.add_parser("store", help="run the reference artifact store alone")
     _add_settings(store, STORE_SETTINGS)
+    audit = commands.add_parser("audit", help="inspect and verify the audit ledger")
+    audit_commands = audit.add_subparsers(dest="audit_command", required=True)
+    for name, text in [
+        ("list", "list the runs in the ledger"),
+        ("show", "a readable timeline of one run"),
+        ("export", "every event as JSON lines on stdout"),
+        ("verify", "check the hash chain; exit 1 naming the first bad event"),
+    ]:
+        sub = audit_commands.add_parser(name, help=text)
+        if name == "show":
+            sub.add_argument("run_id", help="the run to show")
+        _add_settings(sub, AUDIT_SETTINGS)
     return parser
 
 
@@ -160,7 +188,9 @@ def config_from(values: dict[str, Any]) -> Config:
         listen=values["listen"],
         data_dir=values["data_dir"],
         audit_db=values["audit_db"],
+        audit_dsn=values["audit_dsn"],
         store_target=values["store_target"],
+        store_dsn=values["store_dsn"],
         send_allowlist=values["send_allowlist"],
         store_timeout_seconds=values["store_timeout"],
         audit_busy_timeout_ms=values["audit_busy_timeout_ms"],
@@ -181,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             from sidecar.server import serve
 
             asyncio.run(serve(config, grace_seconds=values["grace_period"]))
+        elif args.command == "audit":
+            values = _resolve(args, AUDIT_SETTINGS)
+            from sidecar.audit_command import run_audit
+
+            raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)

@@ -21,8 +21,12 @@ class Config:
     data_dir: Path = DEFAULT_DATA_DIR
     # The ledger's file, apart from the store's data; default data_dir/audit.db.
     audit_db: Path | None = None
+    # A PostgreSQL ledger shared by many sidecars, instead of audit_db.
+    audit_dsn: str | None = None
     # An external ArtifactStoreService instead of the embedded reference store.
     store_target: str | None = None
+    # The embedded reference store on PostgreSQL instead of data_dir.
+    store_dsn: str | None = None
     send_allowlist: frozenset[str] = field(default_factory=frozenset)
     store_timeout_seconds: float = 5.0
     audit_busy_timeout_ms: int = 5000

@@ -22,9 +22,11 @@ from sidecar.actions import RunActions, Settings
 from sidecar.config import Config
 from sidecar.interceptors import LogContextInterceptor
 from sidecar.ledger.base import AuditLedger, LedgerError
+from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.rules.attempts import AttemptRegistry
 from sidecar.servicer import RunActionsServicer
+from sidecar.store.backend import StoreBackend
 from sidecar.store.server import create_store_server
 from sidecar.store.sqlite import SqliteStoreBackend
 from sidecar.upstream.client import GrpcStoreClient, StoreClient
@@ -52,7 +54,7 @@ class Sidecar:
     health: health.aio.HealthServicer
     store_target: str = ""
     embedded_store: grpc.aio.Server | None = None
-    embedded_backend: SqliteStoreBackend | None = None
+    embedded_backend: StoreBackend | None = None
     interval_seconds: float = 1.0
     _health_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
@@ -105,15 +107,33 @@ class Sidecar:
         await self.ledger.close()
 
 
+def open_ledger(config: Config) -> GroupCommitLedger:
+    """The ledger the configuration names: PostgreSQL when given a DSN, else SQLite."""
+    if config.audit_dsn:
+        from sidecar.ledger.postgres import PostgresLedger
+
+        return PostgresLedger(config.audit_dsn, lock_timeout_ms=config.audit_busy_timeout_ms)
+    return SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
+
+
+def open_store_backend(config: Config) -> StoreBackend:
+    """The embedded store's backend: PostgreSQL when given a DSN, else SQLite."""
+    if config.store_dsn:
+        from sidecar.store.postgres import PostgresStoreBackend
+
+        return PostgresStoreBackend(config.store_dsn)
+    return SqliteStoreBackend(config.data_dir / "store.db")
+
+
 async def create_server(config: Config) -> tuple[Sidecar, int]:
     """Build the sidecar (not yet started) and return it with its bound port."""
-    ledger = SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
+    ledger = open_ledger(config)
     embedded: grpc.aio.Server | None = None
-    backend: SqliteStoreBackend | None = None
+    backend: StoreBackend | None = None
     if config.store_target:
         target = config.store_target
     else:
-        backend = SqliteStoreBackend(config.data_dir / "store.db")
+        backend = open_store_backend(config)
         embedded, store_port = await create_store_server(backend, "127.0.0.1:0")
         target = f"127.0.0.1:{store_port}"
     store = GrpcStoreClient.insecure(target, timeout_seconds=config.store_timeout_seconds)

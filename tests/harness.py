@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+import psycopg
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
@@ -24,8 +25,8 @@ from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from sidecar.audit_command import open_reader
 from sidecar.config import Config
-from sidecar.ledger.sqlite import read_events
 from sidecar.server import Sidecar, create_server
 from sidecar.store.server import create_store_server
 from sidecar.store.sqlite import SqliteStoreBackend
@@ -128,7 +129,13 @@ class RunningSidecar:
         return int(stub.Check(health_pb2.HealthCheckRequest(service="")).status)
 
     def audit(self, run_id: str | None = None) -> list[Any]:
-        return list(read_events(self.config.audit_path, run_id=run_id))
+        reader = open_reader(
+            {"audit_dsn": self.config.audit_dsn, "audit_db": self.config.audit_path}
+        )
+        try:
+            return list(reader.events(run_id=run_id))
+        finally:
+            reader.close()
 
     def artifacts(self, kind: str) -> list[spb.StoredArtifact]:
         return list(self.store.ListArtifacts(spb.ListArtifactsRequest(kind=kind)).artifacts)
@@ -202,12 +209,18 @@ def refusal(error: grpc.RpcError) -> Refusal:
 
 
 @contextlib.contextmanager
-def ledger_locked(path: Path) -> Iterator[None]:
-    """Hold the ledger's write lock from another connection: a real ledger fault."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("BEGIN EXCLUSIVE")
+def ledger_locked(config: Config) -> Iterator[None]:
+    """Hold the ledger's write lock from another process's connection: a real fault."""
+    if config.audit_dsn:
+        with psycopg.connect(config.audit_dsn) as conn:
+            conn.execute("LOCK TABLE audit_head IN ACCESS EXCLUSIVE MODE")
+            yield
+            conn.rollback()
+        return
+    lite = sqlite3.connect(config.audit_path, isolation_level=None)
+    lite.execute("BEGIN EXCLUSIVE")
     try:
         yield
     finally:
-        conn.execute("ROLLBACK")
-        conn.close()
+        lite.execute("ROLLBACK")
+        lite.close()

@@ -41,7 +41,11 @@ def fresh_database(label: str = "t") -> str:
     name = re.sub(r"[^a-z0-9_]", "_", f"{label}_{secrets.token_hex(4)}".lower())[:60]
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return re.sub(r"/[^/?]*(\?|$)", f"/{name}\\1", base, count=1) if "/" in base.split("@")[-1] else f"{base}/{name}"
+    return (
+        re.sub(r"/[^/?]*(\?|$)", f"/{name}\\1", base, count=1)
+        if "/" in base.split("@")[-1]
+        else f"{base}/{name}"
+    )
 
 
 def drop_database(dsn: str) -> None:

@@ -29,7 +29,10 @@ def _requirement(name: str) -> SpecifierSet:
 def test_every_rpc_has_a_servicer_method() -> None:
     for descriptor, servicer in [
         (run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"], RunActionsServicer),
-        (artifact_store_pb2.DESCRIPTOR.services_by_name["ArtifactStoreService"], ArtifactStoreServicer),
+        (
+            artifact_store_pb2.DESCRIPTOR.services_by_name["ArtifactStoreService"],
+            ArtifactStoreServicer,
+        ),
     ]:
         missing = [m.name for m in descriptor.methods if m.name not in vars(servicer)]
         assert missing == [], f"{descriptor.full_name} lacks {missing}"

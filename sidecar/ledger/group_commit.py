@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from sidecar.ledger.base import AuditEvent, LedgerError
+from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
 
 log = structlog.get_logger()
 
@@ -73,6 +73,12 @@ class GroupCommitLedger:
         self._close_backend()
 
     def _close_backend(self) -> None:
+        raise NotImplementedError
+
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        raise NotImplementedError
+
+    async def ping(self) -> None:
         raise NotImplementedError
 
     def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:

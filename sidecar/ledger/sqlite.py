@@ -53,6 +53,12 @@ CREATE TABLE IF NOT EXISTS audit_runs (
     run_id TEXT PRIMARY KEY,
     attempt_id TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+INSERT OR IGNORE INTO audit_head (id, seq, hash) VALUES (1, 0, '{genesis}');
 """
 
 COLUMNS = (
@@ -71,7 +77,7 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     # FULL: a commit in WAL mode is fsync'd before it returns; NORMAL would
     # lose the last commits on power loss, which an audit ledger must not.
     conn.execute("PRAGMA synchronous = FULL")
-    conn.executescript(SCHEMA)
+    conn.executescript(SCHEMA.replace("{genesis}", GENESIS_HASH))
     return conn
 
 
@@ -129,12 +135,11 @@ class SqliteLedger(GroupCommitLedger):
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            # Read the chain's head inside the transaction: another process
-            # (an operator's tool) may have appended since our last commit.
-            row = conn.execute(
-                "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
-            seq, prev = (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+            # The chain's head is a row of its own, read inside the transaction:
+            # it lets `audit verify` tell a ledger whose last events were
+            # deleted from one that simply ends there.
+            row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+            seq, prev = int(row[0]), str(row[1])
             results: list[int | LedgerError] = []
             for event in events:
                 if event.phase == "attempt_begin":
@@ -157,6 +162,7 @@ class SqliteLedger(GroupCommitLedger):
                 conn.execute(_INSERT, event_row(seq, ts, event, prev, digest))
                 prev = digest
                 results.append(seq)
+            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -229,6 +235,10 @@ class SqliteLedgerReader:
 
     def count(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM audit_events").fetchone()[0])
+
+    def head(self) -> tuple[int, str]:
+        row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
 
     def close(self) -> None:
         self._conn.close()

@@ -36,7 +36,9 @@ def test_one_handle_per_attempt_serves_every_write_and_read(sidecar: RunningSide
         pb.NoticeRequest(attempt_id=attempt, thread_id=thread.thread_id, text="hello")
     )
     edit = sidecar.stub.Edit(
-        pb.EditRequest(attempt_id=attempt, artifact_id=created.id, path="/state", value_json='"open"')
+        pb.EditRequest(
+            attempt_id=attempt, artifact_id=created.id, path="/state", value_json='"open"'
+        )
     )
     read = sidecar.stub.Read(pb.ReadRequest(attempt_id=attempt, artifact_id=created.id))
     messages = sidecar.stub.Read(pb.ReadRequest(attempt_id=attempt, thread_id=thread.thread_id))
@@ -281,9 +283,7 @@ def test_an_edit_made_by_proposal_derives_its_proposal_id(sidecar: RunningSideca
             )
         )
     assert answers[0].proposal_id == answers[1].proposal_id != answers[2].proposal_id
-    proposal = sidecar.store.GetProposal(
-        spb.GetProposalRequest(proposal_id=answers[0].proposal_id)
-    )
+    proposal = sidecar.store.GetProposal(spb.GetProposalRequest(proposal_id=answers[0].proposal_id))
     assert json.loads(proposal.patch_json) == [{"op": "add", "path": "/x", "value": 5}]
     stored = sidecar.store.GetArtifact(spb.GetArtifactRequest(artifact_id=artifact)).artifact
     assert stored.version == 1  # a proposal changes nothing until accepted

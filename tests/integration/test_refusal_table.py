@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,19 +15,21 @@ from google.protobuf import timestamp_pb2
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
+from tests.conftest import MakeConfig
 from tests.harness import (
     RunningSidecar,
     RunningStore,
     ledger_locked,
     refusal,
-    sidecar_config,
     start_sidecar,
     start_store,
 )
 
 
 def _create(sc: RunningSidecar, attempt: str, data: Any, kind: str = "ticket") -> Any:
-    return sc.stub.Create(pb.CreateRequest(attempt_id=attempt, kind=kind, data_json=json.dumps(data)))
+    return sc.stub.Create(
+        pb.CreateRequest(attempt_id=attempt, kind=kind, data_json=json.dumps(data))
+    )
 
 
 def _refused(call: Any, request: Any) -> Any:
@@ -77,17 +78,6 @@ class SlowStore(grpc.aio.ServerInterceptor):
         return await continuation(details)
 
 
-@pytest.fixture
-def external(tmp_path: Path) -> Iterator[tuple[RunningStore, RunningSidecar]]:
-    store = start_store(tmp_path / "store")
-    sc = start_sidecar(sidecar_config(tmp_path / "sidecar", store_target=store.target))
-    try:
-        yield store, sc
-    finally:
-        sc.stop()
-        store.stop()
-
-
 def test_used_id_is_success_already_applied(sidecar: RunningSidecar) -> None:
     first = _create(sidecar, sidecar.begin("r", checkpoint="c"), {"a": 1})
     again = _create(sidecar, sidecar.begin("r", checkpoint="c"), {"a": 1})
@@ -97,20 +87,22 @@ def test_used_id_is_success_already_applied(sidecar: RunningSidecar) -> None:
 def test_value_already_there_is_success_skipped_with_no_patch_sent(sidecar: RunningSidecar) -> None:
     artifact = _create(sidecar, sidecar.begin(), {"a": 1})
     answer = sidecar.stub.Edit(
-        pb.EditRequest(attempt_id=sidecar.begin(), artifact_id=artifact.id, path="/a", value_json="1")
+        pb.EditRequest(
+            attempt_id=sidecar.begin(), artifact_id=artifact.id, path="/a", value_json="1"
+        )
     )
     assert (answer.outcome, answer.version) == (types_pb2.OUTCOME_SKIPPED, 1)
 
 
 @pytest.mark.parametrize(("conflicts", "succeeds"), [(3, True), (4, False)])
 def test_version_conflict_rereads_three_times_within_the_attempt_then_retryable(
-    tmp_path: Path, conflicts: int, succeeds: bool
+    make_config: MakeConfig, tmp_path: Path, conflicts: int, succeeds: bool
 ) -> None:
     holder: list[RunningStore] = []
     writer = ConflictingWriter(holder, conflicts)
     store = start_store(tmp_path / "store", interceptors=[writer])
     holder.append(store)
-    sc = start_sidecar(sidecar_config(tmp_path / "sidecar", store_target=store.target))
+    sc = start_sidecar(make_config(tmp_path / "sidecar", store_target=store.target))
     try:
         artifact = _create(sc, sc.begin(), {"hot": 0})
         edit = pb.EditRequest(
@@ -150,7 +142,11 @@ def test_bad_input_is_refused(sidecar: RunningSidecar) -> None:
 
 @pytest.mark.parametrize(
     ("case", "reason"),
-    [("not_found", "NOT_FOUND"), ("patch_failed", "PATCH_FAILED"), ("validation", "VALIDATION_FAILED")],
+    [
+        ("not_found", "NOT_FOUND"),
+        ("patch_failed", "PATCH_FAILED"),
+        ("validation", "VALIDATION_FAILED"),
+    ],
 )
 def test_not_found_validation_failed_patch_failed_are_refused(
     sidecar: RunningSidecar, case: str, reason: str
@@ -175,9 +171,9 @@ def test_not_found_validation_failed_patch_failed_are_refused(
     assert (got.reason, got.failure_class) == (reason, "REFUSED")
 
 
-def test_forbidden_is_permanent(tmp_path: Path) -> None:
+def test_forbidden_is_permanent(make_config: MakeConfig, tmp_path: Path) -> None:
     store = start_store(tmp_path / "store", token="s3cret")
-    sc = start_sidecar(sidecar_config(tmp_path / "sidecar", store_target=store.target))
+    sc = start_sidecar(make_config(tmp_path / "sidecar", store_target=store.target))
     try:
         got = _refused(
             sc.stub.Create, pb.CreateRequest(attempt_id=sc.begin(), kind="k", data_json="{}")
@@ -197,19 +193,22 @@ def test_other_invalid_state_is_permanent(sidecar: RunningSidecar) -> None:
     sidecar.store.ArchiveArtifact(spb.ArchiveArtifactRequest(artifact_id=artifact.id))
     got = _refused(
         sidecar.stub.Edit,
-        pb.EditRequest(attempt_id=sidecar.begin(), artifact_id=artifact.id, path="/a", value_json="2"),
+        pb.EditRequest(
+            attempt_id=sidecar.begin(), artifact_id=artifact.id, path="/a", value_json="2"
+        ),
     )
     assert (got.reason, got.failure_class) == ("INVALID_STATE", "PERMANENT")
 
 
 def test_audit_persistence_failed_is_unknown_and_never_reaches_the_store(
+    make_config: MakeConfig,
     tmp_path: Path,
 ) -> None:
-    sc = start_sidecar(sidecar_config(tmp_path / "data", audit_busy_timeout_ms=200))
+    sc = start_sidecar(make_config(tmp_path / "data", audit_busy_timeout_ms=200))
     try:
         attempt = sc.begin()
         kept = _create(sc, attempt, {"before": True})
-        with ledger_locked(sc.config.audit_path):
+        with ledger_locked(sc.config):
             got = _refused(
                 sc.stub.Create,
                 pb.CreateRequest(attempt_id=attempt, kind="lost", data_json='{"during":1}'),
@@ -223,8 +222,14 @@ def test_audit_persistence_failed_is_unknown_and_never_reaches_the_store(
         )
         assert json.loads(read.artifact.data_json) == {"before": True}
         assert sc.artifacts("lost") == []  # the store was never called
-        assert not [e for e in sc.audit() if e.event.derived_id and e.event.outcome == "OUTCOME_APPLIED"
-                    and e.event.write_type == "create" and e.event.detail.get("kind") == "lost"]
+        assert not [
+            e
+            for e in sc.audit()
+            if e.event.derived_id
+            and e.event.outcome == "OUTCOME_APPLIED"
+            and e.event.write_type == "create"
+            and e.event.detail.get("kind") == "lost"
+        ]
         # The ledger is back: the same write goes through with the id it would have had.
         again = sc.stub.Create(
             pb.CreateRequest(attempt_id=attempt, kind="lost", data_json='{"during":1}')
@@ -235,13 +240,17 @@ def test_audit_persistence_failed_is_unknown_and_never_reaches_the_store(
         sc.stop()
 
 
-def test_store_unavailable_is_retryable_and_health_says_not_serving(tmp_path: Path) -> None:
+def test_store_unavailable_is_retryable_and_health_says_not_serving(
+    make_config: MakeConfig, tmp_path: Path
+) -> None:
     store = start_store(tmp_path / "store")
-    sc = start_sidecar(sidecar_config(tmp_path / "sidecar", store_target=store.target))
+    sc = start_sidecar(make_config(tmp_path / "sidecar", store_target=store.target))
     try:
         attempt = sc.begin()
         store.stop()
-        got = _refused(sc.stub.Create, pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}"))
+        got = _refused(
+            sc.stub.Create, pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}")
+        )
         assert (got.code, got.reason, got.failure_class) == (
             grpc.StatusCode.UNAVAILABLE,
             "STORE_UNAVAILABLE",
@@ -255,13 +264,15 @@ def test_store_unavailable_is_retryable_and_health_says_not_serving(tmp_path: Pa
         sc.stop()
 
 
-def test_store_deadline_is_retryable(tmp_path: Path) -> None:
+def test_store_deadline_is_retryable(make_config: MakeConfig, tmp_path: Path) -> None:
     store = start_store(tmp_path / "store", interceptors=[SlowStore(1.0)])
     sc = start_sidecar(
-        sidecar_config(tmp_path / "sidecar", store_target=store.target, store_timeout_seconds=0.3)
+        make_config(tmp_path / "sidecar", store_target=store.target, store_timeout_seconds=0.3)
     )
     try:
-        got = _refused(sc.stub.Create, pb.CreateRequest(attempt_id=sc.begin(), kind="k", data_json="{}"))
+        got = _refused(
+            sc.stub.Create, pb.CreateRequest(attempt_id=sc.begin(), kind="k", data_json="{}")
+        )
         assert (got.code, got.reason, got.failure_class) == (
             grpc.StatusCode.DEADLINE_EXCEEDED,
             "STORE_DEADLINE_EXCEEDED",
@@ -273,7 +284,9 @@ def test_store_deadline_is_retryable(tmp_path: Path) -> None:
 
 
 def test_unknown_attempt_is_retryable(sidecar: RunningSidecar) -> None:
-    got = _refused(sidecar.stub.Create, pb.CreateRequest(attempt_id="att_nope", kind="k", data_json="{}"))
+    got = _refused(
+        sidecar.stub.Create, pb.CreateRequest(attempt_id="att_nope", kind="k", data_json="{}")
+    )
     assert (got.code, got.reason, got.failure_class) == (
         grpc.StatusCode.FAILED_PRECONDITION,
         "UNKNOWN_ATTEMPT",
@@ -283,15 +296,21 @@ def test_unknown_attempt_is_retryable(sidecar: RunningSidecar) -> None:
 
 def test_lease_expired_is_refused_before_acting(sidecar: RunningSidecar) -> None:
     deadline = timestamp_pb2.Timestamp()
-    deadline.FromDatetime(datetime.now(UTC) + timedelta(seconds=2))  # less than the 5 s store deadline
+    deadline.FromDatetime(
+        datetime.now(UTC) + timedelta(seconds=2)
+    )  # less than the 5 s store deadline
     attempt = sidecar.stub.BeginAttempt(
         pb.BeginAttemptRequest(run_id="r", rule="triage", checkpoint="c", lease_deadline=deadline)
     ).attempt_id
-    got = _refused(sidecar.stub.Create, pb.CreateRequest(attempt_id=attempt, kind="leased", data_json="{}"))
+    got = _refused(
+        sidecar.stub.Create, pb.CreateRequest(attempt_id=attempt, kind="leased", data_json="{}")
+    )
     assert (got.reason, got.failure_class) == ("LEASE_EXPIRED", "RETRYABLE")
     assert sidecar.artifacts("leased") == []
     later = timestamp_pb2.Timestamp()
     later.FromDatetime(datetime.now(UTC) + timedelta(minutes=5))
     sidecar.stub.ExtendLease(pb.ExtendLeaseRequest(attempt_id=attempt, lease_deadline=later))
-    answer = sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="leased", data_json="{}"))
+    answer = sidecar.stub.Create(
+        pb.CreateRequest(attempt_id=attempt, kind="leased", data_json="{}")
+    )
     assert answer.outcome == types_pb2.OUTCOME_APPLIED

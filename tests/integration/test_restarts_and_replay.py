@@ -11,13 +11,16 @@ import pytest
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from tests.harness import RunningSidecar, refusal, sidecar_config, start_sidecar, start_store
+from tests.conftest import MakeConfig
+from tests.harness import RunningSidecar, refusal, start_sidecar, start_store
 
 
-def test_a_used_id_is_still_refused_after_the_store_restarts(tmp_path: Path) -> None:
+def test_a_used_id_is_still_refused_after_the_store_restarts(
+    make_config: MakeConfig, tmp_path: Path
+) -> None:
     store = start_store(tmp_path / "store")
     port = store.port
-    sc = start_sidecar(sidecar_config(tmp_path / "sidecar", store_target=store.target))
+    sc = start_sidecar(make_config(tmp_path / "sidecar", store_target=store.target))
     try:
         request = pb.CreateRequest(kind="ticket", data_json='{"a":1}')
         request.attempt_id = sc.begin("r", checkpoint="c")
@@ -33,8 +36,10 @@ def test_a_used_id_is_still_refused_after_the_store_restarts(tmp_path: Path) -> 
         store.stop()
 
 
-def test_an_attempt_begun_before_a_restart_is_unknown_after_it(tmp_path: Path) -> None:
-    config = sidecar_config(tmp_path / "data")
+def test_an_attempt_begun_before_a_restart_is_unknown_after_it(
+    make_config: MakeConfig, tmp_path: Path
+) -> None:
+    config = make_config(tmp_path / "data")
     sc = start_sidecar(config)
     attempt = sc.begin("r", checkpoint="c")
     first = sc.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}"))
@@ -74,7 +79,9 @@ def test_a_repeated_request_id_gets_the_first_answer_and_counts_no_new_occurrenc
 
 def test_a_request_id_reused_for_another_request_is_refused(sidecar: RunningSidecar) -> None:
     attempt = sidecar.begin()
-    sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}", request_id="q"))
+    sidecar.stub.Create(
+        pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}", request_id="q")
+    )
     with pytest.raises(grpc.RpcError) as caught:
         sidecar.stub.Create(
             pb.CreateRequest(attempt_id=attempt, kind="k", data_json='{"other":1}', request_id="q")
@@ -88,7 +95,9 @@ def test_every_write_is_audited_intent_then_outcome_before_the_answer(
     sidecar: RunningSidecar,
 ) -> None:
     attempt = sidecar.begin("run-audit")
-    answer = sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json='{"s":"secret"}'))
+    answer = sidecar.stub.Create(
+        pb.CreateRequest(attempt_id=attempt, kind="k", data_json='{"s":"secret"}')
+    )
     events = [e.event for e in sidecar.audit("run-audit")]
     phases = [(e.phase, e.derived_id, e.outcome) for e in events]
     assert phases == [

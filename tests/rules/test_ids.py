@@ -65,13 +65,21 @@ def test_equal_json_in_other_spellings_derives_one_id() -> None:
 
 
 def test_fields_cannot_collide_by_concatenation() -> None:
-    a = ids.derive_id(ids.WriteType.THREAD, run_id="ab", checkpoint="c", identity=("t",), occurrence=0)
-    b = ids.derive_id(ids.WriteType.THREAD, run_id="a", checkpoint="bc", identity=("t",), occurrence=0)
+    a = ids.derive_id(
+        ids.WriteType.THREAD, run_id="ab", checkpoint="c", identity=("t",), occurrence=0
+    )
+    b = ids.derive_id(
+        ids.WriteType.THREAD, run_id="a", checkpoint="bc", identity=("t",), occurrence=0
+    )
     assert a != b
 
 
 def test_types_have_their_own_id_spaces() -> None:
     identity = ids.post_identity("thr", canonical.text_digest("hi"))
-    notice = ids.derive_id(ids.WriteType.NOTICE, run_id="r", checkpoint="", identity=identity, occurrence=0)
-    message = ids.derive_id(ids.WriteType.MESSAGE, run_id="r", checkpoint="", identity=identity, occurrence=0)
+    notice = ids.derive_id(
+        ids.WriteType.NOTICE, run_id="r", checkpoint="", identity=identity, occurrence=0
+    )
+    message = ids.derive_id(
+        ids.WriteType.MESSAGE, run_id="r", checkpoint="", identity=identity, occurrence=0
+    )
     assert notice != message and notice.startswith("msg_") and message.startswith("msg_")
