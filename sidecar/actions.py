@@ -527,11 +527,14 @@ class RunActions:
             try:
                 await self.ledger.append(
                     self._event(
-                        attempt, rpc, Phase.OUTCOME, outcome=result.outcome.value,
+                        attempt, rpc, phases[1], outcome=result.outcome.value,
                         detail={"version": result.version}, **base,
                     )
                 )  # fmt: skip
             except LedgerError as exc:
+                if fail_soft:
+                    log.warning("audit_outcome_lost_fail_soft", error=str(exc))
+                    return self._succeeded(attempt, request_id, result, occurrence)
                 raise AuditPersistenceFailed(
                     f"the write landed but its audit outcome was not persisted: {exc}"
                 ) from exc

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -224,3 +229,61 @@ def ledger_locked(config: Config) -> Iterator[None]:
     finally:
         lite.execute("ROLLBACK")
         lite.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class SidecarProcess:
+    """``actonce serve`` in a child process, as an operator runs it."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+
+
+def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> SidecarProcess:
+    """Start a sidecar process with ``config``'s settings and wait until it is SERVING."""
+    port = free_port()
+    args = [sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"127.0.0.1:{port}",
+            "--data-dir", str(config.data_dir), "--log-format", "json", *extra]  # fmt: skip
+    if config.audit_dsn:
+        args += ["--audit-dsn", config.audit_dsn]
+    if config.store_dsn:
+        args += ["--store-dsn", config.store_dsn]
+    if config.store_target:
+        args += ["--store-target", config.store_target]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=log, env=env)
+    running = SidecarProcess(process, port, log_path)
+    channel = grpc.insecure_channel(running.target)
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"sidecar exited: {log_path.read_text()[-2000:]}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    return running
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    finally:
+        channel.close()
+    running.stop()
+    raise RuntimeError(f"sidecar never served: {log_path.read_text()[-2000:]}")

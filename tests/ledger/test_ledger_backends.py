@@ -1,0 +1,231 @@
+"""The ledger's rules on both backends: durability, group commit, fencing, tamper evidence."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from sidecar.audit_command import open_reader
+from sidecar.ledger import inspect
+from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, LedgerReader
+from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.postgres import PostgresLedger
+from sidecar.ledger.sqlite import SqliteLedger
+from tests import pg
+
+
+@dataclass
+class Backend:
+    name: str
+    values: dict[str, Any]  # what `actonce audit` takes: audit_db or audit_dsn
+    open: Callable[[], GroupCommitLedger]
+
+    def reader(self) -> LedgerReader:
+        return open_reader(self.values)
+
+    def sql(self, statement: str, params: tuple[object, ...] = ()) -> None:
+        """Tamper with the ledger as an intruder with database access would."""
+        if self.name == "postgres":
+            with psycopg.connect(self.values["audit_dsn"], autocommit=True) as conn:
+                conn.execute(statement.replace("?", "%s"), params)
+        else:
+            conn = sqlite3.connect(self.values["audit_db"], isolation_level=None)
+            conn.execute(statement, params)
+            conn.close()
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        flag = ["--audit-dsn", self.values["audit_dsn"]] if self.name == "postgres" else [
+            "--audit-db", str(self.values["audit_db"])]  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "sidecar.cli", "audit", *args, *flag],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "postgres":
+        dsn = pg.fresh_database("ledger")
+        yield Backend(
+            "postgres", {"audit_dsn": dsn}, lambda: PostgresLedger(dsn, lock_timeout_ms=300)
+        )
+        pg.drop_database(dsn)
+    else:
+        path = tmp_path / "audit.db"
+        yield Backend("sqlite", {"audit_db": path}, lambda: SqliteLedger(path, busy_timeout_ms=300))
+
+
+def _event(i: int, phase: str = "outcome", run: str = "r", attempt: str = "a") -> AuditEvent:
+    return AuditEvent(run_id=run, attempt_id=attempt, rpc="Create", phase=phase,
+                      derived_id=f"art_{i}", outcome="OUTCOME_APPLIED")  # fmt: skip
+
+
+def _fill(backend: Backend, count: int) -> None:
+    async def go() -> None:
+        ledger = backend.open()
+        for i in range(count):
+            await ledger.append(_event(i))
+        await ledger.close()
+
+    asyncio.run(go())
+
+
+def test_appends_are_numbered_and_survive_a_reopen(ledger_backend: Backend) -> None:
+    async def go() -> list[int]:
+        ledger = ledger_backend.open()
+        seqs = [await ledger.append(_event(i)) for i in range(3)]
+        await ledger.close()
+        again = ledger_backend.open()
+        seqs.append(await again.append(_event(3)))
+        await again.close()
+        return seqs
+
+    assert asyncio.run(go()) == [1, 2, 3, 4]
+    reader = ledger_backend.reader()
+    assert [e.event.derived_id for e in reader.events()] == ["art_0", "art_1", "art_2", "art_3"]
+    reader.close()
+
+
+def test_concurrent_appends_share_commits_and_each_waits_for_its_own(
+    ledger_backend: Backend,
+) -> None:
+    commits: list[int] = []
+
+    async def go() -> list[int]:
+        ledger = ledger_backend.open()
+        ledger.on_commit = lambda seconds, size: commits.append(size)
+        seqs = await asyncio.gather(*(ledger.append(_event(i)) for i in range(300)))
+        await ledger.close()
+        return list(seqs)
+
+    seqs = asyncio.run(go())
+    assert sorted(seqs) == list(range(1, 301))
+    assert sum(commits) == 300
+    assert len(commits) < 300  # group commit: fewer commits than appends
+
+
+def test_an_intent_of_a_fenced_attempt_is_refused_and_not_written(ledger_backend: Backend) -> None:
+    async def go() -> None:
+        ledger = ledger_backend.open()
+        other = ledger_backend.open()  # a second sidecar on the same ledger
+        await ledger.append(_event(0, "attempt_begin", attempt="old"))
+        await ledger.append(_event(1, "intent", attempt="old"))
+        await other.append(_event(2, "attempt_begin", attempt="new"))
+        with pytest.raises(FencedError):
+            await ledger.append(_event(3, "intent", attempt="old"))
+        # The older attempt's outcome of a write already under way is still recorded.
+        await ledger.append(_event(4, "outcome", attempt="old"))
+        await other.append(_event(5, "intent", attempt="new"))
+        await ledger.close()
+        await other.close()
+
+    asyncio.run(go())
+    reader = ledger_backend.reader()
+    assert [e.event.derived_id for e in reader.events()] == [
+        "art_0",
+        "art_1",
+        "art_2",
+        "art_4",
+        "art_5",
+    ]
+    assert inspect.verify(reader).intact
+    reader.close()
+
+
+def test_a_locked_ledger_fails_appends_closed_and_recovers(ledger_backend: Backend) -> None:
+    _fill(ledger_backend, 1)
+
+    async def go() -> None:
+        ledger = ledger_backend.open()
+        if ledger_backend.name == "postgres":
+            blocker: Any = psycopg.connect(ledger_backend.values["audit_dsn"])
+            blocker.execute("LOCK TABLE audit_head IN ACCESS EXCLUSIVE MODE")
+        else:
+            blocker = sqlite3.connect(ledger_backend.values["audit_db"], isolation_level=None)
+            blocker.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(LedgerError):
+            await ledger.append(_event(1))
+        blocker.rollback() if ledger_backend.name == "postgres" else blocker.execute("ROLLBACK")
+        blocker.close()
+        assert await ledger.append(_event(2)) == 2
+        await ledger.close()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("tamper", "first_bad"),
+    [
+        ("UPDATE audit_events SET outcome = 'OUTCOME_SKIPPED' WHERE seq = 3", 3),
+        ("DELETE FROM audit_events WHERE seq = 4", 4),
+        ("UPDATE audit_events SET seq = CASE seq WHEN 2 THEN 3 ELSE 2 END WHERE seq IN (2, 3)", 2),
+        ("DELETE FROM audit_events WHERE seq = 6", 6),
+    ],
+    ids=["edited", "deleted", "reordered", "deleted-last"],
+)
+def test_verify_names_the_first_bad_event(
+    ledger_backend: Backend, tamper: str, first_bad: int
+) -> None:
+    _fill(ledger_backend, 6)
+    intact = ledger_backend.cli("verify")
+    assert intact.returncode == 0, intact.stderr
+    assert "ledger intact: 6 events" in intact.stdout
+    if "CASE" in tamper:
+        # Both databases check the primary key per row: move one out of the way first.
+        ledger_backend.sql("UPDATE audit_events SET seq = -2 WHERE seq = 2")
+        ledger_backend.sql("UPDATE audit_events SET seq = 2 WHERE seq = 3")
+        ledger_backend.sql("UPDATE audit_events SET seq = 3 WHERE seq = -2")
+    else:
+        ledger_backend.sql(tamper)
+    broken = ledger_backend.cli("verify")
+    assert broken.returncode == 1
+    assert f"first bad event #{first_bad}" in broken.stdout
+
+
+def test_audit_list_show_and_export(ledger_backend: Backend) -> None:
+    async def go() -> None:
+        ledger = ledger_backend.open()
+        await ledger.append(AuditEvent(run_id="run-9", attempt_id="att_1", rpc="BeginAttempt",
+                                       phase="attempt_begin", rule="triage", checkpoint="cp"))  # fmt: skip
+        await ledger.append(AuditEvent(run_id="run-9", attempt_id="att_1", rpc="Create",
+                                       phase="intent", derived_id="art_x", occurrence=0))  # fmt: skip
+        await ledger.append(AuditEvent(run_id="run-9", attempt_id="att_1", rpc="Create",
+                                       phase="outcome", derived_id="art_x", occurrence=0,
+                                       outcome="OUTCOME_APPLIED"))  # fmt: skip
+        await ledger.append(AuditEvent(run_id="run-9", attempt_id="att_1", rpc="Send",
+                                       phase="outcome", reason="FORBIDDEN",
+                                       failure_class="PERMANENT"))  # fmt: skip
+        await ledger.close()
+
+    asyncio.run(go())
+    listed = ledger_backend.cli("list")
+    assert listed.returncode == 0 and "run-9" in listed.stdout and "triage" in listed.stdout
+    shown = ledger_backend.cli("show", "run-9")
+    assert shown.returncode == 0
+    lines = shown.stdout.splitlines()
+    assert "attempt att_1 began (rule triage" in lines[0]
+    assert lines[2].endswith("art_x (occurrence 0): APPLIED")
+    assert "refused FORBIDDEN (PERMANENT)" in lines[3]
+    exported = ledger_backend.cli("export")
+    assert exported.returncode == 0
+    rows = [line for line in exported.stdout.splitlines() if line]
+    assert len(rows) == 4 and all('"hash":' in row for row in rows)
+    assert "4/4 events" in exported.stderr  # progress on stderr, JSON lines on stdout
+
+
+def test_verify_of_a_missing_ledger_is_a_clear_error(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "audit", "verify", "--audit-db", str(tmp_path / "none.db")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("actonce: error: no ledger at")
