@@ -125,9 +125,15 @@ def open_store_backend(config: Config) -> StoreBackend:
     return SqliteStoreBackend(config.data_dir / "store.db")
 
 
-async def create_server(config: Config) -> tuple[Sidecar, int]:
-    """Build the sidecar (not yet started) and return it with its bound port."""
-    ledger = open_ledger(config)
+async def create_server(
+    config: Config, *, ledger: AuditLedger | None = None
+) -> tuple[Sidecar, int]:
+    """Build the sidecar (not yet started) and return it with its bound port.
+
+    ``ledger`` replaces the configured one; only benchmarks pass it (to
+    measure the sidecar without audit), and no flag or setting reaches it.
+    """
+    ledger = ledger if ledger is not None else open_ledger(config)
     embedded: grpc.aio.Server | None = None
     backend: StoreBackend | None = None
     if config.store_target:

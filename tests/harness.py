@@ -287,3 +287,25 @@ def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> SidecarProcess
         channel.close()
     running.stop()
     raise RuntimeError(f"sidecar never served: {log_path.read_text()[-2000:]}")
+
+
+def wait_serving(
+    target: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30
+) -> None:
+    """Wait until the gRPC health service at ``target`` answers SERVING."""
+    channel = grpc.insecure_channel(target)
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"{target}: the server exited with {process.returncode}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    finally:
+        channel.close()
+    raise RuntimeError(f"{target} never answered SERVING")

@@ -1,0 +1,70 @@
+"""A sidecar for benchmarks: `actonce serve`'s settings, plus `--unaudited`.
+
+`--unaudited` swaps the ledger for one that persists nothing, to measure what
+audit costs. It exists only in this benchmark script: the `actonce` command
+has no such switch, so no production deployment can turn audit off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+
+from sidecar import logs
+from sidecar.config import Config
+from sidecar.ledger.base import AuditEvent, StoredEvent
+from sidecar.server import create_server
+
+
+class NullLedger:
+    """Acknowledges every event at once and keeps none."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+
+    async def append(self, event: AuditEvent) -> int:
+        self._seq += 1
+        return self._seq
+
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        return []
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--listen", required=True)
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--audit-dsn")
+    parser.add_argument("--store-dsn")
+    parser.add_argument("--store-target")
+    parser.add_argument("--unaudited", action="store_true")
+    args = parser.parse_args()
+    logs.configure("warning", "json")
+    config = Config(
+        listen=args.listen,
+        data_dir=args.data_dir,
+        audit_dsn=args.audit_dsn,
+        store_dsn=args.store_dsn,
+        store_target=args.store_target,
+        send_allowlist=frozenset({"bench"}),
+    )
+    sidecar, _ = await create_server(config, ledger=NullLedger() if args.unaudited else None)
+    await sidecar.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await sidecar.stop(1.0)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
