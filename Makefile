@@ -10,9 +10,10 @@ BUF := $(NODE_BIN)/buf
 # Other parts of the project (clients, deploy, bench, chaos) add their own
 # targets in mk/*.mk and append to TEST_TARGETS so `make test` runs them.
 TEST_TARGETS := test-python
+.DEFAULT_GOAL := test
 -include mk/*.mk
 
-.PHONY: run test venv lint typecheck check-gen gen buf-lint test-python clean
+.PHONY: run test venv lint typecheck check-gen gen buf-lint test-python bench-ledger clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,8 +43,8 @@ buf-lint: $(BUF)
 	$(BUF) lint
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sidecar tests scripts
-	$(VENV)/bin/ruff format --check sidecar tests scripts
+	$(VENV)/bin/ruff check sidecar tests scripts bench
+	$(VENV)/bin/ruff format --check sidecar tests scripts bench
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -52,6 +53,10 @@ test-python: $(STAMP)
 	$(PY) -m pytest -q
 
 test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
+
+# Audited against unaudited sidecar throughput on SQLite and PostgreSQL.
+bench-ledger: $(STAMP)
+	$(PY) -m bench.ledger_bench
 
 clean:
 	rm -rf $(VENV) node_modules .gen-check .actonce
