@@ -1,0 +1,130 @@
+// Package actonce is the Go client of the actonce sidecar: every write an
+// agent's run makes through it lands once, however often the run is retried.
+//
+// A Client holds one connection to the sidecar. Each try of a run is an
+// Attempt, begun from the run's last checkpoint; its writes (Create, Edit,
+// Notice, CreateThread, Send, steps) get ids derived from what they are, so a
+// retried attempt that makes the same writes finds them done
+// (OutcomeAlreadyApplied) instead of making them twice.
+//
+// Every call has a deadline, and the connection retries a call the sidecar
+// answered with UNAVAILABLE; the call's request_id goes with it, so a retry
+// the sidecar had already answered gets that answer back. Every error from
+// the sidecar is an *Error carrying its reason and failure class.
+package actonce
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	actoncev1 "github.com/actonce/actonce/clients/go/gen/actonce/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// DefaultTimeout bounds a call whose context has no deadline of its own. It
+// is above the sidecar's default store deadline (5s), so that a slow store
+// reaches the caller as the sidecar's own STORE_DEADLINE_EXCEEDED.
+const DefaultTimeout = 10 * time.Second
+
+// serviceConfig retries UNAVAILABLE, which the sidecar answers only when it
+// did not act (draining, store unreachable); a retry repeats the request as
+// sent, request_id included. Every other code reaches the caller at once.
+const serviceConfig = `{
+  "methodConfig": [{
+    "name": [{"service": "actonce.v1.RunActionsService"}],
+    "retryPolicy": {
+      "maxAttempts": 4,
+      "initialBackoff": "0.1s",
+      "maxBackoff": "1s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]
+    }
+  }]
+}`
+
+// Client is a connection to one sidecar. It is safe for concurrent use.
+type Client struct {
+	conn    *grpc.ClientConn
+	rpc     actoncev1.RunActionsServiceClient
+	timeout time.Duration
+}
+
+type options struct {
+	timeout time.Duration
+	dial    []grpc.DialOption
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithTimeout sets the deadline of calls whose context has none (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) { o.timeout = d }
+}
+
+// WithDialOptions adds gRPC dial options, e.g. transport credentials for a
+// sidecar that is not on loopback or a Unix socket.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dial = append(o.dial, opts...) }
+}
+
+// New connects to the sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock").
+// The sidecar runs in the agent's pod, so the connection is plaintext unless
+// WithDialOptions says otherwise.
+func New(target string, opts ...Option) (*Client, error) {
+	o := options{timeout: DefaultTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+	}, o.dial...)
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("actonce: connect to %s: %w", target, err)
+	}
+	return &Client{conn: conn, rpc: actoncev1.NewRunActionsServiceClient(conn), timeout: o.timeout}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Run names the run an attempt belongs to.
+type Run struct {
+	// ID is the run's id, the same for every attempt of the run.
+	ID string
+	// Rule is the automation the run belongs to; the sidecar's send allowlist names rules.
+	Rule string
+	// Checkpoint is the run's last checkpoint, empty at the run's start.
+	Checkpoint string
+	// LeaseDeadline is when the queue's lease on the run ends; zero for none.
+	// The sidecar refuses writes that the lease would not outlast.
+	LeaseDeadline time.Time
+}
+
+// Begin starts one try of run from its checkpoint.
+func (c *Client) Begin(ctx context.Context, run Run) (*Attempt, error) {
+	req := &actoncev1.BeginAttemptRequest{RunId: run.ID, Rule: run.Rule, Checkpoint: run.Checkpoint}
+	if !run.LeaseDeadline.IsZero() {
+		req.LeaseDeadline = timestamppb.New(run.LeaseDeadline)
+	}
+	ctx, cancel := c.deadline(ctx)
+	defer cancel()
+	resp, err := c.rpc.BeginAttempt(ctx, req)
+	if err != nil {
+		return nil, fromRPC(err)
+	}
+	return &Attempt{client: c, id: resp.GetAttemptId(), run: run}, nil
+}
+
+// deadline gives ctx the client's timeout unless it already has a deadline.
+func (c *Client) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}

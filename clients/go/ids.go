@@ -1,0 +1,169 @@
+package actonce
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/gowebpki/jcs"
+)
+
+// SchemeVersion is the version of the derived-id scheme (docs/derived-ids.md)
+// this package implements. The sidecar derives every write's id; deriving it
+// here too lets an agent know an id before the write, and lets the tests hold
+// every language to the same test vectors.
+const SchemeVersion = 1
+
+// WriteType is a kind of write; each has its own id space.
+type WriteType string
+
+const (
+	WriteCreate         WriteType = "create"
+	WriteCreateProposal WriteType = "create_proposal"
+	WriteEdit           WriteType = "edit"
+	WriteEditProposal   WriteType = "edit_proposal"
+	WriteNotice         WriteType = "notice"
+	WriteMessage        WriteType = "message"
+	WriteThread         WriteType = "thread"
+	WriteStep           WriteType = "step"
+)
+
+var prefixes = map[WriteType]string{
+	WriteCreate:         "art",
+	WriteCreateProposal: "prp",
+	WriteEdit:           "edt",
+	WriteEditProposal:   "prp",
+	WriteNotice:         "msg",
+	WriteMessage:        "msg",
+	WriteThread:         "thr",
+	WriteStep:           "stp",
+}
+
+// idChars keeps 130 bits of the digest.
+const idChars = 26
+
+// DeriveID is the id of the occurrence-th write of identity (counted from 0)
+// in an attempt of run runID begun from checkpoint.
+func DeriveID(writeType WriteType, runID, checkpoint string, identity []string, occurrence int) (string, error) {
+	material, err := idMaterial(writeType, runID, checkpoint, identity, occurrence)
+	if err != nil {
+		return "", err
+	}
+	digest := sha256.Sum256(material)
+	encoded := strings.ToLower(base32.StdEncoding.EncodeToString(digest[:]))[:idChars]
+	return prefixes[writeType] + "_" + encoded, nil
+}
+
+// idMaterial is the RFC 8785 form of a JSON array, so that no choice of
+// strings can make two writes collide by concatenation.
+func idMaterial(writeType WriteType, runID, checkpoint string, identity []string, occurrence int) ([]byte, error) {
+	if _, ok := prefixes[writeType]; !ok {
+		return nil, fmt.Errorf("actonce: unknown write type %q", writeType)
+	}
+	if occurrence < 0 {
+		return nil, fmt.Errorf("actonce: occurrence counts from 0, got %d", occurrence)
+	}
+	array, err := json.Marshal([]any{"actonce/derived-id", SchemeVersion, string(writeType), runID, checkpoint, identity, occurrence})
+	if err != nil {
+		return nil, err
+	}
+	return jcs.Transform(array)
+}
+
+// CreateIdentity identifies a create (or create proposal): kind and the
+// digest of the data's canonical form.
+func CreateIdentity(kind string, dataJSON []byte) ([]string, error) {
+	digest, err := jsonDigest(dataJSON)
+	if err != nil {
+		return nil, err
+	}
+	return []string{kind, digest}, nil
+}
+
+// EditIdentity identifies an edit (or edit proposal): artifact and normalized
+// path, not the value.
+func EditIdentity(artifactID, path string) ([]string, error) {
+	normalized, err := NormalizePath(path)
+	if err != nil {
+		return nil, err
+	}
+	return []string{artifactID, normalized}, nil
+}
+
+// PostIdentity identifies a notice or message: thread and the digest of the
+// exact text bytes (no trimming, no Unicode normalization).
+func PostIdentity(threadID, text string) []string {
+	return []string{threadID, textDigest([]byte(text))}
+}
+
+// ThreadIdentity identifies a thread: its title.
+func ThreadIdentity(title string) []string { return []string{title} }
+
+// StepIdentity identifies a step: tool and the digest of its canonical arguments.
+func StepIdentity(tool string, argsJSON []byte) ([]string, error) {
+	digest, err := jsonDigest(argsJSON)
+	if err != nil {
+		return nil, err
+	}
+	return []string{tool, digest}, nil
+}
+
+// NormalizePath re-encodes an RFC 6901 JSON Pointer from its tokens, so that
+// two spellings of one path key one edit. The root and a last token "-"
+// (append) are refused, as the sidecar refuses them.
+func NormalizePath(path string) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("actonce: path must not be the root")
+	}
+	if !strings.HasPrefix(path, "/") {
+		return "", fmt.Errorf("actonce: path %q is not a JSON Pointer: it must start with '/'", path)
+	}
+	tokens := strings.Split(path[1:], "/")
+	for i, token := range tokens {
+		decoded, err := unescapeToken(token)
+		if err != nil {
+			return "", fmt.Errorf("actonce: path %q: %w", path, err)
+		}
+		tokens[i] = strings.NewReplacer("~", "~0", "/", "~1").Replace(decoded)
+	}
+	if tokens[len(tokens)-1] == "-" {
+		return "", fmt.Errorf("actonce: path %q ends in '-': appends are refused, name each entry", path)
+	}
+	return "/" + strings.Join(tokens, "/"), nil
+}
+
+func unescapeToken(token string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(token); i++ {
+		if token[i] != '~' {
+			b.WriteByte(token[i])
+			continue
+		}
+		if i+1 == len(token) || (token[i+1] != '0' && token[i+1] != '1') {
+			return "", fmt.Errorf("'~' must be followed by 0 or 1")
+		}
+		if token[i+1] == '0' {
+			b.WriteByte('~')
+		} else {
+			b.WriteByte('/')
+		}
+		i++
+	}
+	return b.String(), nil
+}
+
+func jsonDigest(text []byte) (string, error) {
+	canonical, err := jcs.Transform(text)
+	if err != nil {
+		return "", fmt.Errorf("actonce: canonical JSON (RFC 8785): %w", err)
+	}
+	return textDigest(canonical), nil
+}
+
+func textDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
