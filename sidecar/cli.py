@@ -59,6 +59,24 @@ def _dsn(text: str) -> str:
     return text
 
 
+def _host_port(text: str) -> str:
+    # An HTTP endpoint (metrics) cannot take a Unix socket the way gRPC can.
+    if text.startswith("unix:"):
+        raise ValueError("expected HOST:PORT")
+    return _listen(text)
+
+
+def _readable_file(text: str) -> Path:
+    # Checked at start-up so that a missing Secret mount stops the sidecar with its
+    # path named, not at the first store call.
+    path = Path(text)
+    if not path.is_file():
+        raise ValueError("no such file")
+    if not os.access(path, os.R_OK):
+        raise ValueError("not readable")
+    return path
+
+
 def _allowlist(text: str) -> frozenset[str]:
     return frozenset(rule.strip() for rule in text.split(",") if rule.strip())
 
@@ -92,12 +110,27 @@ SERVE_SETTINGS: dict[str, Setting] = {
                          "comma-separated rules allowed to Send (ask for a thread's turn)"),
     "--store-timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 5.0,
                         "seconds a store call may take"),
+    "--store-tls-ca": ("ACTONCE_STORE_TLS_CA", _readable_file, None,
+                       "PEM file of the CA that signed the external store's certificate: "
+                       "TLS to the store"),
+    "--store-tls-cert": ("ACTONCE_STORE_TLS_CERT", _readable_file, None,
+                         "PEM file of this sidecar's client certificate: mutual TLS"),
+    "--store-tls-key": ("ACTONCE_STORE_TLS_KEY", _readable_file, None,
+                        "PEM file of the key of --store-tls-cert"),
+    "--store-token-file": ("ACTONCE_STORE_TOKEN_FILE", _readable_file, None,
+                           "file holding the bearer token the external store expects "
+                           "(the token itself is never taken from a flag)"),
     "--audit-busy-timeout-ms": ("ACTONCE_AUDIT_BUSY_TIMEOUT_MS", _positive_int, 5000,
                                 "ms a ledger append waits for a locked ledger"),
     "--attempt-idle-ttl": ("ACTONCE_ATTEMPT_IDLE_TTL", _positive_float, 3600.0,
                            "seconds after which an idle attempt is forgotten"),
     "--grace-period": ("ACTONCE_GRACE_PERIOD", _positive_float, 10.0,
                        "seconds calls in flight get to finish on SIGTERM"),
+    "--health-listen": ("ACTONCE_HEALTH_LISTEN", _listen, None,
+                        "HOST:PORT or unix:PATH answering grpc.health.v1 alone, for probes "
+                        "from outside the pod (off by default)"),
+    "--metrics-listen": ("ACTONCE_METRICS_LISTEN", _host_port, None,
+                         "HOST:PORT serving Prometheus metrics at /metrics (off by default)"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
@@ -115,6 +148,10 @@ STORE_SETTINGS: dict[str, Setting] = {
                  "where the store listens: HOST:PORT or unix:PATH"),
     "--data-dir": ("ACTONCE_STORE_DATA_DIR", Path, Path(".actonce-store"),
                    "folder for the store's SQLite file"),
+    # The same variable as the sidecar's --store-token-file: both sides read one Secret.
+    "--token-file": ("ACTONCE_STORE_TOKEN_FILE", _readable_file, None,
+                     "file holding the bearer token every store call must carry; "
+                     "without it the store takes calls from anyone who reaches it"),
     "--log-level": SERVE_SETTINGS["--log-level"],
     "--log-format": SERVE_SETTINGS["--log-format"],
 }  # fmt: skip
@@ -153,8 +190,16 @@ def _check_environment(settings: dict[str, Setting]) -> None:
         raise ConfigError(f"unknown setting {unknown[0]} (see actonce serve --help)")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit 2, like every other setting error."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    # Subcommands' parsers are of the same class, so their errors are one line too.
+    parser = _OneLineParser(
         prog="actonce",
         description="A gRPC sidecar that makes every write of an agent's run land once.",
     )
@@ -183,7 +228,19 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _check_upstream(values: dict[str, Any]) -> None:
+    # TLS and the token are for an external store: the embedded one is this process's
+    # own, on loopback, and silently ignoring them would hide a missing --store-target.
+    upstream = ("store_tls_ca", "store_tls_cert", "store_tls_key", "store_token_file")
+    named = [key for key in upstream if values.get(key) is not None]
+    if named and values.get("store_target") is None:
+        raise ConfigError(f"--{named[0].replace('_', '-')} needs --store-target")
+    if (values.get("store_tls_cert") is None) != (values.get("store_tls_key") is None):
+        raise ConfigError("--store-tls-cert and --store-tls-key go together (mutual TLS)")
+
+
 def config_from(values: dict[str, Any]) -> Config:
+    _check_upstream(values)
     return Config(
         listen=values["listen"],
         data_dir=values["data_dir"],
@@ -197,6 +254,12 @@ def config_from(values: dict[str, Any]) -> Config:
         attempt_idle_ttl_seconds=values["attempt_idle_ttl"],
         log_level=values["log_level"],
         log_format=values["log_format"],
+        health_listen=values["health_listen"],
+        metrics_listen=values["metrics_listen"],
+        store_tls_ca=values["store_tls_ca"],
+        store_tls_cert=values["store_tls_cert"],
+        store_tls_key=values["store_tls_key"],
+        store_token_file=values["store_token_file"],
     )
 
 
@@ -220,9 +283,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
             logs.configure(values["log_level"], values["log_format"])
+            from sidecar.security import read_token
             from sidecar.store.server import serve_store
 
-            asyncio.run(serve_store(values["listen"], values["data_dir"]))
+            token = read_token(values["token_file"]) if values["token_file"] else None
+            asyncio.run(serve_store(values["listen"], values["data_dir"], token))
     except ConfigError as exc:
         _fail(str(exc))
     except OSError as exc:

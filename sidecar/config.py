@@ -34,6 +34,16 @@ class Config:
     health_interval_seconds: float = 1.0
     log_level: str = "info"
     log_format: str = "auto"
+    # A port answering grpc.health.v1 alone, for the kubelet; off when None.
+    health_listen: str | None = None
+    # Where Prometheus scrapes the metrics (HOST:PORT); off when None.
+    metrics_listen: str | None = None
+    # TLS to an external store: the CA that signed it, and our own pair for mutual TLS.
+    store_tls_ca: Path | None = None
+    store_tls_cert: Path | None = None
+    store_tls_key: Path | None = None
+    # The file holding the store's bearer token; the token itself is never kept here.
+    store_token_file: Path | None = None
 
     @property
     def audit_path(self) -> Path:

@@ -17,19 +17,30 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from sidecar import security
 from sidecar._gen.actonce.v1 import run_actions_pb2, run_actions_pb2_grpc
 from sidecar.actions import RunActions, Settings
 from sidecar.config import Config
+from sidecar.drain import CallGate
 from sidecar.interceptors import LogContextInterceptor
 from sidecar.ledger.base import AuditLedger, LedgerError
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.sqlite import SqliteLedger
+from sidecar.listening import bind
+from sidecar.metrics import (
+    Metrics,
+    MetricsEndpoint,
+    MetricsInterceptor,
+    instrument_ledger,
+    instrument_store,
+)
+from sidecar.probes import LIVENESS_SERVICE, create_health_server
 from sidecar.rules.attempts import AttemptRegistry
 from sidecar.servicer import RunActionsServicer
 from sidecar.store.backend import StoreBackend
 from sidecar.store.server import create_store_server
 from sidecar.store.sqlite import SqliteStoreBackend
-from sidecar.upstream.client import GrpcStoreClient, StoreClient
+from sidecar.upstream.client import StoreClient
 
 log = structlog.get_logger()
 
@@ -56,6 +67,13 @@ class Sidecar:
     embedded_store: grpc.aio.Server | None = None
     embedded_backend: StoreBackend | None = None
     interval_seconds: float = 1.0
+    gate: CallGate = field(default_factory=CallGate)
+    metrics: Metrics = field(default_factory=Metrics)
+    # The probe-only health port (--health-listen) and the metrics endpoint.
+    health_server: grpc.aio.Server | None = None
+    health_port: int = 0
+    metrics_listen: str | None = None
+    metrics_endpoint: MetricsEndpoint | None = None
     _health_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
 
@@ -63,6 +81,11 @@ class Sidecar:
         if self.embedded_store is not None:
             await self.embedded_store.start()
         await self.server.start()
+        if self.health_server is not None:
+            await self.health_server.start()
+        if self.metrics_listen is not None:
+            self.metrics_endpoint = MetricsEndpoint(self.metrics_listen, self.metrics)
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await self.check_health()
         self._health_task = asyncio.create_task(self._watch_health())
 
@@ -90,15 +113,34 @@ class Sidecar:
             await self.check_health()
 
     async def stop(self, grace: float | None = None) -> None:
+        """Drain, then close: no new calls, calls in flight get ``grace`` seconds, and the
+        ledger is flushed and closed last. ``None`` cancels calls in flight at once."""
         if self._stopped:
             return
         self._stopped = True
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        self.gate.close()
+        self.metrics.draining.set(1)
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
+        # Readiness turns NOT_SERVING; liveness stays SERVING until the end, so that
+        # the kubelet does not restart the sidecar in the middle of its drain.
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if grace is not None and self.gate.in_flight:
+            log.info("draining_calls", in_flight=self.gate.in_flight)
+            if not await self.gate.wait_idle(grace):
+                log.warning("drain_grace_ran_out", cancelled=self.gate.in_flight)
+        left = None if grace is None else max(0.0, grace - (loop.time() - began))
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        await self.server.stop(left)
+        if self.health_server is not None:
+            await self.health_server.stop(None)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         await self.store.close()
         if self.embedded_store is not None:
             await self.embedded_store.stop(grace)
@@ -133,7 +175,9 @@ async def create_server(
     ``ledger`` replaces the configured one; only benchmarks pass it (to
     measure the sidecar without audit), and no flag or setting reaches it.
     """
-    ledger = ledger if ledger is not None else open_ledger(config)
+    metrics = Metrics()
+    gate = CallGate()
+    ledger = instrument_ledger(ledger if ledger is not None else open_ledger(config), metrics)
     embedded: grpc.aio.Server | None = None
     backend: StoreBackend | None = None
     if config.store_target:
@@ -142,7 +186,14 @@ async def create_server(
         backend = open_store_backend(config)
         embedded, store_port = await create_store_server(backend, "127.0.0.1:0")
         target = f"127.0.0.1:{store_port}"
-    store = GrpcStoreClient.insecure(target, timeout_seconds=config.store_timeout_seconds)
+    # TLS and the token apply to an external store only; the embedded one is ours, on loopback.
+    upstream = security.connect_store(
+        target,
+        tls=security.store_tls(config.store_tls_ca, config.store_tls_cert, config.store_tls_key),
+        token_file=config.store_token_file,
+        timeout_seconds=config.store_timeout_seconds,
+    )
+    store = instrument_store(upstream, metrics)
     actions = RunActions(
         ledger=ledger,
         store=store,
@@ -152,7 +203,11 @@ async def create_server(
             store_timeout_seconds=config.store_timeout_seconds,
         ),
     )
-    server = grpc.aio.server(interceptors=[LogContextInterceptor()], options=GRPC_OPTIONS)
+    # Outermost first: metrics see every call, the gate's refusals included.
+    server = grpc.aio.server(
+        interceptors=[MetricsInterceptor(metrics), gate, LogContextInterceptor()],
+        options=GRPC_OPTIONS,
+    )
     run_actions_pb2_grpc.add_RunActionsServiceServicer_to_server(
         RunActionsServicer(actions), server
     )
@@ -163,9 +218,12 @@ async def create_server(
     reflection.enable_server_reflection(
         [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )
-    port = server.add_insecure_port(config.listen)
-    if port == 0 and not config.listen.startswith("unix:"):
-        raise OSError(f"could not listen on {config.listen}")
+    port = bind(server, config.listen)
+    health_server, health_port = (
+        await create_health_server(health_servicer, config.health_listen)
+        if config.health_listen
+        else (None, 0)
+    )
     sidecar = Sidecar(
         server=server,
         actions=actions,
@@ -176,6 +234,11 @@ async def create_server(
         embedded_store=embedded,
         embedded_backend=backend,
         interval_seconds=config.health_interval_seconds,
+        gate=gate,
+        metrics=metrics,
+        health_server=health_server,
+        health_port=health_port,
+        metrics_listen=config.metrics_listen,
     )
     return sidecar, port
 
@@ -190,6 +253,8 @@ async def serve(config: Config, *, grace_seconds: float = 10.0) -> None:
         port=port,
         store=config.store_target or "embedded",
         audit_db=str(config.audit_path),
+        health_listen=config.health_listen,
+        metrics_listen=config.metrics_listen,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,356 @@
+"""Prometheus metrics of the sidecar, and the hooks that feed them.
+
+Nothing here is called from a handler or a rule. Every number comes from one of
+three places that sit around the domain code:
+
+- :class:`MetricsInterceptor`, around every RunActionsService call: writes by RPC
+  and outcome, refusals by reason and failure class, calls in flight, call latency.
+- :func:`instrument_ledger`, around the audit ledger: append latency and failures
+  (and, through the group-commit hooks, commit latency and batch size).
+- :func:`instrument_store`, around the store client: store call latency by
+  operation and result, and the re-reads an edit makes after a VERSION_CONFLICT.
+
+Each sidecar has its own registry, so that several in one process (tests) do not
+share counters; :class:`MetricsEndpoint` serves it as Prometheus text over HTTP.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
+
+import grpc
+import structlog
+from google.rpc import error_details_pb2, status_pb2
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import start_http_server
+
+from sidecar._gen.actonce.v1 import run_actions_pb2, types_pb2
+from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError
+from sidecar.rules.refusals import VERSION_CONFLICT
+from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact
+
+log = structlog.get_logger()
+
+NAMESPACE = "actonce"
+_SERVICE = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
+
+# A write is any RPC whose answer carries an Outcome; read from the descriptor so
+# that a write RPC added to the proto is counted without a change here.
+WRITE_RPCS: frozenset[str] = frozenset(
+    method.name for method in _SERVICE.methods if "outcome" in method.output_type.fields_by_name
+)
+
+# Local disk and a LAN database: most appends take well under 100 ms, and a slow
+# one (a saturated disk, a locked ledger) is what the upper buckets are for.
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class Metrics:
+    """The sidecar's metrics, in a registry of their own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.writes = Counter(
+            "writes", "Writes answered, by RPC and outcome (applied, already_applied, "
+            "skipped; failed when refused).",
+            ["rpc", "outcome"], namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self.refusals = Counter(
+            "refusals", "Calls refused, by RPC, ErrorInfo reason and failure class.",
+            ["rpc", "reason", "failure_class"], namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self.in_flight = Gauge(
+            "in_flight_requests", "RunActionsService calls being handled now, by RPC.",
+            ["rpc"], namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self.request_seconds = Histogram(
+            "request_seconds", "Time to answer a RunActionsService call, by RPC and status code.",
+            ["rpc", "code"], namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.audit_append_seconds = Histogram(
+            "audit_append_seconds", "Time until an audit event was durable (or failed), "
+            "as the write waiting for it saw it.",
+            namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.audit_append_failures = Counter(
+            "audit_append_failures", "Audit events the ledger could not make durable.",
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self.audit_commit_seconds = Histogram(
+            "audit_commit_seconds", "Time of one group commit of the ledger.",
+            namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.audit_commit_events = Histogram(
+            "audit_commit_events", "Audit events written by one group commit.",
+            namespace=NAMESPACE, registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+        )  # fmt: skip
+        self.store_call_seconds = Histogram(
+            "store_call_seconds", "Time of a call to the artifact store, by operation (the "
+            "store client's method) and result (ok, the store's refusal code, unavailable, "
+            "deadline_exceeded).",
+            ["operation", "result"], namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.version_conflict_rereads = Counter(
+            "version_conflict_rereads", "Re-reads of an artifact after the store refused an "
+            "edit with VERSION_CONFLICT.",
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self.draining = Gauge(
+            "draining", "1 once SIGTERM was received and the sidecar takes no new calls.",
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+
+
+# -- the call interceptor ------------------------------------------------------
+
+
+def _outcome_label(outcome: int) -> str:
+    name = types_pb2.Outcome.Name(outcome) if outcome else "OUTCOME_UNSPECIFIED"
+    return name.removeprefix("OUTCOME_").lower()
+
+
+def error_info_of(
+    trailing: Sequence[tuple[str, str | bytes]] | None,
+) -> error_details_pb2.ErrorInfo:
+    """The ErrorInfo carried by a call's rich status trailer; empty when there is none."""
+    for key, value in trailing or ():
+        if key != "grpc-status-details-bin" or not isinstance(value, bytes):
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return info
+    return error_details_pb2.ErrorInfo()
+
+
+class MetricsInterceptor(grpc.aio.ServerInterceptor):
+    """Counts every RunActionsService call; other services (health, reflection) pass."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
+        if handler is None or handler.unary_unary is None or service != _SERVICE.full_name:
+            return handler
+        inner = handler.unary_unary
+        metrics = self.metrics
+        is_write = rpc in WRITE_RPCS
+
+        async def counted(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            started = time.perf_counter()
+            metrics.in_flight.labels(rpc).inc()
+            code = grpc.StatusCode.OK
+            try:
+                response = await inner(request, context)
+            except BaseException:
+                # An abort carries its status in the context: the code, and the
+                # ErrorInfo the servicer put in the trailer.
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                if not isinstance(code, grpc.StatusCode):
+                    code = _code_from_int(int(code))
+                info = error_info_of(context.trailing_metadata())
+                metrics.refusals.labels(
+                    rpc, info.reason or code.name, info.metadata.get("failure_class", "")
+                ).inc()
+                if is_write:
+                    metrics.writes.labels(rpc, "failed").inc()
+                raise
+            else:
+                if is_write:
+                    metrics.writes.labels(rpc, _outcome_label(response.outcome)).inc()
+                return response
+            finally:
+                metrics.in_flight.labels(rpc).dec()
+                metrics.request_seconds.labels(rpc, code.name).observe(
+                    time.perf_counter() - started
+                )
+
+        return grpc.unary_unary_rpc_method_handler(
+            counted,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+_CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _code_from_int(number: int) -> grpc.StatusCode:
+    return _CODES_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN)
+
+
+# -- the ledger ------------------------------------------------------------------
+
+
+class _TimedLedger:
+    """Times each append of the ledger it wraps; every other attribute is the ledger's own."""
+
+    def __init__(self, inner: AuditLedger, metrics: Metrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    async def append(self, event: AuditEvent) -> int:
+        started = time.perf_counter()
+        try:
+            return await self._inner.append(event)
+        except FencedError:
+            # A newer attempt's fence refused the event: the ledger worked.
+            raise
+        except LedgerError:
+            self._metrics.audit_append_failures.inc()
+            raise
+        finally:
+            self._metrics.audit_append_seconds.observe(time.perf_counter() - started)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def instrument_ledger(ledger: AuditLedger, metrics: Metrics) -> AuditLedger:
+    """``ledger`` with its appends timed and counted, and its group commits observed."""
+    # The group-commit ledger offers hooks for what only its writer thread sees.
+    if hasattr(ledger, "on_commit") and hasattr(ledger, "on_failure"):
+
+        def committed(seconds: float, events: int) -> None:
+            metrics.audit_commit_seconds.observe(seconds)
+            metrics.audit_commit_events.observe(events)
+
+        ledger.on_commit = committed
+    # The wrapper delegates what it does not time, so it stays a ledger of the same
+    # kind whatever methods the backends add; the cast says so to the type checker.
+    return cast(AuditLedger, _TimedLedger(ledger, metrics))
+
+
+# -- the store client ----------------------------------------------------------
+
+# The artifact whose last patch in this call the store refused with VERSION_CONFLICT.
+# Every gRPC call runs in a task of its own, so this is one call's own state.
+_conflicted: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "actonce_conflicted_artifact", default=None
+)
+
+
+def _result_of(error: BaseException) -> str:
+    if isinstance(error, Refusal):
+        return error.code
+    if isinstance(error, StoreDeadlineExceeded):
+        return "deadline_exceeded"
+    if isinstance(error, StoreUnavailable):
+        return "unavailable"
+    return "error"
+
+
+class _TimedStore:
+    """Times each call to the store client it wraps; other attributes are the client's own."""
+
+    def __init__(self, inner: StoreClient, metrics: Metrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+
+    async def _timed(self, operation: str, call: Awaitable[Any]) -> Any:
+        started = time.perf_counter()
+        result = "ok"
+        try:
+            return await call
+        except Exception as error:
+            result = _result_of(error)
+            raise
+        finally:
+            self._metrics.store_call_seconds.labels(operation, result).observe(
+                time.perf_counter() - started
+            )
+
+    async def get_artifact(self, artifact_id: str) -> StoredArtifact:
+        # An edit re-reads the artifact after a version conflict, before trying again;
+        # a get of the artifact whose patch just conflicted, in the same call, is that.
+        if _conflicted.get() == artifact_id:
+            _conflicted.set(None)
+            self._metrics.version_conflict_rereads.inc()
+        return cast(
+            StoredArtifact,
+            await self._timed("get_artifact", self._inner.get_artifact(artifact_id)),
+        )
+
+    async def patch_artifact(
+        self, artifact_id: str, expected_version: int, patch_json: str
+    ) -> StoredArtifact:
+        return cast(
+            StoredArtifact,
+            await self._conflict_noted(
+                artifact_id,
+                self._timed(
+                    "patch_artifact",
+                    self._inner.patch_artifact(artifact_id, expected_version, patch_json),
+                ),
+            ),
+        )
+
+    async def propose_patch(
+        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+    ) -> None:
+        await self._conflict_noted(
+            artifact_id,
+            self._timed(
+                "propose_patch",
+                self._inner.propose_patch(proposal_id, artifact_id, patch_json, base_version),
+            ),
+        )
+
+    @staticmethod
+    async def _conflict_noted(artifact_id: str, call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except Refusal as refusal:
+            if refusal.code == VERSION_CONFLICT:
+                _conflicted.set(artifact_id)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        # Every other store operation is timed under its own name; ping and close
+        # (health and shutdown, not the writes' path) and plain attributes pass through.
+        attribute = getattr(self._inner, name)
+        if name in ("ping", "close") or not callable(attribute):
+            return attribute
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            return await self._timed(name, attribute(*args, **kwargs))
+
+        return timed
+
+
+def instrument_store(store: StoreClient, metrics: Metrics) -> StoreClient:
+    """``store`` with every call timed by operation and result."""
+    return cast(StoreClient, _TimedStore(store, metrics))
+
+
+# -- the HTTP endpoint -------------------------------------------------------------
+
+
+class MetricsEndpoint:
+    """Prometheus text over HTTP on ``listen`` (HOST:PORT), from a thread of its own."""
+
+    def __init__(self, listen: str, metrics: Metrics) -> None:
+        host, _, port = listen.rpartition(":")
+        # "[::]:9464" names an IPv6 address; the HTTP server wants it bare.
+        self._server, self._thread = start_http_server(
+            int(port), addr=host.strip("[]"), registry=metrics.registry
+        )
+        self.port: int = self._server.server_port
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
