@@ -1,0 +1,39 @@
+"""Python client of the actonce sidecar: every write of an agent's run lands once.
+
+with Client("127.0.0.1:50051") as client:
+    attempt = client.begin("run-42", "triage", checkpoint="cp-7")
+    ticket = attempt.create("ticket", {"title": "Disk full"})
+    attempt.end()
+"""
+
+from actonce_client.client import (
+    DEFAULT_TIMEOUT,
+    Artifact,
+    Attempt,
+    Client,
+    Counts,
+    Effect,
+    Message,
+    Outcome,
+    RawJSON,
+    Step,
+    Write,
+)
+from actonce_client.errors import ActonceError, FailureClass, FieldViolation
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "ActonceError",
+    "Artifact",
+    "Attempt",
+    "Client",
+    "Counts",
+    "Effect",
+    "FailureClass",
+    "FieldViolation",
+    "Message",
+    "Outcome",
+    "RawJSON",
+    "Step",
+    "Write",
+]

@@ -1,0 +1,347 @@
+"""The client: a channel to the sidecar, and one Attempt per try of a run.
+
+Every call has a deadline; the channel retries UNAVAILABLE (the sidecar
+answers it only when it did not act); every write carries a fresh
+request_id that a transport retry resends, so a repeat the sidecar already
+answered gets the first answer back. Failures raise ActonceError.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from actonce_client._gen.actonce.v1 import run_actions_pb2 as pb
+from actonce_client._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_client._gen.actonce.v1 import types_pb2
+from actonce_client.errors import from_rpc_error
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds a call may take unless told otherwise: above the sidecar's own
+store deadline (5 s), so a slow store reaches the caller as its own error."""
+
+SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [{"service": "actonce.v1.RunActionsService"}],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+T = TypeVar("T")
+
+
+class Outcome(enum.IntEnum):
+    """What a successful write did."""
+
+    UNSPECIFIED = types_pb2.OUTCOME_UNSPECIFIED
+    APPLIED = types_pb2.OUTCOME_APPLIED
+    """Made now."""
+    ALREADY_APPLIED = types_pb2.OUTCOME_ALREADY_APPLIED
+    """An earlier attempt of the run made it."""
+    SKIPPED = types_pb2.OUTCOME_SKIPPED
+    """The edit's value was already there; nothing changed."""
+
+
+class Effect(enum.IntEnum):
+    """What one of the agent's own tool calls does to the world (ADR-111)."""
+
+    UNSPECIFIED = types_pb2.TOOL_EFFECT_UNSPECIFIED
+    READ_ONLY = types_pb2.TOOL_EFFECT_READ_ONLY
+    IDEMPOTENT_WRITE = types_pb2.TOOL_EFFECT_IDEMPOTENT_WRITE
+    NON_IDEMPOTENT_WRITE = types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE
+
+
+@dataclass(frozen=True)
+class RawJSON:
+    """JSON text sent as it is, e.g. a model's own output; the sidecar checks it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Write:
+    """What a write made: the derived id of the artifact, proposal, thread or
+    message (for a direct edit, the edited artifact's id), and its outcome."""
+
+    id: str
+    outcome: Outcome
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A versioned JSON document in the store."""
+
+    id: str
+    kind: str
+    version: int
+    data_json: str
+    archived: bool
+
+    @property
+    def data(self) -> Any:
+        return json.loads(self.data_json)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One entry of a thread: kind "notice" or "message"."""
+
+    id: str
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """The sidecar's answer to begin_step."""
+
+    id: str
+    outcome: Outcome
+    result_json: str = ""
+
+    @property
+    def done(self) -> bool:
+        """An earlier attempt made and ended this call: use result, do not call again."""
+        return self.outcome is Outcome.ALREADY_APPLIED
+
+    @property
+    def result(self) -> Any:
+        return json.loads(self.result_json) if self.result_json else None
+
+
+@dataclass(frozen=True)
+class Counts:
+    """An attempt's writes by outcome."""
+
+    applied: int
+    already_applied: int
+    skipped: int
+    failed: int
+
+
+def _json_text(value: Any) -> str:
+    if isinstance(value, RawJSON):
+        return value.text
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    if value.tzinfo is None:
+        raise ValueError("lease deadlines must be timezone-aware datetimes")
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value.astimezone(UTC))
+    return stamp
+
+
+class Client:
+    """A channel to one sidecar, safe to share between threads.
+
+    ``target`` is where the sidecar listens: ``"127.0.0.1:50051"`` or
+    ``"unix:///run/actonce.sock"``. It runs in the agent's pod, so the channel
+    is plaintext unless ``credentials`` are given.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        channel_options = [("grpc.service_config", SERVICE_CONFIG), *options]
+        self._channel = (
+            grpc.secure_channel(target, credentials, options=channel_options)
+            if credentials is not None
+            else grpc.insecure_channel(target, options=channel_options)
+        )
+        self._stub = pb_grpc.RunActionsServiceStub(self._channel)
+        self.timeout = timeout
+
+    def begin(
+        self,
+        run_id: str,
+        rule: str,
+        checkpoint: str = "",
+        *,
+        lease_deadline: datetime | None = None,
+    ) -> Attempt:
+        """Start one try of a run from its last checkpoint ("" at the run's start)."""
+        request = pb.BeginAttemptRequest(run_id=run_id, rule=rule, checkpoint=checkpoint)
+        if lease_deadline is not None:
+            request.lease_deadline.CopyFrom(_timestamp(lease_deadline))
+        response = self._call(self._stub.BeginAttempt, request)
+        return Attempt(self, response.attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint)
+
+    def _call(self, method: Callable[..., T], request: Any, timeout: float | None = None) -> T:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from error
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Attempt:
+    """One try of a run. Every write takes ``request_id`` (default: a fresh
+    one): repeat a call with its first try's id, in the same attempt, after an
+    error that left its outcome unknown, and get the first answer back."""
+
+    def __init__(self, client: Client, attempt_id: str, *, run_id: str, rule: str,
+                 checkpoint: str) -> None:  # fmt: skip
+        self._client = client
+        self._stub = client._stub
+        self.id = attempt_id
+        self.run_id = run_id
+        self.rule = rule
+        self.checkpoint = checkpoint
+
+    def create(
+        self, kind: str, data: Any, *, propose: bool = False, request_id: str | None = None
+    ) -> Write:
+        """Make an artifact of ``kind`` holding ``data``, or propose it."""
+        response = self._client._call(
+            self._stub.Create,
+            pb.CreateRequest(attempt_id=self.id, kind=kind, data_json=_json_text(data),
+                             propose=propose, request_id=request_id or _fresh()),
+        )  # fmt: skip
+        return Write(response.id, Outcome(response.outcome), response.version)
+
+    def edit(
+        self,
+        artifact_id: str,
+        path: str,
+        value: Any,
+        *,
+        propose: bool = False,
+        request_id: str | None = None,
+    ) -> Write:
+        """Set ``value`` at the JSON Pointer ``path``, or propose it; skipped
+        when the value is already there."""
+        response = self._client._call(
+            self._stub.Edit,
+            pb.EditRequest(attempt_id=self.id, artifact_id=artifact_id, path=path,
+                           value_json=_json_text(value), propose=propose,
+                           request_id=request_id or _fresh()),
+        )  # fmt: skip
+        written = response.proposal_id if propose else artifact_id
+        return Write(written, Outcome(response.outcome), response.version)
+
+    def notice(self, thread_id: str, text: str, *, request_id: str | None = None) -> Write:
+        """Post a notice: it starts and steers no turn."""
+        response = self._client._call(
+            self._stub.Notice,
+            pb.NoticeRequest(attempt_id=self.id, thread_id=thread_id, text=text,
+                             request_id=request_id or _fresh()),
+        )  # fmt: skip
+        return Write(response.message_id, Outcome(response.outcome))
+
+    def send(self, thread_id: str, text: str, *, request_id: str | None = None) -> Write:
+        """Post a message that asks for the thread's turn (rules on the
+        sidecar's send allowlist only; others get FORBIDDEN, PERMANENT)."""
+        response = self._client._call(
+            self._stub.Send,
+            pb.SendRequest(attempt_id=self.id, thread_id=thread_id, text=text,
+                           request_id=request_id or _fresh()),
+        )  # fmt: skip
+        return Write(response.message_id, Outcome(response.outcome))
+
+    def create_thread(self, title: str, *, request_id: str | None = None) -> Write:
+        """Make a conversation thread."""
+        response = self._client._call(
+            self._stub.CreateThread,
+            pb.CreateThreadRequest(attempt_id=self.id, title=title,
+                                   request_id=request_id or _fresh()),
+        )  # fmt: skip
+        return Write(response.thread_id, Outcome(response.outcome))
+
+    def read_artifact(self, artifact_id: str) -> Artifact:
+        """An artifact as the store holds it now."""
+        response = self._client._call(
+            self._stub.Read, pb.ReadRequest(attempt_id=self.id, artifact_id=artifact_id)
+        )
+        a = response.artifact
+        return Artifact(a.id, a.kind, a.version, a.data_json, a.archived)
+
+    def read_thread(self, thread_id: str) -> list[Message]:
+        """A thread's messages, oldest first."""
+        response = self._client._call(
+            self._stub.Read, pb.ReadRequest(attempt_id=self.id, thread_id=thread_id)
+        )
+        return [Message(m.id, m.kind, m.text) for m in response.messages]
+
+    def begin_step(
+        self, tool: str, effect: Effect, args: Any, *, request_id: str | None = None
+    ) -> Step:
+        """Declare one of the agent's own tool calls before making it.
+
+        When the answer is ``done``, an earlier attempt made the call: use its
+        ``result``. A non-idempotent call that began earlier and never ended
+        is refused with IN_DOUBT (UNKNOWN): it is never made again automatically.
+        """
+        response = self._client._call(
+            self._stub.BeginStep,
+            pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect.value,
+                                args_json=_json_text(args), request_id=request_id or _fresh()),
+        )  # fmt: skip
+        return Step(response.step_id, Outcome(response.outcome), response.result_json)
+
+    def end_step(self, step_id: str, result: Any, *, request_id: str | None = None) -> Outcome:
+        """Record the result of a step begun with begin_step."""
+        response = self._client._call(
+            self._stub.EndStep,
+            pb.EndStepRequest(attempt_id=self.id, step_id=step_id,
+                              result_json=_json_text(result), request_id=request_id or _fresh()),
+        )  # fmt: skip
+        return Outcome(response.outcome)
+
+    def extend_lease(self, deadline: datetime) -> datetime:
+        """Move the attempt's lease deadline; returns the one in force."""
+        response = self._client._call(
+            self._stub.ExtendLease,
+            pb.ExtendLeaseRequest(attempt_id=self.id, lease_deadline=_timestamp(deadline)),
+        )
+        moved: datetime = response.lease_deadline.ToDatetime(tzinfo=UTC)
+        return moved
+
+    def end(self) -> Counts:
+        """Close the attempt; returns its writes by outcome."""
+        r = self._client._call(self._stub.EndAttempt, pb.EndAttemptRequest(attempt_id=self.id))
+        return Counts(r.applied, r.already_applied, r.skipped, r.failed)
+
+
+def _fresh() -> str:
+    # One id per call; the channel's own retries resend the same request bytes.
+    return str(uuid.uuid4())

@@ -1,0 +1,143 @@
+"""The client against a real sidecar: writes land once, refusals are typed."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import grpc
+import pytest
+from conftest import SEND_RULE
+
+from actonce_client import (
+    ActonceError,
+    Attempt,
+    Client,
+    Counts,
+    Effect,
+    FailureClass,
+    Outcome,
+    RawJSON,
+    Write,
+)
+from actonce_client.ids import WriteType, create_identity, derive_id
+
+
+def _run_id() -> str:
+    return f"run-{uuid.uuid4()}"
+
+
+def _write_all(attempt: Attempt) -> dict[str, Write]:
+    """One run's writes; the retry test makes them again."""
+    out = {"thread": attempt.create_thread("Incident 7")}
+    out["ticket"] = attempt.create("ticket", {"title": "Disk full", "severity": 2})
+    out["edit"] = attempt.edit(out["ticket"].id, "/status", "open")
+    out["notice"] = attempt.notice(out["thread"].id, f"Filed {out['ticket'].id}")
+    out["send"] = attempt.send(out["thread"].id, f"Please look at {out['ticket'].id}")
+    return out
+
+
+def test_writes_apply(client: Client) -> None:
+    run_id = _run_id()
+    attempt = client.begin(run_id, SEND_RULE, checkpoint="cp-1")
+    written = _write_all(attempt)
+    assert {name: w.outcome for name, w in written.items()} == dict.fromkeys(
+        written, Outcome.APPLIED
+    )
+    # The sidecar's id is the one the scheme derives.
+    identity = create_identity("ticket", '{"severity":2,"title":"Disk full"}')
+    assert written["ticket"].id == derive_id(
+        WriteType.CREATE, run_id=run_id, checkpoint="cp-1", identity=identity, occurrence=0
+    )
+
+    artifact = attempt.read_artifact(written["ticket"].id)
+    assert artifact.data == {"title": "Disk full", "severity": 2, "status": "open"}
+    assert (artifact.kind, artifact.version) == ("ticket", written["edit"].version)
+    messages = attempt.read_thread(written["thread"].id)
+    assert [(m.kind, m.id) for m in messages] == [
+        ("notice", written["notice"].id),
+        ("message", written["send"].id),
+    ]
+
+    step = attempt.begin_step("send_email", Effect.IDEMPOTENT_WRITE, {"to": "ops@example.com"})
+    assert not step.done
+    assert attempt.end_step(step.id, {"sent": True}) is Outcome.APPLIED
+    lease = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    assert attempt.extend_lease(lease) == lease
+    # Five writes, and the step's begin and end.
+    assert attempt.end() == Counts(applied=7, already_applied=0, skipped=0, failed=0)
+
+
+def test_retried_attempt_gets_the_same_ids_already_applied(client: Client) -> None:
+    run_id = _run_id()
+    first = _write_all(client.begin(run_id, SEND_RULE, checkpoint="cp-1"))
+    # The first attempt dies without ending; the run is retried from its checkpoint.
+    retry = client.begin(run_id, SEND_RULE, checkpoint="cp-1")
+    again = _write_all(retry)
+    assert {n: w.id for n, w in again.items()} == {n: w.id for n, w in first.items()}
+    expected = dict.fromkeys(first, Outcome.ALREADY_APPLIED) | {"edit": Outcome.SKIPPED}
+    assert {n: w.outcome for n, w in again.items()} == expected
+    assert len(retry.read_thread(first["thread"].id)) == 2
+    assert retry.end() == Counts(applied=0, already_applied=4, skipped=1, failed=0)
+
+
+def test_a_finished_step_is_not_made_again(client: Client) -> None:
+    run_id = _run_id()
+    first = client.begin(run_id, "steps")
+    step = first.begin_step("charge_card", Effect.NON_IDEMPOTENT_WRITE, {"amount": 10})
+    first.end_step(step.id, {"charged": True})
+    retry = client.begin(run_id, "steps")
+    again = retry.begin_step("charge_card", Effect.NON_IDEMPOTENT_WRITE, {"amount": 10})
+    assert (again.id, again.done, again.result) == (step.id, True, {"charged": True})
+
+
+def test_invalid_json_is_refused(client: Client) -> None:
+    attempt = client.begin(_run_id(), "refusals")
+    with pytest.raises(ActonceError) as caught:
+        attempt.create("ticket", RawJSON("{"))
+    error = caught.value
+    assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+    assert error.failure_class is FailureClass.REFUSED
+    assert (error.refused, error.retryable, error.permanent, error.unknown) == (
+        True, False, False, False,
+    )  # fmt: skip
+    assert [v.field for v in error.violations] == ["data_json"]
+
+
+def test_send_off_the_allowlist_is_permanent(client: Client) -> None:
+    attempt = client.begin(_run_id(), "not-a-sender")
+    thread = attempt.create_thread("Refusals")
+    with pytest.raises(ActonceError) as caught:
+        attempt.send(thread.id, "may I?")
+    assert (caught.value.reason, caught.value.failure_class) == ("FORBIDDEN", "PERMANENT")
+    assert caught.value.permanent
+    assert caught.value.code is grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_an_ended_attempt_is_unknown_and_retryable(client: Client) -> None:
+    attempt = client.begin(_run_id(), "refusals")
+    attempt.end()
+    with pytest.raises(ActonceError) as caught:
+        attempt.create("ticket", {})
+    assert caught.value.reason == "UNKNOWN_ATTEMPT"
+    assert caught.value.retryable
+
+
+def test_request_id_replay(client: Client) -> None:
+    attempt = client.begin(_run_id(), "replay")
+    first = attempt.create("ticket", {"title": "once"}, request_id="req-1")
+    assert attempt.create("ticket", {"title": "once"}, request_id="req-1") == first
+    # Without the same request_id the same data is a second, distinct write.
+    second = attempt.create("ticket", {"title": "once"})
+    assert second.id != first.id and second.outcome is Outcome.APPLIED
+    with pytest.raises(ActonceError) as caught:
+        attempt.create("ticket", {"title": "other"}, request_id="req-1")
+    assert [v.field for v in caught.value.violations] == ["request_id"]
+    assert attempt.end().applied == 2  # a replay is not a write
+
+
+def test_every_call_has_a_deadline(target: str) -> None:
+    with Client(target, timeout=1e-9) as hurried, pytest.raises(ActonceError) as caught:
+        hurried.begin(_run_id(), "deadline")
+    assert caught.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert caught.value.retryable

@@ -1,0 +1,54 @@
+"""The derived-id scheme's test vectors (docs/derived-id-vectors.json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actonce_client import ids
+
+VECTORS = json.loads(
+    (Path(__file__).resolve().parents[3] / "docs" / "derived-id-vectors.json").read_text()
+)
+
+
+def _identity(vector: dict[str, Any]) -> tuple[str, ...]:
+    given = vector["input"]
+    match ids.WriteType(vector["write_type"]):
+        case ids.WriteType.CREATE | ids.WriteType.CREATE_PROPOSAL:
+            return ids.create_identity(given["kind"], given["data_json"])
+        case ids.WriteType.EDIT | ids.WriteType.EDIT_PROPOSAL:
+            return ids.edit_identity(given["artifact_id"], given["path"])
+        case ids.WriteType.NOTICE | ids.WriteType.MESSAGE:
+            return ids.post_identity(given["thread_id"], given["text"])
+        case ids.WriteType.THREAD:
+            return ids.thread_identity(given["title"])
+        case ids.WriteType.STEP:
+            return ids.step_identity(given["tool"], given["args_json"])
+
+
+def test_the_vectors_are_for_this_scheme() -> None:
+    assert VECTORS["scheme_version"] == ids.SCHEME_VERSION
+    assert VECTORS["vectors"]
+
+
+@pytest.mark.parametrize("vector", VECTORS["vectors"], ids=lambda v: v["name"])
+def test_vector(vector: dict[str, Any]) -> None:
+    identity = _identity(vector)
+    assert list(identity) == vector["identity"]
+    kwargs: dict[str, Any] = dict(
+        run_id=vector["run_id"], checkpoint=vector["checkpoint"], identity=identity,
+        occurrence=vector["occurrence"],
+    )  # fmt: skip
+    write_type = ids.WriteType(vector["write_type"])
+    assert ids.id_material(write_type, **kwargs).decode() == vector["material"]
+    assert ids.derive_id(write_type, **kwargs) == vector["id"]
+
+
+@pytest.mark.parametrize("path", ["", "status", "/items/-", "/a~2b", "/a~"])
+def test_paths_the_sidecar_refuses_are_refused(path: str) -> None:
+    with pytest.raises(ValueError):
+        ids.normalize_path(path)

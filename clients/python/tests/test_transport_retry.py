@@ -1,0 +1,59 @@
+"""The channel's retry policy: UNAVAILABLE is retried with the same request_id.
+
+The server here answers the first try of every Create with UNAVAILABLE, as a
+draining sidecar does. It stands in for the transport, not for the sidecar's
+rules, which the other tests check against a real sidecar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+from actonce_client import Client, Outcome
+from actonce_client._gen.actonce.v1 import run_actions_pb2 as pb
+from actonce_client._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_client._gen.actonce.v1 import types_pb2
+
+
+class DrainingFirst(pb_grpc.RunActionsServiceServicer):
+    def __init__(self) -> None:
+        self.tries: list[str] = []
+
+    def BeginAttempt(
+        self, request: pb.BeginAttemptRequest, context: grpc.ServicerContext
+    ) -> pb.BeginAttemptResponse:
+        return pb.BeginAttemptResponse(attempt_id="att_1")
+
+    def Create(self, request: pb.CreateRequest, context: grpc.ServicerContext) -> pb.CreateResponse:
+        self.tries.append(request.request_id)
+        if len(self.tries) % 2 == 1:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "draining")
+        return pb.CreateResponse(id="art_1", outcome=types_pb2.OUTCOME_APPLIED)
+
+
+@pytest.fixture
+def draining() -> Iterator[tuple[str, DrainingFirst]]:
+    servicer = DrainingFirst()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_RunActionsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}", servicer
+    server.stop(None)
+
+
+def test_unavailable_is_retried_with_the_same_request_id(
+    draining: tuple[str, DrainingFirst],
+) -> None:
+    target, servicer = draining
+    with Client(target) as client:
+        attempt = client.begin("run-1", "rule")
+        for _ in range(2):
+            assert attempt.create("ticket", {"n": 1}).outcome is Outcome.APPLIED
+    first, first_retry, second, second_retry = servicer.tries
+    assert first == first_retry and second == second_retry
+    assert first != second and first
