@@ -1,0 +1,338 @@
+/**
+ * The client: a channel to the sidecar, and one Attempt per try of a run.
+ *
+ * Every call has a deadline; the channel retries UNAVAILABLE (the sidecar
+ * answers it only when it did not act); every write carries a fresh
+ * request_id that a transport retry resends, so a repeat the sidecar already
+ * answered gets the first answer back. Failures reject with ActonceError.
+ */
+import {
+  type CallOptions,
+  type ChannelCredentials,
+  type ClientUnaryCall,
+  credentials as grpcCredentials,
+  Metadata,
+  type ServiceError,
+} from "@grpc/grpc-js";
+import { randomUUID } from "node:crypto";
+
+import { fromServiceError } from "./errors.js";
+import { RunActionsServiceClient } from "./gen/actonce/v1/run_actions.js";
+import { Outcome as OutcomeCode, ToolEffect } from "./gen/actonce/v1/types.js";
+
+/** Milliseconds a call may take unless told otherwise: above the sidecar's own
+ * store deadline (5 s), so a slow store reaches the caller as its own error. */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+
+export const SERVICE_CONFIG = JSON.stringify({
+  methodConfig: [
+    {
+      name: [{ service: "actonce.v1.RunActionsService" }],
+      retryPolicy: {
+        maxAttempts: 4,
+        initialBackoff: "0.1s",
+        maxBackoff: "1s",
+        backoffMultiplier: 2,
+        retryableStatusCodes: ["UNAVAILABLE"],
+      },
+    },
+  ],
+});
+
+/** What a successful write did: made now, made by an earlier attempt, or (an edit) already there. */
+export type Outcome = "APPLIED" | "ALREADY_APPLIED" | "SKIPPED";
+
+/** What one of the agent's own tool calls does to the world (ADR-111). */
+export type Effect = "READ_ONLY" | "IDEMPOTENT_WRITE" | "NON_IDEMPOTENT_WRITE";
+
+const EFFECTS: Record<Effect, ToolEffect> = {
+  READ_ONLY: ToolEffect.TOOL_EFFECT_READ_ONLY,
+  IDEMPOTENT_WRITE: ToolEffect.TOOL_EFFECT_IDEMPOTENT_WRITE,
+  NON_IDEMPOTENT_WRITE: ToolEffect.TOOL_EFFECT_NON_IDEMPOTENT_WRITE,
+};
+
+function outcome(code: OutcomeCode): Outcome {
+  switch (code) {
+    case OutcomeCode.OUTCOME_APPLIED:
+      return "APPLIED";
+    case OutcomeCode.OUTCOME_ALREADY_APPLIED:
+      return "ALREADY_APPLIED";
+    case OutcomeCode.OUTCOME_SKIPPED:
+      return "SKIPPED";
+    default:
+      throw new Error(`the sidecar answered an outcome this client does not know: ${code}`);
+  }
+}
+
+/** JSON text sent as it is, e.g. a model's own output; the sidecar checks it. */
+export class RawJson {
+  constructor(readonly text: string) {}
+}
+
+/** Mark JSON text to be sent as it is. */
+export function rawJson(text: string): RawJson {
+  return new RawJson(text);
+}
+
+function jsonText(value: unknown): string {
+  if (value instanceof RawJson) return value.text;
+  const text = JSON.stringify(value);
+  if (text === undefined) throw new TypeError("value has no JSON form");
+  return text;
+}
+
+/** The run an attempt belongs to. */
+export interface Run {
+  /** The run's id, the same for every attempt of the run. */
+  runId: string;
+  /** The automation the run belongs to; the sidecar's send allowlist names rules. */
+  rule: string;
+  /** The run's last checkpoint; "" (the default) at the run's start. */
+  checkpoint?: string;
+  /** When the queue's lease on the run ends; writes it would not outlast are refused. */
+  leaseDeadline?: Date;
+}
+
+/** What a write made: the derived id of the artifact, proposal, thread or
+ * message (for a direct edit, the edited artifact's id), and its outcome. */
+export interface Write {
+  id: string;
+  outcome: Outcome;
+  /** The artifact's version after a create or an edit; 0 otherwise. */
+  version: number;
+}
+
+export interface Artifact {
+  id: string;
+  kind: string;
+  version: number;
+  data: unknown;
+  dataJson: string;
+  archived: boolean;
+}
+
+/** One entry of a thread: kind "notice" or "message". */
+export interface Message {
+  id: string;
+  kind: string;
+  text: string;
+}
+
+/** The sidecar's answer to beginStep. When done, an earlier attempt made the call: use result. */
+export interface Step {
+  id: string;
+  outcome: Outcome;
+  done: boolean;
+  result: unknown;
+}
+
+/** An attempt's writes by outcome. */
+export interface Counts {
+  applied: number;
+  alreadyApplied: number;
+  skipped: number;
+  failed: number;
+}
+
+export interface WriteOptions {
+  /** Repeat a call with its first try's request_id, in the same attempt, after an
+   * error that left its outcome unknown, to get the first answer back. */
+  requestId?: string;
+}
+
+export interface ProposeOptions extends WriteOptions {
+  /** Offer the write for review instead of applying it. */
+  propose?: boolean;
+}
+
+export interface ClientOptions {
+  /** Deadline of every call, in milliseconds (default DEFAULT_TIMEOUT_MS). */
+  timeoutMs?: number;
+  /** Channel credentials; the sidecar is in the agent's pod, so plaintext by default. */
+  credentials?: ChannelCredentials;
+}
+
+type Callback<Res> = (error: ServiceError | null, response: Res) => void;
+type Unary<Req, Res> = (
+  request: Req,
+  metadata: Metadata,
+  options: Partial<CallOptions>,
+  callback: Callback<Res>,
+) => ClientUnaryCall;
+
+/** A channel to one sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock"). */
+export class Client {
+  readonly #rpc: RunActionsServiceClient;
+  readonly timeoutMs: number;
+
+  constructor(target: string, options: ClientOptions = {}) {
+    this.#rpc = new RunActionsServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
+      "grpc.service_config": SERVICE_CONFIG,
+    });
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+
+  /** Start one try of a run from its last checkpoint. */
+  async begin(run: Run): Promise<Attempt> {
+    const response = await this.call(this.#rpc.beginAttempt, {
+      runId: run.runId,
+      rule: run.rule,
+      checkpoint: run.checkpoint ?? "",
+      leaseDeadline: run.leaseDeadline,
+    });
+    return new Attempt(this, response.attemptId, run);
+  }
+
+  close(): void {
+    this.#rpc.close();
+  }
+
+  /** @internal One unary call with the client's deadline, its error made an ActonceError. */
+  call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+    return new Promise((resolve, reject) => {
+      method.call(this.#rpc, request, new Metadata(), { deadline: Date.now() + this.timeoutMs }, (error, response) =>
+        error ? reject(fromServiceError(error)) : resolve(response),
+      );
+    });
+  }
+
+  /** @internal */
+  get rpc(): RunActionsServiceClient {
+    return this.#rpc;
+  }
+}
+
+/** One try of a run, made by Client.begin. */
+export class Attempt {
+  constructor(
+    private readonly client: Client,
+    /** The sidecar's id of this attempt. */
+    readonly id: string,
+    /** The run this attempt belongs to. */
+    readonly run: Readonly<Run>,
+  ) {}
+
+  /** Make an artifact of kind holding data, or propose it. */
+  async create(kind: string, data: unknown, options: ProposeOptions = {}): Promise<Write> {
+    const r = await this.client.call(this.client.rpc.create, {
+      attemptId: this.id,
+      kind,
+      dataJson: jsonText(data),
+      propose: options.propose ?? false,
+      requestId: requestId(options),
+    });
+    return { id: r.id, outcome: outcome(r.outcome), version: r.version };
+  }
+
+  /** Set value at the JSON Pointer path of an artifact, or propose it; skipped when already there. */
+  async edit(artifactId: string, path: string, value: unknown, options: ProposeOptions = {}): Promise<Write> {
+    const propose = options.propose ?? false;
+    const r = await this.client.call(this.client.rpc.edit, {
+      attemptId: this.id,
+      artifactId,
+      path,
+      valueJson: jsonText(value),
+      propose,
+      requestId: requestId(options),
+    });
+    return { id: propose ? r.proposalId : artifactId, outcome: outcome(r.outcome), version: r.version };
+  }
+
+  /** Post a notice: it starts and steers no turn. */
+  async notice(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
+    const r = await this.client.call(this.client.rpc.notice, {
+      attemptId: this.id,
+      threadId,
+      text,
+      requestId: requestId(options),
+    });
+    return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
+  }
+
+  /** Post a message that asks for the thread's turn (rules on the send allowlist only). */
+  async send(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
+    const r = await this.client.call(this.client.rpc.send, {
+      attemptId: this.id,
+      threadId,
+      text,
+      requestId: requestId(options),
+    });
+    return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
+  }
+
+  /** Make a conversation thread. */
+  async createThread(title: string, options: WriteOptions = {}): Promise<Write> {
+    const r = await this.client.call(this.client.rpc.createThread, {
+      attemptId: this.id,
+      title,
+      requestId: requestId(options),
+    });
+    return { id: r.threadId, outcome: outcome(r.outcome), version: 0 };
+  }
+
+  /** An artifact as the store holds it now. */
+  async readArtifact(artifactId: string): Promise<Artifact> {
+    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, artifactId });
+    if (r.artifact === undefined) throw new Error(`the sidecar answered no artifact for ${artifactId}`);
+    const { id, kind, version, dataJson, archived } = r.artifact;
+    return { id, kind, version, dataJson, data: JSON.parse(dataJson), archived };
+  }
+
+  /** A thread's messages, oldest first. */
+  async readThread(threadId: string): Promise<Message[]> {
+    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, threadId });
+    return r.messages.map(({ id, kind, text }) => ({ id, kind, text }));
+  }
+
+  /**
+   * Declare one of the agent's own tool calls before making it. A non-idempotent
+   * call that began earlier and never ended is refused with IN_DOUBT (UNKNOWN).
+   */
+  async beginStep(tool: string, effect: Effect, args: unknown, options: WriteOptions = {}): Promise<Step> {
+    const r = await this.client.call(this.client.rpc.beginStep, {
+      attemptId: this.id,
+      tool,
+      effect: EFFECTS[effect],
+      argsJson: jsonText(args),
+      requestId: requestId(options),
+    });
+    const stepOutcome = outcome(r.outcome);
+    return {
+      id: r.stepId,
+      outcome: stepOutcome,
+      done: stepOutcome === "ALREADY_APPLIED",
+      result: r.resultJson === "" ? undefined : JSON.parse(r.resultJson),
+    };
+  }
+
+  /** Record the result of a step begun with beginStep. */
+  async endStep(stepId: string, result: unknown, options: WriteOptions = {}): Promise<Outcome> {
+    const r = await this.client.call(this.client.rpc.endStep, {
+      attemptId: this.id,
+      stepId,
+      resultJson: jsonText(result),
+      requestId: requestId(options),
+    });
+    return outcome(r.outcome);
+  }
+
+  /** Move the attempt's lease deadline; resolves to the one in force. */
+  async extendLease(deadline: Date): Promise<Date> {
+    const r = await this.client.call(this.client.rpc.extendLease, { attemptId: this.id, leaseDeadline: deadline });
+    if (r.leaseDeadline === undefined) throw new Error("the sidecar answered no lease deadline");
+    return r.leaseDeadline;
+  }
+
+  /** Close the attempt; resolves to its writes by outcome. */
+  async end(): Promise<Counts> {
+    const { applied, alreadyApplied, skipped, failed } = await this.client.call(this.client.rpc.endAttempt, {
+      attemptId: this.id,
+    });
+    return { applied, alreadyApplied, skipped, failed };
+  }
+}
+
+function requestId(options: WriteOptions): string {
+  // One id per call; the channel's own retries resend the same request bytes.
+  return options.requestId ?? randomUUID();
+}

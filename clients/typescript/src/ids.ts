@@ -1,0 +1,134 @@
+/**
+ * Derived ids (docs/derived-ids.md, scheme version 1), as the sidecar derives
+ * them. Deriving one here lets an agent know an id before the write; the
+ * tests hold this module to the scheme's test vectors.
+ */
+import canonicalize from "canonicalize";
+import { createHash } from "node:crypto";
+
+export const SCHEME_VERSION = 1;
+
+/** A type of write; each has its own id space. */
+export type WriteType =
+  | "create"
+  | "create_proposal"
+  | "edit"
+  | "edit_proposal"
+  | "notice"
+  | "message"
+  | "thread"
+  | "step";
+
+const PREFIXES: Record<WriteType, string> = {
+  create: "art",
+  create_proposal: "prp",
+  edit: "edt",
+  edit_proposal: "prp",
+  notice: "msg",
+  message: "msg",
+  thread: "thr",
+  step: "stp",
+};
+
+const ID_CHARS = 26; // base32 characters: 130 bits of SHA-256
+const BASE32 = "abcdefghijklmnopqrstuvwxyz234567"; // RFC 4648, lowercased
+
+/**
+ * What is hashed: the RFC 8785 form of a JSON array, so that no choice of
+ * strings can make two writes collide by concatenation.
+ */
+export function idMaterial(
+  writeType: WriteType,
+  runId: string,
+  checkpoint: string,
+  identity: readonly string[],
+  occurrence: number,
+): string {
+  if (!Number.isSafeInteger(occurrence) || occurrence < 0) {
+    throw new RangeError(`occurrence counts from 0, got ${occurrence}`);
+  }
+  return canonical(["actonce/derived-id", SCHEME_VERSION, writeType, runId, checkpoint, identity, occurrence]);
+}
+
+/** The id of the occurrence-th write (from 0) of identity in an attempt. */
+export function deriveId(
+  writeType: WriteType,
+  runId: string,
+  checkpoint: string,
+  identity: readonly string[],
+  occurrence: number,
+): string {
+  const digest = createHash("sha256").update(idMaterial(writeType, runId, checkpoint, identity, occurrence)).digest();
+  return `${PREFIXES[writeType]}_${base32(digest).slice(0, ID_CHARS)}`;
+}
+
+/** A create is its kind and the digest of its data's canonical form. */
+export function createIdentity(kind: string, dataJson: string): [string, string] {
+  return [kind, sha256(canonical(JSON.parse(dataJson)))];
+}
+
+/** An edit is its artifact and normalized path, not its value. */
+export function editIdentity(artifactId: string, path: string): [string, string] {
+  return [artifactId, normalizePath(path)];
+}
+
+/** A notice or message is its thread and the digest of its exact text. */
+export function postIdentity(threadId: string, text: string): [string, string] {
+  return [threadId, sha256(text)];
+}
+
+/** A thread is its title. */
+export function threadIdentity(title: string): [string] {
+  return [title];
+}
+
+/** A step is its tool and the digest of its arguments' canonical form. */
+export function stepIdentity(tool: string, argsJson: string): [string, string] {
+  return [tool, sha256(canonical(JSON.parse(argsJson)))];
+}
+
+/**
+ * An RFC 6901 pointer re-encoded from its tokens: one spelling per path. The
+ * root and a last token "-" (append) are refused, as the sidecar refuses them.
+ */
+export function normalizePath(path: string): string {
+  if (path === "") throw new RangeError("path must not be the root");
+  if (!path.startsWith("/")) throw new RangeError(`path ${JSON.stringify(path)} must start with '/'`);
+  const tokens = path
+    .slice(1)
+    .split("/")
+    .map((token) => {
+      if (/~[^01]|~$/.test(token)) throw new RangeError(`'~' must be followed by 0 or 1 in ${JSON.stringify(path)}`);
+      return token.replaceAll("~1", "/").replaceAll("~0", "~");
+    });
+  if (tokens.at(-1) === "-") {
+    throw new RangeError(`path ${JSON.stringify(path)} ends in '-': appends are refused, name each entry`);
+  }
+  return tokens.map((token) => "/" + token.replaceAll("~", "~0").replaceAll("/", "~1")).join("");
+}
+
+function canonical(value: unknown): string {
+  const text = canonicalize(value);
+  if (text === undefined) throw new TypeError("value has no JSON form");
+  return text;
+}
+
+function sha256(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+function base32(bytes: Uint8Array): string {
+  let out = "";
+  let buffer = 0;
+  let bits = 0;
+  for (const byte of bytes) {
+    buffer = ((buffer << 8) | byte) & 0xfff; // at most 12 bits are pending
+    bits += 8;
+    while (bits >= 5) {
+      out += BASE32[(buffer >>> (bits - 5)) & 31];
+      bits -= 5;
+    }
+  }
+  if (bits > 0) out += BASE32[(buffer << (5 - bits)) & 31];
+  return out;
+}

@@ -1,0 +1,145 @@
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import { status } from "@grpc/grpc-js";
+
+import { ActonceError, type Attempt, Client, ids, rawJson, type Write } from "../src/index.js";
+import { SEND_RULE, type Sidecar, startSidecar } from "./sidecar.js";
+
+let sidecar: Sidecar;
+let client: Client;
+
+before(async () => {
+  sidecar = await startSidecar();
+  client = new Client(sidecar.target);
+});
+
+after(async () => {
+  client.close();
+  await sidecar.stop();
+});
+
+const runId = () => `run-${randomUUID()}`;
+
+/** One run's writes; the retry test makes them again. */
+async function writeAll(attempt: Attempt): Promise<Record<string, Write>> {
+  const thread = await attempt.createThread("Incident 7");
+  const ticket = await attempt.create("ticket", { title: "Disk full", severity: 2 });
+  const edit = await attempt.edit(ticket.id, "/status", "open");
+  const notice = await attempt.notice(thread.id, `Filed ${ticket.id}`);
+  const send = await attempt.send(thread.id, `Please look at ${ticket.id}`);
+  return { thread, ticket, edit, notice, send };
+}
+
+async function rejection(promise: Promise<unknown>): Promise<ActonceError> {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof ActonceError, `${error} is not an ActonceError`);
+    return error;
+  }
+  assert.fail("the call succeeded");
+}
+
+describe("against a live sidecar", () => {
+  test("writes apply", async () => {
+    const run = { runId: runId(), rule: SEND_RULE, checkpoint: "cp-1" };
+    const attempt = await client.begin(run);
+    const written = await writeAll(attempt);
+    for (const [name, write] of Object.entries(written)) assert.equal(write.outcome, "APPLIED", name);
+
+    // The sidecar's id is the one the scheme derives.
+    const identity = ids.createIdentity("ticket", '{"severity":2,"title":"Disk full"}');
+    assert.equal(written["ticket"]!.id, ids.deriveId("create", run.runId, "cp-1", identity, 0));
+
+    const artifact = await attempt.readArtifact(written["ticket"]!.id);
+    assert.deepEqual(artifact.data, { title: "Disk full", severity: 2, status: "open" });
+    assert.equal(artifact.version, written["edit"]!.version);
+    const messages = await attempt.readThread(written["thread"]!.id);
+    assert.deepEqual(
+      messages.map((m) => [m.kind, m.id]),
+      [
+        ["notice", written["notice"]!.id],
+        ["message", written["send"]!.id],
+      ],
+    );
+
+    const step = await attempt.beginStep("send_email", "IDEMPOTENT_WRITE", { to: "ops@example.com" });
+    assert.equal(step.done, false);
+    assert.equal(await attempt.endStep(step.id, { sent: true }), "APPLIED");
+    const lease = new Date(Math.floor(Date.now() / 1000) * 1000 + 3_600_000);
+    assert.equal((await attempt.extendLease(lease)).getTime(), lease.getTime());
+    // Five writes, and the step's begin and end.
+    assert.deepEqual(await attempt.end(), { applied: 7, alreadyApplied: 0, skipped: 0, failed: 0 });
+  });
+
+  test("a retried attempt gets the same ids, already applied", async () => {
+    const run = { runId: runId(), rule: SEND_RULE, checkpoint: "cp-1" };
+    const first = await writeAll(await client.begin(run));
+    // The first attempt dies without ending; the run is retried from its checkpoint.
+    const retry = await client.begin(run);
+    const again = await writeAll(retry);
+    for (const [name, write] of Object.entries(again)) {
+      assert.equal(write.id, first[name]!.id, name);
+      assert.equal(write.outcome, name === "edit" ? "SKIPPED" : "ALREADY_APPLIED", name);
+    }
+    assert.equal((await retry.readThread(first["thread"]!.id)).length, 2);
+    assert.deepEqual(await retry.end(), { applied: 0, alreadyApplied: 4, skipped: 1, failed: 0 });
+  });
+
+  test("invalid JSON is refused", async () => {
+    const attempt = await client.begin({ runId: runId(), rule: "refusals" });
+    const error = await rejection(attempt.create("ticket", rawJson("{")));
+    assert.equal(error.code, status.INVALID_ARGUMENT);
+    assert.equal(error.reason, "INVALID_ARGUMENT");
+    assert.equal(error.failureClass, "REFUSED");
+    assert.deepEqual([error.refused, error.retryable, error.permanent, error.unknown], [true, false, false, false]);
+    assert.deepEqual(
+      error.violations.map((v) => v.field),
+      ["data_json"],
+    );
+  });
+
+  test("send off the allowlist is permanent", async () => {
+    const attempt = await client.begin({ runId: runId(), rule: "not-a-sender" });
+    const thread = await attempt.createThread("Refusals");
+    const error = await rejection(attempt.send(thread.id, "may I?"));
+    assert.deepEqual([error.reason, error.failureClass, error.code], ["FORBIDDEN", "PERMANENT", status.PERMISSION_DENIED]);
+    assert.ok(error.permanent);
+  });
+
+  test("an ended attempt is unknown to the sidecar, and retryable", async () => {
+    const attempt = await client.begin({ runId: runId(), rule: "refusals" });
+    await attempt.end();
+    const error = await rejection(attempt.create("ticket", {}));
+    assert.equal(error.reason, "UNKNOWN_ATTEMPT");
+    assert.ok(error.retryable);
+  });
+
+  test("request_id replay", async () => {
+    const attempt = await client.begin({ runId: runId(), rule: "replay" });
+    const first = await attempt.create("ticket", { title: "once" }, { requestId: "req-1" });
+    assert.deepEqual(await attempt.create("ticket", { title: "once" }, { requestId: "req-1" }), first);
+    // Without the same request_id the same data is a second, distinct write.
+    const second = await attempt.create("ticket", { title: "once" });
+    assert.notEqual(second.id, first.id);
+    assert.equal(second.outcome, "APPLIED");
+    const misuse = await rejection(attempt.create("ticket", { title: "other" }, { requestId: "req-1" }));
+    assert.deepEqual(
+      misuse.violations.map((v) => v.field),
+      ["request_id"],
+    );
+    assert.equal((await attempt.end()).applied, 2); // a replay is not a write
+  });
+
+  test("every call has a deadline", async () => {
+    const hurried = new Client(sidecar.target, { timeoutMs: 0 });
+    try {
+      const error = await rejection(hurried.begin({ runId: runId(), rule: "deadline" }));
+      assert.equal(error.code, status.DEADLINE_EXCEEDED);
+      assert.ok(error.retryable);
+    } finally {
+      hurried.close();
+    }
+  });
+});

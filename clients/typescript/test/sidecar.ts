@@ -1,0 +1,93 @@
+/**
+ * A real `actonce serve` for the tests: a free loopback port, data in a
+ * temporary folder, ready once its health service says SERVING.
+ */
+import { credentials, makeGenericClientConstructor, type ServiceError } from "@grpc/grpc-js";
+import { service as healthService } from "grpc-health-check";
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
+
+/** The one rule the test sidecar's send allowlist names. */
+export const SEND_RULE = "allowed-sender";
+
+/** The package's folder (the tests run from build/test). */
+export const PACKAGE_DIR = resolve(fileURLToPath(import.meta.url), "..", "..", "..");
+export const REPO_DIR = resolve(PACKAGE_DIR, "..", "..");
+
+export interface Sidecar {
+  target: string;
+  stop(): Promise<void>;
+}
+
+function actonceBinary(): string {
+  return process.env["ACTONCE_BIN"] || join(REPO_DIR, ".venv", "bin", "actonce");
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const address = probe.address();
+      probe.close(() => (typeof address === "object" && address ? resolvePort(address.port) : reject()));
+    });
+  });
+}
+
+type HealthCheck = (
+  request: { service: string },
+  options: { deadline: number },
+  callback: (error: ServiceError | null, response?: { status: string }) => void,
+) => void;
+
+async function waitServing(target: string, child: ChildProcess, limitMs: number): Promise<void> {
+  const Health = makeGenericClientConstructor(healthService, "Health");
+  const health = new Health(target, credentials.createInsecure()) as unknown as { check: HealthCheck; close(): void };
+  try {
+    const until = Date.now() + limitMs;
+    while (Date.now() < until) {
+      if (child.exitCode !== null) throw new Error(`actonce serve exited with ${child.exitCode}`);
+      const status = await new Promise<string | undefined>((done) =>
+        health.check({ service: "actonce.v1.RunActionsService" }, { deadline: Date.now() + 1000 }, (error, response) =>
+          done(error ? undefined : response?.status),
+        ),
+      );
+      if (status === "SERVING") return;
+      await sleep(100);
+    }
+    throw new Error(`actonce serve at ${target} was not SERVING within ${limitMs} ms`);
+  } finally {
+    health.close();
+  }
+}
+
+export async function startSidecar(): Promise<Sidecar> {
+  const target = `127.0.0.1:${await freePort()}`;
+  const dataDir = mkdtempSync(join(tmpdir(), "actonce-ts-test-"));
+  const child = spawn(
+    actonceBinary(),
+    ["serve", "--listen", target, "--data-dir", dataDir, "--send-allowlist", SEND_RULE, "--log-level", "warning"],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let output = "";
+  child.stdout?.on("data", (chunk) => (output += chunk));
+  child.stderr?.on("data", (chunk) => (output += chunk));
+  const exited = new Promise<void>((done) => child.once("exit", () => done()));
+  const stop = async () => {
+    child.kill("SIGKILL");
+    await exited;
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  try {
+    await waitServing(target, child, 30_000);
+  } catch (error) {
+    await stop();
+    throw new Error(`${(error as Error).message}\n${output}`);
+  }
+  return { target, stop };
+}
