@@ -1,12 +1,13 @@
 """The storage interface of the reference store, and the rules every backend shares.
 
-`StoreBackend` is what the gRPC servicer calls; one module per backend implements it (`sqlite`
-now, PostgreSQL later). A backend knows nothing of gRPC: it takes and returns plain values and
-the frozen records below, and refuses with `StoreRefusal`.
+`StoreBackend` is what the gRPC servicer calls; one module per backend implements it (`sqlite`,
+`postgres`). A backend knows nothing of gRPC: it takes and returns plain values and the frozen
+records below, refuses with `StoreRefusal`, and raises `StoreUnavailableError` when its database
+cannot be reached (a backend on a local file never does).
 
 The input rules that do not depend on storage (what valid JSON, a valid JSON Patch, a message
-kind, a page size and a page token are) live here too, so every backend refuses the same input
-with the same code.
+kind, a stored string, a page size and a page token are) live here too, so every backend refuses
+the same input with the same code.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "MESSAGE_KINDS",
     "ArtifactPage",
     "StoreBackend",
+    "StoreUnavailableError",
     "StoredArtifact",
     "StoredMessage",
     "StoredProposal",
@@ -52,6 +54,15 @@ MESSAGE_KINDS = frozenset({"notice", "message"})
 _PATCH_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
 _OPS_WITH_VALUE = frozenset({"add", "replace", "test"})
 _OPS_WITH_FROM = frozenset({"move", "copy"})
+
+
+class StoreUnavailableError(Exception):
+    """The backend's database could not be reached, or went away during the call.
+
+    Not a refusal: the call may succeed when retried, and derived ids make a retry safe. When
+    the connection was lost while the transaction was committing, the write may have landed;
+    a retry then meets ID_USED (or, for a patch, a version conflict), never a second copy.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +200,19 @@ class StoreBackend(Protocol):
 
 
 def require_text(value: str, field: str) -> str:
-    """Refuse an empty required string with VALIDATION_FAILED."""
+    """Refuse an empty required string, or one holding a NUL character, with VALIDATION_FAILED.
+
+    PostgreSQL text cannot hold NUL. Refusing it in every backend keeps the answers the same
+    whichever database is behind the store, and means no stored id ever contains one, so a
+    lookup by such an id is simply NOT_FOUND. (JSON text never holds a raw NUL: it is
+    escaped as \\u0000 when documents are stored compact.)
+    """
     if not value:
         raise StoreRefusal(RefusalCode.VALIDATION_FAILED, f"{field} must not be empty")
+    if "\0" in value:
+        raise StoreRefusal(
+            RefusalCode.VALIDATION_FAILED, f"{field} must not contain a NUL character"
+        )
     return value
 
 
@@ -330,6 +351,7 @@ def decode_page_token(kind: str, token: str) -> str | None:
     if (
         not isinstance(decoded, dict)
         or not isinstance(decoded.get("after"), str)
+        or "\0" in decoded["after"]
         or decoded.get("kind") != kind
     ):
         raise StoreRefusal(

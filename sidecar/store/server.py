@@ -3,7 +3,8 @@
 `create_store_server` builds a `grpc.aio` server around a backend (the store service, health
 and reflection) and binds it, without starting it, so tests bind port 0 and read the port back.
 `serve_store` is what `actonce store --listen ... --data-dir ...` runs: a SQLite-backed store
-until SIGINT or SIGTERM, then a graceful drain.
+(PostgreSQL-backed when given a DSN) until SIGINT or SIGTERM, then a graceful drain.
+`open_store_backend` picks the backend the same way for anyone embedding the store.
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ from grpc_reflection.v1alpha import reflection
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.store.backend import StoreBackend
+from sidecar.store.postgres import PostgresStoreBackend
 from sidecar.store.servicer import ArtifactStoreServicer
 from sidecar.store.sqlite import SqliteStoreBackend
 
-__all__ = ["MAX_MESSAGE_BYTES", "SERVICE_NAME", "create_store_server", "serve_store"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "SERVICE_NAME",
+    "create_store_server",
+    "open_store_backend",
+    "serve_store",
+]
 
 log = structlog.get_logger()
 
@@ -82,20 +90,36 @@ async def create_store_server(
     return server, 0 if listen.startswith("unix:") else port
 
 
+def open_store_backend(data_dir: Path | None = None, *, dsn: str | None = None) -> StoreBackend:
+    """The store's backend: PostgreSQL at `dsn` when given, else SQLite in `data_dir`.
+
+    The DSN wins so that a default data folder need not be unset to use PostgreSQL. Raises
+    ValueError when neither is given, and `StoreUnavailableError` when PostgreSQL cannot be
+    reached (the caller fails to start rather than serve a store with no database).
+    """
+    if dsn:
+        return PostgresStoreBackend(dsn)
+    if data_dir is None:
+        raise ValueError("the store needs a data folder or a PostgreSQL DSN")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return SqliteStoreBackend(data_dir / "store.db")
+
+
 async def serve_store(
     listen: str,
-    data_dir: Path,
+    data_dir: Path | None,
     token: str | None = None,
     *,
+    dsn: str | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
 ) -> None:
-    """Serve a SQLite store in `data_dir / "store.db"` on `listen` until SIGINT or SIGTERM.
+    """Serve a store on `listen` until SIGINT or SIGTERM.
 
-    Must run in the main thread (it installs signal handlers). In-flight calls get
-    `grace_seconds` to finish; the database is closed after the last one.
+    The store is on PostgreSQL at `dsn` when given, else in SQLite at `data_dir / "store.db"`
+    (see `open_store_backend`). Must run in the main thread (it installs signal handlers).
+    In-flight calls get `grace_seconds` to finish; the database is closed after the last one.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
-    backend = SqliteStoreBackend(data_dir / "store.db")
+    backend = open_store_backend(data_dir, dsn=dsn)
     try:
         server, port = await create_store_server(backend, listen, token=token)
         await server.start()

@@ -2,7 +2,9 @@
 
 Thin on purpose: each RPC decodes its request, makes one backend call in a worker thread (the
 backend blocks on disk; the event loop must not), and encodes the answer. `_call` is the one
-place that checks the bearer token and turns a `StoreRefusal` into the call's status.
+place that checks the bearer token and turns a `StoreRefusal` into the call's status, and a
+`StoreUnavailableError` (the backend's database is out of reach) into UNAVAILABLE, which the
+sidecar reads as STORE_UNAVAILABLE, RETRYABLE.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from grpc_status import rpc_status
 
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
-from sidecar.store.backend import StoreBackend, StoredArtifact, StoredMessage, StoredProposal
+from sidecar.store.backend import (
+    StoreBackend,
+    StoredArtifact,
+    StoredMessage,
+    StoredProposal,
+    StoreUnavailableError,
+)
 from sidecar.store.refusals import RefusalCode, StoreRefusal, grpc_status_for
 
 __all__ = ["ArtifactStoreServicer"]
@@ -35,6 +43,13 @@ _Context = Any
 _INTERNAL = rpc_status.to_status(
     status_pb2.Status(
         code=grpc.StatusCode.INTERNAL.value[0], message="the store failed; see its log"
+    )
+)
+# No ErrorInfo: this is no refusal of the contract, and a caller must not take it for one.
+_UNAVAILABLE = rpc_status.to_status(
+    status_pb2.Status(
+        code=grpc.StatusCode.UNAVAILABLE.value[0],
+        message="the store's database is unavailable; retry later",
     )
 )
 
@@ -70,6 +85,11 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
                 "store.refused", rpc=rpc, code=str(refusal.code), states=sorted(refusal.states)
             )
             await _abort(context, grpc_status_for(refusal))
+        except StoreUnavailableError as error:
+            # Expected while the database restarts; the reason (no ids, no payloads) tells the
+            # operator which: refused connection, lost connection, commit in doubt.
+            log.warning("store.unavailable", rpc=rpc, error=str(error))
+            await _abort(context, _UNAVAILABLE)
         except Exception:
             # Not a refusal: a fault of the store itself. Its text (a database path, a query)
             # is for the operator's log, not for the caller.

@@ -1,4 +1,8 @@
-"""The reference store over real gRPC: loopback port 0, Unix sockets, and the CLI's loop."""
+"""The reference store over real gRPC: loopback port 0, Unix sockets, and the CLI's loop.
+
+The round trip, the refusal table and the CLI's loop run on both backends (`store_place`, see
+conftest.py); the rest is about the server, whatever its backend, and runs on SQLite.
+"""
 
 from __future__ import annotations
 
@@ -24,9 +28,16 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
-from sidecar.store.server import MAX_MESSAGE_BYTES, SERVICE_NAME, create_store_server
+from sidecar.store.backend import StoreBackend
+from sidecar.store.server import (
+    MAX_MESSAGE_BYTES,
+    SERVICE_NAME,
+    create_store_server,
+    open_store_backend,
+)
 from sidecar.store.servicer import ArtifactStoreServicer
 from sidecar.store.sqlite import SqliteStoreBackend
+from tests.store.conftest import StorePlace
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -49,9 +60,15 @@ class Store:
 
 @asynccontextmanager
 async def running_store(
-    tmp_path: Path, *, token: str | None = None, listen: str = "127.0.0.1:0"
+    tmp_path: Path,
+    *,
+    token: str | None = None,
+    listen: str = "127.0.0.1:0",
+    backend: StoreBackend | None = None,
 ) -> AsyncIterator[Store]:
-    backend = SqliteStoreBackend(tmp_path / "store.db")
+    """A started store on `backend` (default: SQLite in `tmp_path`), closed afterwards."""
+    if backend is None:
+        backend = SqliteStoreBackend(tmp_path / "store.db")
     server, port = await create_store_server(backend, listen, token=token)
     await server.start()
     target = listen if listen.startswith("unix:") else f"127.0.0.1:{port}"
@@ -105,9 +122,9 @@ def test_every_rpc_of_the_contract_is_served() -> None:
         assert inspect.iscoroutinefunction(implementation), method.name
 
 
-def test_a_round_trip_through_every_rpc(tmp_path: Path) -> None:
+def test_a_round_trip_through_every_rpc(tmp_path: Path, store_place: StorePlace) -> None:
     async def scenario() -> None:
-        async with running_store(tmp_path) as store:
+        async with running_store(tmp_path, backend=store_place.open()) as store:
             stub = store.stub
             created = await stub.CreateArtifact(
                 pb.CreateArtifactRequest(artifact_id="a2", kind="note", data_json='{"n": 1}')
@@ -291,6 +308,7 @@ REFUSALS = [
 @pytest.mark.parametrize(("setup", "call", "status_code", "reason", "states"), REFUSALS)
 def test_a_refusal_arrives_as_its_status_with_error_info(
     tmp_path: Path,
+    store_place: StorePlace,
     setup: Callable[[Stub], Awaitable[None]],
     call: Callable[[Stub], Awaitable[object]],
     status_code: grpc.StatusCode,
@@ -298,7 +316,7 @@ def test_a_refusal_arrives_as_its_status_with_error_info(
     states: str | None,
 ) -> None:
     async def scenario() -> grpc.aio.AioRpcError:
-        async with running_store(tmp_path) as store:
+        async with running_store(tmp_path, backend=store_place.open()) as store:
             await setup(store.stub)
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await call(store.stub)
@@ -506,7 +524,9 @@ def test_a_busy_port_is_refused_with_oserror(tmp_path: Path) -> None:
     run(scenario())
 
 
-def test_serve_store_serves_until_sigterm_and_keeps_its_data(tmp_path: Path) -> None:
+def test_serve_store_serves_until_sigterm_and_keeps_its_data(
+    tmp_path: Path, store_place: StorePlace
+) -> None:
     data_dir = tmp_path / "data" / "store"  # does not exist yet
     socket = tmp_path / "s.sock"
     listen = f"unix:{socket}"
@@ -514,10 +534,10 @@ def test_serve_store_serves_until_sigterm_and_keeps_its_data(tmp_path: Path) -> 
         "import asyncio, sys\n"
         "from pathlib import Path\n"
         "from sidecar.store.server import serve_store\n"
-        "asyncio.run(serve_store(sys.argv[1], Path(sys.argv[2])))\n"
+        "asyncio.run(serve_store(sys.argv[1], Path(sys.argv[2]), dsn=sys.argv[3] or None))\n"
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", program, listen, str(data_dir)],
+        [sys.executable, "-c", program, listen, str(data_dir), store_place.dsn or ""],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -544,7 +564,12 @@ def test_serve_store_serves_until_sigterm_and_keeps_its_data(tmp_path: Path) -> 
     assert b"store.stopped" in output
     assert b"kept" not in output  # payloads stay out of the log
 
-    reopened = SqliteStoreBackend(data_dir / "store.db")
+    if store_place.dsn is not None:
+        # The DSN wins over the data folder, which is then not even created.
+        assert not data_dir.exists()
+        reopened = store_place.open()
+    else:
+        reopened = SqliteStoreBackend(data_dir / "store.db")
     try:
         assert reopened.get_artifact("a1").data_json == '{"kept":true}'
     finally:
@@ -576,3 +601,8 @@ def test_serve_store_exits_on_sigint_too(tmp_path: Path) -> None:
             process.wait()
     assert process.returncode == 0, output.decode(errors="replace")
     assert (tmp_path / "data" / "store.db").exists()
+
+
+def test_a_store_needs_a_data_folder_or_a_dsn() -> None:
+    with pytest.raises(ValueError, match="data folder or a PostgreSQL DSN"):
+        open_store_backend(None)
