@@ -19,7 +19,7 @@ from __future__ import annotations
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 
-from sidecar.listening import bind
+from sidecar.listening import SERVER_OPTIONS, bind
 
 LIVENESS_SERVICE = "liveness"
 
@@ -28,6 +28,6 @@ async def create_health_server(
     servicer: health.aio.HealthServicer, listen: str
 ) -> tuple[grpc.aio.Server, int]:
     """A server (not yet started) serving ``servicer`` alone on ``listen``, and its port."""
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     return server, bind(server, listen)

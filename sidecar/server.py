@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
-from sidecar import security
+from sidecar import reflection, security
 from sidecar._gen.actonce.v1 import run_actions_pb2, run_actions_pb2_grpc
 from sidecar.actions import RunActions, Settings
 from sidecar.config import Config
@@ -26,7 +25,7 @@ from sidecar.interceptors import LogContextInterceptor
 from sidecar.ledger.base import AuditLedger, LedgerError
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.listening import bind
+from sidecar.listening import SERVER_OPTIONS, bind
 from sidecar.metrics import (
     Metrics,
     MetricsEndpoint,
@@ -41,6 +40,7 @@ from sidecar.store.backend import StoreBackend
 from sidecar.store.server import create_store_server
 from sidecar.store.sqlite import SqliteStoreBackend
 from sidecar.upstream.client import StoreClient
+from sidecar.upstream.inprocess import InProcessStoreClient
 
 log = structlog.get_logger()
 
@@ -51,6 +51,7 @@ MAX_MESSAGE_BYTES = 16 << 20
 GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    *SERVER_OPTIONS,
 ]
 
 
@@ -180,19 +181,26 @@ async def create_server(
     ledger = instrument_ledger(ledger if ledger is not None else open_ledger(config), metrics)
     embedded: grpc.aio.Server | None = None
     backend: StoreBackend | None = None
+    upstream: StoreClient
     if config.store_target:
         target = config.store_target
+        # TLS and the token apply to an external store only.
+        upstream = security.connect_store(
+            target,
+            tls=security.store_tls(
+                config.store_tls_ca, config.store_tls_cert, config.store_tls_key
+            ),
+            token_file=config.store_token_file,
+            timeout_seconds=config.store_timeout_seconds,
+        )
     else:
         backend = open_store_backend(config)
+        # The embedded store still serves its contract on loopback, for operators and
+        # tests that look into it; the sidecar's own calls skip that hop and reach the
+        # backend directly, with the same refusals (see sidecar.upstream.inprocess).
         embedded, store_port = await create_store_server(backend, "127.0.0.1:0")
         target = f"127.0.0.1:{store_port}"
-    # TLS and the token apply to an external store only; the embedded one is ours, on loopback.
-    upstream = security.connect_store(
-        target,
-        tls=security.store_tls(config.store_tls_ca, config.store_tls_cert, config.store_tls_key),
-        token_file=config.store_token_file,
-        timeout_seconds=config.store_timeout_seconds,
-    )
+        upstream = InProcessStoreClient(backend, timeout_seconds=config.store_timeout_seconds)
     store = instrument_store(upstream, metrics)
     actions = RunActions(
         ledger=ledger,
@@ -215,9 +223,8 @@ async def create_server(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    reflection.enable_server_reflection(
-        [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-    )
+    # Method names resolve too, so that ghz and grpcurl call RPCs with no proto file.
+    reflection.enable(server, [SERVICE_NAME, health.SERVICE_NAME])
     port = bind(server, config.listen)
     health_server, health_port = (
         await create_health_server(health_servicer, config.health_listen)

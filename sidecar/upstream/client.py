@@ -243,10 +243,13 @@ class GrpcStoreClient:
         return list(response.messages)
 
     async def ping(self) -> None:
-        # Any answer from the store, a refusal included, proves it is there.
+        # Any answer from the store, a refusal included, proves it is there; but one
+        # that refuses our credentials would refuse every write, so it is not ready.
         try:
             await self.get_artifact("actonce-health-probe")
-        except Refusal:
+        except Refusal as refusal:
+            if refusal.code == "FORBIDDEN":
+                raise StoreUnavailable(f"the store refuses this sidecar: {refusal}") from None
             return
 
     async def close(self) -> None:

@@ -1,0 +1,216 @@
+"""Configuration as an operator meets it: flags, ACTONCE_* variables, and one-line refusals."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sidecar.cli import SERVE_SETTINGS, STORE_SETTINGS
+from tests.harness import free_port
+from tests.server.processes import run_cli, start_cli, wait_for_status
+from tests.server.scrape import scrape, value
+
+
+def assert_one_line_refusal(done: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit code 2 and exactly one line on stderr, naming what is wrong; no traceback."""
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("actonce: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def test_serve_help_lists_every_flag_with_its_variable() -> None:
+    done = run_cli("serve", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())  # argparse wraps lines anywhere
+    for flag, (env, *_rest) in SERVE_SETTINGS.items():
+        assert flag in text, flag
+        assert f"[env {env}]" in text, env
+    for flag in (
+        "--metrics-listen",
+        "--health-listen",
+        "--store-tls-ca",
+        "--store-tls-cert",
+        "--store-tls-key",
+        "--store-token-file",
+        "--grace-period",
+    ):
+        assert flag in SERVE_SETTINGS
+
+
+def test_every_store_flag_has_a_variable_too() -> None:
+    done = run_cli("store", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for flag, (env, *_rest) in STORE_SETTINGS.items():
+        assert flag in text and f"[env {env}]" in text, flag
+    assert "--token-file" in STORE_SETTINGS
+
+
+def test_every_variable_is_named_actonce_and_unique_to_its_flag() -> None:
+    envs = [env for env, *_ in SERVE_SETTINGS.values()]
+    assert all(env.startswith("ACTONCE_") for env in envs)
+    assert len(envs) == len(set(envs))
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        ({"ACTONCE_LISTNE": "127.0.0.1:1"}, ["unknown setting ACTONCE_LISTNE"]),
+        ({"ACTONCE_GRACE_PERIOD": "soon"}, ["ACTONCE_GRACE_PERIOD", "soon"]),
+        ({"ACTONCE_GRACE_PERIOD": "-1"}, ["ACTONCE_GRACE_PERIOD", "greater than 0"]),
+        ({"ACTONCE_METRICS_LISTEN": "9464"}, ["ACTONCE_METRICS_LISTEN", "HOST:PORT"]),
+        ({"ACTONCE_METRICS_LISTEN": "unix:/tmp/m.sock"}, ["ACTONCE_METRICS_LISTEN"]),
+        ({"ACTONCE_HEALTH_LISTEN": "localhost:99999"}, ["ACTONCE_HEALTH_LISTEN"]),
+        ({"ACTONCE_LOG_LEVEL": "loud"}, ["ACTONCE_LOG_LEVEL", "expected one of"]),
+        ({"ACTONCE_STORE_TOKEN_FILE": "/nonexistent/token"}, ["/nonexistent/token", "no such"]),
+    ],
+)
+def test_a_bad_variable_stops_start_up_with_one_line(
+    env: dict[str, str], fragments: list[str]
+) -> None:
+    assert_one_line_refusal(run_cli("serve", env=env), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--bogus"], ["unrecognized arguments: --bogus", "--help"]),
+        (["--listen"], ["--listen", "expected one argument"]),
+        (["--listen", "nowhere"], ["--listen", "HOST:PORT"]),
+        (
+            ["--store-tls-ca", "/nonexistent/ca.pem", "--store-target", "127.0.0.1:1"],
+            ["--store-tls-ca", "/nonexistent/ca.pem"],
+        ),
+    ],
+)
+def test_a_bad_flag_stops_start_up_with_one_line(args: list[str], fragments: list[str]) -> None:
+    assert_one_line_refusal(run_cli("serve", *args), *fragments)
+
+
+def test_a_missing_subcommand_is_one_line_too() -> None:
+    assert_one_line_refusal(run_cli(), "required")
+
+
+def test_upstream_security_needs_an_external_store(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t0ken")
+    assert_one_line_refusal(
+        run_cli("serve", "--store-token-file", str(token)),
+        "--store-token-file",
+        "--store-target",
+    )
+
+
+def test_a_client_certificate_needs_its_key(tmp_path: Path) -> None:
+    cert = tmp_path / "client.crt"
+    cert.write_text("not checked before the pairing")
+    assert_one_line_refusal(
+        run_cli("serve", "--store-target", "127.0.0.1:1", "--store-tls-cert", str(cert)),
+        "--store-tls-cert",
+        "--store-tls-key",
+    )
+
+
+def test_an_empty_token_file_is_refused_at_start(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("\n")
+    done = run_cli(
+        "serve",
+        "--store-target",
+        "127.0.0.1:1",
+        "--store-token-file",
+        str(token),
+        "--data-dir",
+        str(tmp_path / "data"),
+    )
+    assert_one_line_refusal(done, str(token), "empty")
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli(
+            "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "data")
+        )
+    assert_one_line_refusal(done, "cannot start", f"127.0.0.1:{port}")
+
+
+def test_a_flag_wins_over_its_variable(tmp_path: Path) -> None:
+    # Both are malformed-or-wrong in the environment; the flags are what it runs with.
+    api, probes = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    served = start_cli(
+        tmp_path / "sidecar.log",
+        "serve",
+        "--listen",
+        api,
+        "--health-listen",
+        probes,
+        "--grace-period",
+        "1",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--log-format",
+        "json",
+        env={
+            "ACTONCE_LISTEN": "nowhere",
+            "ACTONCE_GRACE_PERIOD": "soon",
+            "ACTONCE_HEALTH_LISTEN": "127.0.0.1:1",
+        },
+    )
+    try:
+        wait_for_status(probes, "SERVING", served=served)
+        wait_for_status(api, "SERVING", served=served)
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(15) == 0
+    finally:
+        served.stop()
+
+
+def test_variables_configure_what_no_flag_names(tmp_path: Path) -> None:
+    api, metrics = f"127.0.0.1:{free_port()}", free_port()
+    served = start_cli(
+        tmp_path / "sidecar.log",
+        "serve",
+        env={
+            "ACTONCE_LISTEN": api,
+            "ACTONCE_DATA_DIR": str(tmp_path / "data"),
+            "ACTONCE_METRICS_LISTEN": f"127.0.0.1:{metrics}",
+            "ACTONCE_LOG_FORMAT": "json",
+        },
+    )
+    try:
+        wait_for_status(api, "SERVING", served=served)
+        assert (tmp_path / "data" / "audit.db").exists()
+        assert value(scrape(metrics), "actonce_draining") == 0
+    finally:
+        served.stop()
+
+
+def test_a_second_sidecar_on_a_port_a_sidecar_holds_is_refused(tmp_path: Path) -> None:
+    # grpc's default SO_REUSEPORT would let the second bind and take half the calls.
+    api = f"127.0.0.1:{free_port()}"
+    first = start_cli(
+        tmp_path / "first.log",
+        "serve",
+        "--listen",
+        api,
+        "--data-dir",
+        str(tmp_path / "one"),
+        "--log-format",
+        "json",
+    )
+    try:
+        wait_for_status(api, "SERVING", served=first)
+        second = run_cli("serve", "--listen", api, "--data-dir", str(tmp_path / "two"))
+        assert_one_line_refusal(second, "cannot start", api, "in use")
+    finally:
+        first.stop()

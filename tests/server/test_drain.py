@@ -1,0 +1,139 @@
+"""Graceful drain of a real `actonce serve` process on SIGTERM, with a slow call in flight."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
+from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from sidecar._gen.actonce.v1 import types_pb2
+from sidecar.audit_command import open_reader
+from sidecar.ledger.base import Phase
+from tests.harness import free_port, refusal, start_store
+from tests.server.processes import Served, health_status, start_cli, wait_for_status
+from tests.server.stores import SlowCreates
+
+
+def serve(tmp_path: Path, store_target: str, grace: float) -> tuple[Served, str, str]:
+    """`actonce serve` against ``store_target``, SERVING; its API and probe addresses."""
+    api, probes = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    served = start_cli(
+        tmp_path / "sidecar.log",
+        "serve",
+        "--listen",
+        api,
+        "--health-listen",
+        probes,
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--store-target",
+        store_target,
+        "--grace-period",
+        str(grace),
+        "--log-format",
+        "json",
+    )
+    wait_for_status(probes, "SERVING", served=served)
+    return served, api, probes
+
+
+def test_sigterm_lets_the_call_in_flight_finish_refuses_new_ones_and_exits_0(
+    tmp_path: Path,
+) -> None:
+    slow = SlowCreates(delay=3.0)
+    store = start_store(tmp_path / "store", interceptors=[slow])
+    served, api, probes = serve(tmp_path, store.target, grace=20)
+    channel = grpc.insecure_channel(api)
+    try:
+        stub = pb_grpc.RunActionsServiceStub(channel)
+        attempt = stub.BeginAttempt(
+            pb.BeginAttemptRequest(run_id="run-drain", rule="triage", checkpoint="c")
+        ).attempt_id
+        in_flight = stub.Create.future(
+            pb.CreateRequest(attempt_id=attempt, kind="ticket", data_json='{"a": 1}')
+        )
+        assert slow.reached.wait(10), "the write never reached the store"
+        signalled = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+
+        # Readiness turns at once; liveness does not, or the kubelet would cut the drain.
+        wait_for_status(probes, "NOT_SERVING", timeout=2)
+        assert health_status(probes, "liveness") == "SERVING"
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.BeginAttempt(pb.BeginAttemptRequest(run_id="late", rule="triage", checkpoint="c"))
+        late = refusal(caught.value)
+        assert (late.code, late.reason, late.failure_class) == (
+            grpc.StatusCode.UNAVAILABLE,
+            "SHUTTING_DOWN",
+            "RETRYABLE",
+        )
+
+        answer = in_flight.result(timeout=15)
+        assert answer.outcome == types_pb2.OUTCOME_APPLIED
+        assert served.process.wait(15) == 0, served.log()[-2000:]
+        # It left as soon as the call finished, not at the end of the grace period.
+        assert time.monotonic() - signalled < 10
+    finally:
+        channel.close()
+        served.stop()
+
+    # The ledger was flushed and closed: the write's outcome is durable after exit.
+    reader = open_reader({"audit_dsn": None, "audit_db": tmp_path / "data" / "audit.db"})
+    try:
+        events = [stored.event for stored in reader.events(run_id="run-drain")]
+    finally:
+        reader.close()
+    outcomes = [e for e in events if e.rpc == "Create" and e.phase == Phase.OUTCOME]
+    assert [e.outcome for e in outcomes] == ["OUTCOME_APPLIED"]
+    assert not [e for e in events if e.run_id == "late"]
+    assert [a.id for a in store.backend.list_artifacts("ticket").artifacts] == [answer.id]
+    store.stop()
+    assert '"event": "draining_calls"' in served.log()
+
+
+def test_a_call_still_running_when_the_grace_period_ends_is_cut_and_the_exit_is_0(
+    tmp_path: Path,
+) -> None:
+    slow = SlowCreates(delay=30.0)
+    store = start_store(tmp_path / "store", interceptors=[slow])
+    served, api, _probes = serve(tmp_path, store.target, grace=1)
+    channel = grpc.insecure_channel(api)
+    try:
+        stub = pb_grpc.RunActionsServiceStub(channel)
+        attempt = stub.BeginAttempt(
+            pb.BeginAttemptRequest(run_id="run-cut", rule="triage", checkpoint="c")
+        ).attempt_id
+        in_flight = stub.Create.future(
+            pb.CreateRequest(attempt_id=attempt, kind="ticket", data_json='{"a": 1}')
+        )
+        assert slow.reached.wait(10)
+        signalled = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+
+        assert served.process.wait(15) == 0, served.log()[-2000:]
+        assert time.monotonic() - signalled < 8
+        with pytest.raises(grpc.RpcError):
+            in_flight.result(timeout=5)
+        assert '"event": "drain_grace_ran_out"' in served.log()
+    finally:
+        channel.close()
+        served.stop()
+        store.stop()
+
+
+def test_sigterm_with_nothing_in_flight_exits_0_at_once(tmp_path: Path) -> None:
+    store = start_store(tmp_path / "store")
+    served, _api, _probes = serve(tmp_path, store.target, grace=30)
+    try:
+        signalled = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(15) == 0, served.log()[-2000:]
+        assert time.monotonic() - signalled < 5
+    finally:
+        served.stop()
+        store.stop()

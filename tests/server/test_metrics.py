@@ -1,0 +1,255 @@
+"""Prometheus metrics, scraped over HTTP from a real sidecar after real calls."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
+from sidecar._gen.actonce.v1 import types_pb2
+from tests.harness import (
+    RunningSidecar,
+    RunningStore,
+    ledger_locked,
+    refusal,
+    sidecar_config,
+    start_sidecar,
+    start_store,
+)
+from tests.server.scrape import scrape, value
+from tests.server.stores import ConcurrentWriter, SlowCreates
+
+
+def metrics_port(running: RunningSidecar) -> int:
+    endpoint = running.sidecar.metrics_endpoint
+    assert endpoint is not None, "the sidecar serves no metrics"
+    return endpoint.port
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[RunningSidecar]:
+    running = start_sidecar(sidecar_config(tmp_path / "data", metrics_listen="127.0.0.1:0"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def create(sc: RunningSidecar, attempt: str, data: Any) -> Any:
+    return sc.stub.Create(
+        pb.CreateRequest(attempt_id=attempt, kind="ticket", data_json=json.dumps(data))
+    )
+
+
+def test_writes_are_counted_by_rpc_and_outcome(sidecar: RunningSidecar) -> None:
+    first = create(sidecar, sidecar.begin("r", checkpoint="c"), {"a": 1})
+    retried = sidecar.begin("r", checkpoint="c")
+    again = create(sidecar, retried, {"a": 1})
+    assert again.outcome == types_pb2.OUTCOME_ALREADY_APPLIED
+    sidecar.stub.Edit(
+        pb.EditRequest(attempt_id=retried, artifact_id=first.id, path="/a", value_json="1")
+    )
+    sidecar.stub.Edit(
+        pb.EditRequest(attempt_id=retried, artifact_id=first.id, path="/b", value_json="2")
+    )
+
+    samples = scrape(metrics_port(sidecar))
+
+    assert value(samples, "actonce_writes_total", rpc="Create", outcome="applied") == 1
+    assert value(samples, "actonce_writes_total", rpc="Create", outcome="already_applied") == 1
+    assert value(samples, "actonce_writes_total", rpc="Edit", outcome="skipped") == 1
+    assert value(samples, "actonce_writes_total", rpc="Edit", outcome="applied") == 1
+    # BeginAttempt answers no Outcome: it is not a write.
+    assert not any(
+        name == "actonce_writes_total" and ("rpc", "BeginAttempt") in labels
+        for name, labels in samples
+    )
+
+
+def test_refusals_are_counted_by_reason_and_failure_class(sidecar: RunningSidecar) -> None:
+    attempt = sidecar.begin()
+    with pytest.raises(grpc.RpcError):
+        sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="ticket", data_json="{"))
+    with pytest.raises(grpc.RpcError):
+        sidecar.stub.Create(pb.CreateRequest(attempt_id="att_unknown", kind="t", data_json="{}"))
+
+    samples = scrape(metrics_port(sidecar))
+
+    assert (
+        value(
+            samples,
+            "actonce_refusals_total",
+            rpc="Create",
+            reason="INVALID_ARGUMENT",
+            failure_class="REFUSED",
+        )
+        == 1
+    )
+    assert (
+        value(
+            samples,
+            "actonce_refusals_total",
+            rpc="Create",
+            reason="UNKNOWN_ATTEMPT",
+            failure_class="RETRYABLE",
+        )
+        == 1
+    )
+    assert value(samples, "actonce_writes_total", rpc="Create", outcome="failed") == 2
+
+
+def test_store_calls_are_timed_by_operation_and_result(sidecar: RunningSidecar) -> None:
+    create(sidecar, sidecar.begin("r", checkpoint="c"), {"a": 1})
+    create(sidecar, sidecar.begin("r", checkpoint="c"), {"a": 1})  # the store refuses the used id
+
+    samples = scrape(metrics_port(sidecar))
+
+    count = "actonce_store_call_seconds_count"
+    assert value(samples, count, operation="create_artifact", result="ok") == 1
+    assert value(samples, count, operation="create_artifact", result="INVALID_STATE") == 1
+    assert (
+        value(samples, "actonce_store_call_seconds_sum", operation="create_artifact", result="ok")
+        > 0
+    )
+
+
+def test_audit_appends_are_timed_and_their_failures_counted(tmp_path: Path) -> None:
+    config = sidecar_config(
+        tmp_path / "data", metrics_listen="127.0.0.1:0", audit_busy_timeout_ms=200
+    )
+    sc = start_sidecar(config)
+    try:
+        attempt = sc.begin()
+        create(sc, attempt, {"a": 1})
+        before = scrape(metrics_port(sc))
+        # BeginAttempt, then the write's intent and outcome: three durable events.
+        assert value(before, "actonce_audit_append_seconds_count") == 3
+        assert value(before, "actonce_audit_append_failures_total") == 0
+        assert value(before, "actonce_audit_commit_events_count") >= 1
+
+        with ledger_locked(config), pytest.raises(grpc.RpcError) as caught:
+            create(sc, attempt, {"a": 2})
+        assert refusal(caught.value).reason == "AUDIT_PERSISTENCE_FAILED"
+
+        after = scrape(metrics_port(sc))
+        assert value(after, "actonce_audit_append_failures_total") >= 1
+        labels = {"rpc": "Create", "reason": "AUDIT_PERSISTENCE_FAILED", "failure_class": "UNKNOWN"}
+        assert value(after, "actonce_refusals_total", **labels) == 1
+    finally:
+        sc.stop()
+
+
+@pytest.mark.parametrize(("conflicts", "rereads"), [(2, 2), (4, 3)])
+def test_version_conflict_rereads_are_counted(tmp_path: Path, conflicts: int, rereads: int) -> None:
+    holder: list[RunningStore] = []
+    store = start_store(tmp_path / "store", interceptors=[ConcurrentWriter(holder, conflicts)])
+    holder.append(store)
+    sc = start_sidecar(
+        sidecar_config(tmp_path / "data", store_target=store.target, metrics_listen="127.0.0.1:0")
+    )
+    try:
+        artifact = create(sc, sc.begin(), {"hot": 0})
+        edit = pb.EditRequest(
+            attempt_id=sc.begin(), artifact_id=artifact.id, path="/mine", value_json="1"
+        )
+        if conflicts <= 3:
+            assert sc.stub.Edit(edit).outcome == types_pb2.OUTCOME_APPLIED
+        else:
+            with pytest.raises(grpc.RpcError) as caught:
+                sc.stub.Edit(edit)
+            assert refusal(caught.value).reason == "VERSION_CONFLICT"
+
+        samples = scrape(metrics_port(sc))
+        assert value(samples, "actonce_version_conflict_rereads_total") == rereads
+        count = "actonce_store_call_seconds_count"
+        assert (
+            value(samples, count, operation="patch_artifact", result="VERSION_CONFLICT")
+            == conflicts
+        )
+    finally:
+        sc.stop()
+        store.stop()
+
+
+def test_in_flight_requests_rise_during_a_call_and_fall_after(tmp_path: Path) -> None:
+    slow = SlowCreates(delay=1.5)
+    store = start_store(tmp_path / "store", interceptors=[slow])
+    sc = start_sidecar(
+        sidecar_config(tmp_path / "data", store_target=store.target, metrics_listen="127.0.0.1:0")
+    )
+    try:
+        attempt = sc.begin()
+        answers: list[Any] = []
+        call = threading.Thread(target=lambda: answers.append(create(sc, attempt, {"a": 1})))
+        call.start()
+        assert slow.reached.wait(10)
+        during = scrape(metrics_port(sc))
+        call.join(10)
+        after = scrape(metrics_port(sc))
+
+        assert value(during, "actonce_in_flight_requests", rpc="Create") == 1
+        assert value(after, "actonce_in_flight_requests", rpc="Create") == 0
+        assert answers and answers[0].outcome == types_pb2.OUTCOME_APPLIED
+        # The slow call shows in the latency histogram's upper buckets, not the lower.
+        bucket = "actonce_request_seconds_bucket"
+        assert value(after, bucket, rpc="Create", code="OK", le="1.0") == 0
+        assert value(after, bucket, rpc="Create", code="OK", le="2.5") == 1
+    finally:
+        sc.stop()
+        store.stop()
+
+
+def test_every_metric_is_prefixed_and_the_unlabelled_ones_show_from_the_start(
+    sidecar: RunningSidecar,
+) -> None:
+    samples = scrape(metrics_port(sidecar))
+    names = {name for name, _labels in samples}
+    assert names, "nothing scraped"
+    assert all(name.startswith("actonce_") for name in names), sorted(names)
+    # Labelled series appear with their first call; these have no labels, so a
+    # dashboard sees them (at 0) before anything happened.
+    for wanted in (
+        "actonce_audit_append_seconds_count",
+        "actonce_audit_append_failures_total",
+        "actonce_audit_commit_seconds_count",
+        "actonce_version_conflict_rereads_total",
+        "actonce_draining",
+    ):
+        assert wanted in names, wanted
+    assert value(samples, "actonce_draining") == 0
+
+
+def test_metrics_stay_off_unless_asked(tmp_path: Path) -> None:
+    sc = start_sidecar(sidecar_config(tmp_path / "data"))
+    try:
+        assert sc.sidecar.metrics_endpoint is None
+    finally:
+        sc.stop()
+
+
+def test_each_sidecar_counts_only_its_own_calls(tmp_path: Path) -> None:
+    one = start_sidecar(sidecar_config(tmp_path / "one", metrics_listen="127.0.0.1:0"))
+    two = start_sidecar(sidecar_config(tmp_path / "two", metrics_listen="127.0.0.1:0"))
+    try:
+        create(one, one.begin(), {"a": 1})
+        assert (
+            value(
+                scrape(metrics_port(one)), "actonce_writes_total", rpc="Create", outcome="applied"
+            )
+            == 1
+        )
+        assert (
+            value(
+                scrape(metrics_port(two)), "actonce_writes_total", rpc="Create", outcome="applied"
+            )
+            == 0
+        )
+    finally:
+        one.stop()
+        two.stop()
