@@ -148,6 +148,7 @@ STORE_SETTINGS: dict[str, Setting] = {
                  "where the store listens: HOST:PORT or unix:PATH"),
     "--data-dir": ("ACTONCE_STORE_DATA_DIR", Path, Path(".actonce-store"),
                    "folder for the store's SQLite file"),
+    "--store-dsn": SERVE_SETTINGS["--store-dsn"],
     # The same variable as the sidecar's --store-token-file: both sides read one Secret.
     "--token-file": ("ACTONCE_STORE_TOKEN_FILE", _readable_file, None,
                      "file holding the bearer token every store call must carry; "
@@ -287,7 +288,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             from sidecar.store.server import serve_store
 
             token = read_token(values["token_file"]) if values["token_file"] else None
-            asyncio.run(serve_store(values["listen"], values["data_dir"], token))
+            asyncio.run(
+                serve_store(values["listen"], values["data_dir"], token, dsn=values["store_dsn"])
+            )
     except ConfigError as exc:
         _fail(str(exc))
     except OSError as exc:
