@@ -105,7 +105,7 @@ SERVE_SETTINGS: dict[str, Setting] = {
     "--store-target": ("ACTONCE_STORE_TARGET", _listen, None,
                        "HOST:PORT of an external artifact store instead of the embedded one"),
     "--store-dsn": ("ACTONCE_STORE_DSN", _dsn, None,
-                    "PostgreSQL DSN for the embedded reference store, instead of DATA_DIR"),
+                    "PostgreSQL DSN for the reference store's data, instead of DATA_DIR"),
     "--send-allowlist": ("ACTONCE_SEND_ALLOWLIST", _allowlist, frozenset(),
                          "comma-separated rules allowed to Send (ask for a thread's turn)"),
     "--store-timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 5.0,
