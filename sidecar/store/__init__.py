@@ -11,6 +11,7 @@ Modules:
 - `refusals`: the one refusal exception and its mapping to gRPC statuses.
 - `backend`: the storage interface, the records it returns, and rules every backend shares.
 - `sqlite`: the SQLite backend (the default).
+- `postgres`: the PostgreSQL backend, for a store shared by many sidecars.
 - `servicer`: the thin gRPC servicer over a backend.
 - `server`: `create_store_server` (tests, embedding) and `serve_store` (the CLI command).
 """
