@@ -1,0 +1,104 @@
+package dev.actonce.client;
+
+import dev.actonce.v1.BeginAttemptRequest;
+import dev.actonce.v1.RunActionsServiceGrpc;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.StatusRuntimeException;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
+
+/**
+ * A channel to one actonce sidecar, and the start of every attempt. Thread-safe; close it when done.
+ *
+ * <p>Every call has a deadline; the channel retries UNAVAILABLE (the sidecar answers it only when
+ * it did not act); every write carries a fresh request_id that a transport retry resends, so a
+ * repeat the sidecar already answered gets the first answer back. Failures throw {@link
+ * ActonceException}.
+ */
+public final class ActonceClient implements AutoCloseable {
+  /**
+   * How long a call may take unless told otherwise: above the sidecar's own store deadline (5 s),
+   * so that a slow store reaches the caller as the sidecar's own error.
+   */
+  public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(10);
+
+  // grpc-java reads service config numbers as doubles.
+  private static final Map<String, ?> SERVICE_CONFIG =
+      Map.of(
+          "methodConfig",
+          List.of(
+              Map.of(
+                  "name", List.of(Map.of("service", RunActionsServiceGrpc.SERVICE_NAME)),
+                  "retryPolicy",
+                      Map.of(
+                          "maxAttempts", 4.0,
+                          "initialBackoff", "0.1s",
+                          "maxBackoff", "1s",
+                          "backoffMultiplier", 2.0,
+                          "retryableStatusCodes", List.of("UNAVAILABLE")))));
+
+  private final ManagedChannel channel;
+  private final RunActionsServiceGrpc.RunActionsServiceBlockingStub stub;
+  private final Duration timeout;
+
+  private ActonceClient(ManagedChannel channel, Duration timeout) {
+    this.channel = channel;
+    this.stub = RunActionsServiceGrpc.newBlockingStub(channel);
+    this.timeout = timeout;
+  }
+
+  /**
+   * Connects to the sidecar at {@code target} ("127.0.0.1:50051", "unix:///run/actonce.sock") in
+   * plaintext: it runs in the agent's pod.
+   */
+  public static ActonceClient connect(String target) {
+    return connect(target, DEFAULT_TIMEOUT);
+  }
+
+  /** Connects with {@code timeout} as the deadline of every call. */
+  public static ActonceClient connect(String target, Duration timeout) {
+    return connect(ManagedChannelBuilder.forTarget(target).usePlaintext(), timeout);
+  }
+
+  /**
+   * Connects through a channel builder of the caller's (credentials, executors); the client adds
+   * its retry policy to it.
+   */
+  public static ActonceClient connect(ManagedChannelBuilder<?> builder, Duration timeout) {
+    ManagedChannel channel = builder.defaultServiceConfig(SERVICE_CONFIG).enableRetry().build();
+    return new ActonceClient(channel, timeout);
+  }
+
+  /** Starts one try of a run from its last checkpoint. */
+  public Attempt begin(Run run) {
+    BeginAttemptRequest.Builder request =
+        BeginAttemptRequest.newBuilder()
+            .setRunId(run.runId())
+            .setRule(run.rule())
+            .setCheckpoint(run.checkpoint());
+    run.leaseDeadline().ifPresent(d -> request.setLeaseDeadline(Attempt.timestamp(d)));
+    String attemptId = call(s -> s.beginAttempt(request.build())).getAttemptId();
+    return new Attempt(this, attemptId, run);
+  }
+
+  /** One unary call with the client's deadline; its failure becomes an ActonceException. */
+  <T> T call(Function<RunActionsServiceGrpc.RunActionsServiceBlockingStub, T> method) {
+    try {
+      return method.apply(stub.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS));
+    } catch (StatusRuntimeException e) {
+      throw ActonceException.from(e);
+    }
+  }
+
+  @Override
+  public void close() throws InterruptedException {
+    channel.shutdown();
+    if (!channel.awaitTermination(5, TimeUnit.SECONDS)) {
+      channel.shutdownNow();
+    }
+  }
+}

@@ -1,0 +1,4 @@
+package dev.actonce.client;
+
+/** An attempt's writes by outcome. */
+public record Counts(long applied, long alreadyApplied, long skipped, long failed) {}

@@ -1,0 +1,86 @@
+package dev.actonce.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import dev.actonce.client.DerivedIds.WriteType;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.util.List;
+import java.util.Locale;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestFactory;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/** The derived-id scheme's test vectors (docs/derived-id-vectors.json). */
+class DerivedIdsTest {
+  private static JsonObject vectors() throws IOException {
+    String text = Files.readString(Sidecar.REPO.resolve("docs/derived-id-vectors.json"));
+    return JsonParser.parseString(text).getAsJsonObject();
+  }
+
+  private static List<String> identity(WriteType type, JsonObject input) {
+    return switch (type) {
+      case CREATE, CREATE_PROPOSAL ->
+          DerivedIds.createIdentity(text(input, "kind"), text(input, "data_json"));
+      case EDIT, EDIT_PROPOSAL ->
+          DerivedIds.editIdentity(text(input, "artifact_id"), text(input, "path"));
+      case NOTICE, MESSAGE -> DerivedIds.postIdentity(text(input, "thread_id"), text(input, "text"));
+      case THREAD -> DerivedIds.threadIdentity(text(input, "title"));
+      case STEP -> DerivedIds.stepIdentity(text(input, "tool"), text(input, "args_json"));
+    };
+  }
+
+  private static String text(JsonObject object, String key) {
+    return object.get(key).getAsString();
+  }
+
+  @Test
+  void theVectorsAreForThisScheme() throws IOException {
+    JsonObject file = vectors();
+    assertEquals(DerivedIds.SCHEME_VERSION, file.get("scheme_version").getAsInt());
+    assertFalse(file.getAsJsonArray("vectors").isEmpty());
+  }
+
+  @TestFactory
+  Stream<DynamicTest> vectorsMatch() throws IOException {
+    return vectors().getAsJsonArray("vectors").asList().stream()
+        .map(JsonElement::getAsJsonObject)
+        .map(
+            v ->
+                DynamicTest.dynamicTest(
+                    text(v, "name"),
+                    () -> {
+                      WriteType type =
+                          WriteType.valueOf(text(v, "write_type").toUpperCase(Locale.ROOT));
+                      List<String> identity = identity(type, v.getAsJsonObject("input"));
+                      List<String> expected =
+                          v.getAsJsonArray("identity").asList().stream()
+                              .map(JsonElement::getAsString)
+                              .toList();
+                      assertEquals(expected, identity);
+                      String runId = text(v, "run_id");
+                      String checkpoint = text(v, "checkpoint");
+                      int occurrence = v.get("occurrence").getAsInt();
+                      assertEquals(
+                          text(v, "material"),
+                          DerivedIds.material(type, runId, checkpoint, identity, occurrence));
+                      assertEquals(
+                          text(v, "id"),
+                          DerivedIds.deriveId(type, runId, checkpoint, identity, occurrence));
+                    }));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"", "status", "/items/-", "/a~2b", "/a~"})
+  void pathsTheSidecarRefusesAreRefused(String path) {
+    assertThrows(IllegalArgumentException.class, () -> DerivedIds.normalizePath(path));
+  }
+}
