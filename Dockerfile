@@ -1,0 +1,69 @@
+# actonce sidecar image: `actonce serve` as an unprivileged user, ledger and embedded store
+# under /var/lib/actonce.
+#
+# Two stages: the first builds a virtualenv with pip (which needs network and a package build
+# backend), the second copies only that virtualenv onto a plain Debian with its Python
+# interpreter, so no compiler, pip cache or build tool reaches the final image. Both stages use
+# the same base so that the virtualenv's interpreter path (/usr/bin/python3) exists in both.
+#
+# Debian package versions are pinned so that a rebuild cannot silently change the interpreter;
+# bump them together with the base image.
+
+FROM debian:bookworm-slim AS build
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        ca-certificates=20250419~deb12u2 \
+        python3=3.11.2-1+b1 \
+        python3-venv=3.11.2-1+b1 \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY pyproject.toml constraints.txt README.md ./
+COPY sidecar ./sidecar
+
+# constraints.txt pins every dependency to the versions the tests ran with. A network that
+# re-signs TLS can hand its CA in as the optional build secret `ca-bundle`; a secret mount is
+# never written into a layer.
+RUN --mount=type=secret,id=ca-bundle,required=false \
+    if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+    && python3 -m venv /opt/actonce \
+    && /opt/actonce/bin/pip install -c constraints.txt . \
+    && /opt/actonce/bin/pip uninstall -y pip setuptools
+
+FROM debian:bookworm-slim
+
+ENV DEBIAN_FRONTEND=noninteractive
+
+# Only the interpreter: the virtualenv from the build stage carries every Python dependency.
+# A fixed numeric user lets Kubernetes verify runAsNonRoot without resolving names.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3=3.11.2-1+b1 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --uid 10001 --user-group --no-create-home \
+        --home-dir /var/lib/actonce --shell /usr/sbin/nologin actonce \
+    && install -d -o 10001 -g 10001 -m 0750 /var/lib/actonce
+
+COPY --from=build /opt/actonce /opt/actonce
+
+# Loopback is reachable from every container of the pod (they share its network namespace)
+# and from nothing outside it. Health and metrics stay off until a deployment names a port
+# for them (ACTONCE_HEALTH_LISTEN, ACTONCE_METRICS_LISTEN): the kubelet and Prometheus reach
+# the pod's address, not its loopback.
+ENV PATH=/opt/actonce/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    ACTONCE_LISTEN=127.0.0.1:50051 \
+    ACTONCE_DATA_DIR=/var/lib/actonce \
+    ACTONCE_LOG_FORMAT=json
+
+VOLUME ["/var/lib/actonce"]
+WORKDIR /var/lib/actonce
+USER 10001:10001
+EXPOSE 50051
+
+ENTRYPOINT ["actonce", "serve"]
