@@ -1,0 +1,114 @@
+"""``python -m chaos``: run seeds, print the summary table, write chaos/out/summary.md.
+
+Exit status 0 when every seed found no duplicate, no loss and no violation; 1 otherwise,
+after printing each failing seed with the command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from chaos import pg
+from chaos.report import failures, summary_markdown, table, totals
+from chaos.runner import SeedResult, run_seeds
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK_SEEDS = {"sqlite": range(0, 4), "postgres": range(0, 2)}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--seeds", type=int, help="run seeds FIRST..FIRST+N-1")
+    which.add_argument("--seed", type=int, help="replay one seed, with its findings in full")
+    which.add_argument(
+        "--quick", action="store_true", help="a few seeds per backend, for `make test`"
+    )
+    parser.add_argument("--first", type=int, default=0, help="first seed of --seeds (default 0)")
+    parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="sqlite")
+    parser.add_argument(
+        "--topology",
+        choices=("embedded", "standalone"),
+        help="force where the store runs (default: the seed decides)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(3, os.cpu_count() or 1),
+        help="seeds run at once, each in a worker process",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "chaos" / "out")
+    parser.add_argument("--keep", action="store_true", help="keep every seed's files and databases")
+    parser.add_argument(
+        "--shared-pg",
+        action="store_true",
+        help="use the shared test PostgreSQL server, not the private chaos one",
+    )
+    return parser
+
+
+def _progress(done: SeedResult) -> None:
+    mark = "ok" if done.ok else "FAILED"
+    print(
+        f"[{done.backend}] seed {done.seed:>4} {done.topology:<10} "
+        f"kills {done.sidecar_kills}/{done.store_kills} attempts {done.attempts:>3} "
+        f"acks {done.acks:>3} {done.seconds:5.1f}s {mark}",
+        flush=True,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    backends = ("sqlite", "postgres") if args.backend == "both" or args.quick else (args.backend,)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = out / "seeds"
+    rows = []
+    everything: list[SeedResult] = []
+    for backend in backends:
+        if args.quick:
+            seeds: range = QUICK_SEEDS[backend]
+        elif args.seed is not None:
+            seeds = range(args.seed, args.seed + 1)
+        else:
+            seeds = range(args.first, args.first + (args.seeds or 200))
+        server = (
+            pg.server_dsn(private=not (args.shared_pg or args.quick))
+            if backend == "postgres"
+            else None
+        )
+        started = time.monotonic()
+        results: list[SeedResult] = []
+        results.extend(
+            run_seeds(
+                seeds,
+                backend,
+                workdir,
+                jobs=1 if args.seed is not None else args.jobs,
+                pg_server=server,
+                topology=args.topology,
+                keep=args.keep or args.seed is not None,
+                progress=_progress,
+            )
+        )
+        rows.append(totals(backend, results, time.monotonic() - started))
+        everything.extend(results)
+    print()
+    print(table(rows))
+    failed = failures(everything, limit=200 if args.seed is not None else 20)
+    if failed:
+        print()
+        print(failed)
+    command = "python -m chaos " + shlex.join(argv if argv is not None else sys.argv[1:])
+    (out / "summary.md").write_text(summary_markdown(rows, everything, command.strip()))
+    print(f"\nsummary written to {out / 'summary.md'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,534 @@
+"""The scripted agent and the queue that retries its run.
+
+The agent makes a run's planned writes through the sidecar, segment by segment. Each attempt
+begins from the run's last recorded checkpoint; when any call of the attempt fails, the
+attempt is over and the queue begins a new one, as a queue whose lease ran out would. The
+order of a phase's writes, whether they go at once, and how their JSON is spelled change from
+attempt to attempt, as a model's would; what the writes are does not.
+
+Everything the agent was told is recorded: each acknowledged write (the checker demands a
+durable audit outcome for each, and the object in the store), each tool it actually ran
+(the checker demands that a non-idempotent tool ran at most once), and anything the sidecar
+answered that the contract does not allow.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import grpc
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from chaos.plan import Effect, Op, OpKind, RunPlan, render_json
+from chaos.processes import Killer
+from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
+from sidecar._gen.actonce.v1 import types_pb2
+
+SERVICE = "actonce.v1.RunActionsService"
+# How long the agent waits for one answer: far above any healthy call, so that only a
+# stuck sidecar runs into it.
+CALL_TIMEOUT_SECONDS = 15.0
+
+APPLIED = "OUTCOME_APPLIED"
+ALREADY_APPLIED = "OUTCOME_ALREADY_APPLIED"
+SKIPPED = "OUTCOME_SKIPPED"
+
+# Transport failures with no ErrorInfo that mean "the sidecar is not there": retry the run.
+_TRANSPORT_RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+}
+
+R = TypeVar("R", bound=Message)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed call as the agent sees it: its status and, if any, its ErrorInfo."""
+
+    code: str
+    reason: str
+    failure_class: str
+    message: str
+    metadata: dict[str, str]
+
+    @property
+    def retryable(self) -> bool:
+        if self.reason:
+            return self.failure_class == "RETRYABLE"
+        return self.code in {c.name for c in _TRANSPORT_RETRYABLE}
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.reason or '(no ErrorInfo)'}/{self.failure_class}: {self.message}"
+
+
+def failure_of(error: grpc.RpcError) -> Failure:
+    """Decode a failed call: status code, and the ErrorInfo the sidecar attaches."""
+    call = cast(grpc.Call, error)
+    code = call.code()
+    status = rpc_status.from_call(call)
+    if status is not None:
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return Failure(
+                    code.name,
+                    info.reason,
+                    info.metadata.get("failure_class", ""),
+                    status.message,
+                    dict(info.metadata),
+                )
+    return Failure(code.name, "", "", call.details() or "", {})
+
+
+class AttemptFailed(Exception):
+    """A call of the attempt failed; the attempt is over."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+class Api:
+    """Blocking calls to a sidecar's RunActionsService."""
+
+    def __init__(self, target: str) -> None:
+        # Short reconnect backoff: after a restart the agent should find the sidecar at once,
+        # not after gRPC's default backoff of up to two minutes.
+        self.channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.initial_reconnect_backoff_ms", 50),
+                ("grpc.min_reconnect_backoff_ms", 50),
+                ("grpc.max_reconnect_backoff_ms", 500),
+            ],
+        )
+
+    def method(self, name: str, response: type[R]) -> Callable[[Message], R]:
+        call = self.channel.unary_unary(
+            f"/{SERVICE}/{name}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response.FromString,
+        )
+
+        def invoke(request: Message) -> R:
+            return cast(R, call(request, timeout=CALL_TIMEOUT_SECONDS))
+
+        return invoke
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@dataclass(frozen=True)
+class Ack:
+    """A write the sidecar acknowledged."""
+
+    run_id: str
+    attempt_id: str
+    op_index: int
+    rpc: str
+    id: str
+    outcome: str
+    version: int = 0
+    artifact_id: str = ""
+    path: str = ""
+    effect: int = 0
+
+
+@dataclass(frozen=True)
+class Execution:
+    """A tool the agent actually ran, after BeginStep told it to."""
+
+    run_id: str
+    step_id: str
+    tool: str
+    effect: Effect
+
+
+@dataclass
+class RunResult:
+    """What happened to one run."""
+
+    run_id: str
+    finished: bool = False
+    # The step refused IN_DOUBT, when the run settled that way (an operator decides).
+    in_doubt_step: str = ""
+    attempts: int = 0
+    checkpoints_lost: int = 0
+    acks: list[Ack] = field(default_factory=list)
+    executions: list[Execution] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+
+
+def expected_result(op: Op) -> Any:
+    """What a tool returns: a function of what the call is, so that a result recorded by an
+    earlier attempt is what this one would have got."""
+    return {"tool": op.tool, "args": op.args}
+
+
+def _outcome(value: int) -> str:
+    return types_pb2.Outcome.Name(value)
+
+
+class Agent:
+    """Runs one run to the end: its writes, and the queue's retries."""
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        api: Api,
+        killer: Killer,
+        *,
+        seed: int,
+        lost_checkpoint_rate: float,
+        max_attempts: int = 300,
+        deadline_seconds: float = 240.0,
+    ) -> None:
+        self.plan = plan
+        self.killer = killer
+        self.seed = seed
+        self.lost_checkpoint_rate = lost_checkpoint_rate
+        self.max_attempts = max_attempts
+        self.deadline_seconds = deadline_seconds
+        self.result = RunResult(plan.run_id)
+        self._lock = threading.Lock()
+        self._begin = api.method("BeginAttempt", pb.BeginAttemptResponse)
+        self._end = api.method("EndAttempt", pb.EndAttemptResponse)
+        self._create = api.method("Create", pb.CreateResponse)
+        self._edit = api.method("Edit", pb.EditResponse)
+        self._notice = api.method("Notice", pb.NoticeResponse)
+        self._send = api.method("Send", pb.SendResponse)
+        self._thread = api.method("CreateThread", pb.CreateThreadResponse)
+        self._read = api.method("Read", pb.ReadResponse)
+        self._begin_step = api.method("BeginStep", pb.BeginStepResponse)
+        self._end_step = api.method("EndStep", pb.EndStepResponse)
+
+    # -- the queue --------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        queue_rng = random.Random(f"{self.seed}/{self.plan.run_id}/queue")
+        ids: dict[int, str] = {}
+        lost: set[int] = set()
+        segment_no = 0
+        failures_in_a_row = 0
+        started = time.monotonic()
+        while segment_no < len(self.plan.segments):
+            if (
+                self.result.attempts >= self.max_attempts
+                or time.monotonic() - started > self.deadline_seconds
+            ):
+                self._violation(
+                    f"run did not finish after {self.result.attempts} attempts "
+                    f"(segment {segment_no})"
+                )
+                return self.result
+            self.result.attempts += 1
+            rng = random.Random(f"{self.seed}/{self.plan.run_id}/{self.result.attempts}")
+            segment = self.plan.segments[segment_no]
+            known = dict(ids)
+            try:
+                attempt = self._call(
+                    self._begin,
+                    pb.BeginAttemptRequest(
+                        run_id=self.plan.run_id,
+                        rule=self.plan.rule,
+                        checkpoint=segment.checkpoint,
+                    ),
+                ).attempt_id
+                for phase in segment.phases:
+                    self._phase(attempt, phase, known, rng)
+                    if rng.random() < 0.3:
+                        self._read_back(attempt, known, rng)
+                self._call(self._end, pb.EndAttemptRequest(attempt_id=attempt))
+            except AttemptFailed as failed:
+                failure = failed.failure
+                self.result.failures[failure.reason or failure.code] += 1
+                if failure.reason == "IN_DOUBT":
+                    # ADR-111: never re-run automatically; the run settles for an operator.
+                    self.result.in_doubt_step = failure.metadata.get("step_id", "?")
+                    return self.result
+                if not failure.retryable:
+                    self._violation(f"attempt {self.result.attempts} got {failure}")
+                    return self.result
+                failures_in_a_row += 1
+                time.sleep(min(0.02 * 2**failures_in_a_row, 0.5))
+                continue
+            failures_in_a_row = 0
+            if segment_no not in lost and queue_rng.random() < self.lost_checkpoint_rate:
+                # The worker died right after the attempt finished: the checkpoint was never
+                # recorded, and the segment runs again from the old one.
+                lost.add(segment_no)
+                self.result.checkpoints_lost += 1
+                continue
+            ids = known
+            segment_no += 1
+        self.result.finished = True
+        return self.result
+
+    # -- one attempt ------------------------------------------------------------
+
+    def _phase(
+        self, attempt: str, phase: tuple[Op, ...], known: dict[int, str], rng: random.Random
+    ) -> None:
+        ops = list(phase)
+        rng.shuffle(ops)
+        workers = rng.choice((1, 1, 2, 4))
+        # Each write gets its own generator, seeded here, so that threads do not race on one.
+        seeds = [rng.random() for _ in ops]
+        found: dict[int, str] = {}
+        if workers == 1:
+            for op, s in zip(ops, seeds, strict=True):
+                found.update(self._op(attempt, op, known, random.Random(s)))
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                futures = [
+                    pool.submit(self._op, attempt, op, known, random.Random(s))
+                    for op, s in zip(ops, seeds, strict=True)
+                ]
+                first: AttemptFailed | None = None
+                for future in futures:
+                    try:
+                        found.update(future.result())
+                    except AttemptFailed as failed:
+                        first = first or failed
+                if first is not None:
+                    raise first
+        known.update(found)
+
+    def _op(
+        self, attempt: str, op: Op, known: dict[int, str], rng: random.Random
+    ) -> dict[int, str]:
+        request_id = f"{attempt[-8:]}:{op.index}"
+        if op.kind in (OpKind.CREATE, OpKind.PROPOSE_CREATE):
+            propose = op.kind is OpKind.PROPOSE_CREATE
+            created = self._write(
+                self._create,
+                pb.CreateRequest(
+                    attempt_id=attempt,
+                    kind=op.artifact_kind,
+                    data_json=render_json(op.data, rng),
+                    propose=propose,
+                    request_id=request_id,
+                ),
+                op,
+            )
+            self._expect(op, created.outcome, (APPLIED, ALREADY_APPLIED))
+            self._ack(attempt, op, "Create", created.id, created.outcome, created.version)
+            return {} if propose else {op.index: created.id}
+        if op.kind in (OpKind.EDIT, OpKind.PROPOSE_EDIT):
+            propose = op.kind is OpKind.PROPOSE_EDIT
+            artifact_id = known[op.target]
+            edited = self._write(
+                self._edit,
+                pb.EditRequest(
+                    attempt_id=attempt,
+                    artifact_id=artifact_id,
+                    path=op.path,
+                    value_json=render_json(op.value, rng),
+                    propose=propose,
+                    request_id=request_id,
+                ),
+                op,
+            )
+            allowed = (APPLIED, ALREADY_APPLIED) if propose else (APPLIED, SKIPPED)
+            self._expect(op, edited.outcome, allowed)
+            self._ack(
+                attempt,
+                op,
+                "Edit",
+                edited.proposal_id,
+                edited.outcome,
+                edited.version,
+                artifact_id=artifact_id,
+                path=op.path,
+            )
+            return {}
+        if op.kind is OpKind.THREAD:
+            thread = self._write(
+                self._thread,
+                pb.CreateThreadRequest(attempt_id=attempt, title=op.title, request_id=request_id),
+                op,
+            )
+            self._expect(op, thread.outcome, (APPLIED, ALREADY_APPLIED))
+            self._ack(attempt, op, "CreateThread", thread.thread_id, thread.outcome)
+            return {op.index: thread.thread_id}
+        if op.kind in (OpKind.NOTICE, OpKind.SEND):
+            if op.kind is OpKind.NOTICE:
+                posted: pb.NoticeResponse | pb.SendResponse = self._write(
+                    self._notice,
+                    pb.NoticeRequest(
+                        attempt_id=attempt,
+                        thread_id=known[op.target],
+                        text=op.text,
+                        request_id=request_id,
+                    ),
+                    op,
+                )
+            else:
+                posted = self._write(
+                    self._send,
+                    pb.SendRequest(
+                        attempt_id=attempt,
+                        thread_id=known[op.target],
+                        text=op.text,
+                        request_id=request_id,
+                    ),
+                    op,
+                )
+            self._expect(op, posted.outcome, (APPLIED, ALREADY_APPLIED))
+            rpc = "Notice" if op.kind is OpKind.NOTICE else "Send"
+            self._ack(attempt, op, rpc, posted.message_id, posted.outcome)
+            return {}
+        self._step(attempt, op, rng, request_id)
+        return {}
+
+    def _step(self, attempt: str, op: Op, rng: random.Random, request_id: str) -> None:
+        began = self._write(
+            self._begin_step,
+            pb.BeginStepRequest(
+                attempt_id=attempt,
+                tool=op.tool,
+                effect=int(op.effect),  # type: ignore[arg-type]
+                args_json=render_json(op.args, rng),
+                request_id=request_id,
+            ),
+            op,
+        )
+        self._expect(op, began.outcome, (APPLIED, ALREADY_APPLIED))
+        self._ack(attempt, op, "BeginStep", began.step_id, began.outcome, effect=int(op.effect))
+        if _outcome(began.outcome) == ALREADY_APPLIED:
+            # An earlier attempt ran it and recorded what it returned: not run again.
+            recorded = json.loads(began.result_json) if began.result_json else None
+            if recorded != expected_result(op):
+                self._violation(f"step {began.step_id} replayed result {began.result_json!r}")
+            return
+        with self._lock:
+            self.result.executions.append(
+                Execution(self.plan.run_id, began.step_id, op.tool, op.effect)
+            )
+        ended = self._write(
+            self._end_step,
+            pb.EndStepRequest(
+                attempt_id=attempt,
+                step_id=began.step_id,
+                result_json=render_json(expected_result(op), rng),
+                request_id=request_id + ":end",
+            ),
+            op,
+            repeat=False,
+        )
+        self._expect(op, ended.outcome, (APPLIED, ALREADY_APPLIED))
+        self._ack(attempt, op, "EndStep", began.step_id, ended.outcome, effect=int(op.effect))
+
+    def _read_back(self, attempt: str, known: dict[int, str], rng: random.Random) -> None:
+        if not known:
+            return
+        index = rng.choice(sorted(known))
+        target = known[index]
+        request = (
+            pb.ReadRequest(attempt_id=attempt, thread_id=target)
+            if target.startswith("thr_")
+            else pb.ReadRequest(attempt_id=attempt, artifact_id=target)
+        )
+        answer = self._call(self._read, request)
+        if target.startswith("art_"):
+            op = next(op for op in self.plan.ops() if op.index == index)
+            data = json.loads(answer.artifact.data_json)
+            if answer.artifact.id != target or data.get("body") != op.data["body"]:
+                self._violation(f"Read of {target} answered another artifact's data")
+
+    # -- calls ------------------------------------------------------------------
+
+    def _call(self, method: Callable[[Message], R], request: Message) -> R:
+        self.killer.before_call()
+        try:
+            return method(request)
+        except grpc.RpcError as error:
+            failure = failure_of(error)
+            if not failure.reason and failure.code not in {c.name for c in _TRANSPORT_RETRYABLE}:
+                self._violation(f"a status without ErrorInfo: {failure}")
+            raise AttemptFailed(failure) from None
+
+    def _write(
+        self, method: Callable[[Message], R], request: Message, op: Op, *, repeat: bool = True
+    ) -> R:
+        if not (repeat and op.repeat_request):
+            return self._call(method, request)
+        # A transport retry of the same call: one request_id, sent again at once or after the
+        # first answer. Both must get the first answer, and the write is made once.
+        second: list[R | AttemptFailed] = []
+
+        def again() -> None:
+            try:
+                second.append(self._call(method, request))
+            except AttemptFailed as failed:
+                second.append(failed)
+
+        if op.index % 2:
+            twin = threading.Thread(target=again)
+            twin.start()
+            first = self._call(method, request)
+            twin.join()
+        else:
+            first = self._call(method, request)
+            again()
+        answer = second[0]
+        if isinstance(answer, AttemptFailed):
+            raise answer
+        if answer.SerializeToString(deterministic=True) != first.SerializeToString(
+            deterministic=True
+        ):
+            self._violation(f"op {op.index}: a repeated request_id got another answer")
+        return first
+
+    # -- records ----------------------------------------------------------------
+
+    def _expect(self, op: Op, outcome: int, allowed: tuple[str, ...]) -> None:
+        if _outcome(outcome) not in allowed:
+            self._violation(f"op {op.index} ({op.kind}) answered {_outcome(outcome)}")
+
+    def _ack(
+        self,
+        attempt: str,
+        op: Op,
+        rpc: str,
+        id_: str,
+        outcome: int,
+        version: int = 0,
+        *,
+        artifact_id: str = "",
+        path: str = "",
+        effect: int = 0,
+    ) -> None:
+        ack = Ack(
+            self.plan.run_id,
+            attempt,
+            op.index,
+            rpc,
+            id_,
+            _outcome(outcome),
+            version,
+            artifact_id,
+            path,
+            effect,
+        )
+        with self._lock:
+            self.result.acks.append(ack)
+
+    def _violation(self, text: str) -> None:
+        with self._lock:
+            self.result.violations.append(f"{self.plan.run_id}: {text}")

@@ -1,0 +1,470 @@
+"""The independent checker: the store's database and the audit ledger against the plan.
+
+It trusts nothing the sidecar answered. It reads the store's tables directly (SQLite file or
+PostgreSQL database) and the ledger through its read-only readers, and holds them against
+what the plan intends, counted two ways: by content (how many artifacts hold this data, how
+many messages of this text a thread has) and by id (the ids the derived-id specification,
+docs/derived-ids.md, gives each planned write). What the agent was told is only used to
+demand that each acknowledged write is in the store and has a durable audit outcome.
+
+Findings:
+- a duplicate: an object more times than the plan makes it, or a non-idempotent tool run
+  more than once;
+- a loss: a planned or acknowledged object missing, an edit's value not in place, a sent
+  message without its turn request, a finished run's step without its recorded end;
+- a violation: everything else the contract forbids (an acknowledged write without its
+  audit outcome, an outcome that says applied for something the store lacks, an object in
+  the store with no audited intent, a broken hash chain, an unexpected answer).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from chaos.agent import ALREADY_APPLIED, APPLIED, RunResult
+from chaos.plan import Effect, OpKind, RunPlan, SeedPlan
+from sidecar.ledger.base import LedgerReader, StoredEvent
+from sidecar.ledger.inspect import verify
+from sidecar.rules import canonical, ids
+
+
+@dataclass
+class StoreSnapshot:
+    """The store's rows, read directly from its database."""
+
+    # id -> (kind, version, data_json, archived)
+    artifacts: dict[str, tuple[str, int, str, bool]] = field(default_factory=dict)
+    # id -> (kind, data_json, artifact_id, patch_json, base_version)
+    proposals: dict[str, tuple[str, str, str, str, int]] = field(default_factory=dict)
+    threads: dict[str, str] = field(default_factory=dict)
+    # id -> (thread_id, kind, text)
+    messages: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    turn_requests: list[str] = field(default_factory=list)
+
+
+_QUERIES = (
+    ("artifacts", "SELECT id, kind, version, data_json, archived FROM {p}artifacts"),
+    (
+        "proposals",
+        "SELECT id, kind, data_json, artifact_id, patch_json, base_version FROM {p}proposals",
+    ),
+    ("threads", "SELECT id, title FROM {p}threads"),
+    ("messages", "SELECT id, thread_id, kind, text FROM {p}messages"),
+    ("turn_requests", "SELECT message_id FROM {p}turn_requests"),
+)
+
+
+def _snapshot(rows: dict[str, list[tuple[Any, ...]]]) -> StoreSnapshot:
+    snap = StoreSnapshot()
+    for r in rows["artifacts"]:
+        snap.artifacts[str(r[0])] = (str(r[1]), int(r[2]), str(r[3]), bool(r[4]))
+    for r in rows["proposals"]:
+        snap.proposals[str(r[0])] = (str(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]))
+    snap.threads = {str(r[0]): str(r[1]) for r in rows["threads"]}
+    snap.messages = {str(r[0]): (str(r[1]), str(r[2]), str(r[3])) for r in rows["messages"]}
+    snap.turn_requests = [str(r[0]) for r in rows["turn_requests"]]
+    return snap
+
+
+def read_sqlite_store(path: Path) -> StoreSnapshot:
+    """The reference store's SQLite file, opened read-only."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return _snapshot(
+            {name: conn.execute(sql.format(p="")).fetchall() for name, sql in _QUERIES}
+        )
+    finally:
+        conn.close()
+
+
+def read_postgres_store(dsn: str) -> StoreSnapshot:
+    """The reference store's PostgreSQL tables (prefixed ``store_``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return _snapshot(
+            {name: list(conn.execute(sql.format(p="store_")).fetchall()) for name, sql in _QUERIES}
+        )
+
+
+@dataclass
+class Findings:
+    """What the checker found in one seed."""
+
+    duplicates: int = 0
+    losses: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    def duplicate(self, text: str, count: int = 1) -> None:
+        self.duplicates += count
+        self.violations.append(f"DUPLICATE x{count}: {text}")
+
+    def lost(self, text: str, count: int = 1) -> None:
+        self.losses += count
+        self.violations.append(f"LOSS x{count}: {text}")
+
+    def violation(self, text: str) -> None:
+        self.violations.append(text)
+
+
+@dataclass
+class _Expected:
+    """What the plan intends, by derived id and by content."""
+
+    artifacts: dict[str, tuple[str, Any]] = field(default_factory=dict)  # id -> kind, data
+    create_proposals: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    edit_proposals: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> art, path
+    edit_proposal_values: Counter[tuple[str, str, bytes]] = field(default_factory=Counter)
+    threads: dict[str, str] = field(default_factory=dict)
+    messages: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    steps: dict[str, tuple[str, Effect, str]] = field(default_factory=dict)  # tool, effect, run
+    # Counts by content.
+    artifact_bodies: Counter[tuple[str, bytes]] = field(default_factory=Counter)
+    proposal_bodies: Counter[tuple[str, bytes]] = field(default_factory=Counter)
+    titles: Counter[str] = field(default_factory=Counter)
+    posts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+
+def _expected(plan: SeedPlan, results: dict[str, RunResult]) -> _Expected:
+    want = _Expected()
+    for run in plan.runs:
+        _expect_run(run, results[run.run_id], want)
+    return want
+
+
+class _Deriver:
+    """The ids one segment's writes get, in plan order (docs/derived-ids.md)."""
+
+    def __init__(self, run_id: str, checkpoint: str) -> None:
+        self.run_id = run_id
+        self.checkpoint = checkpoint
+        self.taken: Counter[tuple[ids.WriteType, ids.Identity]] = Counter()
+
+    def __call__(self, write_type: ids.WriteType, identity: ids.Identity) -> str:
+        occurrence = self.taken[(write_type, identity)]
+        self.taken[(write_type, identity)] += 1
+        return ids.derive_id(
+            write_type,
+            run_id=self.run_id,
+            checkpoint=self.checkpoint,
+            identity=identity,
+            occurrence=occurrence,
+        )
+
+
+def _expect_run(run: RunPlan, result: RunResult, want: _Expected) -> None:
+    by_index: dict[int, str] = {}
+    for segment in run.segments:
+        derive = _Deriver(run.run_id, segment.checkpoint)
+        for op in segment.ops():
+            if op.kind in (OpKind.CREATE, OpKind.PROPOSE_CREATE):
+                digest = canonical.json_digest(op.data)
+                body = (op.artifact_kind, canonical.canonical(op.data["body"]))
+                if op.kind is OpKind.CREATE:
+                    made = derive(
+                        ids.WriteType.CREATE, ids.create_identity(op.artifact_kind, digest)
+                    )
+                    want.artifacts[made] = (op.artifact_kind, json.loads(json.dumps(op.data)))
+                    want.artifact_bodies[body] += 1
+                    by_index[op.index] = made
+                else:
+                    made = derive(
+                        ids.WriteType.CREATE_PROPOSAL, ids.create_identity(op.artifact_kind, digest)
+                    )
+                    want.create_proposals[made] = (op.artifact_kind, op.data)
+                    want.proposal_bodies[body] += 1
+            elif op.kind is OpKind.EDIT:
+                artifact_id = by_index[op.target]
+                data = want.artifacts[artifact_id][1]
+                key = op.path.removeprefix("/fields/").replace("~1", "/").replace("~0", "~")
+                data["fields"][key] = op.value
+            elif op.kind is OpKind.PROPOSE_EDIT:
+                artifact_id = by_index[op.target]
+                made = derive(ids.WriteType.EDIT_PROPOSAL, ids.edit_identity(artifact_id, op.path))
+                want.edit_proposals[made] = (artifact_id, op.path)
+                want.edit_proposal_values[
+                    (artifact_id, op.path, canonical.canonical(op.value))
+                ] += 1
+            elif op.kind is OpKind.THREAD:
+                made = derive(ids.WriteType.THREAD, ids.thread_identity(op.title))
+                want.threads[made] = op.title
+                want.titles[op.title] += 1
+                by_index[op.index] = made
+            elif op.kind in (OpKind.NOTICE, OpKind.SEND):
+                thread_id = by_index[op.target]
+                write_type = (
+                    ids.WriteType.NOTICE if op.kind is OpKind.NOTICE else ids.WriteType.MESSAGE
+                )
+                kind = "notice" if op.kind is OpKind.NOTICE else "message"
+                made = derive(
+                    write_type, ids.post_identity(thread_id, canonical.text_digest(op.text))
+                )
+                want.messages[made] = (thread_id, kind, op.text)
+                want.posts[(thread_id, kind, op.text)] += 1
+            else:
+                made = derive(
+                    ids.WriteType.STEP, ids.step_identity(op.tool, canonical.json_digest(op.args))
+                )
+                want.steps[made] = (op.tool, op.effect, run.run_id)
+
+
+def _compare_counts(found: Findings, what: str, want: Counter[Any], have: Counter[Any]) -> None:
+    for key in sorted(set(want) | set(have), key=repr):
+        if have[key] > want[key]:
+            found.duplicate(
+                f"{what} {key!r}: {have[key]} in the store, planned {want[key]}",
+                have[key] - want[key],
+            )
+        elif have[key] < want[key]:
+            found.lost(
+                f"{what} {key!r}: {have[key]} in the store, planned {want[key]}",
+                want[key] - have[key],
+            )
+
+
+def _compare_ids(found: Findings, what: str, want: Iterable[str], have: Iterable[str]) -> None:
+    expected, actual = set(want), set(have)
+    for missing in sorted(expected - actual):
+        found.violation(f"{what} {missing} (planned, by its derived id) is not in the store")
+    for extra in sorted(actual - expected):
+        found.violation(f"{what} {extra} is in the store but no planned write has its id")
+
+
+def check(
+    plan: SeedPlan,
+    results: dict[str, RunResult],
+    store: StoreSnapshot,
+    reader: LedgerReader,
+) -> Findings:
+    """Hold the store and the ledger against the plan and the agent's acknowledgements."""
+    found = Findings()
+    for result in results.values():
+        for text in result.violations:
+            found.violation(text)
+        if not result.finished and not result.in_doubt_step:
+            found.violation(f"{result.run_id}: the run neither finished nor settled in doubt")
+    want = _expected(plan, results)
+    complete = all(r.finished or r.in_doubt_step for r in results.values())
+
+    # By content: how many times each planned thing is in the store.
+    have_bodies = Counter(
+        (kind, canonical.canonical(json.loads(data)["body"]))
+        for kind, _v, data, _a in store.artifacts.values()
+    )
+    have_proposal_bodies = Counter(
+        (kind, canonical.canonical(json.loads(data)["body"]))
+        for kind, data, artifact_id, _p, _b in store.proposals.values()
+        if not artifact_id
+    )
+    have_edit_proposals: Counter[tuple[str, str, bytes]] = Counter()
+    for _k, _d, artifact_id, patch_json, _b in store.proposals.values():
+        if artifact_id:
+            (operation,) = json.loads(patch_json)
+            have_edit_proposals[
+                (artifact_id, operation["path"], canonical.canonical(operation["value"]))
+            ] += 1
+    if complete:
+        _compare_counts(found, "artifact", want.artifact_bodies, have_bodies)
+        _compare_counts(found, "proposed create", want.proposal_bodies, have_proposal_bodies)
+        _compare_counts(found, "proposed edit", want.edit_proposal_values, have_edit_proposals)
+        _compare_counts(found, "thread titled", want.titles, Counter(store.threads.values()))
+        _compare_counts(found, "message", want.posts, Counter(store.messages.values()))
+        # By id: the derived-id specification says which ids the plan's writes have.
+        _compare_ids(found, "artifact", want.artifacts, store.artifacts)
+        _compare_ids(
+            found, "proposal", [*want.create_proposals, *want.edit_proposals], store.proposals
+        )
+        _compare_ids(found, "thread", want.threads, store.threads)
+        _compare_ids(found, "message", want.messages, store.messages)
+        # Every edit's value is in place: the final document is the plan's.
+        for artifact_id, (_kind, data) in want.artifacts.items():
+            stored = store.artifacts.get(artifact_id)
+            if stored is not None and canonical.canonical(
+                json.loads(stored[2])
+            ) != canonical.canonical(data):
+                found.lost(
+                    f"artifact {artifact_id} holds {stored[2]}, the plan leaves {json.dumps(data)}"
+                )
+
+    # A sent message and its turn request commit together: none untaken, none twice.
+    turns = Counter(store.turn_requests)
+    for message_id, (_thread, kind, _text) in store.messages.items():
+        if kind == "message" and turns[message_id] != 1:
+            found.lost(f"message {message_id} has {turns[message_id]} turn requests")
+    for message_id in turns:
+        if store.messages.get(message_id, ("", "", ""))[1] != "message":
+            found.violation(f"turn request for {message_id}, which is no sent message")
+
+    events = list(reader.events())
+    _check_ledger(found, plan, results, store, events, want)
+    verdict = verify(reader)
+    if not verdict.intact:
+        found.violation(f"ledger chain broken at event {verdict.first_bad}: {verdict.problem}")
+    return found
+
+
+def _check_ledger(
+    found: Findings,
+    plan: SeedPlan,
+    results: dict[str, RunResult],
+    store: StoreSnapshot,
+    events: list[StoredEvent],
+    want: _Expected,
+) -> None:
+    outcomes: dict[tuple[str, str], list[StoredEvent]] = defaultdict(list)
+    intents: dict[str, list[StoredEvent]] = defaultdict(list)
+    step_ends: set[tuple[str, str]] = set()
+    ended_steps: set[str] = set()
+    for stored in events:
+        e = stored.event
+        if e.phase == "outcome":
+            outcomes[(e.attempt_id, e.derived_id)].append(stored)
+        elif e.phase in ("intent", "step_begin"):
+            intents[e.derived_id].append(stored)
+        elif e.phase == "step_end":
+            step_ends.add((e.attempt_id, e.derived_id))
+            ended_steps.add(e.derived_id)
+
+    # Every acknowledged write: in the store, with a durable outcome saying what was answered.
+    tables: dict[str, dict[str, Any]] = {
+        "Create": {**store.artifacts, **store.proposals},
+        "CreateThread": store.threads,
+        "Notice": store.messages,
+        "Send": store.messages,
+    }
+    for result in results.values():
+        for ack in result.acks:
+            if ack.rpc in tables and ack.id not in tables[ack.rpc]:
+                found.lost(f"acknowledged {ack.rpc} {ack.id} ({ack.outcome}) is not in the store")
+            if ack.rpc == "Edit" and ack.id and ack.id not in store.proposals:
+                found.lost(f"acknowledged proposed edit {ack.id} is not in the store")
+            if ack.rpc == "Edit" and ack.artifact_id not in store.artifacts:
+                found.lost(f"edited artifact {ack.artifact_id} is not in the store")
+            if ack.rpc == "EndStep":
+                if (ack.attempt_id, ack.id) not in step_ends:
+                    found.violation(f"acknowledged EndStep of {ack.id} has no durable step end")
+                continue
+            if ack.rpc == "BeginStep" and ack.effect == Effect.READ_ONLY:
+                continue  # read-only steps are audited fail-soft (ADR-111)
+            if not _audited(
+                ack.rpc,
+                ack.attempt_id,
+                ack.id,
+                ack.artifact_id,
+                ack.path,
+                ack.outcome,
+                ack.version,
+                outcomes,
+                intents,
+            ):
+                found.violation(
+                    f"acknowledged {ack.rpc} {ack.id or ack.path} ({ack.outcome}) in "
+                    f"{ack.attempt_id} has no durable audit outcome"
+                )
+
+    # Every outcome that says applied names something the store holds.
+    by_write_type: dict[str, dict[str, Any]] = {
+        "create": store.artifacts,
+        "create_proposal": store.proposals,
+        "edit_proposal": store.proposals,
+        "thread": store.threads,
+        "notice": store.messages,
+        "message": store.messages,
+    }
+    for (attempt_id, derived_id), stored_events in outcomes.items():
+        for stored in stored_events:
+            e = stored.event
+            if e.outcome not in (APPLIED, ALREADY_APPLIED):
+                continue
+            table = by_write_type.get(e.write_type)
+            if table is not None and derived_id not in table:
+                found.violation(
+                    f"ledger #{stored.seq} says {e.outcome} for {derived_id}, which the store lacks"
+                )
+            if e.write_type == "edit":
+                artifact_id = next(
+                    (
+                        str(i.event.detail.get("artifact_id", ""))
+                        for i in intents[derived_id]
+                        if i.event.attempt_id == attempt_id
+                    ),
+                    "",
+                )
+                version = int(e.detail.get("version", 0))
+                stored_artifact = store.artifacts.get(artifact_id)
+                if stored_artifact is None or stored_artifact[1] < version:
+                    found.violation(
+                        f"ledger #{stored.seq} says edit {derived_id} made version "
+                        f"{version} of {artifact_id}, beyond the store's"
+                    )
+
+    # Nothing reached the store without its audited intent first.
+    for what, table in (
+        ("artifact", store.artifacts),
+        ("proposal", store.proposals),
+        ("thread", store.threads),
+        ("message", store.messages),
+    ):
+        for object_id in table:
+            if not intents.get(object_id):
+                found.violation(f"{what} {object_id} is in the store with no audited intent")
+
+    # Tools: a non-idempotent one ran at most once; a finished run's steps all ended.
+    executions: Counter[str] = Counter()
+    for result in results.values():
+        for execution in result.executions:
+            executions[execution.step_id] += 1
+            if (
+                execution.effect is Effect.NON_IDEMPOTENT_WRITE
+                and executions[execution.step_id] > 1
+            ):
+                found.duplicate(f"non-idempotent tool {execution.tool} ran again")
+    doubted = {r.in_doubt_step for r in results.values() if r.in_doubt_step}
+    for step_id, (tool, effect, run_id) in want.steps.items():
+        if step_id in doubted:
+            began_earlier = intents.get(step_id)
+            if effect is not Effect.NON_IDEMPOTENT_WRITE or not began_earlier:
+                found.violation(f"step {step_id} ({tool}) refused IN_DOUBT without cause")
+            elif step_id in ended_steps:
+                found.violation(f"step {step_id} ({tool}) refused IN_DOUBT though it ended")
+            continue
+        # A run in doubt got as far as its last step: every other step ended before it.
+        run = results[run_id]
+        if (run.finished or run.in_doubt_step) and step_id not in ended_steps:
+            found.lost(f"step {step_id} ({tool}) of a finished run has no recorded end")
+
+
+def _audited(
+    rpc: str,
+    attempt_id: str,
+    id_: str,
+    artifact_id: str,
+    path: str,
+    outcome: str,
+    version: int,
+    outcomes: dict[tuple[str, str], list[StoredEvent]],
+    intents: dict[str, list[StoredEvent]],
+) -> bool:
+    if rpc == "Edit" and not id_:
+        # A direct edit sends no id to the store: its audit is found through its intent.
+        candidates = [
+            i.event.derived_id
+            for events in intents.values()
+            for i in events
+            if i.event.attempt_id == attempt_id
+            and i.event.rpc == "Edit"
+            and i.event.detail.get("artifact_id") == artifact_id
+            and i.event.detail.get("path") == path
+        ]
+        return any(
+            o.event.outcome == outcome and int(o.event.detail.get("version", -1)) == version
+            for derived in candidates
+            for o in outcomes.get((attempt_id, derived), [])
+        )
+    return any(o.event.outcome == outcome for o in outcomes.get((attempt_id, id_), []))

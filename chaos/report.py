@@ -1,0 +1,123 @@
+"""Summing seeds up: the table printed at the end and written to summary.md."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chaos.runner import SeedResult
+
+HEADER = (
+    "backend",
+    "seeds",
+    "failed",
+    "kills (sidecar/store)",
+    "writes planned",
+    "writes acked",
+    "attempts",
+    "in doubt",
+    "duplicates found",
+    "losses found",
+    "seconds",
+)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """One backend's seeds, summed."""
+
+    backend: str
+    seeds: int
+    failed: int
+    sidecar_kills: int
+    store_kills: int
+    writes: int
+    acks: int
+    attempts: int
+    in_doubt: int
+    duplicates: int
+    losses: int
+    seconds: float
+
+    def row(self) -> tuple[str, ...]:
+        return (
+            self.backend,
+            str(self.seeds),
+            str(self.failed),
+            f"{self.sidecar_kills + self.store_kills} ({self.sidecar_kills}/{self.store_kills})",
+            str(self.writes),
+            str(self.acks),
+            str(self.attempts),
+            str(self.in_doubt),
+            str(self.duplicates),
+            str(self.losses),
+            f"{self.seconds:.0f}",
+        )
+
+
+def totals(backend: str, results: Sequence[SeedResult], seconds: float) -> Totals:
+    return Totals(
+        backend=backend,
+        seeds=len(results),
+        failed=sum(1 for r in results if not r.ok),
+        sidecar_kills=sum(r.sidecar_kills for r in results),
+        store_kills=sum(r.store_kills for r in results),
+        writes=sum(r.writes for r in results),
+        acks=sum(r.acks for r in results),
+        attempts=sum(r.attempts for r in results),
+        in_doubt=sum(r.in_doubt for r in results),
+        duplicates=sum(r.duplicates for r in results),
+        losses=sum(r.losses for r in results),
+        seconds=seconds,
+    )
+
+
+def table(rows: Sequence[Totals]) -> str:
+    """A Markdown table, readable as plain text too."""
+    cells = [HEADER, *(t.row() for t in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(HEADER))]
+
+    def line(row: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    rule = "| " + " | ".join("-" * w for w in widths) + " |"
+    return "\n".join([line(HEADER), rule, *(line(t.row()) for t in rows)])
+
+
+def failures(results: Sequence[SeedResult], limit: int = 20) -> str:
+    """What each failing seed found, and how to replay it."""
+    out: list[str] = []
+    for r in sorted((r for r in results if not r.ok), key=lambda r: (r.backend, r.seed)):
+        out.append(
+            f"seed {r.seed} ({r.backend}, {r.topology}) FAILED: replay with "
+            f"`python -m chaos --seed {r.seed} --backend {r.backend}`; files in {r.workdir}"
+        )
+        if r.error:
+            out.append("  harness error: " + r.error.strip().replace("\n", "\n  "))
+        out.extend(f"  {v}" for v in r.violations[:limit])
+        if len(r.violations) > limit:
+            out.append(f"  ... and {len(r.violations) - limit} more")
+    return "\n".join(out)
+
+
+def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], command: str) -> str:
+    topologies = {t: sum(1 for r in results if r.topology == t) for t in ("embedded", "standalone")}
+    lines = [
+        "# Chaos summary",
+        "",
+        f"`{command}`",
+        "",
+        table(rows),
+        "",
+        f"Seeds by topology: {topologies['embedded']} with the store inside the sidecar, "
+        f"{topologies['standalone']} with `actonce store` as a process of its own.",
+        "",
+        "A duplicate is an object in the store more times than the plan makes it, or a "
+        "non-idempotent tool run twice; a loss is a planned or acknowledged write missing "
+        "from the store, an edit's value not in place, a sent message without its turn "
+        "request, or a finished run's step without its recorded end.",
+    ]
+    failed = failures(results)
+    if failed:
+        lines += ["", "## Failing seeds", "", "```", failed, "```"]
+    return "\n".join(lines) + "\n"
