@@ -28,6 +28,12 @@ function actonceBinary(): string {
   return process.env["ACTONCE_BIN"] || join(REPO_DIR, ".venv", "bin", "actonce");
 }
 
+function withoutBinVariable(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  delete env["ACTONCE_BIN"];
+  return env;
+}
+
 function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const probe = createServer();
@@ -72,7 +78,9 @@ export async function startSidecar(): Promise<Sidecar> {
   const child = spawn(
     actonceBinary(),
     ["serve", "--listen", target, "--data-dir", dataDir, "--send-allowlist", SEND_RULE, "--log-level", "warning"],
-    { stdio: ["ignore", "pipe", "pipe"] },
+    // `actonce serve` refuses ACTONCE_* variables it does not know, and
+    // ACTONCE_BIN is this harness's, not the sidecar's.
+    { stdio: ["ignore", "pipe", "pipe"], env: withoutBinVariable() },
   );
   let output = "";
   child.stdout?.on("data", (chunk) => (output += chunk));

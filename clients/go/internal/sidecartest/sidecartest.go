@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -66,6 +68,9 @@ func Start() (*Sidecar, error) {
 	s.cmd = exec.Command(bin, "serve", "--listen", s.Target, "--data-dir", dataDir,
 		"--send-allowlist", SendRule, "--log-format", "json", "--log-level", "warning")
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	// `actonce serve` refuses ACTONCE_* variables it does not know, and
+	// ACTONCE_BIN is this package's, not the sidecar's.
+	s.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ACTONCE_BIN=") })
 	if err := s.cmd.Start(); err != nil {
 		os.RemoveAll(dataDir)
 		return nil, fmt.Errorf("start %s: %w", bin, err)

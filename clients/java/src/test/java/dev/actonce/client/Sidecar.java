@@ -47,13 +47,16 @@ final class Sidecar implements AutoCloseable {
     String target = "127.0.0.1:" + port;
     Path dataDir = Files.createTempDirectory("actonce-java-test-");
     Path log = dataDir.resolve("sidecar.log");
-    Process process =
+    ProcessBuilder builder =
         new ProcessBuilder(
                 bin, "serve", "--listen", target, "--data-dir", dataDir.toString(),
                 "--send-allowlist", SEND_RULE, "--log-format", "json", "--log-level", "warning")
             .redirectErrorStream(true)
-            .redirectOutput(log.toFile())
-            .start();
+            .redirectOutput(log.toFile());
+    // `actonce serve` refuses ACTONCE_* variables it does not know, and ACTONCE_BIN is this
+    // harness's, not the sidecar's.
+    builder.environment().remove("ACTONCE_BIN");
+    Process process = builder.start();
     Sidecar sidecar = new Sidecar(target, process, dataDir);
     try {
       sidecar.waitServing(30_000);
