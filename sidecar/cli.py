@@ -221,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "show":
             sub.add_argument("run_id", help="the run to show")
         _add_settings(sub, AUDIT_SETTINGS)
+    commands.add_parser("demo", help="see a run killed mid-way and retried land each write once")
     return parser
 
 
@@ -280,6 +281,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             from sidecar.audit_command import run_audit
 
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
+        elif args.command == "demo":
+            from sidecar.demo import run_demo
+
+            raise SystemExit(run_demo())
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
