@@ -2,6 +2,8 @@
 
 LogContextInterceptor starts each call with fresh log context bound to the
 RPC and the attempt, so that every line a call logs names them.
+RequestDecodingInterceptor parses each RunActionsService request itself, so
+that one that does not parse is refused as bad input like any other.
 """
 
 from __future__ import annotations
@@ -11,8 +13,16 @@ from typing import Any
 
 import grpc
 import structlog
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError
+from grpc_status import rpc_status
+
+from sidecar._gen.actonce.v1 import run_actions_pb2
+from sidecar.errors import InvalidArgument, to_status
 
 log = structlog.get_logger()
+
+_SERVICE = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
 
 
 class LogContextInterceptor(grpc.aio.ServerInterceptor):
@@ -42,3 +52,91 @@ class LogContextInterceptor(grpc.aio.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
+    """Refuse a request that does not parse with INVALID_ARGUMENT, ErrorInfo and BadRequest.
+
+    grpc answers a request it cannot deserialize (a string field that is not UTF-8, a
+    corrupt message) with UNKNOWN and no details, which a client cannot tell from a fault of
+    the sidecar. Here the handler takes the raw bytes and parses them itself, so such a
+    request gets the answer every other bad input gets, naming the field where it can.
+    Nothing of it reaches the ledger or the store.
+    """
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
+        method = _SERVICE.methods_by_name.get(rpc) if service == _SERVICE.full_name else None
+        if handler is None or handler.unary_unary is None or method is None:
+            return handler
+        decode = handler.request_deserializer
+        inner = handler.unary_unary
+        request_type: Descriptor = method.input_type
+
+        async def decoded(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                request = decode(raw)
+            except DecodeError as exc:
+                error = _undecodable(raw, request_type, exc)
+                structlog.contextvars.clear_contextvars()
+                log.info("refused", rpc=rpc, reason=error.reason,
+                         failure_class=error.failure_class.value)  # fmt: skip
+                await context.abort_with_status(rpc_status.to_status(to_status(error)))
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            decoded, request_deserializer=None, response_serializer=handler.response_serializer
+        )
+
+
+def _undecodable(raw: bytes, request_type: Descriptor, exc: DecodeError) -> InvalidArgument:
+    field = _field_not_utf8(raw, request_type)
+    if field is not None:
+        return InvalidArgument(field, "is not valid UTF-8")
+    return InvalidArgument("request", f"is not a valid {request_type.full_name}: {exc}")
+
+
+def _field_not_utf8(raw: bytes, request_type: Descriptor) -> str | None:
+    """The first top-level string field whose bytes are not UTF-8, walking the wire format
+    (the request types hold no strings below the top level)."""
+    pos = 0
+    try:
+        while pos < len(raw):
+            key, pos = _varint(raw, pos)
+            number, wire_type = key >> 3, key & 7
+            if wire_type == 0:
+                _, pos = _varint(raw, pos)
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            elif wire_type == 2:
+                length, pos = _varint(raw, pos)
+                chunk, pos = raw[pos : pos + length], pos + length
+                field = request_type.fields_by_number.get(number)
+                if field is not None and field.type == FieldDescriptor.TYPE_STRING:
+                    try:
+                        chunk.decode("utf-8")
+                    except UnicodeDecodeError:
+                        return str(field.name)
+            else:
+                return None
+    except IndexError:  # a truncated message: no field to name
+        return None
+    return None
+
+
+def _varint(raw: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = raw[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7

@@ -21,7 +21,7 @@ from sidecar._gen.actonce.v1 import run_actions_pb2, run_actions_pb2_grpc
 from sidecar.actions import RunActions, Settings
 from sidecar.config import Config
 from sidecar.drain import CallGate
-from sidecar.interceptors import LogContextInterceptor
+from sidecar.interceptors import LogContextInterceptor, RequestDecodingInterceptor
 from sidecar.ledger.base import AuditLedger, LedgerError
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.sqlite import SqliteLedger
@@ -213,7 +213,13 @@ async def create_server(
     )
     # Outermost first: metrics see every call, the gate's refusals included.
     server = grpc.aio.server(
-        interceptors=[MetricsInterceptor(metrics), gate, LogContextInterceptor()],
+        interceptors=[
+            MetricsInterceptor(metrics),
+            gate,
+            # Parses requests itself, for the log context below and the handlers.
+            RequestDecodingInterceptor(),
+            LogContextInterceptor(),
+        ],
         options=GRPC_OPTIONS,
     )
     run_actions_pb2_grpc.add_RunActionsServiceServicer_to_server(
