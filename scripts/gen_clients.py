@@ -29,11 +29,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from google.rpc import status_pb2
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
 WELL_KNOWN = Path(protoc.__file__).parent / "_proto"
+# google.rpc.Status and its details, as the googleapis-common-protos wheel
+# ships them: the TypeScript client decodes ErrorInfo with them.
+GOOGLEAPIS = Path(status_pb2.__file__).parent.parent.parent
 CLIENTS = Path("clients")
 
 # grpc-java publishes its code generator as a native executable on Maven
@@ -177,14 +181,9 @@ def _go(out: Path, protos: Sequence[str], plugins: dict[str, Path]) -> None:
 
 def _typescript(out: Path, protos: Sequence[str], plugin: Path) -> None:
     out.mkdir(parents=True)
-    # google.rpc.Status and its details come with the googleapis-common-protos
-    # wheel; the client decodes ErrorInfo from them.
-    import google.rpc.status_pb2 as status
-
-    googleapis = Path(status.__file__).parent.parent.parent
     _protoc(
         [
-            f"-I{googleapis}",
+            f"-I{GOOGLEAPIS}",
             f"--plugin=protoc-gen-ts_proto={plugin}",
             f"--ts_proto_out={out}",
             f"--ts_proto_opt={TS_OPTIONS}",
@@ -241,23 +240,22 @@ def check() -> int:
     with tempfile.TemporaryDirectory() as fresh_dir:
         fresh = Path(fresh_dir)
         generate(fresh)
-        stale = []
+        stale: list[str] = []
         for out in OUTPUTS.values():
             committed, made = _contents(ROOT / out), _contents(fresh / out)
-            stale += [str(out / name) for name in sorted(committed.keys() | made.keys())
-                      if committed.get(name) != made.get(name)]  # fmt: skip
+            for name in sorted(committed.keys() | made.keys()):
+                if committed.get(name) != made.get(name):
+                    stale.append(str(out / name))
     if stale:
-        print(
-            "generated client stubs differ from protos/: run 'make gen-clients'\n  " + "\n  ".join(stale),
-            file=sys.stderr,
-        )
+        print("client stubs differ from protos/: run 'make gen-clients'", file=sys.stderr)
+        print("\n".join(f"  {name}" for name in stale), file=sys.stderr)
         return 1
     return 0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="fail when regenerating changes a file")
+    parser.add_argument("--check", action="store_true", help="fail if regenerating changes a file")
     args = parser.parse_args()
     if args.check:
         raise SystemExit(check())
