@@ -19,8 +19,7 @@ PY=${PY:-$REPO/.venv/bin/python}
 IMAGE=${IMAGE:-localhost/actonce:image-test}
 SUITE=${SUITE:-bookworm}
 WORK=${IMAGE_TEST_WORK:-/var/tmp/actonce-image-test}
-# vfs needs no kernel overlay support inside a VM or a container; slower, but always works.
-export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
+# No daemon and no user namespaces needed; `buildah run` shares this machine's network.
 export BUILDAH_ISOLATION=chroot
 
 step() { printf '%(%H:%M:%S)T image-test: %s\n' -1 "$*"; }
