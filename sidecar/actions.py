@@ -113,6 +113,7 @@ class RunActions:
         canonical.require_name(rule, "rule")
         if len(checkpoint.encode("utf-8", "surrogatepass")) > canonical.MAX_TEXT_BYTES:
             raise InvalidArgument("checkpoint", f"is longer than {canonical.MAX_TEXT_BYTES} bytes")
+        canonical.require_no_nul(checkpoint, "checkpoint")
         if lease_deadline is not None and lease_deadline <= _now():
             raise InvalidArgument("lease_deadline", "is in the past")
         attempt = self.attempts.begin(
@@ -474,6 +475,7 @@ class RunActions:
     ) -> WriteResult:
         if len(request_id) > canonical.MAX_NAME_BYTES:
             raise InvalidArgument("request_id", f"is longer than {canonical.MAX_NAME_BYTES}")
+        canonical.require_no_nul(request_id, "request_id")
         if request_id:
             replayed = await attempt.replay(request_id, fingerprint)
             if replayed is not None:

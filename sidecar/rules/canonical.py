@@ -107,12 +107,21 @@ def compact(value: Any) -> str:
 
 
 def require_text(value: str, field: str, *, limit: int = MAX_TEXT_BYTES) -> str:
-    """A non-empty string field within its byte limit."""
+    """A non-empty string field within its byte limit, without NUL."""
     if not value:
         raise InvalidArgument(field, "must not be empty")
+    require_no_nul(value, field)
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > limit:
         raise InvalidArgument(field, f"is {size} bytes; the limit is {limit}")
+    return value
+
+
+def require_no_nul(value: str, field: str) -> str:
+    """Refuse a NUL character: PostgreSQL text cannot hold one, and an audit event carrying
+    it would fail the whole group commit it shares with other callers' events."""
+    if "\0" in value:
+        raise InvalidArgument(field, "must not contain a NUL character")
     return value
 
 
