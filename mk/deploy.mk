@@ -4,7 +4,8 @@
 #                      manifest and on each kustomization's rendered output; part of `make test`
 #   make image-test    build the Dockerfile with buildah and check the image serves; needs
 #                      root, installs buildah and debootstrap when missing; not part of
-#                      `make test` (about 1.5 minutes on a fresh machine): .ci/run calls it
+#                      `make test` (1.5 to 4 minutes on a fresh machine, mostly downloads):
+#                      .ci/run calls it
 
 # The oldest Kubernetes with native sidecars on by default, and the newest the validator
 # knows: a field one of them lacks fails here, not at `kubectl apply`.
@@ -20,12 +21,12 @@ TEST_TARGETS += test-deploy
 
 .PHONY: test-deploy hadolint k8s-validate image-test deploy-tools
 
-$(DEPLOY_TOOLS): $(STAMP) deploy/tools-requirements.txt
+$(DEPLOY_TOOLS): deploy/tools-requirements.txt | $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -r deploy/tools-requirements.txt
 	touch $(DEPLOY_TOOLS)
 
 # kustomize is a Go module: built from its pinned version with the machine's Go.
-$(KUSTOMIZE_STAMP): $(STAMP)
+$(KUSTOMIZE_STAMP): | $(STAMP)
 	GOBIN=$(abspath $(VENV)/bin) GOFLAGS=-buildvcs=false \
 		go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 	touch $(KUSTOMIZE_STAMP)
