@@ -16,6 +16,7 @@ share counters; :class:`MetricsEndpoint` serves it as Prometheus text over HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -57,7 +58,7 @@ class Metrics:
         r = self.registry
         self.writes = Counter(
             "writes", "Writes answered, by RPC and outcome (applied, already_applied, "
-            "skipped; failed when refused).",
+            "skipped; failed when refused, cancelled when the call was cut off).",
             ["rpc", "outcome"], namespace=NAMESPACE, registry=r,
         )  # fmt: skip
         self.refusals = Counter(
@@ -155,6 +156,13 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             code = grpc.StatusCode.OK
             try:
                 response = await inner(request, context)
+            except asyncio.CancelledError:
+                # The caller went away, or the drain's grace ran out: no refusal was
+                # given, and whether a write landed is for its audit events to say.
+                code = grpc.StatusCode.CANCELLED
+                if is_write:
+                    metrics.writes.labels(rpc, "cancelled").inc()
+                raise
             except BaseException:
                 # An abort carries its status in the context: the code, and the
                 # ErrorInfo the servicer put in the trailer.

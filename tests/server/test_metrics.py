@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,9 @@ def test_refusals_are_counted_by_reason_and_failure_class(sidecar: RunningSideca
         == 1
     )
     assert value(samples, "actonce_writes_total", rpc="Create", outcome="failed") == 2
+    count = "actonce_request_seconds_count"
+    assert value(samples, count, rpc="Create", code="INVALID_ARGUMENT") == 1
+    assert value(samples, count, rpc="Create", code="FAILED_PRECONDITION") == 1
 
 
 def test_store_calls_are_timed_by_operation_and_result(sidecar: RunningSidecar) -> None:
@@ -253,3 +257,29 @@ def test_each_sidecar_counts_only_its_own_calls(tmp_path: Path) -> None:
     finally:
         one.stop()
         two.stop()
+
+
+def test_a_call_the_agent_cancels_is_counted_as_cancelled_not_refused(tmp_path: Path) -> None:
+    slow = SlowCreates(delay=2.0)
+    store = start_store(tmp_path / "store", interceptors=[slow])
+    sc = start_sidecar(
+        sidecar_config(tmp_path / "data", store_target=store.target, metrics_listen="127.0.0.1:0")
+    )
+    try:
+        call = sc.stub.Create.future(
+            pb.CreateRequest(attempt_id=sc.begin(), kind="ticket", data_json="{}")
+        )
+        assert slow.reached.wait(10)
+        call.cancel()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            samples = scrape(metrics_port(sc))
+            if value(samples, "actonce_in_flight_requests", rpc="Create") == 0:
+                break
+            time.sleep(0.05)
+        assert value(samples, "actonce_writes_total", rpc="Create", outcome="cancelled") == 1
+        assert value(samples, "actonce_writes_total", rpc="Create", outcome="failed") == 0
+        assert not any(name == "actonce_refusals_total" for name, _labels in samples)
+    finally:
+        sc.stop()
+        store.stop()
