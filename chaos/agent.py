@@ -397,6 +397,8 @@ class Agent:
         return {}
 
     def _step(self, attempt: str, op: Op, rng: random.Random, request_id: str) -> None:
+        if op.effect is Effect.NON_IDEMPOTENT_WRITE:
+            self.killer.before_step(self.plan.run_id)
         began = self._write(
             self._begin_step,
             pb.BeginStepRequest(

@@ -98,12 +98,18 @@ class RunPlan:
 @dataclass(frozen=True)
 class Kill:
     """SIGKILL ``target`` ``delay_ms`` after the agent starts its ``at_call``-th call; it
-    stays down ``down_ms`` before its supervisor starts it again."""
+    stays down ``down_ms`` before its supervisor starts it again.
+
+    A kill with ``at_step`` (a run id) waits instead for that run's first call of its
+    non-idempotent step: random call counts seldom land in the few milliseconds between a
+    step's begin and end, which is where a step is left in doubt.
+    """
 
     at_call: int
     target: str
     delay_ms: float
     down_ms: float
+    at_step: str = ""
 
 
 @dataclass(frozen=True)
@@ -326,6 +332,10 @@ def make_plan(seed: int, *, topology: str | None = None, max_kills: int = 4) -> 
             )
         )
     kills.sort(key=lambda k: k.at_call)
+    for run in runs:
+        charges = any(op.effect is Effect.NON_IDEMPOTENT_WRITE for op in run.ops())
+        if charges and max_kills and rng.random() < 0.5:
+            kills.append(Kill(0, "sidecar", rng.uniform(0.0, 15.0), 0.0, at_step=run.run_id))
     return SeedPlan(
         seed=seed,
         topology=chosen,

@@ -203,7 +203,8 @@ class Killer:
     """Kills and restarts services at the seed's call counts, one kill at a time."""
 
     def __init__(self, kills: Sequence[Kill], services: dict[str, Service]) -> None:
-        self._pending = list(kills)
+        self._pending = [k for k in kills if not k.at_step]
+        self._step_kills = [k for k in kills if k.at_step]
         self._services = services
         self._lock = threading.Lock()
         self._calls = 0
@@ -223,6 +224,13 @@ class Killer:
             self._calls += 1
             while self._pending and self._pending[0].at_call <= self._calls:
                 self._queue.put(self._pending.pop(0))
+
+    def before_step(self, run_id: str) -> None:
+        """The run is about to begin its non-idempotent step; a kill waiting for it starts."""
+        with self._lock:
+            for kill in [k for k in self._step_kills if k.at_step == run_id]:
+                self._step_kills.remove(kill)
+                self._queue.put(kill)
 
     def _work(self) -> None:
         while True:
@@ -244,6 +252,7 @@ class Killer:
         """Drop kills not yet due, let one in progress finish (its restart included)."""
         with self._lock:
             self._pending.clear()
+            self._step_kills.clear()
         self._queue.put(None)
         self._thread.join(120)
         for service in self._services.values():
