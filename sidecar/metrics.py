@@ -352,10 +352,13 @@ class MetricsEndpoint:
 
     def __init__(self, listen: str, metrics: Metrics) -> None:
         host, _, port = listen.rpartition(":")
-        # "[::]:9464" names an IPv6 address; the HTTP server wants it bare.
-        self._server, self._thread = start_http_server(
-            int(port), addr=host.strip("[]"), registry=metrics.registry
-        )
+        try:
+            # "[::]:9464" names an IPv6 address; the HTTP server wants it bare.
+            self._server, self._thread = start_http_server(
+                int(port), addr=host.strip("[]"), registry=metrics.registry
+            )
+        except OSError as exc:
+            raise OSError(f"could not serve metrics on {listen}: {exc.strerror}") from None
         self.port: int = self._server.server_port
 
     def close(self) -> None:

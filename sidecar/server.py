@@ -79,13 +79,14 @@ class Sidecar:
     _stopped: bool = field(default=False)
 
     async def start(self) -> None:
+        # First what can fail on a taken port, before anything else is serving.
+        if self.metrics_listen is not None:
+            self.metrics_endpoint = MetricsEndpoint(self.metrics_listen, self.metrics)
         if self.embedded_store is not None:
             await self.embedded_store.start()
         await self.server.start()
         if self.health_server is not None:
             await self.health_server.start()
-        if self.metrics_listen is not None:
-            self.metrics_endpoint = MetricsEndpoint(self.metrics_listen, self.metrics)
         await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await self.check_health()
         self._health_task = asyncio.create_task(self._watch_health())

@@ -214,3 +214,20 @@ def test_a_second_sidecar_on_a_port_a_sidecar_holds_is_refused(tmp_path: Path) -
         assert_one_line_refusal(second, "cannot start", api, "in use")
     finally:
         first.stop()
+
+
+def test_a_taken_metrics_port_is_one_line_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli(
+            "serve",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+        )
+    assert_one_line_refusal(done, "metrics", f"127.0.0.1:{port}", "in use")
