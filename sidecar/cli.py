@@ -179,7 +179,9 @@ def _resolve(args: argparse.Namespace, settings: dict[str, Setting]) -> dict[str
         try:
             values[key] = parse(raw)
         except ValueError as exc:
-            raise ConfigError(f"{source}={raw!r} is not valid: {exc}") from None
+            # A DSN carries its password: the one line names the setting, not its value.
+            shown = "" if env.endswith("_DSN") else f"={raw!r}"
+            raise ConfigError(f"{source}{shown} is not valid: {exc}") from None
     return values
 
 

@@ -231,3 +231,15 @@ def test_a_taken_metrics_port_is_one_line_naming_it(tmp_path: Path) -> None:
             f"127.0.0.1:{port}",
         )
     assert_one_line_refusal(done, "metrics", f"127.0.0.1:{port}", "in use")
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_malformed_dsn_is_refused_without_printing_its_password(how: str) -> None:
+    dsn = "mysql://actonce:hunter2@ledger-db/audit"
+    done = (
+        run_cli("serve", "--audit-dsn", dsn)
+        if how == "flag"
+        else run_cli("serve", env={"ACTONCE_AUDIT_DSN": dsn})
+    )
+    assert_one_line_refusal(done, "AUDIT_DSN" if how == "env" else "--audit-dsn", "postgresql")
+    assert "hunter2" not in done.stderr + done.stdout
