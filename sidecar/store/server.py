@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from sidecar import reflection
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.store.backend import StoreBackend
@@ -78,9 +78,7 @@ async def create_store_server(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
 
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    reflection.enable(server, (SERVICE_NAME, health.SERVICE_NAME))
 
     try:
         port: int = server.add_insecure_port(listen)

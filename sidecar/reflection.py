@@ -1,0 +1,43 @@
+"""Server reflection that also answers for a method's full name.
+
+ghz (and other jhump/protoreflect clients) ask reflection for the file containing
+``package.Service.Method``. grpcio-reflection passes the name to the descriptor pool,
+and the upb pool that protobuf ships finds services and messages by name but not
+methods, so every such call failed with NOT_FOUND and no tool could call an RPC
+without a proto file. :func:`enable` wraps the pool so that a method's name finds
+its service's file; every other lookup is the pool's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor, descriptor_pool
+from grpc_reflection.v1alpha import reflection
+
+SERVICE_NAME: str = reflection.SERVICE_NAME
+
+
+class MethodAwarePool:
+    """A descriptor pool whose ``FindFileContainingSymbol`` knows methods too."""
+
+    def __init__(self, pool: descriptor_pool.DescriptorPool | None = None) -> None:
+        self._pool = pool if pool is not None else descriptor_pool.Default()
+
+    def FindFileContainingSymbol(self, name: str) -> descriptor.FileDescriptor:
+        try:
+            return self._pool.FindFileContainingSymbol(name)
+        except KeyError:
+            # Still KeyError (reflection's NOT_FOUND) when no method has this name either.
+            return self._pool.FindMethodByName(name).containing_service.file
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
+def enable(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
+    """Serve reflection for ``service_names`` (reflection itself is added) on ``server``."""
+    names = [*service_names, SERVICE_NAME]
+    reflection.enable_server_reflection(names, server, pool=MethodAwarePool())

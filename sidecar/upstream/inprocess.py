@@ -1,0 +1,200 @@
+"""A StoreClient that calls the embedded reference store's backend directly.
+
+The embedded store runs in the sidecar's own process; reaching it over a loopback
+gRPC hop cost each write a client call and a server call in the same event loop,
+plus encoding and decoding both ways: most of the sidecar's CPU per write. This
+client makes the same backend calls in worker threads instead (the backends block
+on disk or on PostgreSQL; the event loop must not), and keeps the gRPC client's
+contract exactly:
+
+- a ``StoreRefusal`` becomes the :class:`Refusal` the gRPC path would decode from
+  the store's ErrorInfo (same code, message and states), in :func:`_map_errors`, the
+  one place that maps;
+- ``StoreUnavailableError`` and any other failure of the store become
+  StoreUnavailable (the gRPC store answers those UNAVAILABLE or INTERNAL);
+- a call that outlasts the deadline becomes StoreDeadlineExceeded; as over gRPC, the
+  write may still land, and a retry with the same derived id is safe;
+- answers are the contract's ``StoredArtifact`` / ``StoredMessage`` messages.
+
+An external store (``--store-target``) and ``actonce store`` keep the gRPC path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+import structlog
+
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
+from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.store import backend as store
+from sidecar.store.refusals import StoreRefusal
+from sidecar.upstream.client import (
+    DEFAULT_STORE_TIMEOUT_SECONDS,
+    Refusal,
+    StoredArtifact,
+    StoredMessage,
+)
+
+log = structlog.get_logger()
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+# As many calls in flight as the PostgreSQL backend has pooled connections; the
+# SQLite backend serializes on its one connection whatever the number.
+DEFAULT_WORKERS = 8
+_PROBE_ID = "actonce-health-probe"
+
+
+@contextlib.contextmanager
+def _map_errors(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except StoreRefusal as refusal:
+        raise Refusal(str(refusal.code), refusal.message, refusal.states) from refusal
+    except store.StoreUnavailableError as error:
+        raise StoreUnavailable(f"store unavailable for {operation}: {error}") from error
+    except (StoreDeadlineExceeded, StoreUnavailable):
+        raise
+    except Exception as error:
+        # A fault of the store itself: the gRPC store answers INTERNAL, which the
+        # sidecar reads as unavailable. Its text is for the operator's log only.
+        log.exception("store.failed", operation=operation)
+        raise StoreUnavailable(f"store unavailable for {operation}: INTERNAL") from error
+
+
+def _artifact(artifact: store.StoredArtifact) -> StoredArtifact:
+    return spb.StoredArtifact(
+        id=artifact.id,
+        kind=artifact.kind,
+        version=artifact.version,
+        data_json=artifact.data_json,
+        archived=artifact.archived,
+    )
+
+
+def _message(message: store.StoredMessage) -> StoredMessage:
+    return spb.StoredMessage(
+        id=message.id,
+        thread_id=message.thread_id,
+        kind=message.kind,
+        text=message.text,
+        seq=message.seq,
+    )
+
+
+class InProcessStoreClient:
+    """A StoreClient over a ``StoreBackend`` in this process (the embedded store)."""
+
+    def __init__(
+        self,
+        backend: store.StoreBackend,
+        *,
+        timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS,
+        workers: int = DEFAULT_WORKERS,
+    ) -> None:
+        self._backend = backend
+        self.timeout_seconds = timeout_seconds
+        # A pool of its own: store calls never wait behind the ledger's reads in the
+        # loop's default executor, nor those behind them.
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="store")
+
+    async def _call(
+        self, operation: str, call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        loop = asyncio.get_running_loop()
+        with _map_errors(operation):
+            try:
+                async with asyncio.timeout(self.timeout_seconds):
+                    return await loop.run_in_executor(
+                        self._executor, functools.partial(call, *args, **kwargs)
+                    )
+            except TimeoutError:
+                raise StoreDeadlineExceeded(
+                    f"store did not answer {operation} in time; the write may have landed, "
+                    "and a retry with the same derived id is safe"
+                ) from None
+
+    async def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
+        return _artifact(
+            await self._call(
+                "CreateArtifact", self._backend.create_artifact, artifact_id, kind, data_json
+            )
+        )
+
+    async def get_artifact(self, artifact_id: str) -> StoredArtifact:
+        return _artifact(await self._call("GetArtifact", self._backend.get_artifact, artifact_id))
+
+    async def patch_artifact(
+        self, artifact_id: str, expected_version: int, patch_json: str
+    ) -> StoredArtifact:
+        return _artifact(
+            await self._call(
+                "PatchArtifact",
+                self._backend.patch_artifact,
+                artifact_id,
+                expected_version,
+                patch_json,
+            )
+        )
+
+    async def propose_create(self, proposal_id: str, kind: str, data_json: str) -> None:
+        await self._call(
+            "CreateProposal",
+            self._backend.create_proposal,
+            proposal_id,
+            kind=kind,
+            data_json=data_json,
+        )
+
+    async def propose_patch(
+        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+    ) -> None:
+        await self._call(
+            "CreateProposal",
+            self._backend.create_proposal,
+            proposal_id,
+            artifact_id=artifact_id,
+            patch_json=patch_json,
+            base_version=base_version,
+        )
+
+    async def create_thread(self, thread_id: str, title: str) -> None:
+        await self._call("CreateThread", self._backend.create_thread, thread_id, title)
+
+    async def post_message(
+        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool
+    ) -> StoredMessage:
+        return _message(
+            await self._call(
+                "PostMessage",
+                self._backend.post_message,
+                message_id,
+                thread_id,
+                kind,
+                text,
+                request_turn=request_turn,
+            )
+        )
+
+    async def list_messages(self, thread_id: str) -> Sequence[StoredMessage]:
+        messages = await self._call("ListMessages", self._backend.list_messages, thread_id)
+        return [_message(message) for message in messages]
+
+    async def ping(self) -> None:
+        # Any answer from the store, a refusal included, proves it is there.
+        try:
+            await self.get_artifact(_PROBE_ID)
+        except Refusal:
+            return
+
+    async def close(self) -> None:
+        # Calls still running finish first: the sidecar closes the backend after this.
+        # The backend itself is the sidecar's to close, after the embedded server stops.
+        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
