@@ -153,6 +153,12 @@ STORE_SETTINGS: dict[str, Setting] = {
     "--token-file": ("ACTONCE_STORE_TOKEN_FILE", _readable_file, None,
                      "file holding the bearer token every store call must carry; "
                      "without it the store takes calls from anyone who reaches it"),
+    "--tls-cert": ("ACTONCE_STORE_SERVER_CERT", _readable_file, None,
+                   "PEM file of the store's certificate: serve TLS only"),
+    "--tls-key": ("ACTONCE_STORE_SERVER_KEY", _readable_file, None,
+                  "PEM file of the key of --tls-cert"),
+    "--tls-client-ca": ("ACTONCE_STORE_CLIENT_CA", _readable_file, None,
+                        "PEM file of the CA whose client certificates alone get in: mutual TLS"),
     "--log-level": SERVE_SETTINGS["--log-level"],
     "--log-format": SERVE_SETTINGS["--log-format"],
 }  # fmt: skip
@@ -243,6 +249,13 @@ def _check_upstream(values: dict[str, Any]) -> None:
         raise ConfigError("--store-tls-cert and --store-tls-key go together (mutual TLS)")
 
 
+def _check_store_tls(values: dict[str, Any]) -> None:
+    if (values["tls_cert"] is None) != (values["tls_key"] is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if values["tls_client_ca"] is not None and values["tls_cert"] is None:
+        raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+
+
 def config_from(values: dict[str, Any]) -> Config:
     _check_upstream(values)
     return Config(
@@ -291,12 +304,24 @@ def main(argv: Sequence[str] | None = None) -> None:
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
             logs.configure(values["log_level"], values["log_format"])
-            from sidecar.security import read_token
+            from sidecar.security import read_token, server_credentials
             from sidecar.store.server import serve_store
 
             token = read_token(values["token_file"]) if values["token_file"] else None
+            _check_store_tls(values)
+            credentials = (
+                server_credentials(values["tls_cert"], values["tls_key"], values["tls_client_ca"])
+                if values["tls_cert"]
+                else None
+            )
             asyncio.run(
-                serve_store(values["listen"], values["data_dir"], token, dsn=values["store_dsn"])
+                serve_store(
+                    values["listen"],
+                    values["data_dir"],
+                    token,
+                    dsn=values["store_dsn"],
+                    credentials=credentials,
+                )
             )
     except ConfigError as exc:
         _fail(str(exc))

@@ -52,12 +52,13 @@ async def create_store_server(
     *,
     token: str | None = None,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build a store server on `listen` ("host:port" or "unix:/path"); the caller starts it.
 
     Returns the server and the bound port (the real one when `listen` asks for port 0; 0 for a
     Unix socket). Raises OSError when the address cannot be bound. The caller owns `backend`
-    and closes it after stopping the server.
+    and closes it after stopping the server. With `credentials`, the port speaks TLS only.
     """
     server = grpc.aio.server(
         interceptors=list(interceptors),
@@ -81,7 +82,11 @@ async def create_store_server(
     reflection.enable(server, (SERVICE_NAME, health.SERVICE_NAME))
 
     try:
-        port: int = server.add_insecure_port(listen)
+        port: int = (
+            server.add_secure_port(listen, credentials)
+            if credentials is not None
+            else server.add_insecure_port(listen)
+        )
     except RuntimeError as error:
         # gRPC reports a failed bind as RuntimeError; callers (the CLI) expect an OSError.
         raise OSError(f"cannot listen on {listen}: {error}") from error
@@ -109,6 +114,7 @@ async def serve_store(
     token: str | None = None,
     *,
     dsn: str | None = None,
+    credentials: grpc.ServerCredentials | None = None,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
 ) -> None:
     """Serve a store on `listen` until SIGINT or SIGTERM.
@@ -119,9 +125,17 @@ async def serve_store(
     """
     backend = open_store_backend(data_dir, dsn=dsn)
     try:
-        server, port = await create_store_server(backend, listen, token=token)
+        server, port = await create_store_server(
+            backend, listen, token=token, credentials=credentials
+        )
         await server.start()
-        log.info("store.serving", listen=listen, port=port, auth=token is not None)
+        log.info(
+            "store.serving",
+            listen=listen,
+            port=port,
+            auth=token is not None,
+            tls=credentials is not None,
+        )
 
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

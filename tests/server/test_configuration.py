@@ -243,3 +243,18 @@ def test_a_malformed_dsn_is_refused_without_printing_its_password(how: str) -> N
     )
     assert_one_line_refusal(done, "AUDIT_DSN" if how == "env" else "--audit-dsn", "postgresql")
     assert "hunter2" not in done.stderr + done.stdout
+
+
+def test_the_store_refuses_half_a_tls_setting_in_one_line(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text("not read before the pairing is checked")
+    assert_one_line_refusal(
+        run_cli("store", "--tls-client-ca", str(ca), "--data-dir", str(tmp_path / "s")),
+        "--tls-client-ca",
+        "--tls-cert",
+    )
+    assert_one_line_refusal(
+        run_cli("store", "--tls-cert", str(ca), "--data-dir", str(tmp_path / "s")),
+        "--tls-cert",
+        "--tls-key",
+    )

@@ -1,7 +1,7 @@
 """TLS, mutual TLS and the bearer token between a real sidecar and a real reference store.
 
-The certificates are made here (tests/server/pki.py); the store serves over TLS through
-sidecar.security.server_credentials, with the reference store's own servicer.
+The certificates are made here (tests/server/pki.py); the reference store serves TLS with
+sidecar.security.server_credentials, in this process or as `actonce store`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.security import connect_store, server_credentials
-from sidecar.store.servicer import ArtifactStoreServicer
+from sidecar.store.server import create_store_server
 from sidecar.store.sqlite import SqliteStoreBackend
 from tests.harness import (
     Loop,
@@ -35,7 +36,7 @@ from tests.harness import (
     start_store,
 )
 from tests.server.pki import Pki, make_pki
-from tests.server.processes import run_cli, start_cli, wait_for_status
+from tests.server.processes import Served, run_cli, start_cli, wait_for_status
 
 TOKEN = "s3cr3t-token-0123456789"
 
@@ -59,12 +60,10 @@ def tls_store(tmp_path: Path, pki: Pki, request: pytest.FixtureRequest) -> Itera
     backend = SqliteStoreBackend(tmp_path / "store.db")
 
     async def build() -> tuple[grpc.aio.Server, int]:
-        server = grpc.aio.server()
-        spb_grpc.add_ArtifactStoreServiceServicer_to_server(ArtifactStoreServicer(backend), server)
         credentials = server_credentials(
             pki.server_cert, pki.server_key, pki.ca if mutual else None
         )
-        port = server.add_secure_port("127.0.0.1:0", credentials)
+        server, port = await create_store_server(backend, credentials=credentials)
         await server.start()
         return server, port
 
@@ -278,3 +277,65 @@ def test_a_token_over_plaintext_beyond_this_machine_is_warned_of(
     with structlog.testing.capture_logs() as logs:
         asyncio.run(connect_and_close())
     assert any(line["event"] == "store_token_without_tls" for line in logs) == warned
+
+
+def test_the_store_command_serves_mutual_tls_and_checks_the_token(tmp_path: Path, pki: Pki) -> None:
+    port = free_port()
+    path = token_file(tmp_path)
+    served = start_cli(
+        tmp_path / "store.log",
+        "store",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(tmp_path / "store"),
+        "--tls-cert",
+        str(pki.server_cert),
+        "--tls-key",
+        str(pki.server_key),
+        "--tls-client-ca",
+        str(pki.ca),
+        "--token-file",
+        str(path),
+        "--log-format",
+        "json",
+    )
+    target = f"localhost:{port}"
+    pair = {"store_tls_cert": pki.client_cert, "store_tls_key": pki.client_key}
+    try:
+        trusted = sidecar_to(
+            tmp_path / "a", target, store_tls_ca=pki.ca, store_token_file=path, **pair
+        )
+        try:
+            wait_until(lambda: trusted.health() == 1, served)
+            assert create(trusted).outcome == types_pb2.OUTCOME_APPLIED
+        finally:
+            trusted.stop()
+        # The right certificate without the token, and the token without a certificate.
+        for settings, reason in (
+            ({"store_tls_ca": pki.ca, **pair}, "FORBIDDEN"),
+            ({"store_tls_ca": pki.ca, "store_token_file": path}, "STORE_UNAVAILABLE"),
+        ):
+            refused = sidecar_to(tmp_path / "b", target, **settings)
+            try:
+                with pytest.raises(grpc.RpcError) as caught:
+                    create(refused)
+                assert refusal(caught.value).reason == reason
+                assert refused.health() == 2
+            finally:
+                refused.stop()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(15) == 0
+        assert '"tls": true' in served.log()
+    finally:
+        served.stop()
+
+
+def wait_until(ready: Callable[[], bool], served: Served, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert served.process.poll() is None, served.log()[-2000:]
+        if ready():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"never ready: {served.log()[-2000:]}")
