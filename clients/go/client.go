@@ -29,9 +29,11 @@ import (
 // reaches the caller as the sidecar's own STORE_DEADLINE_EXCEEDED.
 const DefaultTimeout = 10 * time.Second
 
-// serviceConfig retries UNAVAILABLE, which the sidecar answers only when it
-// did not act (draining, store unreachable); a retry repeats the request as
-// sent, request_id included. Every other code reaches the caller at once.
+// serviceConfig retries UNAVAILABLE (the sidecar draining, or unable to
+// reach its store, or no connection at all). A retry repeats the request as
+// sent, request_id included, and the write's id is derived from what it is,
+// so a write that did land is answered, not made again. Every other code
+// reaches the caller at once.
 const serviceConfig = `{
   "methodConfig": [{
     "name": [{"service": "actonce.v1.RunActionsService"}],

@@ -1,10 +1,11 @@
 /**
  * The client: a channel to the sidecar, and one Attempt per try of a run.
  *
- * Every call has a deadline; the channel retries UNAVAILABLE (the sidecar
- * answers it only when it did not act); every write carries a fresh
+ * Every call has a deadline; the channel retries UNAVAILABLE (a draining
+ * sidecar, an unreachable store, no connection); every write carries a fresh
  * request_id that a transport retry resends, so a repeat the sidecar already
- * answered gets the first answer back. Failures reject with ActonceError.
+ * answered gets the first answer back, and a write that landed is found by its
+ * derived id. Failures reject with ActonceError.
  */
 import {
   type CallOptions,

@@ -14,10 +14,10 @@ import java.util.function.Function;
 /**
  * A channel to one actonce sidecar, and the start of every attempt. Thread-safe; close it when done.
  *
- * <p>Every call has a deadline; the channel retries UNAVAILABLE (the sidecar answers it only when
- * it did not act); every write carries a fresh request_id that a transport retry resends, so a
- * repeat the sidecar already answered gets the first answer back. Failures throw {@link
- * ActonceException}.
+ * <p>Every call has a deadline; the channel retries UNAVAILABLE (a draining sidecar, an
+ * unreachable store, no connection); every write carries a fresh request_id that a transport
+ * retry resends, so a repeat the sidecar already answered gets the first answer back, and a
+ * write that landed is found by its derived id. Failures throw {@link ActonceException}.
  */
 public final class ActonceClient implements AutoCloseable {
   /**
