@@ -94,11 +94,17 @@ public final class ActonceClient implements AutoCloseable {
     }
   }
 
+  /** Closes the channel, giving calls in flight up to five seconds to finish. */
   @Override
-  public void close() throws InterruptedException {
+  public void close() {
     channel.shutdown();
-    if (!channel.awaitTermination(5, TimeUnit.SECONDS)) {
+    try {
+      if (!channel.awaitTermination(5, TimeUnit.SECONDS)) {
+        channel.shutdownNow();
+      }
+    } catch (InterruptedException e) {
       channel.shutdownNow();
+      Thread.currentThread().interrupt();
     }
   }
 }
