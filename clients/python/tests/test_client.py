@@ -134,10 +134,3 @@ def test_request_id_replay(client: Client) -> None:
         attempt.create("ticket", {"title": "other"}, request_id="req-1")
     assert [v.field for v in caught.value.violations] == ["request_id"]
     assert attempt.end().applied == 2  # a replay is not a write
-
-
-def test_every_call_has_a_deadline(target: str) -> None:
-    with Client(target, timeout=1e-9) as hurried, pytest.raises(ActonceError) as caught:
-        hurried.begin(_run_id(), "deadline")
-    assert caught.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert caught.value.retryable

@@ -1,8 +1,10 @@
-"""The channel's retry policy: UNAVAILABLE is retried with the same request_id.
+"""The channel: every call has a deadline, and UNAVAILABLE is retried with the
+same request_id.
 
 The server here answers the first try of every Create with UNAVAILABLE, as a
-draining sidecar does. It stands in for the transport, not for the sidecar's
-rules, which the other tests check against a real sidecar.
+draining sidecar does, and records what each call carried. It stands in for
+the transport, not for the sidecar's rules, which the other tests check
+against a real sidecar.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from actonce_client._gen.actonce.v1 import types_pb2
 class DrainingFirst(pb_grpc.RunActionsServiceServicer):
     def __init__(self) -> None:
         self.tries: list[str] = []
+        self.seconds_left: list[float | None] = []
 
     def BeginAttempt(
         self, request: pb.BeginAttemptRequest, context: grpc.ServicerContext
     ) -> pb.BeginAttemptResponse:
+        self.seconds_left.append(context.time_remaining())
         return pb.BeginAttemptResponse(attempt_id="att_1")
 
     def Create(self, request: pb.CreateRequest, context: grpc.ServicerContext) -> pb.CreateResponse:
+        self.seconds_left.append(context.time_remaining())
         self.tries.append(request.request_id)
         if len(self.tries) % 2 == 1:
             context.abort(grpc.StatusCode.UNAVAILABLE, "draining")
@@ -57,3 +62,13 @@ def test_unavailable_is_retried_with_the_same_request_id(
     first, first_retry, second, second_retry = servicer.tries
     assert first == first_retry and second == second_retry
     assert first != second and first
+
+
+def test_every_call_has_a_deadline(draining: tuple[str, DrainingFirst]) -> None:
+    target, servicer = draining
+    with Client(target, timeout=7.0) as client:
+        client.begin("run-1", "rule").create("ticket", {"n": 1})
+    # A call with no deadline shows the server about 2**63 ns; the grpc-timeout
+    # header rounds up, hence a little slack above 7 s.
+    assert len(servicer.seconds_left) == 3
+    assert all(left is not None and 0 < left < 7.5 for left in servicer.seconds_left)
