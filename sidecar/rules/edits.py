@@ -70,7 +70,8 @@ def holds(document: Any, path: str, value: Any) -> bool:
 def _as_double(value: Any) -> Any:
     # JSON has one number type. RFC 8785 writes an integral double of 2^53 or more as plain
     # digits, which json.loads reads back as an int beyond the safe range; as the double it
-    # is, it canonicalizes as it did when it was sent.
+    # is, it canonicalizes as it did when it was sent. Digits RFC 8785 would not write for
+    # that double (another writer's exact integer) are left alone, and equal nothing.
     if isinstance(value, dict):
         return {key: _as_double(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -80,7 +81,7 @@ def _as_double(value: Any) -> Any:
             as_float = float(value)
         except OverflowError:
             return value
-        return as_float if as_float == value else value
+        return as_float if rfc8785.dumps(as_float) == str(value).encode() else value
     return value
 
 
