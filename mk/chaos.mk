@@ -1,6 +1,7 @@
 # Crash harness, fault tests and fuzzing (issue 6). Included by the Makefile.
 #   make test-chaos   quick mode: a few seeds per backend, and lint and types of chaos/
 #   make chaos        long mode: CHAOS_SEEDS seeds on SQLite and on PostgreSQL
+#   make fuzz         atheris on the JSON and JSON Pointer parsing
 CHAOS_SEEDS ?= 200
 CHAOS_JOBS ?= 3
 
@@ -18,3 +19,17 @@ test-chaos: lint-chaos
 
 chaos: $(STAMP)
 	$(PY) -m chaos --seeds $(CHAOS_SEEDS) --backend both --jobs $(CHAOS_JOBS)
+
+# Coverage-guided fuzzing (atheris) of the JSON and JSON Pointer parsing, FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+FUZZ_STAMP := $(VENV)/.fuzz-installed
+
+.PHONY: fuzz
+
+$(FUZZ_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,fuzz]'
+	touch $(FUZZ_STAMP)
+
+fuzz: $(FUZZ_STAMP)
+	$(PY) -m tests.fuzz.atheris_targets json $(FUZZ_SECONDS)
+	$(PY) -m tests.fuzz.atheris_targets pointer $(FUZZ_SECONDS)
