@@ -114,12 +114,12 @@ def main() -> None:
                 print(f"round {round_ + 1} {name:<22} {ok / args.seconds:8.0f} rps", flush=True)
     report = {name: statistics.median(rps) for name, rps in results.items()}
     print("\nbackend     unaudited rps   audited rps   audited/unaudited")
-    summary = {}
+    summary: dict[str, dict[str, float]] = {}
     for backend in args.backends.split(","):
-        plain, audited = report[f"{backend} unaudited"], report[f"{backend} audited"]
-        ratio = audited / plain if plain else 0.0
-        summary[backend] = {"unaudited_rps": plain, "audited_rps": audited, "ratio": ratio}
-        print(f"{backend:<10} {plain:14.0f} {audited:13.0f} {ratio:19.2f}")
+        plain, with_audit = report[f"{backend} unaudited"], report[f"{backend} audited"]
+        ratio = with_audit / plain if plain else 0.0
+        summary[backend] = {"unaudited_rps": plain, "audited_rps": with_audit, "ratio": ratio}
+        print(f"{backend:<10} {plain:14.0f} {with_audit:13.0f} {ratio:19.2f}")
     print(f"errors: {errors}")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "ledger.json").write_text(json.dumps(

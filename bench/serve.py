@@ -3,6 +3,11 @@
 `--unaudited` swaps the ledger for one that persists nothing, to measure what
 audit costs. It exists only in this benchmark script: the `actonce` command
 has no such switch, so no production deployment can turn audit off.
+
+`--store-over-loopback` reaches the embedded store the way the sidecar did
+before it called the store's backend in-process: over a gRPC channel to a
+store server on loopback, in the same process and event loop. The benchmark
+runs it beside the sidecar as it is, to measure what the in-process path saved.
 """
 
 from __future__ import annotations
@@ -12,10 +17,14 @@ import asyncio
 import signal
 from pathlib import Path
 
+import grpc
+
 from sidecar import logs
 from sidecar.config import Config
 from sidecar.ledger.base import AuditEvent, StoredEvent
-from sidecar.server import create_server
+from sidecar.server import create_server, open_store_backend
+from sidecar.store.backend import StoreBackend
+from sidecar.store.server import create_store_server
 
 
 class NullLedger:
@@ -46,8 +55,10 @@ async def main() -> None:
     parser.add_argument("--store-dsn")
     parser.add_argument("--store-target")
     parser.add_argument("--unaudited", action="store_true")
+    parser.add_argument("--store-over-loopback", action="store_true")
+    parser.add_argument("--log-level", default="warning")
     args = parser.parse_args()
-    logs.configure("warning", "json")
+    logs.configure(args.log_level, "json")
     config = Config(
         listen=args.listen,
         data_dir=args.data_dir,
@@ -56,6 +67,13 @@ async def main() -> None:
         store_target=args.store_target,
         send_allowlist=frozenset({"bench"}),
     )
+    loopback: tuple[grpc.aio.Server, StoreBackend] | None = None
+    if args.store_over_loopback and not args.store_target:
+        backend = open_store_backend(config)
+        server, port = await create_store_server(backend, "127.0.0.1:0")
+        await server.start()
+        loopback = (server, backend)
+        config.store_target = f"127.0.0.1:{port}"
     sidecar, _ = await create_server(config, ledger=NullLedger() if args.unaudited else None)
     await sidecar.start()
     stop = asyncio.Event()
@@ -64,7 +82,18 @@ async def main() -> None:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await sidecar.stop(1.0)
+    if loopback is not None:
+        await loopback[0].stop(None)
+        loopback[1].close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    import sys
+
+    if "--uvloop" in sys.argv:
+        import uvloop
+
+        sys.argv.remove("--uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())

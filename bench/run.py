@@ -1,0 +1,503 @@
+"""`make bench`: every ghz scenario against every target, alternated in one run, then the report.
+
+Targets (each a real server process pinned to one core, ghz pinned to the other):
+
+- ``store``: the reference store called directly (``actonce store``, SQLite);
+- ``sqlite-before``: the sidecar as it was, reaching its embedded store over a loopback gRPC
+  hop (``bench/serve.py --store-over-loopback``), audited; the before of the in-process path;
+- ``sqlite-unaudited`` / ``postgres-unaudited``: the sidecar with audit off
+  (``bench/serve.py --unaudited``, a benchmark-only switch the ``actonce`` command lacks);
+- ``sqlite-audited`` / ``postgres-audited``: ``actonce serve`` itself, the ledger and the
+  store on SQLite files, or both on PostgreSQL;
+- ``floor``: ``grpc.health.v1.Health/Check`` on the audited SQLite sidecar, a call that does
+  nothing: the most any RPC of that process can do.
+
+Scenarios are the ghz config files in bench/ghz/ (see bench/setup.py to run one by hand).
+Targets alternate round by round, in a rotated order, so that the machine's drift falls on
+all of them alike; the report gives medians. A last phase runs Notice at half the audited
+sidecar's saturating rate on the sidecar and on the store alone, for the latency it adds.
+Writes bench/out/report.json, report.md and the plots (see bench/report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import google.protobuf
+import grpc
+
+from bench import report, setup
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+GHZ_DIR = ROOT / "bench" / "ghz"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# Servers on the first core, the load on the second: ghz must not take the servers' CPU.
+SERVER_CORE = 0
+LOAD_CORE = 1
+
+SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
+STORE_SCENARIOS = ("create", "storm", "notice", "read")
+SIDECAR_TARGETS = (
+    "sqlite-before",
+    "sqlite-unaudited",
+    "sqlite-audited",
+    "postgres-unaudited",
+    "postgres-audited",
+)
+ALL_TARGETS = ("store", *SIDECAR_TARGETS)
+SMOKE_TARGETS = ("store", "sqlite-unaudited", "sqlite-audited")
+# The ghz status a scenario is expected to answer with besides OK, and what it means.
+EXPECTED_REFUSALS = {
+    # An edit that still meets a newer version after three re-reads is refused
+    # VERSION_CONFLICT (RETRYABLE): the hot artifact is built to make that happen.
+    "edit": ("Aborted", "version conflicts after three re-reads"),
+}
+STORE_EXPECTED = {
+    # The store alone answers a used id with ALREADY_EXISTS; the sidecar turns exactly
+    # that into OUTCOME_ALREADY_APPLIED.
+    "storm": ("AlreadyExists", "ids refused as used"),
+}
+
+
+def pin(core: int) -> list[str]:
+    """The taskset prefix that pins a command to ``core`` (none on a one-core machine)."""
+    if len(os.sched_getaffinity(0)) < 2 or shutil.which("taskset") is None:
+        return []
+    return ["taskset", "-c", str(core)]
+
+
+def ghz_binary() -> Path:
+    ghz = Path(os.environ.get("GHZ", ROOT / ".tools" / "bin" / "ghz"))
+    if not ghz.exists():
+        raise SystemExit(f"ghz not found at {ghz}: `make bench` installs it")
+    return ghz
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Target:
+    """A server under test: its process and address."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    address: str
+    kind: str  # "store" or "sidecar"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        """User and system CPU of the server process, every thread included."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        # utime and stime are the 14th and 15th fields; the split above starts at the 3rd.
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def _server_env() -> dict[str, str]:
+    # `actonce` refuses ACTONCE_* settings it does not know (the bench's PostgreSQL ones).
+    return {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
+
+
+def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) -> Target:
+    """Start the server ``name`` with its data under ``work`` and wait until it serves."""
+    port = free_port()
+    listen = f"127.0.0.1:{port}"
+    data = work / f"{name}-{time.monotonic_ns()}"
+    serve = [sys.executable, str(ROOT / "bench" / "serve.py"), "--listen", listen,
+             "--data-dir", str(data), "--log-level", "info"]  # fmt: skip
+    actonce = [sys.executable, "-m", "sidecar.cli"]
+    backend, _, mode = name.partition("-")
+    if name == "store":
+        args, kind = [*actonce, "store", "--listen", listen, "--data-dir", str(data)], "store"
+    elif mode == "audited":
+        args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
+    elif mode == "unaudited":
+        args, kind = [*serve, "--unaudited"], "sidecar"
+    elif mode == "before":
+        args, kind = [*serve, "--store-over-loopback"], "sidecar"
+    else:
+        raise ValueError(f"unknown target {name}")
+    if backend == "postgres":
+        if dsns is None:
+            raise ValueError("a PostgreSQL target needs DSNs")
+        args += ["--audit-dsn", dsns[0], "--store-dsn", dsns[1]]
+    process = subprocess.Popen(
+        [*pin(SERVER_CORE), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_server_env(),
+        cwd=ROOT,
+    )
+    target = Target(name, process, listen, kind)
+    try:
+        _wait_serving(target)
+    except BaseException:
+        target.stop()
+        raise
+    return target
+
+
+def _wait_serving(target: Target, timeout: float = 60) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if target.process.poll() is not None:
+                raise RuntimeError(f"{target.name} exited with {target.process.returncode}")
+            try:
+                answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError(f"{target.name} never served")
+
+
+def prepare(target: Target) -> dict[str, str]:
+    """What the scenarios need on ``target``: the environment their templates read."""
+    if target.kind == "store":
+        return setup.store(target.address)
+    return setup.sidecar(target.address)
+
+
+def config_for(scenario: str, target: Target) -> Path:
+    name = "health" if scenario == "health" else scenario
+    if target.kind == "store":
+        name = f"store-{scenario}"
+    return GHZ_DIR / f"{name}.json"
+
+
+def ghz_command(
+    ghz: Path,
+    scenario: str,
+    target: Target,
+    *,
+    seconds: float | None = None,
+    total: int | None = None,
+    rate: int | None = None,
+    concurrency: int | None = None,
+) -> list[str]:
+    """The ghz command for one scenario: its config file, with what this run overrides."""
+    command = [*pin(LOAD_CORE), str(ghz), "--config", str(config_for(scenario, target)),
+               "--format", "json"]  # fmt: skip
+    if total is not None:
+        command += ["-n", str(total)]
+    elif seconds is not None:
+        command += ["-z", f"{seconds:g}s"]
+    if rate is not None:
+        command += ["--rps", str(rate)]
+    if concurrency is not None:
+        command += ["-c", str(concurrency)]
+    return [*command, target.address]
+
+
+@dataclass
+class Measured:
+    """One ghz run against one target."""
+
+    count: int
+    rps: float
+    p50: float
+    p90: float
+    p99: float
+    statuses: dict[str, int]
+    cpu_seconds: float
+
+    @property
+    def not_ok(self) -> int:
+        return sum(n for status, n in self.statuses.items() if status != "OK")
+
+    @property
+    def cpu_per_1000(self) -> float:
+        return 1000 * self.cpu_seconds / self.count if self.count else 0.0
+
+
+def measure(
+    ghz: Path, scenario: str, target: Target, env: dict[str, str], **options: Any
+) -> Measured:
+    """Run ghz once, reading the server's CPU time around it."""
+    before = target.cpu_seconds()
+    done = subprocess.run(
+        ghz_command(ghz, scenario, target, **options),
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    used = target.cpu_seconds() - before
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"ghz {scenario} on {target.name}: {done.stderr.strip()[-500:]}")
+    result = json.loads(done.stdout)
+    latencies = {
+        int(entry["percentage"]): entry["latency"] / 1e6
+        for entry in result.get("latencyDistribution") or []
+    }
+    return Measured(
+        count=int(result["count"]),
+        rps=float(result["rps"]),
+        p50=latencies.get(50, 0.0),
+        p90=latencies.get(90, 0.0),
+        p99=latencies.get(99, 0.0),
+        statuses={k: int(v) for k, v in (result.get("statusCodeDistribution") or {}).items()},
+        cpu_seconds=used,
+    )
+
+
+@dataclass
+class Plan:
+    """How long and how hard: the full run, or the smoke version `make test` runs."""
+
+    seconds: float
+    rounds: int
+    targets: Sequence[str]
+    concurrency: int = 32
+    warmup_seconds: float = 1.0
+    min_total: int = 200
+    out: Path = OUT
+    results: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
+    storms: dict[str, list[dict[str, int]]] = field(default_factory=dict)
+    half_rate: dict[str, list[Measured]] = field(default_factory=dict)
+
+
+def run_target(ghz: Path, plan: Plan, target: Target) -> None:
+    """Every scenario of one target, once."""
+    env = prepare(target)
+    scenarios = STORE_SCENARIOS if target.kind == "store" else SIDECAR_SCENARIOS
+    warm = measure(ghz, "notice", target, env, seconds=plan.warmup_seconds)
+    # Create and its storm run by count: the storm must replay exactly what create made.
+    total = max(plan.min_total, round(warm.rps * plan.seconds))
+
+    def record(scenario: str, result: Measured, name: str = target.name) -> None:
+        plan.results.setdefault(scenario, {}).setdefault(name, []).append(result)
+
+    for scenario in scenarios:
+        if scenario != "storm":
+            # New ids for the store's writes: only the storm replays the ones made before.
+            env["BENCH_NONCE"] = secrets.token_hex(6)
+        if scenario == "create":
+            record(scenario, measure(ghz, "create", target, env, total=total))
+        elif scenario == "storm":
+            if target.kind == "sidecar":
+                env.update(setup.retry(target.address, env["BENCH_RUN_ID"]))
+            result = measure(ghz, "storm", target, env, total=total)
+            record(scenario, result)
+            if target.kind == "sidecar":
+                counts = setup.end_attempt(target.address, env["BENCH_ATTEMPT_ID"])
+                plan.storms.setdefault(target.name, []).append(
+                    {"requests": total, "applied": counts.applied,
+                     "already_applied": counts.already_applied, "failed": counts.failed}
+                )  # fmt: skip
+                # A live attempt for the scenarios after the storm.
+                env.update(setup.retry(target.address, env["BENCH_RUN_ID"]))
+        else:
+            record(scenario, measure(ghz, scenario, target, env, seconds=plan.seconds))
+    if target.name == "sqlite-audited":
+        record("health", measure(ghz, "health", target, env, seconds=plan.seconds), "floor")
+
+
+def run_half_rate(ghz: Path, plan: Plan, work: Path) -> int:
+    """Notice at half the audited sidecar's saturating rate, on it and on the store alone."""
+    saturating = statistics.median(r.rps for r in plan.results["notice"]["sqlite-audited"])
+    rate = max(10, round(saturating / 2))
+    for _ in range(max(1, plan.rounds)):
+        for name in ("store", "sqlite-audited"):
+            target = start_target(name, work)
+            try:
+                env = prepare(target)
+                measure(ghz, "notice", target, env, seconds=plan.warmup_seconds, rate=rate)
+                env["BENCH_NONCE"] = secrets.token_hex(6)
+                result = measure(ghz, "notice", target, env, seconds=plan.seconds, rate=rate)
+            finally:
+                target.stop()
+            plan.half_rate.setdefault(name, []).append(result)
+    return rate
+
+
+def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """A fresh ledger and store database per PostgreSQL target, on the bench's own server.
+
+    The server is started pinned to the servers' core, so its backends do not take the
+    load generator's; it is apart from the tests' server, so the run touches neither.
+    """
+    if not any(name.startswith("postgres") for name in names):
+        return {}
+    os.environ.setdefault("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg")
+    os.environ.setdefault("ACTONCE_PG_PORT", "55439")
+    from tests import pg
+
+    subprocess.run(
+        [*pin(SERVER_CORE), str(ROOT / "scripts" / "postgres.sh"), "start"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return {
+        name: (pg.fresh_database("bench_ledger"), pg.fresh_database("bench_store"))
+        for name in names
+        if name.startswith("postgres")
+    }
+
+
+def machine(ghz: Path) -> dict[str, Any]:
+    """What the numbers were measured on."""
+    model = ""
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    version = subprocess.run([str(ghz), "--version"], capture_output=True, text=True, check=False)
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "protobuf": google.protobuf.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        # A `go install`ed ghz calls itself "dev"; the make target names the pinned version.
+        "ghz": os.environ.get("GHZ_VERSION") or version.stdout.strip() or version.stderr.strip(),
+        "server_core": SERVER_CORE,
+        "load_core": LOAD_CORE,
+    }
+
+
+def _median(results: list[Measured]) -> dict[str, Any]:
+    return {
+        "rps": statistics.median(r.rps for r in results),
+        "p50_ms": statistics.median(r.p50 for r in results),
+        "p90_ms": statistics.median(r.p90 for r in results),
+        "p99_ms": statistics.median(r.p99 for r in results),
+        "errors": sum(r.not_ok for r in results),
+        "statuses": {
+            status: sum(r.statuses.get(status, 0) for r in results)
+            for status in sorted({s for r in results for s in r.statuses})
+        },
+        "calls": sum(r.count for r in results),
+        "cpu_seconds_per_1000_calls": statistics.median(r.cpu_per_1000 for r in results),
+        "rounds": [
+            {"rps": round(r.rps, 1), "p99_ms": round(r.p99, 3), "calls": r.count,
+             "cpu_seconds": round(r.cpu_seconds, 3), "statuses": r.statuses}
+            for r in results
+        ],
+    }  # fmt: skip
+
+
+def collect(plan: Plan, ghz: Path, rate: int | None, started: float) -> dict[str, Any]:
+    return {
+        "machine": machine(ghz),
+        "settings": {
+            "seconds": plan.seconds,
+            "rounds": plan.rounds,
+            "concurrency": plan.concurrency,
+            "targets": list(plan.targets),
+            "wall_seconds": round(time.monotonic() - started, 1),
+        },
+        "expected_refusals": {
+            "sidecar": {k: list(v) for k, v in EXPECTED_REFUSALS.items()},
+            "store": {k: list(v) for k, v in STORE_EXPECTED.items()},
+        },
+        "results": {
+            scenario: {name: _median(results) for name, results in by_target.items()}
+            for scenario, by_target in plan.results.items()
+        },
+        "storm_outcomes": plan.storms,
+        "half_rate": {
+            "rate": rate,
+            "targets": {name: _median(results) for name, results in plan.half_rate.items()},
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per scenario and round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--targets", default=",".join(ALL_TARGETS))
+    parser.add_argument("--smoke", action="store_true", help="a few seconds: `make test`")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    if args.smoke:
+        plan = Plan(seconds=0.4, rounds=1, targets=SMOKE_TARGETS, warmup_seconds=0.2,
+                    min_total=100, out=args.out or OUT / "smoke")  # fmt: skip
+    else:
+        targets = [t for t in args.targets.split(",") if t]
+        unknown = sorted(set(targets) - set(ALL_TARGETS))
+        if unknown:
+            parser.error(f"unknown targets {unknown}; known: {', '.join(ALL_TARGETS)}")
+        plan = Plan(seconds=args.seconds, rounds=args.rounds, targets=targets,
+                    out=args.out or OUT)  # fmt: skip
+    ghz = ghz_binary()
+    # The driver's own work (setup calls, parsing) stays off the servers' core.
+    if pin(LOAD_CORE):
+        os.sched_setaffinity(0, {LOAD_CORE})
+    dsns = postgres_dsns(plan.targets)
+    rate: int | None = None
+    with tempfile.TemporaryDirectory(prefix="actonce-bench-") as tmp:
+        work = Path(tmp)
+        for round_ in range(plan.rounds):
+            # Rotated each round, so that no target always runs first or last.
+            order = list(plan.targets[round_:]) + list(plan.targets[:round_])
+            for name in order:
+                target = start_target(name, work, dsns=dsns.get(name))
+                try:
+                    run_target(ghz, plan, target)
+                finally:
+                    target.stop()
+                notice = plan.results.get("notice", {}).get(name, [])
+                rps = f"{notice[-1].rps:7.0f} notice/s" if notice else ""
+                print(f"round {round_ + 1}/{plan.rounds} {name:<20} {rps}", flush=True)
+        if "store" in plan.targets and "sqlite-audited" in plan.targets:
+            rate = run_half_rate(ghz, plan, work)
+    data = collect(plan, ghz, rate, started)
+    plan.out.mkdir(parents=True, exist_ok=True)
+    (plan.out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
+    problems = report.write(data, plan.out)
+    print((plan.out / "report.md").read_text())
+    print(f"wrote {plan.out.relative_to(ROOT)}/report.json, report.md and plots "
+          f"in {time.monotonic() - started:.0f} s")  # fmt: skip
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

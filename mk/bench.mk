@@ -1,0 +1,39 @@
+# The load test (issue 5). Included by the Makefile.
+#   make bench          every ghz scenario (bench/ghz/*.json) against every target, alternated,
+#                       then bench/out/report.json, report.md, throughput.png and latency.png
+#   make bench-smoke    the same in a few seconds on SQLite, failing on a wrong answer; part of
+#                       `make test`, so that the load test cannot rot
+#   make bench-profile  py-spy samples the audited sidecar under Notice load (SCENARIO=...)
+# ghz comes from its pinned Go module, built with the machine's Go into .tools/; the plots and
+# the profiler come from the `bench` extra, installed here and never by default.
+GHZ_VERSION := v0.121.0
+GHZ_BIN := $(CURDIR)/.tools/ghz-$(GHZ_VERSION)
+GHZ := $(GHZ_BIN)/ghz
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+BENCH_STAMP := $(VENV)/.bench-installed
+SCENARIO ?= notice
+
+TEST_TARGETS += bench-smoke
+
+.PHONY: bench bench-smoke bench-profile bench-lint ghz
+
+$(GHZ):
+	GOBIN=$(GHZ_BIN) GOFLAGS=-buildvcs=false $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
+
+ghz: $(GHZ)
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench-lint: $(BENCH_STAMP)
+	$(VENV)/bin/mypy bench
+
+bench: $(BENCH_STAMP) $(GHZ)
+	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.run
+
+bench-smoke: bench-lint $(GHZ)
+	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.run --smoke
+
+bench-profile: $(BENCH_STAMP) $(GHZ)
+	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.profile --scenario $(SCENARIO)
