@@ -128,7 +128,10 @@ class Target:
 
 def _server_env() -> dict[str, str]:
     # `actonce` refuses ACTONCE_* settings it does not know (the bench's PostgreSQL ones).
-    return {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
+    # The servers run this tree's code, also when the venv's editable install is another's.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
 
 
 def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) -> Target:
