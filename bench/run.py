@@ -362,7 +362,7 @@ def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     if not any(name.startswith("postgres") for name in names):
         return {}
     os.environ.setdefault("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg")
-    os.environ.setdefault("ACTONCE_PG_PORT", "55439")
+    os.environ.setdefault("ACTONCE_PG_PORT", "55461")
     from tests import pg
 
     subprocess.run(
