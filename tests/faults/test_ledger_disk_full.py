@@ -8,6 +8,7 @@ answering. When space comes back the same sidecar, with the same attempt, goes o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -93,7 +94,7 @@ def test_a_full_ledger_disk_fails_writes_closed_and_the_sidecar_recovers(
         stored = {a.id: a for a in sc.artifacts("k")}
         for n, got in refused.items():
             if "store was not called" in got.message:
-                assert all(f'"n":{n}}}' != a.data_json for a in stored.values())
+                assert all(json.loads(a.data_json) != {"n": n} for a in stored.values())
         assert not isinstance(read, Refusal) and read.artifact.id == kept.id  # fail-soft
         assert isinstance(begun, Refusal) and begun.reason == "AUDIT_PERSISTENCE_FAILED"
 
