@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from chaos.checker import read_postgres_store, read_sqlite_store
 from tests.harness import Refusal, free_port, refusal, wait_serving
 
 _HOLD = """
@@ -122,3 +123,16 @@ def wait_for(predicate: Any, timeout: float = 30.0, every: float = 0.1) -> bool:
 
 def data(n: int) -> str:
     return json.dumps({"n": n})
+
+
+def stored_by_n(config: Any, kind: str) -> dict[int, list[str]]:
+    """The store's artifacts of ``kind`` made by ``data(n)``, read from its database: n -> ids."""
+    if config.store_dsn:
+        rows = read_postgres_store(config.store_dsn)
+    else:
+        rows = read_sqlite_store(config.data_dir / "store.db")
+    found: dict[int, list[str]] = {}
+    for artifact_id, (artifact_kind, _version, data_json, _archived) in rows.artifacts.items():
+        if artifact_kind == kind:
+            found.setdefault(json.loads(data_json)["n"], []).append(artifact_id)
+    return found
