@@ -137,6 +137,9 @@ class RunActions:
         return attempt
 
     async def end_attempt(self, attempt_id: str) -> AttemptCounts:
+        ended = self.attempts.ended(attempt_id)
+        if isinstance(ended, AttemptCounts):
+            return ended
         attempt = self.attempts.get(attempt_id)
         counts = AttemptCounts(
             applied=attempt.outcomes[Outcome.APPLIED],
@@ -150,7 +153,7 @@ class RunActions:
             )
         except LedgerError as exc:
             raise AuditPersistenceFailed(str(exc)) from exc
-        self.attempts.end(attempt_id)
+        self.attempts.end(attempt_id, counts)
         return counts
 
     async def extend_lease(self, attempt_id: str, lease_deadline: datetime) -> datetime:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +25,9 @@ from sidecar.rules.ids import Identity, WriteType
 # stays bounded when agents die without EndAttempt. Its later calls get
 # UNKNOWN_ATTEMPT, which is safe: the run is retried with a new attempt.
 DEFAULT_IDLE_TTL_SECONDS = 3600.0
+# How many ended attempts' answers are kept for a repeated EndAttempt (bounded
+# memory: the oldest are forgotten first).
+ENDED_REMEMBERED = 10_000
 
 
 class Occurrences:
@@ -124,6 +127,7 @@ class AttemptRegistry:
 
     def __init__(self, *, idle_ttl_seconds: float = DEFAULT_IDLE_TTL_SECONDS) -> None:
         self._attempts: dict[str, Attempt] = {}
+        self._ended: OrderedDict[str, Any] = OrderedDict()
         self._idle_ttl = idle_ttl_seconds
 
     def begin(
@@ -152,10 +156,23 @@ class AttemptRegistry:
         attempt.last_used = time.monotonic()
         return attempt
 
-    def end(self, attempt_id: str) -> Attempt:
+    def end(self, attempt_id: str, summary: Any = None) -> Attempt:
+        """Forget an attempt; ``summary`` is what a repeated end gets back."""
         attempt = self.get(attempt_id)
         del self._attempts[attempt_id]
+        self._ended[attempt_id] = summary
+        while len(self._ended) > ENDED_REMEMBERED:
+            self._ended.popitem(last=False)
         return attempt
+
+    def ended(self, attempt_id: str) -> Any | None:
+        """The summary an attempt ended with, while it is remembered.
+
+        An EndAttempt whose answer was lost on the wire is retried by the
+        transport; it gets the same answer instead of UNKNOWN_ATTEMPT. Writes
+        to an ended attempt are still UNKNOWN_ATTEMPT.
+        """
+        return self._ended.get(attempt_id)
 
     def expire(self) -> int:
         """Forget attempts idle past the TTL; returns how many were forgotten."""

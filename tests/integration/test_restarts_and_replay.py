@@ -107,3 +107,18 @@ def test_every_write_is_audited_intent_then_outcome_before_the_answer(
     ]
     # Digests, never payloads.
     assert all("secret" not in json.dumps(e.detail) for e in events)
+
+
+def test_a_repeated_end_attempt_gets_the_same_counts_and_writes_stay_refused(
+    sidecar: RunningSidecar,
+) -> None:
+    attempt = sidecar.begin()
+    sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}"))
+    first = sidecar.stub.EndAttempt(pb.EndAttemptRequest(attempt_id=attempt))
+    again = sidecar.stub.EndAttempt(pb.EndAttemptRequest(attempt_id=attempt))
+    assert (again.applied, again.failed) == (first.applied, first.failed) == (1, 0)
+    with pytest.raises(grpc.RpcError) as caught:
+        sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}"))
+    assert refusal(caught.value).reason == "UNKNOWN_ATTEMPT"
+    ends = [e for e in sidecar.audit() if e.event.phase == "attempt_end"]
+    assert len(ends) == 1  # the repeat is an answer, not a second end
