@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import structlog
@@ -151,6 +154,20 @@ class Sidecar:
         await self.ledger.close()
 
 
+def embedded_store_socket(data_dir: Path) -> str:
+    """Where the embedded store listens: a Unix socket in the data folder.
+
+    A socket path is limited to about 100 bytes; a deeper data folder gets a
+    private temporary folder instead.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir.resolve() / "store.sock"
+    if len(str(path)) > 100:
+        path = Path(tempfile.mkdtemp(prefix="actonce-")) / "store.sock"
+    path.unlink(missing_ok=True)  # left by a process that was killed
+    return f"unix:{path}"
+
+
 def open_ledger(config: Config) -> GroupCommitLedger:
     """The ledger the configuration names: PostgreSQL when given a DSN, else SQLite."""
     if config.audit_dsn:
@@ -196,11 +213,14 @@ async def create_server(
         )
     else:
         backend = open_store_backend(config)
-        # The embedded store still serves its contract on loopback, for operators and
-        # tests that look into it; the sidecar's own calls skip that hop and reach the
-        # backend directly, with the same refusals (see sidecar.upstream.inprocess).
-        embedded, store_port = await create_store_server(backend, "127.0.0.1:0")
-        target = f"127.0.0.1:{store_port}"
+        # The embedded store still serves its contract, for operators and tests that
+        # look into it; the sidecar's own calls skip that hop and reach the backend
+        # directly, with the same refusals (see sidecar.upstream.inprocess). It serves
+        # on a Unix socket only its owner may open, never on a port: a write made
+        # there would bypass the audit ledger.
+        target = embedded_store_socket(config.data_dir)
+        embedded, _ = await create_store_server(backend, target)
+        os.chmod(target.removeprefix("unix:"), 0o600)
         upstream = InProcessStoreClient(backend, timeout_seconds=config.store_timeout_seconds)
     store = instrument_store(upstream, metrics)
     actions = RunActions(
