@@ -103,7 +103,7 @@ SERVE_SETTINGS: dict[str, Setting] = {
     "--audit-dsn": ("ACTONCE_AUDIT_DSN", _dsn, None,
                     "PostgreSQL DSN of a ledger shared by many sidecars, instead of --audit-db"),
     "--store-target": ("ACTONCE_STORE_TARGET", _listen, None,
-                       "HOST:PORT of an external artifact store instead of the embedded one"),
+                       "HOST:PORT or unix:PATH of an external store, instead of the embedded one"),
     "--store-dsn": ("ACTONCE_STORE_DSN", _dsn, None,
                     "PostgreSQL DSN for the reference store's data, instead of DATA_DIR"),
     "--send-allowlist": ("ACTONCE_SEND_ALLOWLIST", _allowlist, frozenset(),
