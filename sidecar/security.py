@@ -26,6 +26,10 @@ CHANNEL_OPTIONS: Sequence[tuple[str, int]] = (
     # As the store's own limit: artifacts are whole JSON documents.
     ("grpc.max_receive_message_length", 16 << 20),
     ("grpc.max_send_message_length", 16 << 20),
+    # gRPC's reconnect backoff grows to two minutes by default: after a long store outage
+    # every write would stay STORE_UNAVAILABLE for up to that long after the store is back.
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 )
 
 

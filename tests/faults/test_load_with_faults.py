@@ -12,6 +12,7 @@ off instead of growing with them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -210,3 +211,49 @@ def test_the_registry_forgets_idle_attempts_when_the_next_begins() -> None:
     time.sleep(0.3)
     registry.begin(run_id="late", rule="r", checkpoint="", lease_deadline=None)
     assert len(registry) == 1
+
+
+def test_after_a_long_store_outage_the_sidecar_reconnects_within_a_second_or_so(
+    tmp_path: Path,
+) -> None:
+    # gRPC's default reconnect backoff grows to two minutes: after a long outage the sidecar
+    # kept answering STORE_UNAVAILABLE for seconds to minutes after the store was back. Its
+    # channel to the store now retries at least every second.
+    store = spawn_store(tmp_path / "store", tmp_path / "store.log")
+    port = store.port
+    sidecar = spawn_sidecar(sidecar_config(tmp_path / "sidecar", store_target=store.target),
+                            tmp_path / "sidecar.log")  # fmt: skip
+    channel = grpc.insecure_channel(sidecar.target)
+    stub = pb_grpc.RunActionsServiceStub(channel)
+    try:
+        attempt = stub.BeginAttempt(
+            pb.BeginAttemptRequest(run_id="long", rule="r", checkpoint="c")
+        ).attempt_id
+        store.process.send_signal(signal.SIGKILL)
+        store.process.wait(10)
+        n, down = 0, time.monotonic()
+        while time.monotonic() - down < 14:  # an agent retrying all along
+            n += 1
+            with contextlib.suppress(grpc.RpcError):
+                stub.Create(
+                    pb.CreateRequest(attempt_id=attempt, kind="k", data_json=data(n)), timeout=5
+                )
+            time.sleep(0.2)
+        store = spawn_store(tmp_path / "store", tmp_path / "store.log", port=port)
+        back = time.monotonic()
+        while True:
+            n += 1
+            try:
+                stub.Create(
+                    pb.CreateRequest(attempt_id=attempt, kind="k", data_json=data(n)), timeout=5
+                )
+                break
+            except grpc.RpcError:
+                time.sleep(0.05)
+        lag = time.monotonic() - back
+        print(f"\nfirst write {lag:.2f}s after a 14s store outage ended")
+        assert lag < 2.5
+    finally:
+        channel.close()
+        sidecar.stop()
+        store.stop()
