@@ -31,36 +31,11 @@ from sidecar.ledger.base import (
     fenced,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.sqlite import COLUMNS, event_row, now, row_to_event
+from sidecar.ledger.schema import COLUMNS, event_row, now, row_to_event, tables
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS audit_events (
-    seq BIGINT PRIMARY KEY,
-    ts TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    attempt_id TEXT NOT NULL,
-    rpc TEXT NOT NULL,
-    phase TEXT NOT NULL,
-    rule TEXT NOT NULL,
-    checkpoint TEXT NOT NULL,
-    write_type TEXT NOT NULL,
-    derived_id TEXT NOT NULL,
-    request_id TEXT NOT NULL,
-    occurrence INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    failure_class TEXT NOT NULL,
-    detail TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
-CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
-CREATE TABLE IF NOT EXISTS audit_runs (
-    run_id TEXT PRIMARY KEY,
-    attempt_id TEXT NOT NULL
-);
+SCHEMA = (
+    tables("BIGINT")
+    + """
 CREATE TABLE IF NOT EXISTS audit_head (
     id BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id),
     seq BIGINT NOT NULL,
@@ -68,6 +43,7 @@ CREATE TABLE IF NOT EXISTS audit_head (
 );
 INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT DO NOTHING;
 """
+)
 
 _INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join(['%s'] * 19)})"
 _CONNECT_TIMEOUT_SECONDS = 5

@@ -7,10 +7,8 @@ a PostgreSQL ledger instead (sidecar.ledger.postgres).
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 from sidecar.ledger.base import (
@@ -24,35 +22,11 @@ from sidecar.ledger.base import (
     fenced,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.schema import COLUMNS, event_row, now, row_to_event, tables
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS audit_events (
-    seq INTEGER PRIMARY KEY,
-    ts TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    attempt_id TEXT NOT NULL,
-    rpc TEXT NOT NULL,
-    phase TEXT NOT NULL,
-    rule TEXT NOT NULL,
-    checkpoint TEXT NOT NULL,
-    write_type TEXT NOT NULL,
-    derived_id TEXT NOT NULL,
-    request_id TEXT NOT NULL,
-    occurrence INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    failure_class TEXT NOT NULL,
-    detail TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
-CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
-CREATE TABLE IF NOT EXISTS audit_runs (
-    run_id TEXT PRIMARY KEY,
-    attempt_id TEXT NOT NULL
-);
+SCHEMA = (
+    tables("INTEGER")
+    + """
 CREATE TABLE IF NOT EXISTS audit_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,
@@ -60,11 +34,8 @@ CREATE TABLE IF NOT EXISTS audit_head (
 );
 INSERT OR IGNORE INTO audit_head (id, seq, hash) VALUES (1, 0, '{genesis}');
 """
-
-COLUMNS = (
-    "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
-    "request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash, hash"
 )
+
 _INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join('?' * 19)})"
 
 
@@ -79,46 +50,6 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous = FULL")
     conn.executescript(SCHEMA.replace("{genesis}", GENESIS_HASH))
     return conn
-
-
-def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:
-    """An event as the row both SQL backends store (in COLUMNS order)."""
-    detail = json.dumps(event.detail, sort_keys=True, separators=(",", ":"))
-    return (
-        seq, ts, event.run_id, event.attempt_id, event.rpc, event.phase, event.rule,
-        event.checkpoint, event.write_type, event.derived_id, event.request_id,
-        event.occurrence, event.digest, event.outcome, event.reason, event.failure_class,
-        detail, prev, digest,
-    )  # fmt: skip
-
-
-def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
-    """Decode one ``audit_events`` row (in COLUMNS order)."""
-    (seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id,
-     request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash,
-     hash_) = row  # fmt: skip
-    event = AuditEvent(
-        run_id=str(run_id),
-        attempt_id=str(attempt_id),
-        rpc=str(rpc),
-        phase=str(phase),
-        rule=str(rule),
-        checkpoint=str(checkpoint),
-        write_type=str(write_type),
-        derived_id=str(derived_id),
-        request_id=str(request_id),
-        occurrence=int(str(occurrence)),
-        digest=str(digest),
-        outcome=str(outcome),
-        reason=str(reason),
-        failure_class=str(failure_class),
-        detail=json.loads(str(detail)),
-    )
-    return StoredEvent(int(str(seq)), str(ts), event, str(prev_hash), str(hash_))
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class SqliteLedger(GroupCommitLedger):

@@ -1,0 +1,90 @@
+"""The ledger's table, shared by its SQL backends: columns, rows, and their codec.
+
+Both backends store the same row for an event, so that ``actonce audit`` reads
+and verifies either the same way; only the dialect's types differ.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from sidecar.ledger.base import AuditEvent, StoredEvent
+
+COLUMNS = (
+    "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
+    "request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash, hash"
+)
+
+
+def tables(seq_type: str) -> str:
+    """DDL of the events and runs tables; ``seq_type`` is the dialect's 64-bit integer."""
+    return f"""
+CREATE TABLE IF NOT EXISTS audit_events (
+    seq {seq_type} PRIMARY KEY,
+    ts TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    attempt_id TEXT NOT NULL,
+    rpc TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    checkpoint TEXT NOT NULL,
+    write_type TEXT NOT NULL,
+    derived_id TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    occurrence INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    failure_class TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
+CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
+CREATE TABLE IF NOT EXISTS audit_runs (
+    run_id TEXT PRIMARY KEY,
+    attempt_id TEXT NOT NULL
+);
+"""
+
+
+def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:
+    """An event as the row both SQL backends store (in COLUMNS order)."""
+    detail = json.dumps(event.detail, sort_keys=True, separators=(",", ":"))
+    return (
+        seq, ts, event.run_id, event.attempt_id, event.rpc, event.phase, event.rule,
+        event.checkpoint, event.write_type, event.derived_id, event.request_id,
+        event.occurrence, event.digest, event.outcome, event.reason, event.failure_class,
+        detail, prev, digest,
+    )  # fmt: skip
+
+
+def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
+    """Decode one ``audit_events`` row (in COLUMNS order)."""
+    (seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id,
+     request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash,
+     hash_) = row  # fmt: skip
+    event = AuditEvent(
+        run_id=str(run_id),
+        attempt_id=str(attempt_id),
+        rpc=str(rpc),
+        phase=str(phase),
+        rule=str(rule),
+        checkpoint=str(checkpoint),
+        write_type=str(write_type),
+        derived_id=str(derived_id),
+        request_id=str(request_id),
+        occurrence=int(str(occurrence)),
+        digest=str(digest),
+        outcome=str(outcome),
+        reason=str(reason),
+        failure_class=str(failure_class),
+        detail=json.loads(str(detail)),
+    )
+    return StoredEvent(int(str(seq)), str(ts), event, str(prev_hash), str(hash_))
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
