@@ -21,12 +21,14 @@ TARGET_ORDER = (
     "sqlite-before",
     "sqlite-unaudited",
     "sqlite-audited",
+    "store-postgres",
     "postgres-unaudited",
     "postgres-audited",
 )
 LABELS = {
     "floor": "floor (Health/Check)",
     "store": "store alone",
+    "store-postgres": "PostgreSQL store alone",
     "sqlite-before": "SQLite, before (loopback store)",
     "sqlite-unaudited": "SQLite, unaudited",
     "sqlite-audited": "SQLite, audited",
@@ -69,10 +71,11 @@ def goals(data: dict[str, Any]) -> list[dict[str, Any]]:
             add(f"{backend}: audited / unaudited rps, {scenario}",
                 _ratio(_get(data, scenario, audited, "rps"),
                        _get(data, scenario, f"{backend}-unaudited", "rps")), 0.8)  # fmt: skip
-    for scenario in ("notice", "create", "storm", "read"):
-        add(f"sqlite: sidecar + store / store alone rps, {scenario}",
-            _ratio(_get(data, scenario, "sqlite-audited", "rps"),
-                   _get(data, scenario, "store", "rps")), 0.5)  # fmt: skip
+    for backend, store in (("sqlite", "store"), ("postgres", "store-postgres")):
+        for scenario in ("notice", "create", "storm", "read"):
+            add(f"{backend}: sidecar + store / store alone rps, {scenario}",
+                _ratio(_get(data, scenario, f"{backend}-audited", "rps"),
+                       _get(data, scenario, store, "rps")), 0.5)  # fmt: skip
     half = data.get("half_rate", {}).get("targets", {})
     if "store" in half and "sqlite-audited" in half:
         added = float(half["sqlite-audited"]["p99_ms"]) - float(half["store"]["p99_ms"])
@@ -97,7 +100,7 @@ def problems(data: dict[str, Any]) -> list[str]:
         for target, entry in by_target.items():
             if not entry["calls"] or not entry["rps"]:
                 found.append(f"{scenario} on {target}: no answers")
-            kind = "store" if target == "store" else "sidecar"
+            kind = "store" if target.startswith("store") else "sidecar"
             allowed = {"OK", *expected.get(kind, {}).get(scenario, [])[:1]}
             odd = {s: n for s, n in entry["statuses"].items() if s not in allowed}
             if odd:

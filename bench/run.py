@@ -2,7 +2,8 @@
 
 Targets (each a real server process pinned to one core, ghz pinned to the other):
 
-- ``store``: the reference store called directly (``actonce store``, SQLite);
+- ``store`` / ``store-postgres``: the reference store called directly (``actonce store``, on
+  SQLite or on PostgreSQL);
 - ``sqlite-before``: the sidecar as it was, reaching its embedded store over a loopback gRPC
   hop (``bench/serve.py --store-over-loopback``), audited; the before of the in-process path;
 - ``sqlite-unaudited`` / ``postgres-unaudited``: the sidecar with audit off
@@ -62,7 +63,7 @@ SIDECAR_TARGETS = (
     "postgres-unaudited",
     "postgres-audited",
 )
-ALL_TARGETS = ("store", *SIDECAR_TARGETS)
+ALL_TARGETS = ("store", "store-postgres", *SIDECAR_TARGETS)
 SMOKE_TARGETS = ("store", "sqlite-unaudited", "sqlite-audited")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
@@ -143,8 +144,12 @@ def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) 
              "--data-dir", str(data), "--log-level", "info"]  # fmt: skip
     actonce = [sys.executable, "-m", "sidecar.cli"]
     backend, _, mode = name.partition("-")
-    if name == "store":
+    if backend == "store":
         args, kind = [*actonce, "store", "--listen", listen, "--data-dir", str(data)], "store"
+        if mode == "postgres":
+            if dsns is None:
+                raise ValueError("a PostgreSQL target needs DSNs")
+            args += ["--store-dsn", dsns[1]]
     elif mode == "audited":
         args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     elif mode == "unaudited":
@@ -359,7 +364,7 @@ def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     The server is started pinned to the servers' core, so its backends do not take the
     load generator's; it is apart from the tests' server, so the run touches neither.
     """
-    if not any(name.startswith("postgres") for name in names):
+    if not any("postgres" in name for name in names):
         return {}
     os.environ.setdefault("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg")
     os.environ.setdefault("ACTONCE_PG_PORT", "55461")
@@ -374,7 +379,7 @@ def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     return {
         name: (pg.fresh_database("bench_ledger"), pg.fresh_database("bench_store"))
         for name in names
-        if name.startswith("postgres")
+        if "postgres" in name
     }
 
 
