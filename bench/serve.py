@@ -88,12 +88,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
-    if "--uvloop" in sys.argv:
-        import uvloop
-
-        sys.argv.remove("--uvloop")
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+    asyncio.run(main())
