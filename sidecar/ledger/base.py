@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 GENESIS_HASH = "0" * 64
@@ -68,6 +68,9 @@ class AuditEvent:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+_EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """One run as the ledger saw it (``actonce audit list``)."""
@@ -93,8 +96,10 @@ class StoredEvent:
 
 def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
     """The chain hash of an event: over its number, time, content and predecessor."""
+    # The fields as asdict() gives them, without its deep copy: the JSON is the same.
+    content = {name: getattr(event, name) for name in _EVENT_FIELDS}
     body = json.dumps(
-        {"seq": seq, "ts": ts, **asdict(event)},
+        {"seq": seq, "ts": ts, **content},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=True,

@@ -113,26 +113,32 @@ class GroupCommitLedger:
             if self.on_failure is not None:
                 self.on_failure(len(batch))
             error = LedgerError(f"audit event not persisted: {exc}")
-            for pending in batch:
-                _wake(pending, error)
+            _wake([(pending, error) for pending in batch])
             return
         if self.on_commit is not None:
             self.on_commit(time.perf_counter() - started, len(batch))
-        for pending, result in zip(batch, results, strict=True):
-            _wake(pending, result)
+        _wake(list(zip(batch, results, strict=True)))
 
 
-def _settle(future: asyncio.Future[int], result: int | LedgerError) -> None:
-    if future.done():
-        return
-    if isinstance(result, LedgerError):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
+def _settle(settled: list[tuple[asyncio.Future[int], int | LedgerError]]) -> None:
+    for future, result in settled:
+        if future.done():
+            continue
+        if isinstance(result, LedgerError):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
 
 
-def _wake(pending: _Pending, result: int | LedgerError) -> None:
-    # The appender's loop may be gone (its call was cancelled and the server
-    # stopped); the event is durable all the same, and the writer must live on.
-    with contextlib.suppress(RuntimeError):
-        pending.loop.call_soon_threadsafe(_settle, pending.future, result)
+def _wake(batch: list[tuple[_Pending, int | LedgerError]]) -> None:
+    # One wake-up per event loop for the whole batch: each call_soon_threadsafe
+    # writes to the loop's self-pipe, a system call and a loop iteration apiece.
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], int | LedgerError]]]
+    by_loop = {}
+    for pending, result in batch:
+        by_loop.setdefault(pending.loop, []).append((pending.future, result))
+    for loop, settled in by_loop.items():
+        # The appender's loop may be gone (its call was cancelled and the server
+        # stopped); the event is durable all the same, and the writer must live on.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, settled)

@@ -5,10 +5,16 @@ WAL mode with `synchronous=FULL`, so a write is on disk when its transaction com
 sidecar acknowledges a write only after the store answered, and a store that lost an
 acknowledged write after a power cut would let a retried run make it twice.
 
-Every write is one `BEGIN IMMEDIATE` transaction that checks and changes together, so two
-callers (threads of this process, or another process on the same file) cannot both take an
-id. Ids are primary keys and nothing is ever deleted, so a used id stays used forever, across
-restarts, archived or not.
+Every write checks and changes inside one `BEGIN IMMEDIATE` transaction, so two callers
+(threads of this process, or another process on the same file) cannot both take an id. Ids are
+primary keys and nothing is ever deleted, so a used id stays used forever, across restarts,
+archived or not.
+
+Group commit: calls that arrive while another holds the connection join its transaction, each
+in a savepoint of its own (a refusal rolls back that call alone), and the last of them to
+finish commits for all, with one sync. No call answers before the commit that makes what it
+did, or what it read, durable; when that commit fails, or SQLite ends the transaction early,
+every call in it fails. One sync per call cost most of a write's time and CPU under load.
 
 Refusal order, the same in every write: the input is validated first (VALIDATION_FAILED), then
 every state that refuses the write is collected and reported together (INVALID_STATE with all
@@ -24,9 +30,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TypeVar
 
 from sidecar.store.backend import (
     MESSAGE_KINDS,
@@ -50,6 +57,11 @@ __all__ = ["SCHEMA_VERSION", "SqliteStoreBackend"]
 
 # Stored in PRAGMA user_version; a file of another version is refused rather than misread.
 SCHEMA_VERSION = 1
+
+# Most calls one commit carries: under a steady stream of calls the batch still commits.
+MAX_BATCH = 64
+
+_T = TypeVar("_T")
 
 # One statement each: executescript() would commit on its own, outside the migration's
 # transaction.
@@ -117,6 +129,21 @@ class SqliteStoreBackend:
         """Open (creating it and its folder if missing) the database file at `path`."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        # Group commit (see the module's docstring). Calls count themselves in before they
+        # wait for the connection, so the one holding it knows whether others will join.
+        self._turn = threading.Condition(self._lock)
+        self._arrivals = threading.Lock()
+        self._arrived = 0
+        self._entered = 0
+        self._batch = 0  # the number of the newest transaction
+        self._batch_calls = 0  # calls in the open transaction; 0 when none is open
+        self._finished = 0  # the newest transaction that committed or failed
+        self._committing = False
+        self._failures: dict[int, BaseException] = {}
+        # The thread inside run_batch, whose calls leave the commit to it; and the
+        # transaction its last call was in.
+        self._deferring: int | None = None
+        self._deferred_batch = 0
         # isolation_level=None: the module opens no transactions of its own; each method
         # says where its transaction begins and ends.
         self._db = sqlite3.connect(
@@ -154,29 +181,133 @@ class SqliteStoreBackend:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        # IMMEDIATE takes the write lock up front: the checks a write makes (is the id used?
-        # which version?) then hold until it commits, even against another process.
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                # SQLite may have rolled back already (some errors end the transaction).
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        with self._batched(savepoint=True) as db:
+            yield db
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        # A read transaction so a read of several statements sees one snapshot.
-        with self._lock:
-            self._db.execute("BEGIN")
+        # A read joins the open transaction too: it sees the writes of the calls before it,
+        # so it answers only once they are durable. Several statements see one snapshot.
+        with self._batched(savepoint=False) as db:
+            yield db
+
+    @contextmanager
+    def _batched(self, *, savepoint: bool) -> Iterator[sqlite3.Connection]:
+        with self._arrivals:
+            self._arrived += 1
+        with self._turn:
+            while self._committing:
+                self._turn.wait()
+            self._entered += 1
+            if not self._batch_calls:
+                # IMMEDIATE takes the write lock up front: the checks a write makes (is the id
+                # used? which version?) then hold until it commits, even against another
+                # process.
+                self._db.execute("BEGIN IMMEDIATE")
+                self._batch += 1
+            batch = self._batch
+            self._batch_calls += 1
+            error: BaseException | None = None
+            if savepoint:
+                self._db.execute("SAVEPOINT call")
             try:
                 yield self._db
-            finally:
+            except BaseException as exc:
+                error = exc
                 if self._db.in_transaction:
+                    if savepoint:
+                        self._db.execute("ROLLBACK TO call")
+                        self._db.execute("RELEASE call")
+                else:
+                    # SQLite ended the whole transaction (some errors do): the other calls'
+                    # changes are gone with it, and they must not answer as if they landed.
+                    self._end_batch(batch, exc)
+            else:
+                if savepoint:
+                    self._db.execute("RELEASE call")
+            if self._deferring == threading.get_ident():
+                # run_batch waits for the commit once, for all of its calls.
+                self._deferred_batch = batch
+                if error is not None:
+                    raise error
+                return
+            self._await_commit(batch)
+            failure = self._failures.get(batch)
+            if failure is not None and failure is not error:
+                # What this call saw, a refusal included, may rest on changes that are gone.
+                raise RuntimeError(f"the store's transaction did not commit: {failure}")
+            if error is not None:
+                raise error
+
+    def run_batch(self, calls: Sequence[Callable[[], _T]]) -> list[_T | Exception]:
+        """Make ``calls`` (this backend's methods, bound to their arguments) in as few
+        transactions as they fit, and answer once those have committed.
+
+        Each answer is what the call returned or the exception it raised; a refusal rolls
+        back that call alone. When a transaction a call was in did not commit, or SQLite
+        ended it early, that call's answer is the failure. One thread hands over many
+        calls at once this way, instead of a thread per call waiting for its commit.
+        """
+        me = threading.get_ident()
+        answers: list[_T | Exception] = []
+        joined: list[int] = []
+        with self._turn:
+            while self._deferring is not None:
+                self._turn.wait()
+            self._deferring = me
+        try:
+            for call in calls:
+                self._deferred_batch = 0  # stays 0 for a call refused before any statement
+                try:
+                    answers.append(call())
+                except Exception as exc:
+                    answers.append(exc)
+                joined.append(self._deferred_batch)
+        finally:
+            with self._turn:
+                self._deferring = None
+                self._turn.notify_all()
+                last = max(joined, default=0)
+                if last:
+                    self._await_commit(last)
+        for i, batch in enumerate(joined):
+            failure = self._failures.get(batch) if batch else None
+            if failure is not None and failure is not answers[i]:
+                answers[i] = RuntimeError(f"the store's transaction did not commit: {failure}")
+        return answers
+
+    def _await_commit(self, batch: int) -> None:
+        # Called with the lock held. The last call in commits for all: one sync per batch.
+        while self._finished < batch:
+            last_in = self._arrived == self._entered
+            if (
+                not self._committing
+                and self._batch == batch
+                and (last_in or self._batch_calls >= MAX_BATCH)
+            ):
+                self._committing = True
+                failure: BaseException | None = None
+                try:
                     self._db.execute("COMMIT")
+                except BaseException as exc:
+                    failure = exc
+                    if self._db.in_transaction:
+                        with suppress(sqlite3.Error):
+                            self._db.execute("ROLLBACK")
+                finally:
+                    self._committing = False
+                self._end_batch(batch, failure)
+            else:
+                self._turn.wait()
+
+    def _end_batch(self, batch: int, failure: BaseException | None) -> None:
+        if failure is not None:
+            # Kept for the batch's calls still waiting; the oldest are long answered.
+            self._failures = {b: e for b, e in self._failures.items() if b > batch - 1024}
+            self._failures[batch] = failure
+        self._finished = batch
+        self._batch_calls = 0
+        self._turn.notify_all()
 
     # Artifacts
 
@@ -429,7 +560,10 @@ class SqliteStoreBackend:
         return tuple(row[0] for row in rows)
 
     def close(self) -> None:
-        with self._lock:
+        with self._turn:
+            # An open transaction commits first: its calls are waiting for their answers.
+            while self._committing or self._batch_calls:
+                self._turn.wait()
             self._db.close()
 
 

@@ -17,6 +17,12 @@ contract exactly:
 - answers are the contract's ``StoredArtifact`` / ``StoredMessage`` messages.
 
 An external store (``--store-target``) and ``actonce store`` keep the gRPC path.
+
+A backend that can run a batch of calls in one transaction (the SQLite one) gets them
+from one thread of this client's: calls queue while it works, it hands the whole queue
+over at once, and it wakes the event loop once per batch with every answer. Threads
+that each wait for their own commit contend for the interpreter with the event loop on
+every answer; this way there is one such wake-up per commit, not per call.
 """
 
 from __future__ import annotations
@@ -24,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import queue
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from dataclasses import dataclass
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
@@ -50,6 +59,80 @@ _T = TypeVar("_T")
 # SQLite backend serializes on its one connection whatever the number.
 DEFAULT_WORKERS = 8
 _PROBE_ID = "actonce-health-probe"
+# Most calls handed over at once; bounds how long the first of them waits.
+MAX_BATCH = 64
+
+
+@runtime_checkable
+class BatchingBackend(Protocol):
+    """A backend that makes many calls in one transaction and answers after its commit."""
+
+    def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[Any]: ...
+
+
+@dataclass
+class _Job:
+    call: Callable[[], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+
+
+class _BatchRunner:
+    """One thread that hands every queued call to ``run_batch`` at once."""
+
+    def __init__(self, run_batch: Callable[[Sequence[Callable[[], Any]]], list[Any]]) -> None:
+        self._run_batch = run_batch
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="store-batches", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: _Job) -> None:
+        self._queue.put(job)
+
+    def close(self) -> None:
+        """Answer what is queued, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            jobs = [first]
+            stop = False
+            while len(jobs) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                jobs.append(more)
+            try:
+                answers = self._run_batch([job.call for job in jobs])
+            except Exception as exc:  # the batch as a whole failed: so did each call
+                answers = [exc] * len(jobs)
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+            for job, answer in zip(jobs, answers, strict=True):
+                by_loop.setdefault(job.loop, []).append((job.future, answer))
+            for loop, settled in by_loop.items():
+                # A loop already closed has no one left waiting for these answers.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_settle, settled)
+            if stop:
+                return
+
+
+def _settle(settled: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for future, answer in settled:
+        if future.done():  # its caller stopped waiting (a deadline)
+            continue
+        if isinstance(answer, Exception):
+            future.set_exception(answer)
+        else:
+            future.set_result(answer)
 
 
 @contextlib.contextmanager
@@ -101,20 +184,28 @@ class InProcessStoreClient:
     ) -> None:
         self._backend = backend
         self.timeout_seconds = timeout_seconds
-        # A pool of its own: store calls never wait behind the ledger's reads in the
-        # loop's default executor, nor those behind them.
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="store")
+        self._batches: _BatchRunner | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        if isinstance(backend, BatchingBackend):
+            self._batches = _BatchRunner(backend.run_batch)
+        else:
+            # A pool of its own: store calls never wait behind the ledger's reads in the
+            # loop's default executor, nor those behind them.
+            self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="store")
 
     async def _call(
         self, operation: str, call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
     ) -> _T:
         loop = asyncio.get_running_loop()
+        bound = functools.partial(call, *args, **kwargs)
         with _map_errors(operation):
             try:
                 async with asyncio.timeout(self.timeout_seconds):
-                    return await loop.run_in_executor(
-                        self._executor, functools.partial(call, *args, **kwargs)
-                    )
+                    if self._batches is not None:
+                        future: asyncio.Future[_T] = loop.create_future()
+                        self._batches.submit(_Job(bound, future, loop))
+                        return await future
+                    return await loop.run_in_executor(self._executor, bound)
             except TimeoutError:
                 raise StoreDeadlineExceeded(
                     f"store did not answer {operation} in time; the write may have landed, "
@@ -197,4 +288,7 @@ class InProcessStoreClient:
     async def close(self) -> None:
         # Calls still running finish first: the sidecar closes the backend after this.
         # The backend itself is the sidecar's to close, after the embedded server stops.
-        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
+        if self._batches is not None:
+            await asyncio.to_thread(self._batches.close)
+        if self._executor is not None:
+            await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
