@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 from pathlib import Path
 
@@ -76,6 +77,7 @@ async def main() -> None:
         config.store_target = f"127.0.0.1:{port}"
     sidecar, _ = await create_server(config, ledger=NullLedger() if args.unaudited else None)
     await sidecar.start()
+    gc.freeze()  # as `actonce serve` does
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -71,28 +71,46 @@ class SqliteLedger(GroupCommitLedger):
             # deleted from one that simply ends there.
             row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
             seq, prev = int(row[0]), str(row[1])
+            # A few statements per batch, not a few per event: each statement hands the
+            # interpreter back and forth with the event loop. The newest attempt of every
+            # run the batch fences is read once; an attempt begun earlier in the same batch
+            # counts, as it did when each event was checked on its own.
+            fenced_runs = sorted({e.run_id for e in events if e.phase in FENCED_PHASES})
+            newest: dict[str, str] = {}
+            if fenced_runs:
+                marks = ", ".join("?" * len(fenced_runs))
+                newest.update(
+                    conn.execute(
+                        f"SELECT run_id, attempt_id FROM audit_runs WHERE run_id IN ({marks})",
+                        fenced_runs,
+                    ).fetchall()
+                )
+            begun: list[tuple[str, str]] = []
+            rows: list[tuple[object, ...]] = []
             results: list[int | LedgerError] = []
             for event in events:
                 if event.phase == "attempt_begin":
-                    conn.execute(
-                        "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) "
-                        "ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id",
-                        (event.run_id, event.attempt_id),
-                    )
+                    begun.append((event.run_id, event.attempt_id))
+                    newest[event.run_id] = event.attempt_id
                 elif event.phase in FENCED_PHASES:
-                    newest = conn.execute(
-                        "SELECT attempt_id FROM audit_runs WHERE run_id = ?", (event.run_id,)
-                    ).fetchone()
-                    refusal = fenced(event, newest[0] if newest else None)
+                    refusal = fenced(event, newest.get(event.run_id))
                     if refusal is not None:
                         results.append(refusal)
                         continue
                 seq += 1
                 ts = now()
                 digest = event_hash(seq, ts, event, prev)
-                conn.execute(_INSERT, event_row(seq, ts, event, prev, digest))
+                rows.append(event_row(seq, ts, event, prev, digest))
                 prev = digest
                 results.append(seq)
+            if begun:
+                conn.executemany(
+                    "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) "
+                    "ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id",
+                    begun,
+                )
+            if rows:
+                conn.executemany(_INSERT, rows)
             conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
             conn.execute("COMMIT")
         except BaseException:

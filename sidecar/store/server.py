@@ -10,6 +10,7 @@ and reflection) and binds it, without starting it, so tests bind port 0 and read
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -129,6 +130,9 @@ async def serve_store(
             backend, listen, token=token, credentials=credentials
         )
         await server.start()
+        # What start-up built lives as long as the process; a full collection need not
+        # walk it (a pause that showed in tail latencies).
+        gc.freeze()
         log.info(
             "store.serving",
             listen=listen,
