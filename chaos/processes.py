@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import random
 import signal
 import socket
 import subprocess
@@ -28,9 +27,12 @@ from grpc_health.v1 import health_pb2
 
 from chaos.plan import Kill
 
-# Fixed ports come from below the kernel's ephemeral range, so that an outgoing connection of
-# some other process cannot hold a port while its server is down between a kill and a restart.
-_PORT_RANGE = (20000, 32000)
+# Fixed ports come from below the kernel's ephemeral range, so that no outgoing connection
+# holds one while its server is down between a kill and a restart; and each seed has a block
+# of its own, so that a seed running beside it cannot take a port whose server is down.
+_PORT_BASE = 20000
+_PORT_BLOCKS = 5000
+_BLOCK = 2
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -40,18 +42,27 @@ class HarnessError(Exception):
     the sidecar."""
 
 
-def pick_port() -> int:
-    """A free loopback port outside the ephemeral range."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randint(*_PORT_RANGE)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise HarnessError("no free port")
+def seed_ports(seed: int, salt: int) -> tuple[int, int]:
+    """Two free loopback ports for ``seed``, from its own block.
+
+    ``salt`` is drawn once per harness invocation, so that two invocations running the same
+    seeds at once (a quick run beside a long one) get different blocks.
+    """
+    for step in range(_PORT_BLOCKS):
+        block = (seed + salt + step * 7919) % _PORT_BLOCKS
+        ports = (_PORT_BASE + block * _BLOCK, _PORT_BASE + block * _BLOCK + 1)
+        if all(_free(port) for port in ports):
+            return ports
+    raise HarnessError("no free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def health_status(target: str, timeout: float = 1.0) -> int | None:

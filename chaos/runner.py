@@ -9,6 +9,7 @@ the checker. What a seed leaves behind is deleted unless it failed or ``keep`` i
 from __future__ import annotations
 
 import multiprocessing
+import random
 import shutil
 import threading
 import time
@@ -27,7 +28,7 @@ from chaos.processes import (
     Killer,
     KillRecord,
     Service,
-    pick_port,
+    seed_ports,
     sidecar_command,
     store_command,
 )
@@ -71,6 +72,7 @@ def run_seed(
     pg_server: str | None = None,
     topology: str | None = None,
     keep: bool = False,
+    port_salt: int = 0,
 ) -> SeedResult:
     """Run one seed and check it; never raises (a harness failure is the result's error)."""
     started = time.monotonic()
@@ -91,7 +93,7 @@ def run_seed(
                 pg.fresh_database(pg_server, "ledger"),
                 pg.fresh_database(pg_server, "store"),
             ]
-        played = play(plan, seed_dir, databases)
+        played = play(plan, seed_dir, databases, port_salt=port_salt)
         _tally(result, played)
         findings = played.check()
         result.duplicates = findings.duplicates
@@ -153,7 +155,9 @@ class Played:
             reader.close()
 
 
-def play(plan: SeedPlan, seed_dir: Path, databases: list[str] | None = None) -> Played:
+def play(
+    plan: SeedPlan, seed_dir: Path, databases: list[str] | None = None, *, port_salt: int = 0
+) -> Played:
     """Run the plan's runs against real processes, killing them on schedule, then stop them.
 
     ``databases`` are the PostgreSQL ledger's and store's DSNs; without them both are SQLite
@@ -163,12 +167,13 @@ def play(plan: SeedPlan, seed_dir: Path, databases: list[str] | None = None) -> 
     store_dsn = databases[1] if databases else None
     services: dict[str, Service] = {}
     store_target: str | None = None
+    sidecar_port, store_port = seed_ports(plan.seed, port_salt)
     if plan.topology == "standalone":
-        store = Service("store", [], pick_port(), seed_dir / "store.log")
+        store = Service("store", [], store_port, seed_dir / "store.log")
         store.command = store_command(store.port, seed_dir / "store", dsn=store_dsn)
         services["store"] = store
         store_target = store.target
-    sidecar = Service("sidecar", [], pick_port(), seed_dir / "sidecar.log", needs_serving=False)
+    sidecar = Service("sidecar", [], sidecar_port, seed_dir / "sidecar.log", needs_serving=False)
     sidecar.command = sidecar_command(
         sidecar.port,
         seed_dir / "sidecar",
@@ -232,10 +237,17 @@ def run_seeds(
 ) -> Iterator[SeedResult]:
     """Run seeds on ``jobs`` worker processes; results as they finish."""
     seeds = list(seeds)
+    salt = random.randrange(1 << 16)  # this invocation's port blocks (processes.seed_ports)
     if jobs <= 1:
         for seed in seeds:
             done = run_seed(
-                seed, backend, workdir, pg_server=pg_server, topology=topology, keep=keep
+                seed,
+                backend,
+                workdir,
+                pg_server=pg_server,
+                topology=topology,
+                keep=keep,
+                port_salt=salt,
             )
             if progress is not None:
                 progress(done)
@@ -246,7 +258,14 @@ def run_seeds(
     with ProcessPoolExecutor(jobs, mp_context=context) as pool:
         futures = [
             pool.submit(
-                run_seed, seed, backend, workdir, pg_server=pg_server, topology=topology, keep=keep
+                run_seed,
+                seed,
+                backend,
+                workdir,
+                pg_server=pg_server,
+                topology=topology,
+                keep=keep,
+                port_salt=salt,
             )
             for seed in seeds
         ]
