@@ -29,7 +29,7 @@ LABELS = {
     "floor": "floor (Health/Check)",
     "store": "store alone",
     "store-postgres": "PostgreSQL store alone",
-    "sqlite-before": "SQLite, before (loopback store)",
+    "sqlite-before": "SQLite, audited, before",
     "sqlite-unaudited": "SQLite, unaudited",
     "sqlite-audited": "SQLite, audited",
     "postgres-unaudited": "PostgreSQL, unaudited",
@@ -162,8 +162,9 @@ def markdown(data: dict[str, Any]) -> str:
                      for t in targets]  # fmt: skip
             lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
     if "sqlite-before" in targets:
-        lines += ["", "## Before and after: the embedded store in-process instead of over "
-                  "loopback gRPC (SQLite, audited)", "",
+        lines += ["", "## Before and after the speed work (`actonce serve`, SQLite, audited)", "",
+                  "Before: the commit named in bench/run.py's BEFORE_REF, run in the same "
+                  "run, alternated with the others.", "",
                   "| scenario | before calls/s | after calls/s | after/before | "
                   "CPU before | CPU after |",
                   "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip

@@ -4,8 +4,10 @@ Targets (each a real server process pinned to one core, ghz pinned to the other)
 
 - ``store`` / ``store-postgres``: the reference store called directly (``actonce store``, on
   SQLite or on PostgreSQL);
-- ``sqlite-before``: the sidecar as it was, reaching its embedded store over a loopback gRPC
-  hop (``bench/serve.py --store-over-loopback``), audited; the before of the in-process path;
+- ``sqlite-before``: ``actonce serve`` as it was before this load test's speed work (commit
+  ``BEFORE_REF``: the embedded store over a loopback gRPC hop, a sync per store write, ...),
+  run from that commit's ``sidecar/`` package; it cannot resolve a method by reflection, so
+  ghz reads the protos from a descriptor set for it;
 - ``sqlite-unaudited`` / ``postgres-unaudited``: the sidecar with audit off
   (``bench/serve.py --unaudited``, a benchmark-only switch the ``actonce`` command lacks);
 - ``sqlite-audited`` / ``postgres-audited``: ``actonce serve`` itself, the ledger and the
@@ -53,6 +55,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Servers on the first core, the load on the second: ghz must not take the servers' CPU.
 SERVER_CORE = 0
 LOAD_CORE = 1
+
+# The last commit before the speed work of the load-test issue: the "before" target.
+BEFORE_REF = "94a21417d59796c1ddc1e9dd1a2a8ff979a54e76"
 
 SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
 STORE_SCENARIOS = ("create", "storm", "notice", "read")
@@ -106,6 +111,7 @@ class Target:
     process: subprocess.Popen[bytes]
     address: str
     kind: str  # "store" or "sidecar"
+    protoset: Path | None = None  # for a server whose reflection cannot find methods
 
     @property
     def pid(self) -> int:
@@ -127,12 +133,40 @@ class Target:
                 self.process.wait(10)
 
 
-def _server_env() -> dict[str, str]:
+def _server_env(code: Path = ROOT) -> dict[str, str]:
     # `actonce` refuses ACTONCE_* settings it does not know (the bench's PostgreSQL ones).
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
-    # The servers run this tree's code, also when the venv's editable install is another's.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    # The servers run this tree's code (or the before's), whatever the venv's editable
+    # install points at.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
     return env
+
+
+def before_code(work: Path) -> Path:
+    """The ``sidecar`` package as it was at ``BEFORE_REF``, unpacked under ``work``."""
+    code = work / "before"
+    if not (code / "sidecar").exists():
+        code.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", BEFORE_REF, "sidecar"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
+    return code
+
+
+def protoset(work: Path) -> Path:
+    """The API's descriptors, imports included, for ghz to call a server without reflection."""
+    out = work / "actonce.protoset"
+    if not out.exists():
+        protos = sorted(str(p.relative_to(ROOT / "protos")) for p in
+                        (ROOT / "protos" / "actonce" / "v1").glob("*.proto"))  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'protos'}",
+             "--include_imports", f"--descriptor_set_out={out}", *protos],
+            check=True, cwd=ROOT,
+        )  # fmt: skip
+    return out
 
 
 def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) -> Target:
@@ -155,21 +189,22 @@ def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) 
     elif mode == "unaudited":
         args, kind = [*serve, "--unaudited"], "sidecar"
     elif mode == "before":
-        args, kind = [*serve, "--store-over-loopback"], "sidecar"
+        args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     else:
         raise ValueError(f"unknown target {name}")
     if backend == "postgres":
         if dsns is None:
             raise ValueError("a PostgreSQL target needs DSNs")
         args += ["--audit-dsn", dsns[0], "--store-dsn", dsns[1]]
+    before = mode == "before"
     process = subprocess.Popen(
         [*pin(SERVER_CORE), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=_server_env(),
-        cwd=ROOT,
+        env=_server_env(before_code(work) if before else ROOT),
+        cwd=work if before else ROOT,
     )
-    target = Target(name, process, listen, kind)
+    target = Target(name, process, listen, kind, protoset(work) if before else None)
     try:
         _wait_serving(target)
     except BaseException:
@@ -224,6 +259,8 @@ def ghz_command(
     """The ghz command for one scenario: its config file, with what this run overrides."""
     command = [*pin(LOAD_CORE), str(ghz), "--config", str(config_for(scenario, target)),
                "--format", "json"]  # fmt: skip
+    if target.protoset is not None:
+        command += ["--protoset", str(target.protoset)]
     if total is not None:
         command += ["-n", str(total)]
     elif seconds is not None:

@@ -3,11 +3,6 @@
 `--unaudited` swaps the ledger for one that persists nothing, to measure what
 audit costs. It exists only in this benchmark script: the `actonce` command
 has no such switch, so no production deployment can turn audit off.
-
-`--store-over-loopback` reaches the embedded store the way the sidecar did
-before it called the store's backend in-process: over a gRPC channel to a
-store server on loopback, in the same process and event loop. The benchmark
-runs it beside the sidecar as it is, to measure what the in-process path saved.
 """
 
 from __future__ import annotations
@@ -18,14 +13,10 @@ import gc
 import signal
 from pathlib import Path
 
-import grpc
-
 from sidecar import logs
 from sidecar.config import Config
 from sidecar.ledger.base import AuditEvent, StoredEvent
-from sidecar.server import create_server, open_store_backend
-from sidecar.store.backend import StoreBackend
-from sidecar.store.server import create_store_server
+from sidecar.server import create_server
 
 
 class NullLedger:
@@ -56,7 +47,6 @@ async def main() -> None:
     parser.add_argument("--store-dsn")
     parser.add_argument("--store-target")
     parser.add_argument("--unaudited", action="store_true")
-    parser.add_argument("--store-over-loopback", action="store_true")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args()
     logs.configure(args.log_level, "json")
@@ -68,13 +58,6 @@ async def main() -> None:
         store_target=args.store_target,
         send_allowlist=frozenset({"bench"}),
     )
-    loopback: tuple[grpc.aio.Server, StoreBackend] | None = None
-    if args.store_over_loopback and not args.store_target:
-        backend = open_store_backend(config)
-        server, port = await create_store_server(backend, "127.0.0.1:0")
-        await server.start()
-        loopback = (server, backend)
-        config.store_target = f"127.0.0.1:{port}"
     sidecar, _ = await create_server(config, ledger=NullLedger() if args.unaudited else None)
     await sidecar.start()
     gc.freeze()  # as `actonce serve` does
@@ -84,9 +67,6 @@ async def main() -> None:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await sidecar.stop(1.0)
-    if loopback is not None:
-        await loopback[0].stop(None)
-        loopback[1].close()
 
 
 if __name__ == "__main__":
