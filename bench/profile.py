@@ -90,6 +90,12 @@ def main() -> None:
     parser.add_argument("--target", default="sqlite-audited", choices=run.SIDECAR_TARGETS)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument(
+        "--wall",
+        action="store_true",
+        help="sample every thread, waiting ones included (default: only the thread holding "
+        "the interpreter lock, which is where the CPU goes)",
+    )
     parser.add_argument("--summary", type=Path, help="summarize this saved profile and exit")
     args = parser.parse_args()
     if args.summary:
@@ -113,7 +119,8 @@ def main() -> None:
             subprocess.run(
                 [*run.pin(run.LOAD_CORE), str(py_spy), "record", "--pid", str(target.pid),
                  "--duration", str(int(args.seconds)), "--rate", str(args.rate),
-                 "--format", "raw", "--threads", "--output", str(raw)],
+                 "--format", "raw", "--threads", "--output", str(raw),
+                 *([] if args.wall else ["--gil"])],
                 check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             load.wait(60)
