@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from sidecar import scheduling
 from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
 
 log = structlog.get_logger()
@@ -85,6 +86,7 @@ class GroupCommitLedger:
         raise NotImplementedError
 
     def _run(self) -> None:
+        scheduling.background_thread()
         while True:
             first = self._queue.get()
             if first is None:

@@ -39,6 +39,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
+from sidecar import scheduling
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.store import backend as store
@@ -95,6 +96,7 @@ class _BatchRunner:
         self._thread.join()
 
     def _run(self) -> None:
+        scheduling.background_thread()
         while True:
             first = self._queue.get()
             if first is None:

@@ -1,0 +1,48 @@
+"""The sidecar's background threads ask not to preempt the event loop; the loop's does not."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from sidecar.ledger.base import AuditEvent
+from sidecar.ledger.sqlite import SqliteLedger
+from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.upstream.inprocess import InProcessStoreClient
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is a Linux scheduling policy"
+)
+
+
+def policy_of(name: str) -> int:
+    (thread,) = [t for t in threading.enumerate() if t.name == name]
+    assert thread.native_id is not None
+    return os.sched_getscheduler(thread.native_id)
+
+
+def test_the_ledger_writer_and_the_store_batches_run_as_batch_threads(tmp_path: Path) -> None:
+    async def run() -> tuple[int, int, int]:
+        ledger = SqliteLedger(tmp_path / "audit.db")
+        backend = SqliteStoreBackend(tmp_path / "store.db")
+        store = InProcessStoreClient(backend)
+        try:
+            # Both threads set their policy as they start; a call through each proves
+            # they have.
+            await ledger.append(AuditEvent(run_id="r", attempt_id="a", rpc="X", phase="read"))
+            await store.ping()
+            return (policy_of("ledger-writer"), policy_of("store-batches"),
+                    os.sched_getscheduler(0))  # fmt: skip
+        finally:
+            await store.close()
+            await ledger.close()
+            backend.close()
+
+    writer, batches, caller = asyncio.run(run())
+    assert writer == os.SCHED_BATCH
+    assert batches == os.SCHED_BATCH
+    assert caller == os.SCHED_OTHER
