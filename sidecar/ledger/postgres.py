@@ -102,19 +102,24 @@ class PostgresLedger(GroupCommitLedger):
                 seq, prev = int(head[0]), str(head[1])
                 results: list[int | LedgerError] = []
                 rows = []
+                # One round trip for the newest attempt of every run the batch fences, not
+                # one per intent; an attempt begun earlier in the same batch counts, as it
+                # did when each event was checked on its own.
+                fenced_runs = sorted({e.run_id for e in events if e.phase in FENCED_PHASES})
+                newest: dict[str, str] = {}
+                if fenced_runs:
+                    cur.execute(
+                        "SELECT run_id, attempt_id FROM audit_runs WHERE run_id = ANY(%s)",
+                        (fenced_runs,),
+                    )
+                    newest.update((str(r), str(a)) for r, a in cur.fetchall())
+                begun: list[tuple[str, str]] = []
                 for event in events:
                     if event.phase == "attempt_begin":
-                        cur.execute(
-                            "INSERT INTO audit_runs (run_id, attempt_id) VALUES (%s, %s) "
-                            "ON CONFLICT (run_id) DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
-                            (event.run_id, event.attempt_id),
-                        )
+                        begun.append((event.run_id, event.attempt_id))
+                        newest[event.run_id] = event.attempt_id
                     elif event.phase in FENCED_PHASES:
-                        cur.execute(
-                            "SELECT attempt_id FROM audit_runs WHERE run_id = %s", (event.run_id,)
-                        )
-                        newest = cur.fetchone()
-                        refusal = fenced(event, str(newest[0]) if newest else None)
+                        refusal = fenced(event, newest.get(event.run_id))
                         if refusal is not None:
                             results.append(refusal)
                             continue
@@ -124,6 +129,12 @@ class PostgresLedger(GroupCommitLedger):
                     rows.append(event_row(seq, ts, event, prev, digest))
                     prev = digest
                     results.append(seq)
+                if begun:
+                    cur.executemany(
+                        "INSERT INTO audit_runs (run_id, attempt_id) VALUES (%s, %s) "
+                        "ON CONFLICT (run_id) DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
+                        begun,
+                    )
                 if rows:
                     cur.executemany(_INSERT, rows)
                     cur.execute("UPDATE audit_head SET seq = %s, hash = %s WHERE id", (seq, prev))
