@@ -179,11 +179,12 @@ def markdown(data: dict[str, Any]) -> str:
     half = data.get("half_rate", {})
     if half.get("targets"):
         lines += ["", f"## Notice at half the saturating rate ({half['rate']} calls/s)", "",
-                  "| target | p50 ms | p90 ms | p99 ms | non-OK |",
-                  "| --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+                  "| target | p50 ms | p90 ms | p99 ms | non-OK | CPU s per 1,000 |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
         for name, entry in half["targets"].items():
             lines.append(f"| {LABELS[name]} | {entry['p50_ms']:.2f} | {entry['p90_ms']:.2f} | "
-                         f"{entry['p99_ms']:.2f} | {entry['errors']} |")  # fmt: skip
+                         f"{entry['p99_ms']:.2f} | {entry['errors']} | "
+                         f"{entry['cpu_seconds_per_1000_calls']:.2f} |")  # fmt: skip
     if data.get("storm_outcomes"):
         lines += ["", "## Retry storm: the second attempt's writes by outcome (EndAttempt)", "",
                   "| target | requests | ALREADY_APPLIED | APPLIED | failed |",

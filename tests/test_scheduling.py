@@ -46,3 +46,20 @@ def test_the_ledger_writer_and_the_store_batches_run_as_batch_threads(tmp_path: 
     assert writer == os.SCHED_BATCH
     assert batches == os.SCHED_BATCH
     assert caller == os.SCHED_OTHER
+
+
+def test_the_store_workers_of_a_postgresql_store_run_as_batch_threads() -> None:
+    from sidecar.store.postgres import PostgresStoreBackend
+    from tests import pg
+
+    async def run() -> int:
+        backend = PostgresStoreBackend(pg.fresh_database("scheduling"))
+        store = InProcessStoreClient(backend)
+        try:
+            await store.ping()
+            return policy_of("store_0")
+        finally:
+            await store.close()
+            backend.close()
+
+    assert asyncio.run(run()) == os.SCHED_BATCH

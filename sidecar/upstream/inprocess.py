@@ -193,7 +193,11 @@ class InProcessStoreClient:
         else:
             # A pool of its own: store calls never wait behind the ledger's reads in the
             # loop's default executor, nor those behind them.
-            self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="store")
+            self._executor = ThreadPoolExecutor(
+                max_workers=workers,
+                thread_name_prefix="store",
+                initializer=scheduling.background_thread,
+            )
 
     async def _call(
         self, operation: str, call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
