@@ -49,7 +49,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test-python: $(STAMP)
+# The fuzz extra too, so that the short coverage-guided fuzz runs in the suite.
+test-python: $(STAMP) $(FUZZ_STAMP)
 	$(PY) -m pytest -q
 
 test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
