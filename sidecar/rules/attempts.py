@@ -129,11 +129,18 @@ class AttemptRegistry:
         self._attempts: dict[str, Attempt] = {}
         self._ended: OrderedDict[str, Any] = OrderedDict()
         self._idle_ttl = idle_ttl_seconds
+        self._last_sweep = time.monotonic()
 
     def begin(
         self, *, run_id: str, rule: str, checkpoint: str, lease_deadline: datetime | None
     ) -> Attempt:
-        self.expire()
+        # A sweep walks every live attempt; at most one per tenth of the TTL
+        # keeps BeginAttempt cheap under a high rate of attempts, and an idle
+        # attempt still goes within 1.1 TTLs.
+        now = time.monotonic()
+        if now - self._last_sweep >= self._idle_ttl / 10:
+            self._last_sweep = now
+            self.expire()
         attempt = Attempt(
             attempt_id=f"att_{secrets.token_hex(16)}",
             run_id=run_id,
