@@ -543,8 +543,12 @@ class RunActions:
                 raise AuditPersistenceFailed(
                     f"the write landed but its audit outcome was not persisted: {exc}"
                 ) from exc
-        except ActonceError:
-            attempt.outcomes["failed"] += 1
+        except BaseException as error:
+            # Also a cancelled call (the caller's deadline passed): its
+            # request_id is released, or a transport retry of it would wait
+            # forever for an answer that never comes.
+            if isinstance(error, ActonceError):
+                attempt.outcomes["failed"] += 1
             if not landed:
                 # The slot goes back so that this write, tried again, gets the
                 # same id; if it landed after all, the store refuses the id.

@@ -314,3 +314,22 @@ def test_lease_expired_is_refused_before_acting(sidecar: RunningSidecar) -> None
         pb.CreateRequest(attempt_id=attempt, kind="leased", data_json="{}")
     )
     assert answer.outcome == types_pb2.OUTCOME_APPLIED
+
+
+def test_a_call_cancelled_by_its_deadline_releases_its_request_id(
+    make_config: MakeConfig, tmp_path: Path
+) -> None:
+    store = start_store(tmp_path / "store", interceptors=[SlowStore(1.0)])
+    sc = start_sidecar(make_config(tmp_path / "sidecar", store_target=store.target))
+    try:
+        request = pb.CreateRequest(attempt_id=sc.begin(), kind="k", data_json="{}", request_id="q")
+        with pytest.raises(grpc.RpcError) as caught:
+            sc.stub.Create(request, timeout=0.2)  # the caller gives up mid-write
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # The transport retries the same call: it is answered, not left waiting.
+        again = sc.stub.Create(request, timeout=10)
+        assert again.outcome in (types_pb2.OUTCOME_APPLIED, types_pb2.OUTCOME_ALREADY_APPLIED)
+        assert len(store.backend.list_artifacts("k").artifacts) == 1
+    finally:
+        sc.stop()
+        store.stop()
