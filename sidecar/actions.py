@@ -169,10 +169,10 @@ class RunActions:
         self, *, attempt_id: str, kind: str, data_json: str, propose: bool, request_id: str
     ) -> WriteResult:
         canonical.require_name(kind, "kind")
-        data = canonical.parse_json(data_json, "data_json")
+        _data, form = canonical.parse_canonical(data_json, "data_json")
         attempt = self._attempt(attempt_id)
-        data_digest = canonical.json_digest(data)
-        stored = canonical.compact(data)
+        data_digest = canonical.digest(form)
+        stored = form.decode("utf-8")
         write_type = ids.WriteType.CREATE_PROPOSAL if propose else ids.WriteType.CREATE
 
         async def perform(derived: str) -> WriteResult:
@@ -209,9 +209,9 @@ class RunActions:
     ) -> WriteResult:
         canonical.require_name(artifact_id, "artifact_id")
         pointer = edits.normalize_path(path)
-        value = canonical.parse_json(value_json, "value_json")
+        value, form = canonical.parse_canonical(value_json, "value_json")
         attempt = self._attempt(attempt_id)
-        value_digest = canonical.json_digest(value)
+        value_digest = canonical.digest(form)
         patch = edits.add_patch(pointer, value)
         write_type = ids.WriteType.EDIT_PROPOSAL if propose else ids.WriteType.EDIT
 
@@ -349,10 +349,10 @@ class RunActions:
         self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str
     ) -> WriteResult:
         canonical.require_name(tool, "tool")
-        args = canonical.parse_json(args_json, "args_json")
+        _args, form = canonical.parse_canonical(args_json, "args_json")
         attempt = self._attempt(attempt_id)
         declared = effects.declared(effect)
-        args_digest = canonical.json_digest(args)
+        args_digest = canonical.digest(form)
         is_write = effects.is_write(declared)
 
         async def perform(step_id: str) -> WriteResult:
@@ -402,7 +402,7 @@ class RunActions:
         self, *, attempt_id: str, step_id: str, result_json: str, request_id: str
     ) -> WriteResult:
         canonical.require_name(step_id, "step_id")
-        result = canonical.parse_json(result_json, "result_json")
+        _result, form = canonical.parse_canonical(result_json, "result_json")
         attempt = self._attempt(attempt_id)
         state = attempt.steps.get(step_id)
         if state is None:
@@ -412,13 +412,13 @@ class RunActions:
             )
         if state.ended:
             return WriteResult(Outcome.ALREADY_APPLIED, id=step_id)
-        stored = canonical.compact(result)
+        stored = form.decode("utf-8")
         try:
             await self.ledger.append(
                 self._event(
                     attempt, "EndStep", Phase.STEP_END, write_type=ids.WriteType.STEP.value,
                     derived_id=step_id, request_id=request_id,
-                    digest=canonical.json_digest(result),
+                    digest=canonical.digest(form),
                     detail={"tool": state.tool, "result_json": stored},
                 )
             )  # fmt: skip

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def background_thread() -> None:
@@ -25,3 +29,24 @@ def background_thread() -> None:
     # 0 is the calling thread. No privilege is needed to lower one's own claim.
     with contextlib.suppress(OSError):
         set_scheduler(0, batch, os.sched_param(0))
+
+
+def next_batch(jobs: queue.SimpleQueue[T | None], most: int) -> tuple[list[T], bool]:
+    """Block for one job, then take what else is queued, up to ``most``.
+
+    Returns the batch and whether the stop mark (``None``) was taken; a batch
+    is empty only when the stop mark came first.
+    """
+    first = jobs.get()
+    if first is None:
+        return [], True
+    batch = [first]
+    while len(batch) < most:
+        try:
+            more = jobs.get_nowait()
+        except queue.Empty:
+            break
+        if more is None:
+            return batch, True
+        batch.append(more)
+    return batch, False

@@ -88,21 +88,9 @@ class GroupCommitLedger:
     def _run(self) -> None:
         scheduling.background_thread()
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                batch.append(more)
-            self._commit(batch)
+            batch, stop = scheduling.next_batch(self._queue, MAX_BATCH)
+            if batch:
+                self._commit(batch)
             if stop:
                 return
 

@@ -21,17 +21,14 @@ from typing import Any
 import psycopg
 
 from sidecar.ledger.base import (
-    FENCED_PHASES,
     GENESIS_HASH,
     AuditEvent,
     LedgerError,
     RunSummary,
     StoredEvent,
-    event_hash,
-    fenced,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.schema import COLUMNS, event_row, now, row_to_event, tables
+from sidecar.ledger.schema import COLUMNS, chain, fenced_runs, row_to_event, tables
 
 SCHEMA = (
     tables("BIGINT")
@@ -100,45 +97,30 @@ class PostgresLedger(GroupCommitLedger):
                 head = cur.fetchone()
                 assert head is not None
                 seq, prev = int(head[0]), str(head[1])
-                results: list[int | LedgerError] = []
-                rows = []
-                # One round trip for the newest attempt of every run the batch fences, not
-                # one per intent; an attempt begun earlier in the same batch counts, as it
-                # did when each event was checked on its own.
-                fenced_runs = sorted({e.run_id for e in events if e.phase in FENCED_PHASES})
+                # One round trip for the newest attempt of every run the batch fences,
+                # not one per intent.
+                runs = fenced_runs(events)
                 newest: dict[str, str] = {}
-                if fenced_runs:
+                if runs:
                     cur.execute(
                         "SELECT run_id, attempt_id FROM audit_runs WHERE run_id = ANY(%s)",
-                        (fenced_runs,),
+                        (runs,),
                     )
                     newest.update((str(r), str(a)) for r, a in cur.fetchall())
-                begun: list[tuple[str, str]] = []
-                for event in events:
-                    if event.phase == "attempt_begin":
-                        begun.append((event.run_id, event.attempt_id))
-                        newest[event.run_id] = event.attempt_id
-                    elif event.phase in FENCED_PHASES:
-                        refusal = fenced(event, newest.get(event.run_id))
-                        if refusal is not None:
-                            results.append(refusal)
-                            continue
-                    seq += 1
-                    ts = now()
-                    digest = event_hash(seq, ts, event, prev)
-                    rows.append(event_row(seq, ts, event, prev, digest))
-                    prev = digest
-                    results.append(seq)
-                if begun:
+                batch = chain(events, seq, prev, newest)
+                if batch.begun:
                     cur.executemany(
                         "INSERT INTO audit_runs (run_id, attempt_id) VALUES (%s, %s) "
                         "ON CONFLICT (run_id) DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
-                        begun,
+                        batch.begun,
                     )
-                if rows:
-                    cur.executemany(_INSERT, rows)
-                    cur.execute("UPDATE audit_head SET seq = %s, hash = %s WHERE id", (seq, prev))
-            return results
+                if batch.rows:
+                    cur.executemany(_INSERT, batch.rows)
+                    cur.execute(
+                        "UPDATE audit_head SET seq = %s, hash = %s WHERE id",
+                        (batch.seq, batch.head),
+                    )
+            return batch.results
         except psycopg.Error:
             # Drop the connection: the next batch reconnects, so the ledger
             # recovers by itself when PostgreSQL comes back.

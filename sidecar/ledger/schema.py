@@ -7,9 +7,17 @@ and verifies either the same way; only the dialect's types differ.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sidecar.ledger.base import AuditEvent, StoredEvent
+from sidecar.ledger.base import (
+    FENCED_PHASES,
+    AuditEvent,
+    LedgerError,
+    StoredEvent,
+    event_hash,
+    fenced,
+)
 
 COLUMNS = (
     "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
@@ -88,3 +96,46 @@ def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def fenced_runs(events: list[AuditEvent]) -> list[str]:
+    """The runs whose newest attempt a batch must read, to fence its intents."""
+    return sorted({e.run_id for e in events if e.phase in FENCED_PHASES})
+
+
+@dataclass
+class ChainedBatch:
+    """A batch laid onto the chain: the rows to insert, the runs' new attempts,
+    each event's sequence number or refusal, and the chain's new head."""
+
+    seq: int
+    head: str
+    rows: list[tuple[object, ...]] = field(default_factory=list)
+    begun: list[tuple[str, str]] = field(default_factory=list)
+    results: list[int | LedgerError] = field(default_factory=list)
+
+
+def chain(events: list[AuditEvent], seq: int, head: str, newest: dict[str, str]) -> ChainedBatch:
+    """Number, timestamp and hash a batch onto the chain after (seq, head).
+
+    ``newest`` holds the newest attempt of each run the batch fences; an attempt
+    begun earlier in the same batch counts, as it would had each event been
+    written alone. A fenced intent is refused and takes no number.
+    """
+    out = ChainedBatch(seq, head)
+    for event in events:
+        if event.phase == "attempt_begin":
+            out.begun.append((event.run_id, event.attempt_id))
+            newest[event.run_id] = event.attempt_id
+        elif event.phase in FENCED_PHASES:
+            refusal = fenced(event, newest.get(event.run_id))
+            if refusal is not None:
+                out.results.append(refusal)
+                continue
+        out.seq += 1
+        ts = now()
+        digest = event_hash(out.seq, ts, event, out.head)
+        out.rows.append(event_row(out.seq, ts, event, out.head, digest))
+        out.head = digest
+        out.results.append(out.seq)
+    return out

@@ -12,17 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from sidecar.ledger.base import (
-    FENCED_PHASES,
     GENESIS_HASH,
     AuditEvent,
     LedgerError,
     RunSummary,
     StoredEvent,
-    event_hash,
-    fenced,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.schema import COLUMNS, event_row, now, row_to_event, tables
+from sidecar.ledger.schema import COLUMNS, chain, fenced_runs, row_to_event, tables
 
 SCHEMA = (
     tables("INTEGER")
@@ -72,52 +69,35 @@ class SqliteLedger(GroupCommitLedger):
             row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
             seq, prev = int(row[0]), str(row[1])
             # A few statements per batch, not a few per event: each statement hands the
-            # interpreter back and forth with the event loop. The newest attempt of every
-            # run the batch fences is read once; an attempt begun earlier in the same batch
-            # counts, as it did when each event was checked on its own.
-            fenced_runs = sorted({e.run_id for e in events if e.phase in FENCED_PHASES})
+            # interpreter back and forth with the event loop.
+            runs = fenced_runs(events)
             newest: dict[str, str] = {}
-            if fenced_runs:
-                marks = ", ".join("?" * len(fenced_runs))
+            if runs:
+                marks = ", ".join("?" * len(runs))
                 newest.update(
                     conn.execute(
                         f"SELECT run_id, attempt_id FROM audit_runs WHERE run_id IN ({marks})",
-                        fenced_runs,
+                        runs,
                     ).fetchall()
                 )
-            begun: list[tuple[str, str]] = []
-            rows: list[tuple[object, ...]] = []
-            results: list[int | LedgerError] = []
-            for event in events:
-                if event.phase == "attempt_begin":
-                    begun.append((event.run_id, event.attempt_id))
-                    newest[event.run_id] = event.attempt_id
-                elif event.phase in FENCED_PHASES:
-                    refusal = fenced(event, newest.get(event.run_id))
-                    if refusal is not None:
-                        results.append(refusal)
-                        continue
-                seq += 1
-                ts = now()
-                digest = event_hash(seq, ts, event, prev)
-                rows.append(event_row(seq, ts, event, prev, digest))
-                prev = digest
-                results.append(seq)
-            if begun:
+            batch = chain(events, seq, prev, newest)
+            if batch.begun:
                 conn.executemany(
                     "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) "
                     "ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id",
-                    begun,
+                    batch.begun,
                 )
-            if rows:
-                conn.executemany(_INSERT, rows)
-            conn.execute("UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (seq, prev))
+            if batch.rows:
+                conn.executemany(_INSERT, batch.rows)
+            conn.execute(
+                "UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (batch.seq, batch.head)
+            )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return results
+        return batch.results
 
     def _close_backend(self) -> None:
         self._conn.close()

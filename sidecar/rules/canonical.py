@@ -45,6 +45,15 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def parse_json(text: str, field: str) -> Any:
     """Parse one ``*_json`` field strictly, or raise InvalidArgument naming it."""
+    return parse_canonical(text, field)[0]
+
+
+def parse_canonical(text: str, field: str) -> tuple[Any, bytes]:
+    """Parse one ``*_json`` field strictly and return it with its canonical bytes.
+
+    Parsing must canonicalize to know the value is I-JSON; handing the bytes
+    back spares a write canonicalizing it again for its digest and its stored form.
+    """
     if not text:
         raise InvalidArgument(field, "must be JSON text, got an empty string")
     size = len(text.encode("utf-8", "surrogatepass"))
@@ -60,10 +69,10 @@ def parse_json(text: str, field: str) -> Any:
     if depth > MAX_JSON_DEPTH:
         raise InvalidArgument(field, f"nests {depth} levels; the limit is {MAX_JSON_DEPTH}")
     try:
-        canonical(value)
+        form = canonical(value)
     except (rfc8785.CanonicalizationError, UnicodeError, ValueError) as exc:
         raise InvalidArgument(field, f"cannot be canonicalized (RFC 8785): {exc}") from None
-    return value
+    return value, form
 
 
 def _depth(value: Any) -> int:

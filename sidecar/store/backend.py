@@ -359,3 +359,42 @@ def decode_page_token(kind: str, token: str) -> str | None:
         )
     after: str = decoded["after"]
     return after
+
+
+def proposal_for(
+    proposal_id: str,
+    *,
+    kind: str = "",
+    data_json: str = "",
+    artifact_id: str = "",
+    patch_json: str = "",
+    base_version: int = 0,
+) -> StoredProposal:
+    """A proposal's fields checked and normalized, as every backend records them."""
+    require_text(proposal_id, "proposal_id")
+    is_create = bool(kind or data_json)
+    is_edit = bool(artifact_id or patch_json or base_version)
+    if is_create == is_edit:
+        raise StoreRefusal(
+            RefusalCode.VALIDATION_FAILED,
+            "a proposal is either a create (kind, data_json) or an edit"
+            " (artifact_id, patch_json, base_version), exactly one",
+        )
+    if is_create:
+        require_text(kind, "kind")
+        data_json = compact_json(parse_document(data_json, "data_json"))
+    else:
+        require_text(artifact_id, "artifact_id")
+        patch_json = compact_json(parse_patch(patch_json).patch)
+        if base_version < 1:
+            raise StoreRefusal(
+                RefusalCode.VALIDATION_FAILED, "base_version must be a version (from 1)"
+            )
+    return StoredProposal(
+        id=proposal_id,
+        kind=kind,
+        data_json=data_json,
+        artifact_id=artifact_id,
+        patch_json=patch_json,
+        base_version=base_version,
+    )

@@ -49,6 +49,7 @@ from sidecar.store.backend import (
     page_size_for,
     parse_document,
     parse_patch,
+    proposal_for,
     require_text,
 )
 from sidecar.store.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
@@ -401,33 +402,17 @@ class SqliteStoreBackend:
         patch_json: str = "",
         base_version: int = 0,
     ) -> StoredProposal:
-        require_text(proposal_id, "proposal_id")
-        is_create = bool(kind or data_json)
-        is_edit = bool(artifact_id or patch_json or base_version)
-        if is_create == is_edit:
-            raise StoreRefusal(
-                RefusalCode.VALIDATION_FAILED,
-                "a proposal is either a create (kind, data_json) or an edit"
-                " (artifact_id, patch_json, base_version), exactly one",
-            )
-        if is_create:
-            require_text(kind, "kind")
-            data_json = compact_json(parse_document(data_json, "data_json"))
-        else:
-            require_text(artifact_id, "artifact_id")
-            patch_json = compact_json(parse_patch(patch_json).patch)
-            if base_version < 1:
-                raise StoreRefusal(
-                    RefusalCode.VALIDATION_FAILED, "base_version must be a version (from 1)"
-                )
-        proposal = StoredProposal(
-            id=proposal_id,
+        proposal = proposal_for(
+            proposal_id,
             kind=kind,
             data_json=data_json,
             artifact_id=artifact_id,
             patch_json=patch_json,
             base_version=base_version,
         )
+        is_edit = proposal.is_edit
+        kind, data_json = proposal.kind, proposal.data_json
+        patch_json = proposal.patch_json
         with self._write() as db:
             states: set[str] = set()
             if _exists(db, "SELECT 1 FROM proposals WHERE id = ?", proposal_id):

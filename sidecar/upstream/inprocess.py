@@ -98,20 +98,9 @@ class _BatchRunner:
     def _run(self) -> None:
         scheduling.background_thread()
         while True:
-            first = self._queue.get()
-            if first is None:
+            jobs, stop = scheduling.next_batch(self._queue, MAX_BATCH)
+            if not jobs:
                 return
-            jobs = [first]
-            stop = False
-            while len(jobs) < MAX_BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                jobs.append(more)
             try:
                 answers = self._run_batch([job.call for job in jobs])
             except Exception as exc:  # the batch as a whole failed: so did each call
