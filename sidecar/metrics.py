@@ -131,6 +131,69 @@ def error_info_of(
     return error_details_pb2.ErrorInfo()
 
 
+class _CallRecord:
+    """One call's numbers, recorded once: at its abort, or when its handler returns.
+
+    An abort sends the status to the caller before it raises, so a refusal counted
+    only when the exception reaches the interceptor could be missing from a scrape
+    that the caller makes right after seeing the error. Counting at the abort
+    itself keeps the metrics ahead of every answer.
+    """
+
+    __slots__ = ("done", "is_write", "metrics", "rpc", "started")
+
+    def __init__(self, metrics: Metrics, rpc: str, is_write: bool) -> None:
+        self.metrics = metrics
+        self.rpc = rpc
+        self.is_write = is_write
+        self.started = time.perf_counter()
+        self.done = False
+        metrics.in_flight.labels(rpc).inc()
+
+    def finish(self, code: grpc.StatusCode, outcome: str, info: Any = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        metrics, rpc = self.metrics, self.rpc
+        if info is not None:
+            metrics.refusals.labels(
+                rpc, info.reason or code.name, info.metadata.get("failure_class", "")
+            ).inc()
+        if self.is_write:
+            metrics.writes.labels(rpc, outcome).inc()
+        metrics.in_flight.labels(rpc).dec()
+        metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - self.started)
+
+    def refused(self, code: Any, trailing: Sequence[tuple[str, Any]] | None) -> None:
+        if not isinstance(code, grpc.StatusCode):
+            code = _code_from_int(int(code)) if code is not None else grpc.StatusCode.UNKNOWN
+        self.finish(code, "failed", error_info_of(trailing))
+
+
+class _CountingContext:
+    """The call's context, with its aborts counted before their status is sent."""
+
+    def __init__(self, context: grpc.aio.ServicerContext, record: _CallRecord) -> None:
+        self._context = context
+        self._record = record
+
+    async def abort_with_status(self, status: grpc.Status) -> None:
+        self._record.refused(status.code, status.trailing_metadata)
+        await self._context.abort_with_status(status)
+
+    async def abort(
+        self,
+        code: grpc.StatusCode,
+        details: str = "",
+        trailing_metadata: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._record.refused(code, trailing_metadata)
+        await self._context.abort(code, details, trailing_metadata)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
 class MetricsInterceptor(grpc.aio.ServerInterceptor):
     """Counts every RunActionsService call; other services (health, reflection) pass."""
 
@@ -151,40 +214,23 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         is_write = rpc in WRITE_RPCS
 
         async def counted(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            started = time.perf_counter()
-            metrics.in_flight.labels(rpc).inc()
-            code = grpc.StatusCode.OK
+            record = _CallRecord(metrics, rpc, is_write)
             try:
-                response = await inner(request, context)
+                response = await inner(request, cast(Any, _CountingContext(context, record)))
             except asyncio.CancelledError:
                 # The caller went away, or the drain's grace ran out: no refusal was
                 # given, and whether a write landed is for its audit events to say.
-                code = grpc.StatusCode.CANCELLED
-                if is_write:
-                    metrics.writes.labels(rpc, "cancelled").inc()
+                record.finish(grpc.StatusCode.CANCELLED, "cancelled")
                 raise
             except BaseException:
-                # An abort carries its status in the context: the code, and the
-                # ErrorInfo the servicer put in the trailer.
-                code = context.code() or grpc.StatusCode.UNKNOWN
-                if not isinstance(code, grpc.StatusCode):
-                    code = _code_from_int(int(code))
-                info = error_info_of(context.trailing_metadata())
-                metrics.refusals.labels(
-                    rpc, info.reason or code.name, info.metadata.get("failure_class", "")
-                ).inc()
-                if is_write:
-                    metrics.writes.labels(rpc, "failed").inc()
+                # Aborts were counted as they were sent; anything else escaping a
+                # handler is an error status of its own.
+                record.refused(context.code(), context.trailing_metadata())
                 raise
             else:
-                if is_write:
-                    metrics.writes.labels(rpc, _outcome_label(response.outcome)).inc()
+                outcome = _outcome_label(response.outcome) if is_write else ""
+                record.finish(grpc.StatusCode.OK, outcome)
                 return response
-            finally:
-                metrics.in_flight.labels(rpc).dec()
-                metrics.request_seconds.labels(rpc, code.name).observe(
-                    time.perf_counter() - started
-                )
 
         return grpc.unary_unary_rpc_method_handler(
             counted,
