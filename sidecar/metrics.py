@@ -225,7 +225,8 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             except BaseException:
                 # Aborts were counted as they were sent; anything else escaping a
                 # handler is an error status of its own.
-                record.refused(context.code(), context.trailing_metadata())
+                if not record.done:
+                    record.refused(context.code(), context.trailing_metadata())
                 raise
             else:
                 outcome = _outcome_label(response.outcome) if is_write else ""

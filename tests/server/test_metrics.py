@@ -283,3 +283,58 @@ def test_a_call_the_agent_cancels_is_counted_as_cancelled_not_refused(tmp_path: 
     finally:
         sc.stop()
         store.stop()
+
+
+def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
+    # An abort sends the status to the caller and only then raises: the caller can scrape
+    # before the exception gets back to the interceptor. So the count must already be there
+    # when the handler's abort begins to send.
+    import asyncio
+
+    from grpc_status import rpc_status
+
+    from sidecar.errors import UnknownAttempt, to_status
+    from sidecar.metrics import Metrics, MetricsInterceptor
+
+    metrics = Metrics()
+    seen_when_sent: list[float] = []
+
+    def refusals() -> float:
+        got = metrics.registry.get_sample_value(
+            "actonce_refusals_total",
+            {"rpc": "Create", "reason": "UNKNOWN_ATTEMPT", "failure_class": "RETRYABLE"},
+        )
+        return got or 0.0
+
+    class SendingContext:
+        """Stands in for grpc's context: its abort is where the caller would get the status."""
+
+        async def abort_with_status(self, status: grpc.Status) -> None:
+            seen_when_sent.append(refusals())
+            raise grpc.aio.AbortError("sent")
+
+    async def refuse(request: Any, context: Any) -> Any:
+        await context.abort_with_status(rpc_status.to_status(to_status(UnknownAttempt("att_x"))))
+
+    async def continuation(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+    class Details(grpc.HandlerCallDetails):
+        method = "/actonce.v1.RunActionsService/Create"
+        invocation_metadata = ()
+
+    async def call() -> None:
+        handler = await MetricsInterceptor(metrics).intercept_service(continuation, Details())
+        with pytest.raises(grpc.aio.AbortError):
+            await handler.unary_unary(pb.CreateRequest(), SendingContext())
+
+    asyncio.run(call())
+
+    assert seen_when_sent == [1.0]
+    assert refusals() == 1.0  # and counted once, not again as the abort passed by
+    assert (
+        metrics.registry.get_sample_value(
+            "actonce_writes_total", {"rpc": "Create", "outcome": "failed"}
+        )
+        == 1.0
+    )
