@@ -65,6 +65,11 @@ def vectors() -> list[dict[str, Any]]:
         ),
         ("create, second identical write in the attempt", '{"title":"Disk full","severity":2}', 1),
         (
+            "create, a double beyond 2^53 as RFC 8785 writes it",
+            '{"big":60608476658418680,"list":[6.060847665841838e16]}',
+            0,
+        ),
+        (
             "create, unicode and escapes",
             '{"note":"caf\\u00e9 \\ud83d\\ude00\\n","list":[1e21,0.5,-0]}',
             0,

@@ -22,6 +22,7 @@ MAX_JSON_BYTES = 1 << 20  # 1 MiB of UTF-8 JSON text per field
 MAX_JSON_DEPTH = 64  # nested arrays/objects
 MAX_TEXT_BYTES = 64 << 10  # a notice's or message's text
 MAX_NAME_BYTES = 512  # kind, title, ids, tool names, paths
+SAFE_INTEGER = 2**53 - 1  # I-JSON's integers; beyond, a JSON number is a double
 
 
 class _DuplicateKey(ValueError):
@@ -69,10 +70,40 @@ def parse_canonical(text: str, field: str) -> tuple[Any, bytes]:
     if depth > MAX_JSON_DEPTH:
         raise InvalidArgument(field, f"nests {depth} levels; the limit is {MAX_JSON_DEPTH}")
     try:
-        form = canonical(value)
+        try:
+            form = canonical(value)
+        except rfc8785.IntegerDomainError:
+            # Digits beyond 2^53 are accepted when they are what RFC 8785 writes for a
+            # double: the store hands 6.06e16 back as "60600000000000000", and an agent that
+            # sends a document it read must not be refused. Other large integers would be
+            # rounded, and are refused.
+            value = as_doubles(value)
+            form = canonical(value)
     except (rfc8785.CanonicalizationError, UnicodeError, ValueError) as exc:
         raise InvalidArgument(field, f"cannot be canonicalized (RFC 8785): {exc}") from None
     return value, form
+
+
+def as_doubles(value: Any) -> Any:
+    """``value`` with each integer beyond 2^53 that RFC 8785 writes for a double as that double.
+
+    JSON has one number type. RFC 8785 writes an integral double of 2^53 or more as plain
+    digits, which ``json.loads`` reads back as an int beyond the safe range; as the double it
+    is, it canonicalizes as it did when it was written. Digits RFC 8785 would not write for
+    that double (an exact integer from another writer) stay an int, which canonicalization
+    refuses.
+    """
+    if isinstance(value, dict):
+        return {key: as_doubles(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_doubles(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > SAFE_INTEGER:
+        try:
+            as_float = float(value)
+        except OverflowError:
+            return value
+        return as_float if rfc8785.dumps(as_float) == str(value).encode() else value
+    return value
 
 
 def _depth(value: Any) -> int:

@@ -14,10 +14,9 @@ import jsonpointer
 import rfc8785
 
 from sidecar.errors import InvalidArgument
-from sidecar.rules.canonical import MAX_NAME_BYTES, canonical, compact
+from sidecar.rules.canonical import MAX_NAME_BYTES, as_doubles, canonical, compact
 
 _MISSING = object()
-_SAFE_INTEGER = 2**53 - 1
 
 
 def normalize_path(path: str, field: str = "path") -> str:
@@ -60,29 +59,11 @@ def holds(document: Any, path: str, value: Any) -> bool:
     if not found:
         return False
     try:
-        return canonical(_as_double(current)) == canonical(value)
+        return canonical(as_doubles(current)) == canonical(value)
     except (rfc8785.CanonicalizationError, UnicodeError, ValueError):
         # The stored value is no I-JSON (another writer's NaN or huge integer): it cannot
         # equal a value that passed parse_json, so the edit sets it.
         return False
-
-
-def _as_double(value: Any) -> Any:
-    # JSON has one number type. RFC 8785 writes an integral double of 2^53 or more as plain
-    # digits, which json.loads reads back as an int beyond the safe range; as the double it
-    # is, it canonicalizes as it did when it was sent. Digits RFC 8785 would not write for
-    # that double (another writer's exact integer) are left alone, and equal nothing.
-    if isinstance(value, dict):
-        return {key: _as_double(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_as_double(item) for item in value]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _SAFE_INTEGER:
-        try:
-            as_float = float(value)
-        except OverflowError:
-            return value
-        return as_float if rfc8785.dumps(as_float) == str(value).encode() else value
-    return value
 
 
 def add_patch(path: str, value: Any) -> str:

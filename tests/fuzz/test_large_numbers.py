@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.rules import edits
+from sidecar.errors import InvalidArgument
+from sidecar.rules import canonical, edits
 from tests.harness import RunningSidecar
 
 
@@ -35,6 +38,42 @@ def test_an_edit_of_a_large_integral_number_the_sidecar_stored_is_skipped_when_e
         pb.EditRequest(attempt_id=attempt, artifact_id=created.id, path="/big", value_json="1")
     )
     assert (changed.outcome, changed.version) == (types_pb2.OUTCOME_APPLIED, 2)
+
+
+def test_a_document_read_back_with_a_large_double_can_be_sent_again(
+    sidecar: RunningSidecar,
+) -> None:
+    # The store hands 6.060847665841868e16 back as the digits RFC 8785 writes for it. An agent
+    # whose retry sends the document it read makes the same write, not a refused one.
+    first = sidecar.begin("run-read-back")
+    created = sidecar.stub.Create(
+        pb.CreateRequest(attempt_id=first, kind="k", data_json='{"big": 6.060847665841868e16}')
+    )
+    read = sidecar.stub.Read(pb.ReadRequest(attempt_id=first, artifact_id=created.id))
+    assert read.artifact.data_json == '{"big":60608476658418680}'
+    retry = sidecar.begin("run-read-back")
+    again = sidecar.stub.Create(
+        pb.CreateRequest(attempt_id=retry, kind="k", data_json=read.artifact.data_json)
+    )
+    assert (again.id, again.outcome) == (created.id, types_pb2.OUTCOME_ALREADY_APPLIED)
+    edited = sidecar.stub.Edit(
+        pb.EditRequest(attempt_id=retry, artifact_id=created.id, path="/big",
+                       value_json="60608476658418680")
+    )  # fmt: skip
+    assert (edited.outcome, edited.version) == (types_pb2.OUTCOME_SKIPPED, 1)
+
+
+def test_large_integers_no_double_is_written_as_are_refused() -> None:
+    # The last one (found by atheris): a large double first, a lone surrogate after it.
+    for text in ("9007199254740993", '{"n": 60608476658418681}', "1" + "0" * 400,
+                 '[60608476658418680, "\\ud854"]'):  # fmt: skip
+        with pytest.raises(InvalidArgument) as caught:
+            canonical.parse_json(text, "data_json")
+        assert caught.value.violations[0].field == "data_json"
+    assert canonical.parse_json("[60608476658418680, -60608476658418680]", "x") == [
+        6.060847665841868e16,
+        -6.060847665841868e16,
+    ]
 
 
 def test_an_edit_of_a_number_no_i_json_writer_sends_sets_the_value(sidecar: RunningSidecar) -> None:

@@ -20,6 +20,7 @@ import rfc8785
 SCHEME_VERSION = 1
 _DOMAIN_TAG = "actonce/derived-id"
 _ID_CHARS = 26  # base32 characters: 130 bits of SHA-256
+_SAFE_INTEGER = 2**53 - 1
 
 
 class WriteType(enum.StrEnum):
@@ -144,4 +145,18 @@ def _unescape(token: str) -> str:
 
 
 def _json_digest(text: str) -> str:
-    return hashlib.sha256(bytes(rfc8785.dumps(json.loads(text)))).hexdigest()
+    return hashlib.sha256(bytes(rfc8785.dumps(json.loads(text, parse_int=_number)))).hexdigest()
+
+
+def _number(digits: str) -> int | float:
+    # JSON has one number type: digits beyond 2^53 that RFC 8785 writes for a double (how
+    # the store hands back 6.06e16) are that double, as the sidecar reads them. Any other
+    # large integer stays an int, which canonicalization refuses.
+    value = int(digits)
+    if abs(value) <= _SAFE_INTEGER:
+        return value
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return value
+    return as_float if rfc8785.dumps(as_float) == str(value).encode() else value
