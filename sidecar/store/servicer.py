@@ -23,12 +23,10 @@ from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.store.backend import (
     StoreBackend,
-    StoredArtifact,
-    StoredMessage,
-    StoredProposal,
     StoreUnavailableError,
 )
 from sidecar.store.refusals import RefusalCode, StoreRefusal, grpc_status_for
+from sidecar.store.wire import encode_artifact, encode_message, encode_proposal
 
 __all__ = ["ArtifactStoreServicer"]
 
@@ -118,13 +116,13 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.kind,
             request.data_json,
         )
-        return pb.CreateArtifactResponse(artifact=_encode_artifact(artifact))
+        return pb.CreateArtifactResponse(artifact=encode_artifact(artifact))
 
     async def GetArtifact(
         self, request: pb.GetArtifactRequest, context: _Context
     ) -> pb.GetArtifactResponse:
         artifact = await self._call(context, self._backend.get_artifact, request.artifact_id)
-        return pb.GetArtifactResponse(artifact=_encode_artifact(artifact))
+        return pb.GetArtifactResponse(artifact=encode_artifact(artifact))
 
     async def PatchArtifact(
         self, request: pb.PatchArtifactRequest, context: _Context
@@ -136,13 +134,13 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.expected_version,
             request.patch_json,
         )
-        return pb.PatchArtifactResponse(artifact=_encode_artifact(artifact))
+        return pb.PatchArtifactResponse(artifact=encode_artifact(artifact))
 
     async def ArchiveArtifact(
         self, request: pb.ArchiveArtifactRequest, context: _Context
     ) -> pb.ArchiveArtifactResponse:
         artifact = await self._call(context, self._backend.archive_artifact, request.artifact_id)
-        return pb.ArchiveArtifactResponse(artifact=_encode_artifact(artifact))
+        return pb.ArchiveArtifactResponse(artifact=encode_artifact(artifact))
 
     async def ListArtifacts(
         self, request: pb.ListArtifactsRequest, context: _Context
@@ -155,7 +153,7 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.page_token,
         )
         return pb.ListArtifactsResponse(
-            artifacts=[_encode_artifact(artifact) for artifact in page.artifacts],
+            artifacts=[encode_artifact(artifact) for artifact in page.artifacts],
             next_page_token=page.next_page_token,
         )
 
@@ -178,7 +176,7 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
         self, request: pb.GetProposalRequest, context: _Context
     ) -> pb.GetProposalResponse:
         proposal = await self._call(context, self._backend.get_proposal, request.proposal_id)
-        return _encode_proposal(proposal)
+        return encode_proposal(proposal)
 
     async def CreateThread(
         self, request: pb.CreateThreadRequest, context: _Context
@@ -200,13 +198,13 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.text,
             request_turn=request.request_turn,
         )
-        return pb.PostMessageResponse(message=_encode_message(message))
+        return pb.PostMessageResponse(message=encode_message(message))
 
     async def ListMessages(
         self, request: pb.ListMessagesRequest, context: _Context
     ) -> pb.ListMessagesResponse:
         messages = await self._call(context, self._backend.list_messages, request.thread_id)
-        return pb.ListMessagesResponse(messages=[_encode_message(message) for message in messages])
+        return pb.ListMessagesResponse(messages=[encode_message(message) for message in messages])
 
     async def RequestTurn(
         self, request: pb.RequestTurnRequest, context: _Context
@@ -225,34 +223,3 @@ async def _abort(context: _Context, status: grpc.Status) -> NoReturn:
     await context.abort_with_status(status)
     # abort_with_status always raises; this line only tells the type checker so.
     raise AssertionError("abort_with_status returned")
-
-
-def _encode_artifact(artifact: StoredArtifact) -> pb.StoredArtifact:
-    return pb.StoredArtifact(
-        id=artifact.id,
-        kind=artifact.kind,
-        version=artifact.version,
-        data_json=artifact.data_json,
-        archived=artifact.archived,
-    )
-
-
-def _encode_message(message: StoredMessage) -> pb.StoredMessage:
-    return pb.StoredMessage(
-        id=message.id,
-        thread_id=message.thread_id,
-        kind=message.kind,
-        text=message.text,
-        seq=message.seq,
-    )
-
-
-def _encode_proposal(proposal: StoredProposal) -> pb.GetProposalResponse:
-    return pb.GetProposalResponse(
-        proposal_id=proposal.id,
-        kind=proposal.kind,
-        data_json=proposal.data_json,
-        artifact_id=proposal.artifact_id,
-        patch_json=proposal.patch_json,
-        base_version=proposal.base_version,
-    )

@@ -40,10 +40,10 @@ from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 import structlog
 
 from sidecar import scheduling
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.store import backend as store
 from sidecar.store.refusals import StoreRefusal
+from sidecar.store.wire import encode_artifact, encode_message
 from sidecar.upstream.client import (
     DEFAULT_STORE_TIMEOUT_SECONDS,
     Refusal,
@@ -143,26 +143,6 @@ def _map_errors(operation: str) -> Iterator[None]:
         raise StoreUnavailable(f"store unavailable for {operation}: INTERNAL") from error
 
 
-def _artifact(artifact: store.StoredArtifact) -> StoredArtifact:
-    return spb.StoredArtifact(
-        id=artifact.id,
-        kind=artifact.kind,
-        version=artifact.version,
-        data_json=artifact.data_json,
-        archived=artifact.archived,
-    )
-
-
-def _message(message: store.StoredMessage) -> StoredMessage:
-    return spb.StoredMessage(
-        id=message.id,
-        thread_id=message.thread_id,
-        kind=message.kind,
-        text=message.text,
-        seq=message.seq,
-    )
-
-
 class InProcessStoreClient:
     """A StoreClient over a ``StoreBackend`` in this process (the embedded store)."""
 
@@ -208,19 +188,20 @@ class InProcessStoreClient:
                 ) from None
 
     async def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
-        return _artifact(
+        return encode_artifact(
             await self._call(
                 "CreateArtifact", self._backend.create_artifact, artifact_id, kind, data_json
             )
         )
 
     async def get_artifact(self, artifact_id: str) -> StoredArtifact:
-        return _artifact(await self._call("GetArtifact", self._backend.get_artifact, artifact_id))
+        artifact = await self._call("GetArtifact", self._backend.get_artifact, artifact_id)
+        return encode_artifact(artifact)
 
     async def patch_artifact(
         self, artifact_id: str, expected_version: int, patch_json: str
     ) -> StoredArtifact:
-        return _artifact(
+        return encode_artifact(
             await self._call(
                 "PatchArtifact",
                 self._backend.patch_artifact,
@@ -257,7 +238,7 @@ class InProcessStoreClient:
     async def post_message(
         self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool
     ) -> StoredMessage:
-        return _message(
+        return encode_message(
             await self._call(
                 "PostMessage",
                 self._backend.post_message,
@@ -271,7 +252,7 @@ class InProcessStoreClient:
 
     async def list_messages(self, thread_id: str) -> Sequence[StoredMessage]:
         messages = await self._call("ListMessages", self._backend.list_messages, thread_id)
-        return [_message(message) for message in messages]
+        return [encode_message(message) for message in messages]
 
     async def ping(self) -> None:
         # Any answer from the store, a refusal included, proves it is there.

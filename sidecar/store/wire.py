@@ -1,0 +1,42 @@
+"""The store's records as ArtifactStoreService messages.
+
+One encoding for both ways the store is reached: its gRPC servicer answers with
+these messages, and the sidecar's in-process client hands the same messages to
+the sidecar, so that it cannot tell the embedded store from a remote one.
+"""
+
+from __future__ import annotations
+
+from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
+from sidecar.store.backend import StoredArtifact, StoredMessage, StoredProposal
+
+
+def encode_artifact(artifact: StoredArtifact) -> pb.StoredArtifact:
+    return pb.StoredArtifact(
+        id=artifact.id,
+        kind=artifact.kind,
+        version=artifact.version,
+        data_json=artifact.data_json,
+        archived=artifact.archived,
+    )
+
+
+def encode_message(message: StoredMessage) -> pb.StoredMessage:
+    return pb.StoredMessage(
+        id=message.id,
+        thread_id=message.thread_id,
+        kind=message.kind,
+        text=message.text,
+        seq=message.seq,
+    )
+
+
+def encode_proposal(proposal: StoredProposal) -> pb.GetProposalResponse:
+    return pb.GetProposalResponse(
+        proposal_id=proposal.id,
+        kind=proposal.kind,
+        data_json=proposal.data_json,
+        artifact_id=proposal.artifact_id,
+        patch_json=proposal.patch_json,
+        base_version=proposal.base_version,
+    )
