@@ -15,19 +15,16 @@ anyone knowing which. The gate makes the drain explicit instead:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 from grpc_status import rpc_status
 
-from sidecar._gen.actonce.v1 import run_actions_pb2
 from sidecar.errors import ShuttingDown, to_status
+from sidecar.interceptors import Behavior, RunActionsInterceptor
 
-_SERVICE_NAME = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"].full_name
 
-
-class CallGate(grpc.aio.ServerInterceptor):
+class CallGate(RunActionsInterceptor):
     """Counts RunActionsService calls in flight, and refuses new ones once closed."""
 
     def __init__(self) -> None:
@@ -52,15 +49,7 @@ class CallGate(grpc.aio.ServerInterceptor):
             return False
         return True
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        service = str(handler_call_details.method).lstrip("/").rpartition("/")[0]
-        if handler is None or handler.unary_unary is None or service != _SERVICE_NAME:
-            return handler
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
         inner = handler.unary_unary
 
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -80,8 +69,4 @@ class CallGate(grpc.aio.ServerInterceptor):
                 if self._in_flight == 0:
                     self._idle.set()
 
-        return grpc.unary_unary_rpc_method_handler(
-            gated,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return gated

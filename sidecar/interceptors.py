@@ -1,15 +1,17 @@
 """Cross-cutting concerns of every call, kept out of the handlers.
 
-LogContextInterceptor starts each call with fresh log context bound to the
-RPC and the attempt, so that every line a call logs names them.
-RequestDecodingInterceptor parses each RunActionsService request itself, so
-that one that does not parse is refused as bad input like any other.
+Each is a RunActionsInterceptor: it wraps every RunActionsService call and lets
+other services (health, reflection) pass. LogContextInterceptor starts each call
+with fresh log context bound to the RPC and the attempt, so that every line a
+call logs names them. RequestDecodingInterceptor parses each request itself, so
+that one that does not parse is refused as bad input like any other. The call
+gate (sidecar.drain) and the metrics (sidecar.metrics) are two more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 import structlog
@@ -22,11 +24,17 @@ from sidecar.errors import InvalidArgument, to_status
 
 log = structlog.get_logger()
 
-_SERVICE = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
+RUN_ACTIONS = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
+
+# A unary call's behaviour: the request (or, for RAW_REQUESTS, its bytes) and the context.
+Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
-class LogContextInterceptor(grpc.aio.ServerInterceptor):
-    """Bind ``rpc`` and ``attempt_id`` for the life of each unary call."""
+class RunActionsInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps each RunActionsService call in :meth:`wrap`; other services pass as they are."""
+
+    # True when the wrapped behaviour takes the request's bytes and parses them itself.
+    RAW_REQUESTS: ClassVar[bool] = False
 
     async def intercept_service(
         self,
@@ -34,9 +42,24 @@ class LogContextInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
+        if handler is None or handler.unary_unary is None or service != RUN_ACTIONS.full_name:
             return handler
-        rpc = str(handler_call_details.method).rsplit("/", 1)[-1]
+        return grpc.unary_unary_rpc_method_handler(
+            self.wrap(rpc, handler),
+            request_deserializer=None if self.RAW_REQUESTS else handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
+        """The behaviour that runs around ``handler.unary_unary`` for calls of ``rpc``."""
+        raise NotImplementedError
+
+
+class LogContextInterceptor(RunActionsInterceptor):
+    """Bind ``rpc`` and ``attempt_id`` for the life of each call."""
+
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
         inner = handler.unary_unary
 
         async def bound(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -47,14 +70,10 @@ class LogContextInterceptor(grpc.aio.ServerInterceptor):
                 structlog.contextvars.bind_contextvars(attempt_id=attempt_id)
             return await inner(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            bound,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return bound
 
 
-class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
+class RequestDecodingInterceptor(RunActionsInterceptor):
     """Refuse a request that does not parse with INVALID_ARGUMENT, ErrorInfo and BadRequest.
 
     grpc answers a request it cannot deserialize (a string field that is not UTF-8, a
@@ -64,19 +83,12 @@ class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
     Nothing of it reaches the ledger or the store.
     """
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
-        method = _SERVICE.methods_by_name.get(rpc) if service == _SERVICE.full_name else None
-        if handler is None or handler.unary_unary is None or method is None:
-            return handler
+    RAW_REQUESTS = True
+
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
         decode = handler.request_deserializer
         inner = handler.unary_unary
-        request_type: Descriptor = method.input_type
+        request_type: Descriptor = RUN_ACTIONS.methods_by_name[rpc].input_type
 
         async def decoded(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
@@ -89,9 +101,7 @@ class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort_with_status(rpc_status.to_status(to_status(error)))
             return await inner(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            decoded, request_deserializer=None, response_serializer=handler.response_serializer
-        )
+        return decoded
 
 
 def _undecodable(raw: bytes, request_type: Descriptor, exc: DecodeError) -> InvalidArgument:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, cast
 
 import grpc
@@ -28,8 +28,9 @@ from google.rpc import error_details_pb2, status_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
-from sidecar._gen.actonce.v1 import run_actions_pb2, types_pb2
+from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.interceptors import RUN_ACTIONS, Behavior, RunActionsInterceptor
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError
 from sidecar.rules.refusals import VERSION_CONFLICT
 from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact
@@ -37,12 +38,11 @@ from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact
 log = structlog.get_logger()
 
 NAMESPACE = "actonce"
-_SERVICE = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
 
 # A write is any RPC whose answer carries an Outcome; read from the descriptor so
 # that a write RPC added to the proto is counted without a change here.
 WRITE_RPCS: frozenset[str] = frozenset(
-    method.name for method in _SERVICE.methods if "outcome" in method.output_type.fields_by_name
+    method.name for method in RUN_ACTIONS.methods if "outcome" in method.output_type.fields_by_name
 )
 
 # Local disk and a LAN database: most appends take well under 100 ms, and a slow
@@ -194,21 +194,13 @@ class _CountingContext:
         return getattr(self._context, name)
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+class MetricsInterceptor(RunActionsInterceptor):
     """Counts every RunActionsService call; other services (health, reflection) pass."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
-        if handler is None or handler.unary_unary is None or service != _SERVICE.full_name:
-            return handler
+    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
         inner = handler.unary_unary
         metrics = self.metrics
         is_write = rpc in WRITE_RPCS
@@ -233,11 +225,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                 record.finish(grpc.StatusCode.OK, outcome)
                 return response
 
-        return grpc.unary_unary_rpc_method_handler(
-            counted,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return counted
 
 
 _CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
