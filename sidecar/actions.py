@@ -25,6 +25,7 @@ from sidecar.errors import (
     InDoubt,
     InvalidArgument,
     LeaseExpired,
+    RuleNotServed,
     SendNotAllowed,
     StoreRefused,
     UnknownStep,
@@ -79,6 +80,10 @@ class Settings:
     """The operator's choices that the rules consult."""
 
     send_allowlist: Collection[str] = frozenset()
+    # The rules this sidecar serves (--rules); None serves any rule the agent names.
+    # Pinned by the operator, so that the send allowlist does not rest on the agent's
+    # word for which rule it runs.
+    rules: Collection[str] | None = None
     # A write needs this much lease left: the store call's own deadline, so
     # that no write is still in flight when the queue hands the run on.
     store_timeout_seconds: float = 5.0
@@ -111,6 +116,8 @@ class RunActions:
     ) -> Attempt:
         canonical.require_name(run_id, "run_id")
         canonical.require_name(rule, "rule")
+        if self.settings.rules is not None and rule not in self.settings.rules:
+            raise RuleNotServed(f"rule {rule!r} is not one this sidecar serves (--rules)")
         if len(checkpoint.encode("utf-8", "surrogatepass")) > canonical.MAX_TEXT_BYTES:
             raise InvalidArgument("checkpoint", f"is longer than {canonical.MAX_TEXT_BYTES} bytes")
         canonical.require_no_nul(checkpoint, "checkpoint")

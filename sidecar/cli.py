@@ -81,6 +81,14 @@ def _allowlist(text: str) -> frozenset[str]:
     return frozenset(rule.strip() for rule in text.split(",") if rule.strip())
 
 
+def _rules(text: str) -> frozenset[str]:
+    rules = _allowlist(text)
+    if not rules:
+        # An empty pin would refuse every attempt; unset means "any rule" instead.
+        raise ValueError("names no rule (leave it unset to serve any rule)")
+    return rules
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -108,6 +116,9 @@ SERVE_SETTINGS: dict[str, Setting] = {
                     "PostgreSQL DSN for the reference store's data, instead of DATA_DIR"),
     "--send-allowlist": ("ACTONCE_SEND_ALLOWLIST", _allowlist, frozenset(),
                          "comma-separated rules allowed to Send (ask for a thread's turn)"),
+    "--rules": ("ACTONCE_RULES", _rules, None,
+                "comma-separated rules this sidecar serves; BeginAttempt for any other is "
+                "refused FORBIDDEN (default: any rule)"),
     "--store-timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 5.0,
                         "seconds a store call may take"),
     "--store-tls-ca": ("ACTONCE_STORE_TLS_CA", _readable_file, None,
@@ -266,6 +277,7 @@ def config_from(values: dict[str, Any]) -> Config:
         store_target=values["store_target"],
         store_dsn=values["store_dsn"],
         send_allowlist=values["send_allowlist"],
+        rules=values["rules"],
         store_timeout_seconds=values["store_timeout"],
         audit_busy_timeout_ms=values["audit_busy_timeout_ms"],
         attempt_idle_ttl_seconds=values["attempt_idle_ttl"],

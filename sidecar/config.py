@@ -28,6 +28,8 @@ class Config:
     # The embedded reference store on PostgreSQL instead of data_dir.
     store_dsn: str | None = None
     send_allowlist: frozenset[str] = field(default_factory=frozenset)
+    # The rules this sidecar serves; None serves any rule.
+    rules: frozenset[str] | None = None
     store_timeout_seconds: float = 5.0
     audit_busy_timeout_ms: int = 5000
     attempt_idle_ttl_seconds: float = 3600.0

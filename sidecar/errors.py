@@ -14,6 +14,7 @@ builds a status by hand: :func:`to_status` turns any of these into a
     ├── StoreDeadlineExceeded    STORE_DEADLINE_EXCEEDED RETRYABLE
     ├── ArtifactArchived         INVALID_STATE           PERMANENT
     ├── SendNotAllowed           FORBIDDEN               PERMANENT
+    ├── RuleNotServed            FORBIDDEN               PERMANENT
     ├── LeaseExpired             LEASE_EXPIRED           RETRYABLE
     ├── AttemptFenced            ATTEMPT_FENCED          RETRYABLE
     ├── InDoubt                  IN_DOUBT                UNKNOWN
@@ -158,6 +159,14 @@ class ArtifactArchived(ActonceError):
 
 class SendNotAllowed(ActonceError):
     """Send from a rule that the operator's allowlist does not name."""
+
+    reason = "FORBIDDEN"
+    failure_class = FailureClass.PERMANENT
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class RuleNotServed(ActonceError):
+    """BeginAttempt for a rule the operator did not pin this sidecar to (``--rules``)."""
 
     reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT

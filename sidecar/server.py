@@ -230,6 +230,7 @@ async def create_server(
         attempts=AttemptRegistry(idle_ttl_seconds=config.attempt_idle_ttl_seconds),
         settings=Settings(
             send_allowlist=config.send_allowlist,
+            rules=config.rules,
             store_timeout_seconds=config.store_timeout_seconds,
         ),
     )

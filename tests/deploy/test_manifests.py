@@ -107,6 +107,14 @@ def test_every_setting_in_the_configmap_is_one_the_sidecar_accepts(
             by_env[name](raw)  # raises ValueError on a malformed value
 
 
+def test_the_operator_pins_the_rules_the_sidecar_serves(settings: dict[str, str]) -> None:
+    # Unset, the agent names its own rule, and with it what the send allowlist grants.
+    rules = SERVE_SETTINGS["--rules"][1](settings["ACTONCE_RULES"])
+    assert rules, "ACTONCE_RULES names no rule"
+    allowed = {r.strip() for r in settings["ACTONCE_SEND_ALLOWLIST"].split(",") if r.strip()}
+    assert allowed <= rules, "a rule allowed to Send that the sidecar does not serve"
+
+
 def test_the_token_and_the_ca_are_files_from_the_secret(
     pod: dict[str, Any], sidecar: dict[str, Any]
 ) -> None:

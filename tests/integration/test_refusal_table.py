@@ -333,3 +333,24 @@ def test_a_call_cancelled_by_its_deadline_releases_its_request_id(
     finally:
         sc.stop()
         store.stop()
+
+
+def test_a_rule_the_operator_did_not_pin_is_forbidden(
+    make_config: MakeConfig, tmp_path: Path
+) -> None:
+    sc = start_sidecar(make_config(tmp_path / "sidecar", rules=frozenset({"triage", "pager"})))
+    try:
+        assert sc.begin(run_id="run-pinned", rule="pager")
+        got = _refused(
+            sc.stub.BeginAttempt,
+            pb.BeginAttemptRequest(run_id="run-foreign", rule="payroll", checkpoint="cp-0"),
+        )
+        assert (got.code, got.reason, got.failure_class) == (
+            grpc.StatusCode.PERMISSION_DENIED,
+            "FORBIDDEN",
+            "PERMANENT",
+        )
+        # Refused before anything is audited: the foreign run left no trace.
+        assert sc.audit("run-foreign") == []
+    finally:
+        sc.stop()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.cli import SERVE_SETTINGS, STORE_SETTINGS
+from sidecar.cli import SERVE_SETTINGS, STORE_SETTINGS, build_parser, config_from
+from sidecar.cli import _resolve as resolve
 from tests.harness import free_port
 from tests.server.processes import run_cli, start_cli, wait_for_status
 from tests.server.scrape import scrape, value
@@ -70,6 +71,7 @@ def test_every_variable_is_named_actonce_and_unique_to_its_flag() -> None:
         ({"ACTONCE_HEALTH_LISTEN": "localhost:99999"}, ["ACTONCE_HEALTH_LISTEN"]),
         ({"ACTONCE_LOG_LEVEL": "loud"}, ["ACTONCE_LOG_LEVEL", "expected one of"]),
         ({"ACTONCE_STORE_TOKEN_FILE": "/nonexistent/token"}, ["/nonexistent/token", "no such"]),
+        ({"ACTONCE_RULES": " , "}, ["ACTONCE_RULES", "names no rule"]),
     ],
 )
 def test_a_bad_variable_stops_start_up_with_one_line(
@@ -258,3 +260,17 @@ def test_the_store_refuses_half_a_tls_setting_in_one_line(tmp_path: Path) -> Non
         "--tls-cert",
         "--tls-key",
     )
+
+
+def test_rules_pin_what_the_sidecar_serves_and_unset_serves_any(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def rules(*argv: str) -> frozenset[str] | None:
+        args = build_parser().parse_args(["serve", *argv])
+        return config_from(resolve(args, SERVE_SETTINGS)).rules
+
+    monkeypatch.delenv("ACTONCE_RULES", raising=False)
+    assert rules() is None
+    monkeypatch.setenv("ACTONCE_RULES", "triage, pager")
+    assert rules() == frozenset({"triage", "pager"})
+    assert rules("--rules", "billing") == frozenset({"billing"})
