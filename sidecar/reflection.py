@@ -6,6 +6,11 @@ and the upb pool that protobuf ships finds services and messages by name but not
 methods, so every such call failed with NOT_FOUND and no tool could call an RPC
 without a proto file. :func:`enable` wraps the pool so that a method's name finds
 its service's file; every other lookup is the pool's own.
+
+grpcio-reflection serves only ``grpc.reflection.v1alpha``, while current grpcurl,
+Postman and ``buf curl`` ask for ``grpc.reflection.v1`` first. The two versions'
+messages are the same fields with the same numbers, so the v1 service is the same
+servicer registered under the v1 name: its bytes on the wire are v1's.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from typing import Any
 
 import grpc
 from google.protobuf import descriptor, descriptor_pool
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 SERVICE_NAME: str = reflection.SERVICE_NAME
+# The stable version's name; its messages are v1alpha's, field for field.
+SERVICE_NAME_V1 = "grpc.reflection.v1.ServerReflection"
 
 
 class MethodAwarePool:
@@ -39,5 +46,14 @@ class MethodAwarePool:
 
 def enable(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
     """Serve reflection for ``service_names`` (reflection itself is added) on ``server``."""
-    names = [*service_names, SERVICE_NAME]
-    reflection.enable_server_reflection(names, server, pool=MethodAwarePool())
+    names = [*service_names, SERVICE_NAME_V1, SERVICE_NAME]
+    servicer = reflection.aio.ReflectionServicer(names, pool=MethodAwarePool())
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    for name in (SERVICE_NAME_V1, SERVICE_NAME):
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(name, {"ServerReflectionInfo": handler}),)
+        )

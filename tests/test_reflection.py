@@ -12,17 +12,32 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import descriptor_pb2
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
 
 from tests.harness import sidecar_config, start_sidecar, start_store
 
+# Current grpcurl, Postman and buf curl ask for v1 first; older tools, ghz among
+# them, for v1alpha. Their messages are the same on the wire.
+VERSIONS = ("grpc.reflection.v1", "grpc.reflection.v1alpha")
 
-def file_containing(target: str, symbol: str) -> list[str] | int:
-    """The files reflection sends for ``symbol``, or its error code."""
+
+def ask(
+    target: str, request: reflection_pb2.ServerReflectionRequest, version: str
+) -> reflection_pb2.ServerReflectionResponse:
     with grpc.insecure_channel(target) as channel:
-        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
-        request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol)
-        (answer,) = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
+        call = channel.stream_stream(
+            f"/{version}.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        (answer,) = list(call(iter([request]), timeout=10))
+    return answer
+
+
+def file_containing(target: str, symbol: str, version: str = VERSIONS[0]) -> list[str] | int:
+    """The files reflection sends for ``symbol``, or its error code."""
+    request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol)
+    answer = ask(target, request, version)
     if answer.HasField("error_response"):
         return int(answer.error_response.error_code)
     names = []
@@ -47,10 +62,29 @@ def test_the_sidecar_answers_for_services_methods_and_messages(
 ) -> None:
     sidecar = start_sidecar(sidecar_config(tmp_path))
     try:
-        files = file_containing(f"127.0.0.1:{sidecar.port}", symbol)
+        answers = [file_containing(f"127.0.0.1:{sidecar.port}", symbol, v) for v in VERSIONS]
     finally:
         sidecar.stop()
-    assert isinstance(files, list) and files[0] == file
+    for files in answers:
+        assert isinstance(files, list) and files[0] == file
+
+
+def test_both_reflection_versions_list_the_services(tmp_path: Path) -> None:
+    sidecar = start_sidecar(sidecar_config(tmp_path))
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    try:
+        listed = [
+            {
+                s.name
+                for s in ask(f"127.0.0.1:{sidecar.port}", request, v).list_services_response.service
+            }
+            for v in VERSIONS
+        ]
+    finally:
+        sidecar.stop()
+    for names in listed:
+        assert {"actonce.v1.RunActionsService", "grpc.health.v1.Health"} <= names
+        assert {f"{v}.ServerReflection" for v in VERSIONS} <= names
 
 
 def test_an_unknown_method_is_not_found(tmp_path: Path) -> None:
@@ -65,7 +99,9 @@ def test_an_unknown_method_is_not_found(tmp_path: Path) -> None:
 def test_the_store_answers_for_its_methods(tmp_path: Path) -> None:
     store = start_store(tmp_path)
     try:
-        files = file_containing(store.target, "actonce.store.v1.ArtifactStoreService.PostMessage")
+        symbol = "actonce.store.v1.ArtifactStoreService.PostMessage"
+        answers = [file_containing(store.target, symbol, v) for v in VERSIONS]
     finally:
         store.stop()
-    assert isinstance(files, list) and files[0] == "actonce/store/v1/artifact_store.proto"
+    for files in answers:
+        assert isinstance(files, list) and files[0] == "actonce/store/v1/artifact_store.proto"
