@@ -1,4 +1,4 @@
-# The load test (issue 5). Included by the Makefile.
+# The load test. Included by the Makefile.
 #   make bench          every ghz scenario (bench/ghz/*.json) against every target, alternated,
 #                       then bench/out/report.json, report.md, throughput.png and latency.png
 #   make bench-smoke    the same in a few seconds on SQLite, failing on a wrong answer; part of

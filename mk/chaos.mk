@@ -1,4 +1,4 @@
-# Crash harness, fault tests and fuzzing (issue 6). Included by the Makefile.
+# Crash harness, fault tests and fuzzing. Included by the Makefile.
 #   make test-chaos   quick mode: a few seeds per backend, and lint and types of chaos/
 #   make chaos        long mode: CHAOS_SEEDS seeds on SQLite and on PostgreSQL
 #   make fuzz         atheris on the JSON and JSON Pointer parsing

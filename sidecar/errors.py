@@ -36,7 +36,7 @@ DOMAIN = "actonce"
 
 
 class FailureClass(enum.StrEnum):
-    """What the caller does with a failure (DESIGN.md, refusal table)."""
+    """What the caller does with a failure (docs/design.md, the refusal table)."""
 
     REFUSED = "REFUSED"  # hand it back to the model; it can correct the call
     RETRYABLE = "RETRYABLE"  # fail the attempt; the queue retries the run

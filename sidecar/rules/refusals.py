@@ -1,4 +1,4 @@
-"""How a store refusal is classified (ADR-0019, DESIGN.md's refusal table).
+"""How a store refusal is classified (ADR-0019, docs/design.md's refusal table).
 
 A refusal counts as done only when it says the derived id is used and nothing
 else: then an earlier attempt made the write. Every other refusal keeps the

@@ -1,4 +1,4 @@
-"""DESIGN.md's refusal table, row by row: each refusal's reason, failure class and status."""
+"""docs/design.md's refusal table, row by row: each refusal's reason, failure class and status."""
 
 from __future__ import annotations
 
