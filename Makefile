@@ -13,7 +13,7 @@ TEST_TARGETS := test-python
 .DEFAULT_GOAL := test
 -include mk/*.mk
 
-.PHONY: run test venv lint typecheck check-gen gen buf-lint test-python bench-ledger clean
+.PHONY: run test check venv lint typecheck check-gen gen buf-lint test-python bench-ledger clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ test-python: $(STAMP) $(FUZZ_STAMP)
 	$(PY) -m pytest -q
 
 test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
+
+# The fast loop: lint, types and the unit tests, which start no server and need
+# no Go, Node, Maven or PostgreSQL. Well under a minute.
+CHECK_TESTS := tests/rules tests/test_scheduling.py tests/chaos/test_plan.py tests/test_generated.py
+check: lint typecheck
+	$(PY) -m pytest -q $(CHECK_TESTS)
 
 # Audited against unaudited sidecar throughput on SQLite and PostgreSQL.
 bench-ledger: $(STAMP)
