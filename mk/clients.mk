@@ -19,10 +19,6 @@ $(CLIENTS_PY_STAMP): $(STAMP) clients/python/pyproject.toml
 	$(PY) -m pip install --quiet -c constraints.txt -e './clients/python[test]'
 	touch $(CLIENTS_PY_STAMP)
 
-# sidecar/demo.py (`actonce demo`) drives the Python client, so the sidecar's
-# type check needs it installed.
-typecheck: $(CLIENTS_PY_STAMP)
-
 $(TS_CLIENT_STAMP): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
 	cd $(TS_CLIENT) && npm ci --silent --no-audit --no-fund
 	touch $(TS_CLIENT_STAMP)

@@ -1,10 +1,14 @@
 """``actonce demo``: a run of a scripted incident agent, killed mid-run and retried.
 
-It starts a sidecar (embedded store, data in a temporary folder), runs the
-agent in a process of its own through the Python client (clients/python),
-kills it after three writes, starts the run again from its checkpoint, and
-prints what landed with which outcome. The second attempt makes the same
-writes; the derived ids let the sidecar tell which ones the first already made.
+It starts a sidecar in this process (embedded store, data in a temporary
+folder), runs the agent in a process of its own, kills it after three writes,
+starts the run again from its checkpoint, and prints what landed with which
+outcome. The second attempt makes the same writes; the derived ids let the
+sidecar tell which ones the first already made.
+
+The agent speaks to the sidecar through the generated stubs the sidecar ships,
+so the demo needs nothing but the project itself; the clients in clients/ wrap
+the same calls with a request id, retries and typed errors.
 
 Run as ``python -m sidecar.demo TARGET RUN_ID CHECKPOINT``, this module is the
 agent itself: one JSON line per write on stdout.
@@ -12,16 +16,28 @@ agent itself: one JSON line per write on stdout.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
-if TYPE_CHECKING:
-    from actonce_client import Attempt
+import grpc
+
+from sidecar import logs
+from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
+from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from sidecar._gen.actonce.v1 import types_pb2
+from sidecar.config import Config
+from sidecar.server import Sidecar, create_server
 
 RULE = "incident-bot"
 CHECKPOINT = "triaged"
@@ -29,43 +45,75 @@ KILL_AFTER = 3
 # A model takes a while between tool calls; the kill lands in such a pause.
 THINK_SECONDS = 0.2
 
-Step = tuple[str, Callable[["Attempt", dict[str, str]], tuple[str, str]]]
+
+class Agent:
+    """One attempt of the run, its calls each with a request id of their own."""
+
+    def __init__(self, stub: pb_grpc.RunActionsServiceStub, run_id: str, checkpoint: str) -> None:
+        self.stub = stub
+        begun = stub.BeginAttempt(
+            pb.BeginAttemptRequest(run_id=run_id, rule=RULE, checkpoint=checkpoint)
+        )
+        self.attempt_id: str = begun.attempt_id
+
+    def call(self, rpc: str, request: Any) -> Any:
+        request.attempt_id = self.attempt_id
+        if hasattr(request, "request_id"):
+            request.request_id = uuid.uuid4().hex
+        return getattr(self.stub, rpc)(request, timeout=10)
 
 
-def _plan() -> list[Step]:
+Write = Callable[[Agent, dict[str, str]], tuple[str, str]]
+
+
+def _outcome(answer: Any) -> str:
+    return str(types_pb2.Outcome.Name(answer.outcome)).removeprefix("OUTCOME_")
+
+
+def _plan() -> list[tuple[str, Write]]:
     """The agent's writes, in order: (label, write). Later writes use earlier ids."""
-    from actonce_client import Effect
 
-    def create_thread(a: Attempt, ids: dict[str, str]) -> tuple[str, str]:
-        w = a.create_thread("Disk full on db-3")
-        ids["thread"] = w.id
-        return w.id, w.outcome.name
+    def create_thread(a: Agent, ids: dict[str, str]) -> tuple[str, str]:
+        w = a.call("CreateThread", pb.CreateThreadRequest(title="Disk full on db-3"))
+        ids["thread"] = w.thread_id
+        return w.thread_id, _outcome(w)
 
-    def create_ticket(a: Attempt, ids: dict[str, str]) -> tuple[str, str]:
-        w = a.create("ticket", {"title": "Disk full on db-3", "severity": 2})
+    def create_ticket(a: Agent, ids: dict[str, str]) -> tuple[str, str]:
+        data = json.dumps({"title": "Disk full on db-3", "severity": 2})
+        w = a.call("Create", pb.CreateRequest(kind="ticket", data_json=data))
         ids["ticket"] = w.id
-        return w.id, w.outcome.name
+        return w.id, _outcome(w)
 
-    def edit(path: str, value: str) -> Callable[[Attempt, dict[str, str]], tuple[str, str]]:
-        def write(a: Attempt, ids: dict[str, str]) -> tuple[str, str]:
-            w = a.edit(ids["ticket"], path, value)
-            return w.id, w.outcome.name
+    def edit(path: str, value: str) -> Write:
+        def write(a: Agent, ids: dict[str, str]) -> tuple[str, str]:
+            request = pb.EditRequest(
+                artifact_id=ids["ticket"], path=path, value_json=json.dumps(value)
+            )
+            return ids["ticket"], _outcome(a.call("Edit", request))
 
         return write
 
-    def page_oncall(a: Attempt, ids: dict[str, str]) -> tuple[str, str]:
-        step = a.begin_step("page_oncall", Effect.IDEMPOTENT_WRITE, {"team": "storage"})
-        if not step.done:  # an earlier attempt paged already: do not page twice
-            a.end_step(step.id, {"paged": "storage-oncall"})
-        return step.id, step.outcome.name
+    def page_oncall(a: Agent, ids: dict[str, str]) -> tuple[str, str]:
+        request = pb.BeginStepRequest(
+            tool="page_oncall",
+            effect=types_pb2.TOOL_EFFECT_IDEMPOTENT_WRITE,
+            args_json=json.dumps({"team": "storage"}),
+        )
+        step = a.call("BeginStep", request)
+        if step.outcome == types_pb2.OUTCOME_APPLIED:  # not paged by an earlier attempt
+            result = json.dumps({"paged": "storage-oncall"})
+            a.call("EndStep", pb.EndStepRequest(step_id=step.step_id, result_json=result))
+        return step.step_id, _outcome(step)
 
-    def notice(a: Attempt, ids: dict[str, str]) -> tuple[str, str]:
-        w = a.notice(ids["thread"], f"Filed {ids['ticket']}; paged storage on-call.")
-        return w.id, w.outcome.name
+    def notice(a: Agent, ids: dict[str, str]) -> tuple[str, str]:
+        text = f"Filed {ids['ticket']}; paged storage on-call."
+        w = a.call("Notice", pb.NoticeRequest(thread_id=ids["thread"], text=text))
+        return w.message_id, _outcome(w)
 
-    def send(a: Attempt, ids: dict[str, str]) -> tuple[str, str]:
-        w = a.send(ids["thread"], "Storage on-call: please confirm the cleanup plan.")
-        return w.id, w.outcome.name
+    def send(a: Agent, ids: dict[str, str]) -> tuple[str, str]:
+        text = "Storage on-call: please confirm the cleanup plan."
+        w = a.call("Send", pb.SendRequest(thread_id=ids["thread"], text=text))
+        return w.message_id, _outcome(w)
 
     return [
         ("create_thread 'Disk full on db-3'", create_thread),
@@ -80,17 +128,15 @@ def _plan() -> list[Step]:
 
 def agent(argv: Sequence[str]) -> int:
     """The scripted agent: one attempt of the run, a JSON line per write."""
-    from actonce_client import Client
-
     target, run_id, checkpoint = argv
     ids: dict[str, str] = {}
-    with Client(target) as client:
-        attempt = client.begin(run_id, RULE, checkpoint=checkpoint)
+    with grpc.insecure_channel(target) as channel:
+        attempt = Agent(pb_grpc.RunActionsServiceStub(channel), run_id, checkpoint)
         for label, write in _plan():
             written_id, outcome = write(attempt, ids)
             print(json.dumps({"write": label, "id": written_id, "outcome": outcome}), flush=True)
             time.sleep(THINK_SECONDS)
-        attempt.end()
+        attempt.call("EndAttempt", pb.EndAttemptRequest())
     return 0
 
 
@@ -109,41 +155,71 @@ def _attempt(target: str, run_id: str, *, kill_after: int | None) -> list[dict[s
     return lines
 
 
+class _LocalSidecar:
+    """``actonce serve`` with the embedded store, in a thread of this process."""
+
+    def __init__(self, data_dir: Path) -> None:
+        config = replace(
+            Config(listen="127.0.0.1:0", data_dir=data_dir), send_allowlist=frozenset({RULE})
+        )
+        # The table below is the demo's output; the sidecar's own lines would drown it.
+        logs.configure("warning")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.sidecar, port = self._run(self._start(config))
+        self.target = f"127.0.0.1:{port}"
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(60)
+
+    @staticmethod
+    async def _start(config: Config) -> tuple[Sidecar, int]:
+        sidecar, port = await create_server(config)
+        await sidecar.start()
+        return sidecar, port
+
+    def stop(self) -> None:
+        self._run(self.sidecar.stop(0))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
 def run_demo() -> int:
     """``actonce demo``: 0 when every write landed once, 1 otherwise."""
-    try:
-        from actonce_client import Client
-        from actonce_client.testing import LocalSidecar
-    except ImportError:
-        print(
-            "actonce demo needs the Python client: pip install './clients/python[testing]'",
-            file=sys.stderr,
-        )
-        return 2
     run_id = f"run-demo-{secrets.token_hex(3)}"
     print("actonce demo: one run of an incident agent, killed mid-run and retried.\n")
     started = time.monotonic()
-    with LocalSidecar(send_allowlist=[RULE], command=[sys.executable, "-m", "sidecar.cli"]) as s:
-        print(f"  sidecar    {s.target}, embedded store in {s.data_dir}")
-        print(f"  run        {run_id}, rule {RULE}, from checkpoint {CHECKPOINT!r}\n")
-        first = _attempt(s.target, run_id, kill_after=KILL_AFTER)
-        print(f"  attempt 1  killed (SIGKILL) after {len(first)} of {len(_plan())} writes")
-        second = _attempt(s.target, run_id, kill_after=None)
-        print(f"  attempt 2  the queue retried the run from checkpoint {CHECKPOINT!r}\n")
-        with Client(s.target) as client:
-            reader = client.begin(f"{run_id}-reader", "demo-reader")
+    with tempfile.TemporaryDirectory(prefix="actonce-demo-") as data_dir:
+        local = _LocalSidecar(Path(data_dir))
+        try:
+            print(f"  sidecar    {local.target}, embedded store in {data_dir}")
+            print(f"  run        {run_id}, rule {RULE}, from checkpoint {CHECKPOINT!r}\n")
+            first = _attempt(local.target, run_id, kill_after=KILL_AFTER)
+            print(f"  attempt 1  killed (SIGKILL) after {len(first)} of {len(_plan())} writes")
+            second = _attempt(local.target, run_id, kill_after=None)
+            print(f"  attempt 2  the queue retried the run from checkpoint {CHECKPOINT!r}\n")
             thread, ticket = second[0]["id"], second[1]["id"]
-            messages = reader.read_thread(thread)
-            artifact = reader.read_artifact(ticket)
-            reader.end()
+            messages, artifact = _read_back(local.target, run_id, thread, ticket)
+        finally:
+            local.stop()
     _table(first, second)
     kinds = ", ".join(m.kind for m in messages)
     print(f"\n  in the store: thread {thread}: {len(messages)} messages ({kinds})")
     print(f"                ticket {ticket}: version {artifact.version}")
-    landed_once = _landed_once(first, second, len(messages), artifact.data)
+    landed_once = _landed_once(first, second, len(messages), json.loads(artifact.data_json))
     verdict = "every write landed once" if landed_once else "SOME WRITE DID NOT LAND ONCE"
     print(f"\n  {verdict} ({time.monotonic() - started:.1f} s)")
     return 0 if landed_once else 1
+
+
+def _read_back(target: str, run_id: str, thread: str, ticket: str) -> tuple[Any, Any]:
+    with grpc.insecure_channel(target) as channel:
+        reader = Agent(pb_grpc.RunActionsServiceStub(channel), f"{run_id}-reader", "")
+        messages = reader.call("Read", pb.ReadRequest(thread_id=thread)).messages
+        artifact = reader.call("Read", pb.ReadRequest(artifact_id=ticket)).artifact
+        reader.call("EndAttempt", pb.EndAttemptRequest())
+    return messages, artifact
 
 
 def _table(first: list[dict[str, str]], second: list[dict[str, str]]) -> None:
