@@ -219,7 +219,6 @@ class RunActions:
         value, form = canonical.parse_canonical(value_json, "value_json")
         attempt = self._attempt(attempt_id)
         value_digest = canonical.digest(form)
-        patch = edits.add_patch(pointer, value)
         write_type = ids.WriteType.EDIT_PROPOSAL if propose else ids.WriteType.EDIT
 
         async def perform(derived: str) -> WriteResult:
@@ -232,8 +231,10 @@ class RunActions:
                         "before it is tried",
                         metadata={"states": refusals.ARCHIVED},
                     )
-                if edits.holds(json.loads(artifact.data_json), pointer, value):
+                document = json.loads(artifact.data_json)
+                if edits.holds(document, pointer, value):
                     return WriteResult(Outcome.SKIPPED, version=artifact.version)
+                patch = edits.set_patch(document, pointer, value)
                 try:
                     if propose:
                         await self.store.propose_patch(

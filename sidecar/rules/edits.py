@@ -1,9 +1,13 @@
 """Edit rules (ADR-0019): one value at one JSON Pointer, skipped when already there.
 
-An edit is an RFC 6902 ``add`` of one value at one RFC 6901 path. Repeating it
-changes nothing, not even the artifact's version, because the sidecar compares
-the value in place first. ``-`` (append) is refused: a retried append would
-append twice, so a rule names each entry.
+An edit *sets* one value at one RFC 6901 path. Repeating it changes nothing,
+not even the artifact's version, because the sidecar compares the value in
+place first. An object member is added or replaced (an RFC 6902 ``add``); an
+array index names an element that exists, which is replaced (a ``replace``),
+never an insertion: an insertion shifts the elements after it, so a retry that
+made the same edits in another order would find them at other places and
+insert again. ``-`` (append) and an index at or past the end are refused as
+bad input for the same reason: a rule names each entry.
 """
 
 from __future__ import annotations
@@ -66,6 +70,33 @@ def holds(document: Any, path: str, value: Any) -> bool:
         return False
 
 
-def add_patch(path: str, value: Any) -> str:
-    """The JSON Patch document that sets ``value`` at ``path``."""
+def set_patch(document: Any, path: str, value: Any, field: str = "path") -> str:
+    """The JSON Patch document that sets ``value`` at ``path`` of ``document``.
+
+    The patch is chosen by what holds the last token: an array's element is replaced, so
+    it must exist (InvalidArgument otherwise); anything else gets an ``add``, which adds or
+    replaces an object member and leaves a missing or non-container parent for the store
+    to refuse (PATCH_FAILED), as it always has. The store applies the patch only at the
+    version it was chosen for.
+    """
+    pointer = jsonpointer.JsonPointer(path)
+    found, parent = value_at(document, jsonpointer.JsonPointer.from_parts(pointer.parts[:-1]).path)
+    if found and isinstance(parent, list):
+        token = pointer.parts[-1]
+        if not _is_index(token):
+            raise InvalidArgument(
+                field, f"{token!r} is no array index: an array's element is named by its index"
+            )
+        if int(token) >= len(parent):
+            raise InvalidArgument(
+                field,
+                f"index {token} is at or past the end of an array of {len(parent)}: an edit "
+                "replaces an element that exists and never inserts one",
+            )
+        return compact([{"op": "replace", "path": path, "value": value}])
     return compact([{"op": "add", "path": path, "value": value}])
+
+
+def _is_index(token: str) -> bool:
+    # RFC 6901: an array index is 0 or digits without a leading zero.
+    return token == "0" or (token.isascii() and token.isdigit() and token[0] != "0")

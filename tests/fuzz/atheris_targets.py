@@ -79,7 +79,10 @@ def fuzz_pointer(data: bytes) -> None:
     if jsonpointer.JsonPointer(normal).parts != jsonpointer.JsonPointer(path).parts:
         raise AssertionError(f"{path!r} and its normal form {normal!r} name other tokens")
     edits.value_at(DOCUMENT, normal)
-    patch = backend.parse_patch(edits.add_patch(normal, 1))
+    try:
+        patch = backend.parse_patch(edits.set_patch(DOCUMENT, normal, 1))
+    except InvalidArgument:
+        return
     with contextlib.suppress(StoreRefusal):
         backend.apply_patch(patch, DOCUMENT)
     rfc8785.dumps(normal)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sidecar.errors import FailureClass, InvalidArgument
@@ -71,3 +73,21 @@ def test_a_failed_write_gives_its_occurrence_back() -> None:
     occ.give_back(*key, 0)
     assert occ.take(*key) == 0
     assert occ.take(*key) == 2
+
+
+def test_an_edit_replaces_an_array_element_and_adds_or_replaces_an_object_member() -> None:
+    doc = {"items": ["a", "b"], "tags": {"x": 1}}
+    assert json.loads(edits.set_patch(doc, "/items/1", "y")) == [
+        {"op": "replace", "path": "/items/1", "value": "y"}
+    ]
+    assert json.loads(edits.set_patch(doc, "/tags/x", 2))[0]["op"] == "add"
+    assert json.loads(edits.set_patch(doc, "/tags/y", 2))[0]["op"] == "add"
+    # A missing parent is left to the store, which refuses the patch (PATCH_FAILED).
+    assert json.loads(edits.set_patch(doc, "/missing/x", 2))[0]["op"] == "add"
+
+
+@pytest.mark.parametrize("path", ["/items/2", "/items/10", "/items/01", "/items/x", "/items/-1"])
+def test_an_index_that_names_no_element_is_bad_input(path: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        edits.set_patch({"items": ["a", "b"]}, path, "z")
+    assert caught.value.violations[0].field == "path"
