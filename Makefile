@@ -39,8 +39,11 @@ check-gen: $(STAMP)
 	diff -r --exclude=__pycache__ sidecar/_gen .gen-check || { rm -rf .gen-check; echo "sidecar/_gen is stale: run 'make gen'"; exit 1; }
 	rm -rf .gen-check
 
+# Lint, and no breaking change against the API as last released: the image of
+# its protos that `buf build` made at that release (protos/released/).
 buf-lint: $(BUF)
 	$(BUF) lint
+	$(BUF) breaking --against protos/released/actonce-0.1.0.binpb
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sidecar tests scripts bench
