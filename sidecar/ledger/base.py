@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -155,6 +156,11 @@ class LedgerReader(Protocol):
 
     def head(self) -> tuple[int, str]:
         """The chain's head as the ledger recorded it: last sequence number and hash."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[None]:
+        """Within it, every read sees the ledger as it was at one moment, whatever is
+        appended meanwhile: the chain and its recorded head then agree on a live ledger."""
         ...
 
     def close(self) -> None: ...

@@ -34,8 +34,15 @@ def verify(reader: LedgerReader, progress: Progress | None = None) -> Verdict:
 
     An edited event no longer matches its own hash; a deleted, inserted or
     reordered one breaks the numbering or its successor's link; events deleted
-    from the end leave the chain shorter than its recorded head.
+    from the end leave the chain shorter than its recorded head. The chain and
+    the head are read in one snapshot: a batch committed between two reads would
+    otherwise look like events deleted from the end of a live ledger.
     """
+    with reader.snapshot():
+        return _walk(reader, progress)
+
+
+def _walk(reader: LedgerReader, progress: Progress | None) -> Verdict:
     total = reader.count()
     expected, prev, checked = 1, GENESIS_HASH, 0
     for stored in reader.events():

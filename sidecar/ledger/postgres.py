@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -177,6 +178,10 @@ class PostgresLedgerReader:
             )
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
+        # Every transaction this reader opens (a snapshot, a scan) reads one snapshot and
+        # can write nothing.
+        self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        self._conn.read_only = True
 
     def runs(self) -> list[RunSummary]:
         rows = self._conn.execute(
@@ -210,6 +215,13 @@ class PostgresLedgerReader:
     def head(self) -> tuple[int, str]:
         row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id").fetchone()
         return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # REPEATABLE READ, read only: the transaction's first statement fixes its snapshot;
+        # a scan inside it runs in a savepoint of the same transaction.
+        with self._conn.transaction(force_rollback=True):
+            yield
 
     def close(self) -> None:
         self._conn.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sidecar.ledger.base import (
@@ -168,6 +169,16 @@ class SqliteLedgerReader:
     def head(self) -> tuple[int, str]:
         row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
         return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # One read transaction: in WAL mode its first read fixes what every later read of
+        # it sees, while writers go on committing to the log.
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("ROLLBACK")
 
     def close(self) -> None:
         self._conn.close()
