@@ -30,6 +30,7 @@ from sidecar.errors import (
     StoreRefused,
     UnknownStep,
 )
+from sidecar.ledger import pending
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, edits, effects, ids, refusals
 from sidecar.rules.attempts import Attempt, AttemptRegistry, StepState
@@ -380,7 +381,18 @@ class RunActions:
                 attempt.steps[step_id] = StepState(tool, declared, ended=True)
                 result = str(ended[0].event.detail.get("result_json", ""))
                 return WriteResult(Outcome.ALREADY_APPLIED, id=step_id, result_json=result)
-            began = [e for e in earlier if e.event.phase == Phase.STEP_BEGIN]
+            # An operator's decision (actonce audit resolve) settles the begins before it.
+            decided = pending.latest_decision(history)
+            if decided is not None and decided.decision is pending.Decision.RAN:
+                attempt.steps[step_id] = StepState(tool, declared, ended=True)
+                return WriteResult(
+                    Outcome.ALREADY_APPLIED, id=step_id, result_json=decided.result_json
+                )
+            began = [
+                e
+                for e in earlier
+                if e.event.phase == Phase.STEP_BEGIN and (decided is None or e.seq > decided.seq)
+            ]
             if began:
                 recorded = max(_recorded_effect(e.event) for e in began)
                 if max(recorded, declared) is effects.ToolEffect.NON_IDEMPOTENT_WRITE:

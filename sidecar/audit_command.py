@@ -1,18 +1,23 @@
-"""``actonce audit list|show|export|verify``: the ledger for operators.
+"""``actonce audit list|show|export|verify|pending|resolve``: the ledger for operators.
 
 Exit codes: 0 when the command did what it was asked (``verify``: the chain is
-intact), 1 when ``verify`` found a bad event, 2 when the ledger cannot be read.
+intact; ``pending``: nothing is pending), 1 when ``verify`` found a bad event or
+``resolve`` was refused, 2 when the ledger cannot be read, 3 when ``pending``
+found something that needs a person (so that cron and alerting can use it).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from sidecar.config import DEFAULT_DATA_DIR
+from sidecar.errors import InvalidArgument
 from sidecar.ledger import inspect
 from sidecar.ledger.base import LedgerError, LedgerReader
+from sidecar.rules import canonical
 
 
 def open_reader(values: dict[str, Any]) -> LedgerReader:
@@ -31,7 +36,12 @@ def _progress(done: int, total: int) -> None:
     print(f"\r{done}/{total} events", end="" if done < total else "\n", file=sys.stderr)
 
 
+PENDING_FOUND = 3
+
+
 def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
+    if command in ("pending", "resolve"):
+        return run_operator(command, values)
     try:
         reader = open_reader(values)
     except LedgerError as exc:
@@ -59,3 +69,61 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         return 2
     finally:
         reader.close()
+
+
+def run_operator(command: str, values: dict[str, Any]) -> int:
+    """``pending`` and ``resolve``: what needs a person, and a person's decision."""
+    from sidecar.ledger.operator import open_operator_ledger
+    from sidecar.ledger.pending import Decision, DecisionRefused
+
+    try:
+        ledger = open_operator_ledger(
+            values.get("audit_db") or DEFAULT_DATA_DIR / "audit.db",
+            values.get("audit_dsn"),
+            read_only=command == "pending",
+        )
+    except LedgerError as exc:
+        print(f"actonce: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if command == "pending":
+            items = ledger.pending()
+            for item in items:
+                if values.get("json"):
+                    print(json.dumps(item.as_json(), sort_keys=True, separators=(",", ":")))
+                else:
+                    what = f"step {item.tool}" if item.tool else f"{item.rpc} {item.write_type}"
+                    print(f"{item.ts}  {item.kind.value}  run={item.run_id} rule={item.rule} "
+                          f"attempt={item.attempt_id} what={what!r} id={item.id} "
+                          f"digest={item.digest or '-'}\n    why: {item.why}")  # fmt: skip
+            if not items and not values.get("json"):
+                print("nothing pending")
+            return PENDING_FOUND if items else 0
+        result_json = values.get("result_json") or ""
+        if result_json:
+            try:
+                _value, form = canonical.parse_canonical(result_json, "--result-json")
+            except InvalidArgument as exc:
+                print(f"actonce: error: --result-json is not valid JSON: {exc}", file=sys.stderr)
+                return 2
+            result_json = form.decode("utf-8")
+        try:
+            stored = ledger.resolve(
+                str(values["item_id"]),
+                Decision(values["decision"]),
+                by=str(values.get("by") or ""),
+                reason=str(values.get("reason") or ""),
+                result_json=result_json,
+                digest=canonical.digest(result_json.encode("utf-8")) if result_json else "",
+            )
+        except DecisionRefused as exc:
+            print(f"actonce: refused: {exc}", file=sys.stderr)
+            return 1
+        print(f"recorded as event #{stored.seq}: {values['item_id']} "
+              f"{stored.event.detail['decision']} (run {stored.event.run_id})")  # fmt: skip
+        return 0
+    except LedgerError as exc:
+        print(f"actonce: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        ledger.close()

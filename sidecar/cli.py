@@ -235,13 +235,39 @@ def build_parser() -> argparse.ArgumentParser:
         ("show", "a readable timeline of one run"),
         ("export", "every event as JSON lines on stdout"),
         ("verify", "check the hash chain; exit 1 naming the first bad event"),
+        ("pending", "what needs a person, newest first; exit 3 when anything is pending"),
+        ("resolve", "record a person's decision on a pending step or write"),
     ]:
         sub = audit_commands.add_parser(name, help=text)
         if name == "show":
             sub.add_argument("run_id", help="the run to show")
+        if name == "pending":
+            sub.add_argument("--json", action="store_true", help="one JSON object a line")
+        if name == "resolve":
+            _add_decision(sub)
         _add_settings(sub, AUDIT_SETTINGS)
     commands.add_parser("demo", help="see a run killed mid-way and retried land each write once")
     return parser
+
+
+def _add_decision(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("item_id", metavar="STEP_ID", help="the step id or write's derived id")
+    decision = sub.add_mutually_exclusive_group(required=True)
+    for flag, value, text in [
+        (
+            "--ran",
+            "ran",
+            "the step's tool did act: later attempts get ALREADY_APPLIED "
+            "with --result-json and do not call it",
+        ),
+        ("--did-not-run", "did_not_run", "the tool did not act: a later attempt may run it"),
+        ("--landed", "landed", "the write is in the store (looked up there)"),
+        ("--not-landed", "not_landed", "the write is not in the store"),
+    ]:
+        decision.add_argument(flag, dest="decision", action="store_const", const=value, help=text)
+    sub.add_argument("--result-json", help="with --ran: the result the tool gave, as JSON")
+    sub.add_argument("--by", required=True, help="who decides (recorded in the ledger)")
+    sub.add_argument("--reason", required=True, help="why (recorded in the ledger)")
 
 
 def _fail(message: str) -> NoReturn:
@@ -307,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             values = _resolve(args, AUDIT_SETTINGS)
             from sidecar.audit_command import run_audit
 
+            for key in ("json", "item_id", "decision", "result_json", "by", "reason"):
+                values[key] = getattr(args, key, None)
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
         elif args.command == "demo":
             from sidecar.demo import run_demo

@@ -14,6 +14,7 @@ import os
 import signal
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -28,6 +29,7 @@ from sidecar.drain import CallGate
 from sidecar.interceptors import LogContextInterceptor, RequestDecodingInterceptor
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.listening import SERVER_OPTIONS, bind
 from sidecar.metrics import (
@@ -37,6 +39,7 @@ from sidecar.metrics import (
     instrument_ledger,
     instrument_store,
 )
+from sidecar.pending_metrics import PendingCollector
 from sidecar.probes import LIVENESS_SERVICE, create_health_server
 from sidecar.rules.attempts import AttemptRegistry
 from sidecar.servicer import RunActionsServicer
@@ -187,6 +190,10 @@ def open_store_backend(config: Config) -> StoreBackend:
     return SqliteStoreBackend(config.data_dir / "store.db")
 
 
+def _operator_ledger(config: Config) -> OperatorLedger:
+    return open_operator_ledger(config.audit_path, config.audit_dsn, read_only=True)
+
+
 async def create_server(
     config: Config, *, ledger: AuditLedger | None = None
 ) -> tuple[Sidecar, int]:
@@ -196,6 +203,8 @@ async def create_server(
     measure the sidecar without audit), and no flag or setting reaches it.
     """
     metrics = Metrics()
+    if config.metrics_listen is not None and ledger is None:
+        metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
     gate = CallGate()
     ledger = instrument_ledger(ledger if ledger is not None else open_ledger(config), metrics)
     embedded: grpc.aio.Server | None = None

@@ -104,6 +104,10 @@ def _timeline_line(stored: StoredEvent) -> str:
         return (f"{head} attempt {e.attempt_id} ended: applied {d.get('applied', 0)}, "
                 f"already applied {d.get('already_applied', 0)}, skipped {d.get('skipped', 0)}, "
                 f"failed {d.get('failed', 0)}")  # fmt: skip
+    if e.phase == "decision":
+        d = e.detail
+        return (f"{head}   decision on {e.derived_id}: {d.get('decision')} by {d.get('by')} "
+                f"({d.get('reason')})")  # fmt: skip
     what = f"{e.rpc:<12} {e.derived_id or '-'}"
     if e.occurrence >= 0:
         what += f" (occurrence {e.occurrence})"

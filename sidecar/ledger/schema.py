@@ -51,6 +51,11 @@ CREATE TABLE IF NOT EXISTS audit_events (
 );
 CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
 CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
+-- For the operator's queries (sidecar.ledger.operator): runs by their attempts' begins,
+-- steps and intents that may be pending, and the rare writes that failed UNKNOWN.
+CREATE INDEX IF NOT EXISTS audit_events_phase ON audit_events (phase, run_id, seq);
+CREATE INDEX IF NOT EXISTS audit_events_unknown ON audit_events (run_id)
+    WHERE failure_class = 'UNKNOWN';
 CREATE TABLE IF NOT EXISTS audit_runs (
     run_id TEXT PRIMARY KEY,
     attempt_id TEXT NOT NULL

@@ -1,0 +1,430 @@
+"""The operator's queries over a ledger: pending items, decisions, runs by page.
+
+Written once over both SQL backends: the queries are here, in one dialect of
+SQL with ``?`` placeholders; each backend (:class:`SqliteOperatorLedger`,
+:class:`PostgresOperatorLedger`) supplies the primitives: run a statement,
+and hold the chain's head locked for a transaction that appends. Every query
+pages or narrows in SQL through the ledger's indexes; none reads the ledger
+whole. A decision is appended inside the head's lock, after re-reading its
+id's events there, so that two operators deciding at once cannot both win,
+and the sidecars' own appends serialize with it as with each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sidecar.ledger.base import GENESIS_HASH, LedgerError, StoredEvent
+from sidecar.ledger.pending import Decision, PendingItem, decision_event, pending_item
+from sidecar.ledger.schema import COLUMNS, chain, row_to_event
+
+# Ids per statement when reading many ids' events: well under both backends' limits.
+_CHUNK = 500
+
+# Outcome filters of the runs page, by the word an operator picks.
+OUTCOMES = {
+    "applied": "OUTCOME_APPLIED",
+    "already_applied": "OUTCOME_ALREADY_APPLIED",
+    "skipped": "OUTCOME_SKIPPED",
+    "failed": "",
+}
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What the runs page narrows to; empty fields do not narrow."""
+
+    run_id: str = ""  # a substring of the run id
+    rule: str = ""
+    since: str = ""  # ISO 8601, compared with the time an attempt began
+    until: str = ""
+    outcome: str = ""  # a key of OUTCOMES: runs with at least one such write
+    pending_only: bool = False
+
+
+@dataclass
+class RunRow:
+    """One run on the runs page."""
+
+    run_id: str
+    rule: str
+    attempts: int
+    events: int
+    first_ts: str
+    last_ts: str
+    writes: dict[str, int] = field(default_factory=dict)  # by OUTCOMES key
+    pending: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id, "rule": self.rule, "attempts": self.attempts,
+            "events": self.events, "first_ts": self.first_ts, "last_ts": self.last_ts,
+            "writes": self.writes, "pending": self.pending,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    runs: list[RunRow]
+    offset: int
+    limit: int
+    more: bool  # a next page exists
+
+
+class OperatorLedger:
+    """The queries; a backend subclass supplies ``_fetch``, ``_execute`` and ``_locked_head``."""
+
+    _head_row = "id = 1"  # the WHERE clause naming the chain's head row
+
+    # -- primitives a backend supplies -------------------------------------------
+
+    def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _locked_head(self) -> contextlib.AbstractContextManager[tuple[int, str]]:
+        """A transaction holding the chain's head row locked; yields (seq, hash)."""
+        raise NotImplementedError
+
+    def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        raise NotImplementedError
+
+    def size_bytes(self) -> int:
+        """What the ledger takes on disk."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _sql(self, sql: str) -> str:
+        """A statement in the backend's placeholder style."""
+        return sql
+
+    # -- pending and decisions ----------------------------------------------------
+
+    def pending(self, *, run_id: str | None = None) -> list[PendingItem]:
+        """Everything that needs a person, newest first; one run's when ``run_id`` is given."""
+        ids = self._candidate_ids(run_id)
+        items = []
+        for events in self._events_by_id(ids).values():
+            item = pending_item(events)
+            if item is not None:
+                items.append(item)
+        items.sort(key=lambda item: item.seq, reverse=True)
+        return items
+
+    def _candidate_ids(self, run_id: str | None) -> list[str]:
+        # Ids that may be pending: a step begun that no attempt ended, an intent
+        # without an outcome in its attempt, an UNKNOWN failure. The rule itself
+        # (sidecar.ledger.pending) then reads each one's events: candidates are few.
+        narrow = " AND b.run_id = ?" if run_id is not None else ""
+        sql = f"""
+SELECT b.derived_id FROM audit_events b
+ WHERE b.phase = 'step_begin'{narrow}
+   AND NOT EXISTS (SELECT 1 FROM audit_events o
+                    WHERE o.derived_id = b.derived_id AND o.phase = 'step_end')
+UNION
+SELECT b.derived_id FROM audit_events b
+ WHERE b.phase = 'intent'{narrow}
+   AND NOT EXISTS (SELECT 1 FROM audit_events o
+                    WHERE o.derived_id = b.derived_id AND o.attempt_id = b.attempt_id
+                      AND o.phase = 'outcome' AND o.seq > b.seq)
+UNION
+SELECT b.derived_id FROM audit_events b
+ WHERE b.failure_class = 'UNKNOWN' AND b.phase = 'outcome'{narrow}
+"""
+        params = [run_id] * 3 if run_id is not None else []
+        return [str(row[0]) for row in self._fetch(self._sql(sql), params) if row[0]]
+
+    def _events_by_id(self, ids: Sequence[str]) -> dict[str, list[StoredEvent]]:
+        by_id: dict[str, list[StoredEvent]] = {}
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            rows = self._fetch(
+                self._sql(
+                    f"SELECT {COLUMNS} FROM audit_events WHERE derived_id IN ({marks}) ORDER BY seq"
+                ),
+                chunk,
+            )
+            for row in rows:
+                stored = row_to_event(row)
+                by_id.setdefault(stored.event.derived_id, []).append(stored)
+        return by_id
+
+    def events_for(self, item_id: str) -> list[StoredEvent]:
+        return self._events_by_id([item_id]).get(item_id, [])
+
+    def resolve(
+        self,
+        item_id: str,
+        decision: Decision,
+        *,
+        by: str,
+        reason: str,
+        result_json: str = "",
+        digest: str = "",
+    ) -> StoredEvent:
+        """Append an operator's decision on ``item_id`` to the chain; DecisionRefused if
+        there is nothing to decide (the decision already taken is named)."""
+        with self._locked_head() as (seq, head):
+            events = self.events_for(item_id)
+            event = decision_event(
+                events, item_id, decision, by=by, reason=reason, result_json=result_json,
+                digest=digest,
+            )  # fmt: skip
+            batch = chain([event], seq, head, {})
+            marks = ", ".join("?" * len(batch.rows[0]))
+            self._execute_many(
+                self._sql(f"INSERT INTO audit_events ({COLUMNS}) VALUES ({marks})"), batch.rows
+            )
+            self._execute_many(
+                self._sql(f"UPDATE audit_head SET seq = ?, hash = ? WHERE {self._head_row}"),
+                [(batch.seq, batch.head)],
+            )
+        return self.event(batch.seq)
+
+    def event(self, seq: int) -> StoredEvent:
+        rows = self._fetch(self._sql(f"SELECT {COLUMNS} FROM audit_events WHERE seq = ?"), [seq])
+        if not rows:
+            raise LedgerError(f"no event #{seq}")
+        return row_to_event(rows[0])
+
+    # -- runs -------------------------------------------------------------------------
+
+    def runs_page(
+        self,
+        filters: RunFilter,
+        *,
+        offset: int = 0,
+        limit: int = 50,
+        pending_runs: dict[str, int] | None = None,
+    ) -> RunsPage:
+        """Runs, the one whose newest attempt began last first, a page at a time.
+
+        ``pending_runs`` (run -> items pending) marks runs, and narrows to them
+        when ``filters.pending_only``.
+        """
+        where = ["b.phase = 'attempt_begin'"]
+        params: list[object] = []
+        if filters.run_id:
+            where.append("b.run_id LIKE ? ESCAPE '\\'")
+            params.append("%" + _like_escape(filters.run_id) + "%")
+        if filters.rule:
+            where.append("b.rule = ?")
+            params.append(filters.rule)
+        if filters.since:
+            where.append("b.ts >= ?")
+            params.append(filters.since)
+        if filters.until:
+            where.append("b.ts < ?")
+            params.append(filters.until)
+        if filters.outcome in OUTCOMES:
+            test = "o.reason <> ''" if filters.outcome == "failed" else "o.outcome = ?"
+            where.append(
+                "EXISTS (SELECT 1 FROM audit_events o WHERE o.run_id = b.run_id "
+                f"AND o.phase = 'outcome' AND {test})"
+            )
+            if filters.outcome != "failed":
+                params.append(OUTCOMES[filters.outcome])
+        if filters.pending_only:
+            runs = sorted((pending_runs or {}).keys())
+            if not runs:
+                return RunsPage([], offset, limit, False)
+            where.append(f"b.run_id IN ({', '.join('?' * len(runs))})")
+            params.extend(runs)
+        sql = (
+            "SELECT b.run_id, MAX(b.seq) AS newest FROM audit_events b "
+            f"WHERE {' AND '.join(where)} GROUP BY b.run_id ORDER BY newest DESC LIMIT ? OFFSET ?"
+        )
+        rows = self._fetch(self._sql(sql), [*params, limit + 1, offset])
+        run_ids = [str(r[0]) for r in rows[:limit]]
+        summaries = self._summaries(run_ids)
+        for run in summaries:
+            run.pending = (pending_runs or {}).get(run.run_id, 0)
+        return RunsPage(summaries, offset, limit, len(rows) > limit)
+
+    def _summaries(self, run_ids: Sequence[str]) -> list[RunRow]:
+        if not run_ids:
+            return []
+        marks = ", ".join("?" * len(run_ids))
+        found: dict[str, RunRow] = {}
+        for r in self._fetch(
+            self._sql(
+                "SELECT run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), "
+                f"MAX(ts) FROM audit_events WHERE run_id IN ({marks}) GROUP BY run_id"
+            ),
+            run_ids,
+        ):
+            found[str(r[0])] = RunRow(str(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]),
+                                      str(r[5]))  # fmt: skip
+        by_outcome = {value: key for key, value in OUTCOMES.items() if value}
+        for run_id, outcome, failed, count in self._fetch(
+            self._sql(
+                "SELECT run_id, outcome, CASE WHEN reason <> '' THEN 1 ELSE 0 END, COUNT(*) "
+                f"FROM audit_events WHERE run_id IN ({marks}) AND phase = 'outcome' "
+                "GROUP BY run_id, outcome, CASE WHEN reason <> '' THEN 1 ELSE 0 END"
+            ),
+            run_ids,
+        ):
+            key = "failed" if int(failed) else by_outcome.get(str(outcome), "")
+            if key and str(run_id) in found:
+                writes = found[str(run_id)].writes
+                writes[key] = writes.get(key, 0) + int(count)
+        return [found[run_id] for run_id in run_ids if run_id in found]
+
+    def run_events(self, run_id: str, *, after: int = 0, limit: int = 2000) -> list[StoredEvent]:
+        """One run's events in order, a page at a time (from after ``after``)."""
+        rows = self._fetch(
+            self._sql(
+                f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?"
+            ),
+            [run_id, after, limit],
+        )
+        return [row_to_event(row) for row in rows]
+
+    def run_count(self) -> int:
+        return int(self._fetch("SELECT COUNT(*) FROM audit_runs")[0][0])
+
+    def head(self) -> tuple[int, str]:
+        rows = self._fetch(f"SELECT seq, hash FROM audit_head WHERE {self._head_row}")
+        return (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS_HASH)
+
+
+def _like_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+# -- backends -----------------------------------------------------------------------------
+
+
+class SqliteOperatorLedger(OperatorLedger):
+    """The queries on a ledger file. Opened read-write: decisions append to it."""
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000, read_only: bool = False) -> None:
+        from sidecar.ledger.sqlite import connect
+
+        if not path.exists():
+            raise LedgerError(f"no ledger at {path}")
+        self.path = path
+        try:
+            if read_only:
+                self._conn = sqlite3.connect(
+                    f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                    timeout=busy_timeout_ms / 1000,
+                )  # fmt: skip
+            else:
+                # connect() brings the schema (and its indexes) up to date.
+                self._conn = connect(path, busy_timeout_ms=busy_timeout_ms)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open the ledger at {path}: {exc}") from exc
+        # Re-entrant: a decision's reads run inside its own locked transaction.
+        self._lock = threading.RLock()
+
+    def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return list(self._conn.execute(sql, tuple(params)).fetchall())
+            except sqlite3.Error as exc:
+                raise LedgerError(f"ledger could not be read: {exc}") from exc
+
+    def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        self._conn.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def _locked_head(self) -> Iterator[tuple[int, str]]:
+        # BEGIN IMMEDIATE takes the file's write lock, as the sidecar's writer does.
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+                yield int(row[0]), str(row[1])
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def size_bytes(self) -> int:
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += Path(f"{self.path}{suffix}").stat().st_size
+        return total
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class PostgresOperatorLedger(OperatorLedger):
+    """The queries on a PostgreSQL ledger shared by many sidecars."""
+
+    _head_row = "id"
+
+    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
+        import psycopg
+
+        from sidecar.ledger.postgres import ensure_schema
+
+        self._psycopg = psycopg
+        try:
+            if not read_only:
+                ensure_schema(dsn)
+            self._conn = psycopg.connect(dsn, connect_timeout=5, autocommit=True)
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
+        self._lock = threading.RLock()
+
+    def _sql(self, sql: str) -> str:
+        # LIKE's escape character is the only backslash in these statements.
+        return sql.replace("?", "%s")
+
+    def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return list(self._conn.execute(sql, tuple(params)).fetchall())
+            except self._psycopg.Error as exc:
+                raise LedgerError(f"ledger could not be read: {exc}") from exc
+
+    def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def _locked_head(self) -> Iterator[tuple[int, str]]:
+        with self._lock, self._conn.transaction():
+            row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id FOR UPDATE")
+            head = row.fetchone()
+            assert head is not None
+            yield int(head[0]), str(head[1])
+
+    def size_bytes(self) -> int:
+        rows = self._fetch("SELECT pg_total_relation_size('audit_events')")
+        return int(rows[0][0]) if rows else 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def open_operator_ledger(
+    audit_db: Path | None, audit_dsn: str | None, *, read_only: bool = False
+) -> OperatorLedger:
+    """The ledger the settings name: PostgreSQL when given a DSN, else the SQLite file.
+
+    ``read_only`` for counting and listing alone: nothing is created or written,
+    not even the schema's indexes.
+    """
+    if audit_dsn:
+        return PostgresOperatorLedger(audit_dsn, read_only=read_only)
+    if audit_db is None:
+        raise LedgerError("no ledger named: give --audit-db PATH or --audit-dsn DSN")
+    return SqliteOperatorLedger(audit_db, read_only=read_only)

@@ -1,0 +1,271 @@
+"""What needs a person, and a person's decision: rules over one id's events.
+
+The sidecar hands three things to an operator, each read from the ledger:
+
+- a **step in doubt**: a non-idempotent step began (in an attempt that never
+  ended it) and no attempt ended it; every later attempt gets ``IN_DOUBT``;
+- a **write without an outcome**: its intent is durable, but neither its
+  attempt nor any later one recorded how it ended (the sidecar died, or the
+  outcome's audit failed);
+- a **write that failed UNKNOWN**: the sidecar could not tell whether it landed.
+
+An operator decides each with ``actonce audit resolve``: a step ``ran`` (with
+the result a later attempt gets back) or ``did_not_run`` (a later attempt may
+run it); a write ``landed`` or ``not_landed``. The decision is an audit event
+of its own on the id's chain of events: an item is pending only for events
+after its latest decision, so a step that is run again after ``did_not_run``
+and interrupted again is in doubt again, and needs a decision of its own.
+
+These functions take one id's events, oldest first; the ledger's queries
+(sidecar.ledger.operator) find the ids and read their events.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
+from sidecar.rules import effects
+
+# An audit event's phase for an operator's decision.
+DECISION = "decision"
+# The rpc field of a decision event: it is no call of the agent's.
+DECISION_RPC = "Resolve"
+STEP_WRITE_TYPE = "step"
+
+
+class Kind(enum.StrEnum):
+    """Why an item needs a person."""
+
+    STEP_IN_DOUBT = "step_in_doubt"
+    WRITE_WITHOUT_OUTCOME = "write_without_outcome"
+    WRITE_FAILED_UNKNOWN = "write_failed_unknown"
+
+
+class Decision(enum.StrEnum):
+    """What an operator found, for a step (ran, did_not_run) or a write (landed, not_landed)."""
+
+    RAN = "ran"
+    DID_NOT_RUN = "did_not_run"
+    LANDED = "landed"
+    NOT_LANDED = "not_landed"
+
+
+STEP_DECISIONS = frozenset({Decision.RAN, Decision.DID_NOT_RUN})
+WRITE_DECISIONS = frozenset({Decision.LANDED, Decision.NOT_LANDED})
+
+
+@dataclass(frozen=True)
+class PendingItem:
+    """One thing a person must decide. Ids and digests only, never a payload."""
+
+    kind: Kind
+    id: str  # the step id or the write's derived id: what `audit resolve` takes
+    run_id: str
+    rule: str
+    attempt_id: str
+    rpc: str
+    tool: str  # the step's tool; empty for a builtin write
+    write_type: str
+    digest: str
+    seq: int  # the event that made it pending
+    ts: str
+    why: str
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind.value, "id": self.id, "run_id": self.run_id, "rule": self.rule,
+            "attempt_id": self.attempt_id, "rpc": self.rpc, "tool": self.tool,
+            "write_type": self.write_type, "digest": self.digest, "seq": self.seq,
+            "ts": self.ts, "why": self.why,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RecordedDecision:
+    """A decision as the ledger holds it."""
+
+    seq: int
+    ts: str
+    decision: Decision
+    by: str
+    reason: str
+    result_json: str
+
+    def describe(self) -> str:
+        return f"event #{self.seq}: {self.decision.value} by {self.by} at {self.ts} ({self.reason})"
+
+
+class DecisionRefused(Exception):
+    """A decision that cannot be recorded; the message says why, naming what is in the way."""
+
+
+def latest_decision(events: Sequence[StoredEvent]) -> RecordedDecision | None:
+    """The newest decision among one id's events, if any."""
+    for stored in reversed(events):
+        if stored.event.phase == DECISION:
+            return decision_of(stored)
+    return None
+
+
+def decision_of(stored: StoredEvent) -> RecordedDecision:
+    detail = stored.event.detail
+    return RecordedDecision(
+        seq=stored.seq,
+        ts=stored.ts,
+        decision=Decision(str(detail.get("decision", ""))),
+        by=str(detail.get("by", "")),
+        reason=str(detail.get("reason", "")),
+        result_json=str(detail.get("result_json", "")),
+    )
+
+
+def recorded_effect(event: AuditEvent) -> effects.ToolEffect:
+    """A step's effect read back from the ledger: its recorded effect if it names
+    one, else what its tool's name resolves to (unknown: non-idempotent)."""
+    name = str(event.detail.get("effect", ""))
+    if name in effects.ToolEffect.__members__:
+        return effects.declared(effects.ToolEffect[name])
+    return effects.effect_for(str(event.detail.get("tool", "")))
+
+
+def pending_item(events: Sequence[StoredEvent]) -> PendingItem | None:
+    """What, if anything, one id's events (oldest first) leave to a person."""
+    if not events:
+        return None
+    decided = latest_decision(events)
+    since = [e for e in events if decided is None or e.seq > decided.seq]
+    if any(e.event.phase == Phase.STEP_BEGIN for e in events):
+        return _step_in_doubt(events, since)
+    return _write_pending(since)
+
+
+def _step_in_doubt(
+    events: Sequence[StoredEvent], since: Sequence[StoredEvent]
+) -> PendingItem | None:
+    if any(e.event.phase == Phase.STEP_END for e in events):
+        return None  # an attempt ended it: later attempts get its result
+    began = [e for e in since if e.event.phase == Phase.STEP_BEGIN]
+    if not began:
+        return None
+    if max(recorded_effect(e.event) for e in began) is not effects.ToolEffect.NON_IDEMPOTENT_WRITE:
+        return None  # read-only and idempotent steps are simply run again
+    first = began[0]
+    tool = str(first.event.detail.get("tool", ""))
+    return _item(
+        Kind.STEP_IN_DOUBT,
+        first,
+        f"non-idempotent step {tool!r} began in attempt {first.event.attempt_id} and never "
+        "ended: later attempts get IN_DOUBT until someone decides whether it ran",
+    )
+
+
+def _write_pending(since: Sequence[StoredEvent]) -> PendingItem | None:
+    intents = [e for e in since if e.event.phase == Phase.INTENT]
+    if not intents:
+        return None
+    outcomes = [e for e in since if e.event.phase == Phase.OUTCOME]
+    if any(o.event.outcome for o in outcomes):
+        return None  # it landed (now or on a retry): its derived id settles it
+    unknown = [o for o in outcomes if o.event.failure_class == "UNKNOWN"]
+    if unknown:
+        last = unknown[-1]
+        return _item(
+            Kind.WRITE_FAILED_UNKNOWN,
+            last,
+            f"failed {last.event.reason} (UNKNOWN): it may or may not have landed; look in "
+            "the store, then decide",
+        )
+    open_intents = [
+        i
+        for i in intents
+        if not any(o.event.attempt_id == i.event.attempt_id and o.seq > i.seq for o in outcomes)
+    ]
+    if not open_intents:
+        return None
+    last = open_intents[-1]
+    return _item(
+        Kind.WRITE_WITHOUT_OUTCOME,
+        last,
+        f"its intent is recorded but no outcome (attempt {last.event.attempt_id}): the "
+        "store may or may not have it; look in the store, then decide",
+    )
+
+
+def _item(kind: Kind, stored: StoredEvent, why: str) -> PendingItem:
+    e = stored.event
+    return PendingItem(
+        kind=kind,
+        id=e.derived_id,
+        run_id=e.run_id,
+        rule=e.rule,
+        attempt_id=e.attempt_id,
+        rpc=e.rpc,
+        tool=str(e.detail.get("tool", "")),
+        write_type=e.write_type,
+        digest=e.digest,
+        seq=stored.seq,
+        ts=stored.ts,
+        why=why,
+    )
+
+
+def decision_event(
+    events: Sequence[StoredEvent],
+    item_id: str,
+    decision: Decision,
+    *,
+    by: str,
+    reason: str,
+    result_json: str = "",
+    digest: str = "",
+) -> AuditEvent:
+    """The audit event recording ``decision`` on ``item_id``, given the id's events.
+
+    DecisionRefused when there is nothing to decide: an unknown id, a decision
+    of the wrong kind (a step's for a write), or an item that is not pending,
+    which names the decision already taken if there is one.
+    """
+    if not by.strip() or not reason.strip():
+        raise DecisionRefused("a decision needs --by NAME and --reason TEXT")
+    if not events:
+        raise DecisionRefused(f"no step or write with id {item_id} in the ledger")
+    item = pending_item(events)
+    if item is None:
+        earlier = latest_decision(events)
+        if earlier is not None:
+            raise DecisionRefused(f"{item_id} was already decided: {earlier.describe()}")
+        raise DecisionRefused(f"{item_id} is not pending: nothing for a person to decide")
+    is_step = item.kind is Kind.STEP_IN_DOUBT
+    if is_step and decision not in STEP_DECISIONS:
+        raise DecisionRefused(f"{item_id} is a step: decide --ran or --did-not-run")
+    if not is_step and decision not in WRITE_DECISIONS:
+        raise DecisionRefused(f"{item_id} is a write: decide --landed or --not-landed")
+    if decision is Decision.RAN and not result_json:
+        raise DecisionRefused("--ran needs --result-json: the result later attempts get back")
+    if decision is not Decision.RAN and result_json:
+        raise DecisionRefused("--result-json goes with --ran only")
+    detail: dict[str, object] = {
+        "decision": decision.value, "by": by, "reason": reason, "kind": item.kind.value,
+        "pending_since": item.seq,
+    }  # fmt: skip
+    if item.tool:
+        detail["tool"] = item.tool
+    if result_json:
+        detail["result_json"] = result_json
+    source = next(e.event for e in events if e.seq == item.seq)
+    return AuditEvent(
+        run_id=item.run_id,
+        attempt_id=item.attempt_id,
+        rpc=DECISION_RPC,
+        phase=DECISION,
+        rule=item.rule,
+        checkpoint=source.checkpoint,
+        write_type=item.write_type,
+        derived_id=item_id,
+        occurrence=source.occurrence,
+        digest=digest,
+        detail=detail,
+    )
