@@ -4,10 +4,17 @@ A refusal counts as done only when it says the derived id is used and nothing
 else: then an earlier attempt made the write. Every other refusal keeps the
 store's code as its reason and gets a failure class that tells the caller
 what to do.
+
+An external store is not trusted with what it says: its refusal code becomes a
+reason in the ledger, a field of log lines and a metrics label, so
+:class:`RefusalVocabulary` lets through only codes of a bounded form, and only
+a bounded number of distinct codes the sidecar does not know.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Set
 
 from sidecar.errors import FailureClass
@@ -48,3 +55,63 @@ def failure_class(code: str) -> FailureClass:
     understands would repeat it, and a run must not loop on it.
     """
     return _CLASSES.get(code, FailureClass.PERMANENT)
+
+
+# What a refusal becomes when its code or a state is not of the form codes have.
+STORE_REFUSAL_UNRECOGNIZED = "STORE_REFUSAL_UNRECOGNIZED"
+STATE_UNRECOGNIZED = "STATE_UNRECOGNIZED"
+# UPPER_SNAKE_CASE, as AIP-193 writes a reason, at most 64 characters.
+_CODE_FORM = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+KNOWN_CODES = frozenset(_CLASSES)
+KNOWN_STATES = frozenset({ID_USED, ARCHIVED})
+# Distinct well-formed codes beyond the known ones that one process passes on: a store that
+# makes codes up without end must not grow the metrics' label set without end.
+MAX_OTHER_CODES = 16
+MAX_STATES = 8
+# A store's message reaches the caller and the logs: bounded, no control characters.
+MAX_MESSAGE_CHARS = 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+class RefusalVocabulary:
+    """The refusal codes and states one sidecar passes on from a store.
+
+    A known code passes. Another code passes when it has the form of a code and it is one
+    of the first ``max_other`` such codes seen; any other code, a NUL or a newline in it, a
+    lower-case or overlong one, becomes STORE_REFUSAL_UNRECOGNIZED, which is PERMANENT like
+    any code the sidecar does not know. A malformed state becomes STATE_UNRECOGNIZED, never
+    dropped: ``{ID_USED, <garbage>}`` must not read as a used id alone.
+    """
+
+    def __init__(self, max_other: int = MAX_OTHER_CODES) -> None:
+        self._max_other = max_other
+        self._other: set[str] = set()
+        self._lock = threading.Lock()
+
+    def code(self, raw: str) -> str:
+        if raw in KNOWN_CODES:
+            return raw
+        if not _CODE_FORM.fullmatch(raw):
+            return STORE_REFUSAL_UNRECOGNIZED
+        with self._lock:
+            if raw in self._other:
+                return raw
+            if len(self._other) < self._max_other:
+                self._other.add(raw)
+                return raw
+        return STORE_REFUSAL_UNRECOGNIZED
+
+    @staticmethod
+    def states(raw: str) -> frozenset[str]:
+        named = [s for s in raw.split(",") if s]
+        states = {s if _CODE_FORM.fullmatch(s) else STATE_UNRECOGNIZED for s in named}
+        if len(states) > MAX_STATES:
+            states = {s for s in states if s in KNOWN_STATES} | {STATE_UNRECOGNIZED}
+        return frozenset(states)
+
+    @staticmethod
+    def message(raw: str) -> str:
+        cleaned = _CONTROL.sub(" ", raw)
+        if len(cleaned) > MAX_MESSAGE_CHARS:
+            return cleaned[:MAX_MESSAGE_CHARS] + "..."
+        return cleaned

@@ -5,6 +5,10 @@ Every transport error is mapped in :func:`_map_errors` (httpx's
 a :class:`Refusal` carrying the store's code and states; a store that cannot
 be reached or does not answer in time becomes StoreUnavailable or
 StoreDeadlineExceeded, both RETRYABLE.
+
+What an external store says is untrusted: its code, states and message pass
+through :class:`~sidecar.rules.refusals.RefusalVocabulary` here, before they
+reach the ledger, the logs or a metrics label.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from grpc_status import rpc_status
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.rules.refusals import RefusalVocabulary
 
 STORE_DOMAIN = "store.actonce"
 DEFAULT_STORE_TIMEOUT_SECONDS = 5.0
@@ -90,6 +95,10 @@ _UNREACHABLE = {
 }
 
 
+# One vocabulary per process: its bound is on the distinct codes this process passes on.
+_VOCABULARY = RefusalVocabulary()
+
+
 def refusal_from(error: grpc.aio.AioRpcError) -> Refusal | None:
     """The store's refusal carried by ``error``, or None for a transport failure."""
     status = rpc_status.from_call(error)
@@ -99,12 +108,14 @@ def refusal_from(error: grpc.aio.AioRpcError) -> Refusal | None:
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 if info.domain == STORE_DOMAIN:
-                    raw = info.metadata.get("states", "")
-                    states = frozenset(s for s in raw.split(",") if s)
-                    return Refusal(info.reason, status.message, states)
+                    return Refusal(
+                        _VOCABULARY.code(info.reason),
+                        _VOCABULARY.message(status.message),
+                        _VOCABULARY.states(info.metadata.get("states", "")),
+                    )
     code = _BARE_CODES.get(error.code())
     if code is not None:
-        return Refusal(code, error.details() or "")
+        return Refusal(code, _VOCABULARY.message(error.details() or ""))
     return None
 
 
@@ -122,7 +133,8 @@ async def _map_errors(operation: str) -> AsyncIterator[None]:
         if refusal is not None and error.code() not in _UNREACHABLE:
             raise refusal from error
         raise StoreUnavailable(
-            f"store unavailable for {operation}: {error.code().name} {error.details()}"
+            f"store unavailable for {operation}: {error.code().name} "
+            f"{_VOCABULARY.message(error.details() or '')}"
         ) from error
 
 

@@ -91,3 +91,20 @@ def test_an_index_that_names_no_element_is_bad_input(path: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
         edits.set_patch({"items": ["a", "b"]}, path, "z")
     assert caught.value.violations[0].field == "path"
+
+
+def test_a_stores_refusal_code_passes_only_in_a_bounded_form_and_number() -> None:
+    vocabulary = refusals.RefusalVocabulary(max_other=2)
+    unrecognized = refusals.STORE_REFUSAL_UNRECOGNIZED
+    assert vocabulary.code("PATCH_FAILED") == "PATCH_FAILED"
+    assert [vocabulary.code(c) for c in ("NEW_A", "NEW_B", "NEW_C", "NEW_A")] == [
+        "NEW_A", "NEW_B", unrecognized, "NEW_A"
+    ]  # fmt: skip
+    for bad in ("", "lower", "NUL\0", "LINE\nBREAK", "A" * 65, "9LIVES", "ÄRGER"):
+        assert vocabulary.code(bad) == unrecognized, bad
+    assert vocabulary.code("NOT_FOUND") == "NOT_FOUND"  # known codes are never bounded away
+    assert vocabulary.states("ID_USED") == {"ID_USED"}
+    assert vocabulary.states("ID_USED,x y") == {"ID_USED", refusals.STATE_UNRECOGNIZED}
+    assert len(vocabulary.states(",".join(f"S{n}" for n in range(50)))) == 1
+    assert vocabulary.message("a\0b\r\nc" + "x" * 5000).startswith("a b c")
+    assert len(vocabulary.message("x" * 5000)) <= refusals.MAX_MESSAGE_CHARS + 3
