@@ -3,6 +3,11 @@
 Run only when the scheme changes on purpose (and bump SCHEME_VERSION then):
 tests in every client language check their derivation against this file, and
 tests/rules/test_ids.py checks that the file still matches this code.
+
+Beside the vectors, ``refusals`` lists inputs the sidecar refuses before it
+derives an id, each with the field its INVALID_ARGUMENT names; the field is
+found here by running the sidecar's own checks, in the order its writes make
+them. Every client's local derivation must refuse each one, naming that field.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sidecar.rules import canonical, ids
+from sidecar.errors import InvalidArgument
+from sidecar.rules import canonical, edits, ids
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "derived-id-vectors.json"
 
@@ -70,6 +76,12 @@ def vectors() -> list[dict[str, Any]]:
             0,
         ),
         (
+            "create, 2^53 and 1e20 written as digits",
+            "[9007199254740992,-100000000000000000000]",
+            0,
+        ),
+        ("create, nested 64 levels", "[" * 64 + "]" * 64, 0),
+        (
             "create, unicode and escapes",
             '{"note":"caf\\u00e9 \\ud83d\\ude00\\n","list":[1e21,0.5,-0]}',
             0,
@@ -115,6 +127,7 @@ def vectors() -> list[dict[str, Any]]:
     for name, write_type, path in [
         ("edit", ids.WriteType.EDIT, "/status"),
         ("edit, escaped pointer", ids.WriteType.EDIT, "/labels/a~1b~0c"),
+        ("edit, a newline in the path", ids.WriteType.EDIT, "/notes/line\none"),
         ("edit by proposal", ids.WriteType.EDIT_PROPOSAL, "/status"),
     ]:
         identity = ids.edit_identity("art_abc", path)
@@ -170,11 +183,310 @@ def vectors() -> list[dict[str, Any]]:
     return out
 
 
+def _expand(value: Any) -> str:
+    """A refusal's input string; a long one is written as {prefix, repeat, times, suffix}."""
+    if isinstance(value, dict):
+        return (
+            str(value["prefix"]) + str(value["repeat"]) * int(value["times"]) + str(value["suffix"])
+        )
+    return str(value)
+
+
+def _long(repeat: str, times: int, prefix: str = "", suffix: str = "") -> dict[str, Any]:
+    return {"prefix": prefix, "repeat": repeat, "times": times, "suffix": suffix}
+
+
+def _sidecar_checks(write_type: ids.WriteType, run_id: str, checkpoint: str,
+                    given: dict[str, str]) -> None:  # fmt: skip
+    """The checks the sidecar makes before deriving an id, in its order: BeginAttempt's on
+    the run and checkpoint, then the write's own (sidecar/actions.py)."""
+    canonical.require_name(run_id, "run_id")
+    if len(checkpoint.encode("utf-8", "surrogatepass")) > canonical.MAX_TEXT_BYTES:
+        raise InvalidArgument("checkpoint", f"is longer than {canonical.MAX_TEXT_BYTES} bytes")
+    canonical.require_no_nul(checkpoint, "checkpoint")
+    match write_type:
+        case ids.WriteType.CREATE | ids.WriteType.CREATE_PROPOSAL:
+            canonical.require_name(given["kind"], "kind")
+            canonical.parse_canonical(given["data_json"], "data_json")
+        case ids.WriteType.EDIT | ids.WriteType.EDIT_PROPOSAL:
+            canonical.require_name(given["artifact_id"], "artifact_id")
+            edits.normalize_path(given["path"])
+        case ids.WriteType.NOTICE | ids.WriteType.MESSAGE:
+            canonical.require_name(given["thread_id"], "thread_id")
+            canonical.require_text(given["text"], "text")
+        case ids.WriteType.THREAD:
+            canonical.require_name(given["title"], "title")
+        case ids.WriteType.STEP:
+            canonical.require_name(given["tool"], "tool")
+            canonical.parse_canonical(given["args_json"], "args_json")
+
+
+_CREATE = {"kind": "ticket", "data_json": '{"title":"Disk full"}'}
+_EDIT = {"artifact_id": "art_abc", "path": "/status"}
+_POST = {"thread_id": "thr_xyz", "text": "Ticket filed."}
+_STEP = {"tool": "send_email", "args_json": '{"to":"ops@example.com"}'}
+
+# (name, write type, run_id, checkpoint, input); each input is refused for one reason.
+_REFUSALS: list[tuple[str, ids.WriteType, Any, Any, dict[str, Any]]] = [
+    ("run_id empty", ids.WriteType.THREAD, "", "cp-7", {"title": "Incident 7"}),
+    ("run_id with a NUL", ids.WriteType.THREAD, "run\x0042", "cp-7", {"title": "Incident 7"}),
+    (
+        "run_id over 512 bytes",
+        ids.WriteType.THREAD,
+        _long("r", 513),
+        "cp-7",
+        {"title": "Incident 7"},
+    ),
+    (
+        "run_id over 512 bytes of UTF-8",
+        ids.WriteType.THREAD,
+        _long("\u00e9", 257),
+        "cp-7",
+        {"title": "Incident 7"},
+    ),
+    ("checkpoint with a NUL", ids.WriteType.THREAD, "run-42", "cp\x007", {"title": "Incident 7"}),
+    (
+        "checkpoint over 64 KiB",
+        ids.WriteType.THREAD,
+        "run-42",
+        _long("c", 65537),
+        {"title": "Incident 7"},
+    ),
+    ("kind empty", ids.WriteType.CREATE, "run-42", "cp-7", {**_CREATE, "kind": ""}),
+    ("kind with a NUL", ids.WriteType.CREATE, "run-42", "cp-7", {**_CREATE, "kind": "tic\x00ket"}),
+    (
+        "kind over 512 bytes",
+        ids.WriteType.CREATE_PROPOSAL,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "kind": _long("k", 513)},
+    ),
+    ("data_json empty", ids.WriteType.CREATE, "run-42", "cp-7", {**_CREATE, "data_json": ""}),
+    (
+        "data_json not JSON",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"title":'},
+    ),
+    (
+        "data_json with trailing data",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":1} {"b":2}'},
+    ),
+    ("data_json NaN", ids.WriteType.CREATE, "run-42", "cp-7", {**_CREATE, "data_json": "[NaN]"}),
+    (
+        "data_json Infinity",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":-Infinity}'},
+    ),
+    (
+        "data_json a number beyond a double",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":1e400}'},
+    ),
+    (
+        "data_json with a leading zero",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":01}'},
+    ),
+    (
+        "data_json with a raw control character",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":"tab\there"}'},
+    ),
+    (
+        "data_json with a byte order mark",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '\ufeff{"a":1}'},
+    ),
+    (
+        "data_json with a duplicate key",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":1,"b":2,"a":1}'},
+    ),
+    (
+        "data_json with a duplicate key spelled with an escape",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":{"k":1,"\\u006b":2}}'},
+    ),
+    (
+        "data_json with a lone high surrogate",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"a":"x\\ud83dy"}'},
+    ),
+    (
+        "data_json with a lone low surrogate in a key",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"\\ude00":1}'},
+    ),
+    (
+        "data_json with surrogates in the wrong order",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '["\\ude00\\ud83d"]'},
+    ),
+    (
+        "data_json an integer beyond 2^53 that no double writes",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": '{"n":9007199254740993}'},
+    ),
+    (
+        "data_json a negative integer beyond 2^53 that no double writes",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": "[-60608476658418681]"},
+    ),
+    (
+        "data_json an integer of 1e21 written as digits",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": "[1000000000000000000000]"},
+    ),
+    (
+        "data_json nested 65 levels",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": _long("[", 65, suffix="]" * 65)},
+    ),
+    (
+        "data_json over 1 MiB",
+        ids.WriteType.CREATE,
+        "run-42",
+        "cp-7",
+        {**_CREATE, "data_json": _long("1,", 524288, prefix="[", suffix="1]")},
+    ),
+    (
+        "artifact_id with a NUL",
+        ids.WriteType.EDIT,
+        "run-42",
+        "cp-7",
+        {**_EDIT, "artifact_id": "art\x00abc"},
+    ),
+    (
+        "artifact_id empty",
+        ids.WriteType.EDIT_PROPOSAL,
+        "run-42",
+        "cp-7",
+        {**_EDIT, "artifact_id": ""},
+    ),
+    ("path the root", ids.WriteType.EDIT, "run-42", "cp-7", {**_EDIT, "path": ""}),
+    (
+        "path without a leading slash",
+        ids.WriteType.EDIT,
+        "run-42",
+        "cp-7",
+        {**_EDIT, "path": "status"},
+    ),
+    ("path ending in '-'", ids.WriteType.EDIT, "run-42", "cp-7", {**_EDIT, "path": "/items/-"}),
+    ("path with '~2'", ids.WriteType.EDIT, "run-42", "cp-7", {**_EDIT, "path": "/a~2b"}),
+    ("path ending in '~'", ids.WriteType.EDIT, "run-42", "cp-7", {**_EDIT, "path": "/a~"}),
+    (
+        "path with a bad escape after a newline",
+        ids.WriteType.EDIT_PROPOSAL,
+        "run-42",
+        "cp-7",
+        {**_EDIT, "path": "/a\nb~2"},
+    ),
+    (
+        "path with '~' before a newline",
+        ids.WriteType.EDIT,
+        "run-42",
+        "cp-7",
+        {**_EDIT, "path": "/a~\n"},
+    ),
+    (
+        "path over 4096 bytes",
+        ids.WriteType.EDIT,
+        "run-42",
+        "cp-7",
+        {**_EDIT, "path": _long("p", 4096, prefix="/")},
+    ),
+    (
+        "thread_id with a NUL",
+        ids.WriteType.NOTICE,
+        "run-42",
+        "cp-7",
+        {**_POST, "thread_id": "thr\x00xyz"},
+    ),
+    ("text empty", ids.WriteType.NOTICE, "run-42", "cp-7", {**_POST, "text": ""}),
+    ("text with a NUL", ids.WriteType.MESSAGE, "run-42", "cp-7", {**_POST, "text": "filed\x00"}),
+    (
+        "text over 64 KiB",
+        ids.WriteType.NOTICE,
+        "run-42",
+        "cp-7",
+        {**_POST, "text": _long("t", 65537)},
+    ),
+    ("title empty", ids.WriteType.THREAD, "run-42", "cp-7", {"title": ""}),
+    ("title with a NUL", ids.WriteType.THREAD, "run-42", "cp-7", {"title": "Incident\x007"}),
+    ("title over 512 bytes", ids.WriteType.THREAD, "run-42", "cp-7", {"title": _long("t", 513)}),
+    ("tool with a NUL", ids.WriteType.STEP, "run-42", "cp-7", {**_STEP, "tool": "send\x00email"}),
+    ("tool empty", ids.WriteType.STEP, "run-42", "cp-7", {**_STEP, "tool": ""}),
+    (
+        "args_json with a duplicate key",
+        ids.WriteType.STEP,
+        "run-42",
+        "cp-7",
+        {**_STEP, "args_json": '{"to":"a","to":"b"}'},
+    ),
+    (
+        "args_json an integer beyond 2^53 that no double writes",
+        ids.WriteType.STEP,
+        "run-42",
+        "cp-7",
+        {**_STEP, "args_json": '{"amount":18014398509481985}'},
+    ),
+]
+
+
+def refusals() -> list[dict[str, Any]]:
+    out = []
+    for name, write_type, run_id, checkpoint, given in _REFUSALS:
+        try:
+            _sidecar_checks(write_type, _expand(run_id), _expand(checkpoint),
+                            {key: _expand(value) for key, value in given.items()})  # fmt: skip
+        except InvalidArgument as refused:
+            field = refused.violations[0].field
+        else:
+            raise AssertionError(f"the sidecar accepts the refusal case {name!r}")
+        out.append({"name": name, "write_type": write_type.value, "run_id": run_id,
+                    "checkpoint": checkpoint, "input": given, "field": field})  # fmt: skip
+    return out
+
+
 def document() -> dict[str, Any]:
     return {
         "scheme_version": ids.SCHEME_VERSION,
         "description": "Test vectors for actonce derived ids; see docs/derived-ids.md.",
         "vectors": vectors(),
+        "refusals": refusals(),
     }
 
 

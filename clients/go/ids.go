@@ -14,7 +14,9 @@ import (
 // SchemeVersion is the version of the derived-id scheme (docs/derived-ids.md)
 // this package implements. The sidecar derives every write's id; deriving it
 // here too lets an agent know an id before the write, and lets the tests hold
-// every language to the same test vectors.
+// every language to the same test vectors. An input the sidecar refuses is
+// refused here with the *Error the sidecar answers (INVALID_ARGUMENT, naming
+// the same field), before any id is derived from it.
 const SchemeVersion = 1
 
 // WriteType is a kind of write; each has its own id space.
@@ -48,6 +50,12 @@ const idChars = 26
 // DeriveID is the id of the occurrence-th write of identity (counted from 0)
 // in an attempt of run runID begun from checkpoint.
 func DeriveID(writeType WriteType, runID, checkpoint string, identity []string, occurrence int) (string, error) {
+	if err := checkName(runID, "run_id"); err != nil {
+		return "", err
+	}
+	if err := checkCheckpoint(checkpoint); err != nil {
+		return "", err
+	}
 	material, err := idMaterial(writeType, runID, checkpoint, identity, occurrence)
 	if err != nil {
 		return "", err
@@ -76,7 +84,10 @@ func idMaterial(writeType WriteType, runID, checkpoint string, identity []string
 // CreateIdentity identifies a create (or create proposal): kind and the
 // digest of the data's canonical form.
 func CreateIdentity(kind string, dataJSON []byte) ([]string, error) {
-	digest, err := jsonDigest(dataJSON)
+	if err := checkName(kind, "kind"); err != nil {
+		return nil, err
+	}
+	digest, err := jsonDigest(dataJSON, "data_json")
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +97,9 @@ func CreateIdentity(kind string, dataJSON []byte) ([]string, error) {
 // EditIdentity identifies an edit (or edit proposal): artifact and normalized
 // path, not the value.
 func EditIdentity(artifactID, path string) ([]string, error) {
+	if err := checkName(artifactID, "artifact_id"); err != nil {
+		return nil, err
+	}
 	normalized, err := NormalizePath(path)
 	if err != nil {
 		return nil, err
@@ -95,16 +109,30 @@ func EditIdentity(artifactID, path string) ([]string, error) {
 
 // PostIdentity identifies a notice or message: thread and the digest of the
 // exact text bytes (no trimming, no Unicode normalization).
-func PostIdentity(threadID, text string) []string {
-	return []string{threadID, textDigest([]byte(text))}
+func PostIdentity(threadID, text string) ([]string, error) {
+	if err := checkName(threadID, "thread_id"); err != nil {
+		return nil, err
+	}
+	if err := checkText(text, "text", maxTextBytes); err != nil {
+		return nil, err
+	}
+	return []string{threadID, textDigest([]byte(text))}, nil
 }
 
 // ThreadIdentity identifies a thread: its title.
-func ThreadIdentity(title string) []string { return []string{title} }
+func ThreadIdentity(title string) ([]string, error) {
+	if err := checkName(title, "title"); err != nil {
+		return nil, err
+	}
+	return []string{title}, nil
+}
 
 // StepIdentity identifies a step: tool and the digest of its canonical arguments.
 func StepIdentity(tool string, argsJSON []byte) ([]string, error) {
-	digest, err := jsonDigest(argsJSON)
+	if err := checkName(tool, "tool"); err != nil {
+		return nil, err
+	}
+	digest, err := jsonDigest(argsJSON, "args_json")
 	if err != nil {
 		return nil, err
 	}
@@ -112,53 +140,26 @@ func StepIdentity(tool string, argsJSON []byte) ([]string, error) {
 }
 
 // NormalizePath re-encodes an RFC 6901 JSON Pointer from its tokens, so that
-// two spellings of one path key one edit. The root and a last token "-"
-// (append) are refused, as the sidecar refuses them.
+// two spellings of one path key one edit. The root, a last token "-" (append)
+// and a bad escape are refused, as the sidecar refuses them.
 func NormalizePath(path string) (string, error) {
-	if path == "" {
-		return "", fmt.Errorf("actonce: path must not be the root")
+	tokens, err := pointerTokens(path)
+	if err != nil {
+		return "", err
 	}
-	if !strings.HasPrefix(path, "/") {
-		return "", fmt.Errorf("actonce: path %q is not a JSON Pointer: it must start with '/'", path)
-	}
-	tokens := strings.Split(path[1:], "/")
 	for i, token := range tokens {
-		decoded, err := unescapeToken(token)
-		if err != nil {
-			return "", fmt.Errorf("actonce: path %q: %w", path, err)
-		}
-		tokens[i] = strings.NewReplacer("~", "~0", "/", "~1").Replace(decoded)
-	}
-	if tokens[len(tokens)-1] == "-" {
-		return "", fmt.Errorf("actonce: path %q ends in '-': appends are refused, name each entry", path)
+		tokens[i] = strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
 	}
 	return "/" + strings.Join(tokens, "/"), nil
 }
 
-func unescapeToken(token string) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(token); i++ {
-		if token[i] != '~' {
-			b.WriteByte(token[i])
-			continue
-		}
-		if i+1 == len(token) || (token[i+1] != '0' && token[i+1] != '1') {
-			return "", fmt.Errorf("'~' must be followed by 0 or 1")
-		}
-		if token[i+1] == '0' {
-			b.WriteByte('~')
-		} else {
-			b.WriteByte('/')
-		}
-		i++
+func jsonDigest(text []byte, field string) (string, error) {
+	if err := checkJSON(text, field); err != nil {
+		return "", err
 	}
-	return b.String(), nil
-}
-
-func jsonDigest(text []byte) (string, error) {
 	canonical, err := jcs.Transform(text)
 	if err != nil {
-		return "", fmt.Errorf("actonce: canonical JSON (RFC 8785): %w", err)
+		return "", invalidInput(field, "cannot be canonicalized (RFC 8785): "+err.Error())
 	}
 	return textDigest(canonical), nil
 }

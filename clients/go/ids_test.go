@@ -2,68 +2,131 @@ package actonce
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
 )
 
+// text is a vector's input string; a long one is written as {prefix, repeat, times, suffix}.
+type text string
+
+func (t *text) UnmarshalJSON(raw []byte) error {
+	var plain string
+	if err := json.Unmarshal(raw, &plain); err == nil {
+		*t = text(plain)
+		return nil
+	}
+	var long struct {
+		Prefix, Repeat, Suffix string
+		Times                  int
+	}
+	if err := json.Unmarshal(raw, &long); err != nil {
+		return err
+	}
+	*t = text(long.Prefix + strings.Repeat(long.Repeat, long.Times) + long.Suffix)
+	return nil
+}
+
 type vector struct {
-	Name       string            `json:"name"`
-	WriteType  WriteType         `json:"write_type"`
-	RunID      string            `json:"run_id"`
-	Checkpoint string            `json:"checkpoint"`
-	Input      map[string]string `json:"input"`
-	Identity   []string          `json:"identity"`
-	Occurrence int               `json:"occurrence"`
-	Material   string            `json:"material"`
-	ID         string            `json:"id"`
+	Name       string          `json:"name"`
+	WriteType  WriteType       `json:"write_type"`
+	RunID      text            `json:"run_id"`
+	Checkpoint text            `json:"checkpoint"`
+	Input      map[string]text `json:"input"`
+	Identity   []string        `json:"identity"`
+	Occurrence int             `json:"occurrence"`
+	Material   string          `json:"material"`
+	ID         string          `json:"id"`
+	Field      string          `json:"field"`
 }
 
 func loadVectors(t *testing.T) []vector {
+	t.Helper()
+	return loadVectorFile(t).Vectors
+}
+
+func loadRefusals(t *testing.T) []vector {
+	t.Helper()
+	return loadVectorFile(t).Refusals
+}
+
+type vectorFile struct {
+	SchemeVersion int      `json:"scheme_version"`
+	Vectors       []vector `json:"vectors"`
+	Refusals      []vector `json:"refusals"`
+}
+
+func loadVectorFile(t *testing.T) vectorFile {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "derived-id-vectors.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var file struct {
-		SchemeVersion int      `json:"scheme_version"`
-		Vectors       []vector `json:"vectors"`
-	}
+	var file vectorFile
 	if err := json.Unmarshal(raw, &file); err != nil {
 		t.Fatal(err)
 	}
 	if file.SchemeVersion != SchemeVersion {
 		t.Fatalf("vectors are for scheme %d, this package implements %d", file.SchemeVersion, SchemeVersion)
 	}
-	if len(file.Vectors) == 0 {
+	if len(file.Vectors) == 0 || len(file.Refusals) == 0 {
 		t.Fatal("no vectors")
 	}
-	return file.Vectors
+	return file
 }
 
 func identityOf(t *testing.T, v vector) []string {
 	t.Helper()
-	var identity []string
-	var err error
-	switch v.WriteType {
-	case WriteCreate, WriteCreateProposal:
-		identity, err = CreateIdentity(v.Input["kind"], []byte(v.Input["data_json"]))
-	case WriteEdit, WriteEditProposal:
-		identity, err = EditIdentity(v.Input["artifact_id"], v.Input["path"])
-	case WriteNotice, WriteMessage:
-		identity = PostIdentity(v.Input["thread_id"], v.Input["text"])
-	case WriteThread:
-		identity = ThreadIdentity(v.Input["title"])
-	case WriteStep:
-		identity, err = StepIdentity(v.Input["tool"], []byte(v.Input["args_json"]))
-	default:
-		t.Fatalf("vector %q has an unknown write type %q", v.Name, v.WriteType)
-	}
+	identity, err := deriveIdentity(t, v)
 	if err != nil {
 		t.Fatalf("%s: %v", v.Name, err)
 	}
 	return identity
+}
+
+func deriveIdentity(t *testing.T, v vector) ([]string, error) {
+	t.Helper()
+	in := func(key string) string { return string(v.Input[key]) }
+	switch v.WriteType {
+	case WriteCreate, WriteCreateProposal:
+		return CreateIdentity(in("kind"), []byte(in("data_json")))
+	case WriteEdit, WriteEditProposal:
+		return EditIdentity(in("artifact_id"), in("path"))
+	case WriteNotice, WriteMessage:
+		return PostIdentity(in("thread_id"), in("text"))
+	case WriteThread:
+		return ThreadIdentity(in("title"))
+	case WriteStep:
+		return StepIdentity(in("tool"), []byte(in("args_json")))
+	}
+	t.Fatalf("vector %q has an unknown write type %q", v.Name, v.WriteType)
+	return nil, nil
+}
+
+func TestInputsTheSidecarRefusesAreRefusedNamingItsField(t *testing.T) {
+	for _, v := range loadRefusals(t) {
+		t.Run(v.Name, func(t *testing.T) {
+			identity, err := deriveIdentity(t, v)
+			if err == nil {
+				_, err = DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, 0)
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("got %v, want an *Error naming %s", err, v.Field)
+			}
+			if e.Code != codes.InvalidArgument || e.Reason != "INVALID_ARGUMENT" || !e.Refused() {
+				t.Errorf("got %s %s %s, want INVALID_ARGUMENT REFUSED", e.Code, e.Reason, e.Class)
+			}
+			if len(e.Violations) != 1 || e.Violations[0].Field != v.Field {
+				t.Errorf("violations %v, want one naming %s", e.Violations, v.Field)
+			}
+		})
+	}
 }
 
 func TestDerivedIDVectors(t *testing.T) {
@@ -73,14 +136,14 @@ func TestDerivedIDVectors(t *testing.T) {
 			if !slices.Equal(identity, v.Identity) {
 				t.Errorf("identity = %q, want %q", identity, v.Identity)
 			}
-			material, err := idMaterial(v.WriteType, v.RunID, v.Checkpoint, identity, v.Occurrence)
+			material, err := idMaterial(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(material) != v.Material {
 				t.Errorf("material = %s, want %s", material, v.Material)
 			}
-			id, err := DeriveID(v.WriteType, v.RunID, v.Checkpoint, identity, v.Occurrence)
+			id, err := DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,17 +6,25 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
-from actonce_client import ids
+from actonce_client import FailureClass, InvalidInput, ids
 
 VECTORS = json.loads(
     (Path(__file__).resolve().parents[3] / "docs" / "derived-id-vectors.json").read_text()
 )
 
 
+def expand(value: Any) -> str:
+    """A refusal's input string; a long one is written as {prefix, repeat, times, suffix}."""
+    if isinstance(value, dict):
+        return str(value["prefix"] + value["repeat"] * value["times"] + value["suffix"])
+    return str(value)
+
+
 def _identity(vector: dict[str, Any]) -> tuple[str, ...]:
-    given = vector["input"]
+    given = {key: expand(value) for key, value in vector["input"].items()}
     match ids.WriteType(vector["write_type"]):
         case ids.WriteType.CREATE | ids.WriteType.CREATE_PROPOSAL:
             return ids.create_identity(given["kind"], given["data_json"])
@@ -48,7 +56,18 @@ def test_vector(vector: dict[str, Any]) -> None:
     assert ids.derive_id(write_type, **kwargs) == vector["id"]
 
 
-@pytest.mark.parametrize("path", ["", "status", "/items/-", "/a~2b", "/a~"])
-def test_paths_the_sidecar_refuses_are_refused(path: str) -> None:
-    with pytest.raises(ValueError):
-        ids.normalize_path(path)
+@pytest.mark.parametrize("refusal", VECTORS["refusals"], ids=lambda v: v["name"])
+def test_inputs_the_sidecar_refuses_are_refused_naming_its_field(refusal: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        identity = _identity(refusal)
+        ids.derive_id(
+            ids.WriteType(refusal["write_type"]), run_id=expand(refusal["run_id"]),
+            checkpoint=expand(refusal["checkpoint"]), identity=identity, occurrence=0,
+        )  # fmt: skip
+    error = refused.value
+    assert error.field == refusal["field"]
+    assert [v.field for v in error.violations] == [refusal["field"]]
+    assert (error.code, error.reason, error.failure_class) == (
+        grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", FailureClass.REFUSED,
+    )  # fmt: skip
+    assert isinstance(error, ValueError)

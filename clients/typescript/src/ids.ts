@@ -1,10 +1,14 @@
 /**
  * Derived ids (docs/derived-ids.md, scheme version 1), as the sidecar derives
  * them. Deriving one here lets an agent know an id before the write; the
- * tests hold this module to the scheme's test vectors.
+ * tests hold this module to the scheme's test vectors. An input the sidecar
+ * refuses throws the ActonceError the sidecar answers (INVALID_ARGUMENT,
+ * naming the same field), before any id is derived from it.
  */
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
+
+import { checkCheckpoint, checkJson, checkName, checkText, pointerTokens } from "./inputs.js";
 
 export const SCHEME_VERSION = 1;
 
@@ -47,6 +51,8 @@ export function idMaterial(
   if (!Number.isSafeInteger(occurrence) || occurrence < 0) {
     throw new RangeError(`occurrence counts from 0, got ${occurrence}`);
   }
+  checkName(runId, "run_id");
+  checkCheckpoint(checkpoint);
   return canonical(["actonce/derived-id", SCHEME_VERSION, writeType, runId, checkpoint, identity, occurrence]);
 }
 
@@ -64,47 +70,43 @@ export function deriveId(
 
 /** A create is its kind and the digest of its data's canonical form. */
 export function createIdentity(kind: string, dataJson: string): [string, string] {
-  return [kind, sha256(canonical(JSON.parse(dataJson)))];
+  checkName(kind, "kind");
+  return [kind, sha256(canonical(JSON.parse(checkJson(dataJson, "data_json"))))];
 }
 
 /** An edit is its artifact and normalized path, not its value. */
 export function editIdentity(artifactId: string, path: string): [string, string] {
+  checkName(artifactId, "artifact_id");
   return [artifactId, normalizePath(path)];
 }
 
 /** A notice or message is its thread and the digest of its exact text. */
 export function postIdentity(threadId: string, text: string): [string, string] {
+  checkName(threadId, "thread_id");
+  checkText(text, "text");
   return [threadId, sha256(text)];
 }
 
 /** A thread is its title. */
 export function threadIdentity(title: string): [string] {
-  return [title];
+  return [checkName(title, "title")];
 }
 
 /** A step is its tool and the digest of its arguments' canonical form. */
 export function stepIdentity(tool: string, argsJson: string): [string, string] {
-  return [tool, sha256(canonical(JSON.parse(argsJson)))];
+  checkName(tool, "tool");
+  return [tool, sha256(canonical(JSON.parse(checkJson(argsJson, "args_json"))))];
 }
 
 /**
  * An RFC 6901 pointer re-encoded from its tokens: one spelling per path. The
- * root and a last token "-" (append) are refused, as the sidecar refuses them.
+ * root, a last token "-" (append) and a bad escape are refused, as the sidecar
+ * refuses them.
  */
 export function normalizePath(path: string): string {
-  if (path === "") throw new RangeError("path must not be the root");
-  if (!path.startsWith("/")) throw new RangeError(`path ${JSON.stringify(path)} must start with '/'`);
-  const tokens = path
-    .slice(1)
-    .split("/")
-    .map((token) => {
-      if (/~[^01]|~$/.test(token)) throw new RangeError(`'~' must be followed by 0 or 1 in ${JSON.stringify(path)}`);
-      return token.replaceAll("~1", "/").replaceAll("~0", "~");
-    });
-  if (tokens.at(-1) === "-") {
-    throw new RangeError(`path ${JSON.stringify(path)} ends in '-': appends are refused, name each entry`);
-  }
-  return tokens.map((token) => "/" + token.replaceAll("~", "~0").replaceAll("/", "~1")).join("");
+  return pointerTokens(path)
+    .map((token) => "/" + token.replaceAll("~", "~0").replaceAll("/", "~1"))
+    .join("");
 }
 
 function canonical(value: unknown): string {

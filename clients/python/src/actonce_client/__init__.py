@@ -19,7 +19,7 @@ from actonce_client.client import (
     Step,
     Write,
 )
-from actonce_client.errors import ActonceError, FailureClass, FieldViolation
+from actonce_client.errors import ActonceError, FailureClass, FieldViolation, InvalidInput
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -31,6 +31,7 @@ __all__ = [
     "Effect",
     "FailureClass",
     "FieldViolation",
+    "InvalidInput",
     "Message",
     "Outcome",
     "RawJSON",

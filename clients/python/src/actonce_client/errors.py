@@ -1,7 +1,9 @@
 """The one error the client raises for anything the sidecar refuses.
 
     ActonceError   code, reason, failure_class, metadata, violations
-                   .refused / .retryable / .permanent / .unknown
+    │              .refused / .retryable / .permanent / .unknown
+    └── InvalidInput   (also a ValueError) an input the sidecar would refuse,
+                       refused before an id is derived locally; .field names it
 
 Every sidecar error carries a ``google.rpc.ErrorInfo`` (domain ``actonce``)
 whose ``metadata.failure_class`` says what the caller does next.
@@ -81,6 +83,21 @@ class ActonceError(Exception):
     def unknown(self) -> bool:
         """The outcome is not known: never retry automatically."""
         return self.failure_class is FailureClass.UNKNOWN
+
+
+class InvalidInput(ActonceError, ValueError):
+    """An input the sidecar refuses (INVALID_ARGUMENT, REFUSED), refused before an id is
+    derived from it locally; ``field`` is the field the sidecar's refusal names."""
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(
+            f"{field}: {description}",
+            code=grpc.StatusCode.INVALID_ARGUMENT,
+            reason="INVALID_ARGUMENT",
+            failure_class=FailureClass.REFUSED,
+            violations=[FieldViolation(field, description)],
+        )
+        self.field = field
 
 
 # A status without ErrorInfo came from the transport, not the sidecar's rules.

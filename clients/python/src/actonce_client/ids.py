@@ -3,7 +3,9 @@
 A write's id is a pure function of the scheme version, the write's type, the
 run, the attempt's checkpoint, what the write is (its identity) and its
 occurrence in the attempt. Deriving one here lets an agent know an id before
-the write; the tests hold this module to the scheme's test vectors.
+the write; the tests hold this module to the scheme's test vectors. An input
+the sidecar refuses raises ``InvalidInput`` naming the field, as the sidecar's
+refusal does (``actonce_client.inputs``).
 """
 
 from __future__ import annotations
@@ -11,16 +13,16 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import rfc8785
 
+from actonce_client import inputs
+
 SCHEME_VERSION = 1
 _DOMAIN_TAG = "actonce/derived-id"
 _ID_CHARS = 26  # base32 characters: 130 bits of SHA-256
-_SAFE_INTEGER = 2**53 - 1
 
 
 class WriteType(enum.StrEnum):
@@ -82,6 +84,8 @@ def id_material(
     strings can make two writes collide by concatenation."""
     if occurrence < 0:
         raise ValueError("occurrence counts from 0")
+    inputs.name(run_id, "run_id")
+    inputs.checkpoint(checkpoint)
     material: list[Any] = [
         _DOMAIN_TAG, SCHEME_VERSION, write_type.value, run_id, checkpoint, list(identity),
         occurrence,
@@ -91,72 +95,43 @@ def id_material(
 
 def create_identity(kind: str, data_json: str) -> tuple[str, str]:
     """A create is its kind and the digest of its data's canonical form."""
-    return (kind, _json_digest(data_json))
+    inputs.name(kind, "kind")
+    return (kind, _json_digest(data_json, "data_json"))
 
 
 def edit_identity(artifact_id: str, path: str) -> tuple[str, str]:
     """An edit is its artifact and normalized path, not its value."""
+    inputs.name(artifact_id, "artifact_id")
     return (artifact_id, normalize_path(path))
 
 
 def post_identity(thread_id: str, text: str) -> tuple[str, str]:
     """A notice or message is its thread and the digest of its exact text."""
+    inputs.name(thread_id, "thread_id")
+    inputs.text(text, "text")
     return (thread_id, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def thread_identity(title: str) -> tuple[str]:
     """A thread is its title."""
-    return (title,)
+    return (inputs.name(title, "title"),)
 
 
 def step_identity(tool: str, args_json: str) -> tuple[str, str]:
     """A step is its tool and the digest of its arguments' canonical form."""
-    return (tool, _json_digest(args_json))
+    inputs.name(tool, "tool")
+    return (tool, _json_digest(args_json, "args_json"))
 
 
 def normalize_path(path: str) -> str:
     """An RFC 6901 pointer re-encoded from its tokens: one spelling per path.
 
-    The root and a last token ``-`` (append) raise ValueError, as the sidecar
-    refuses them.
+    The root, a last token ``-`` (append) and a bad escape raise InvalidInput (a
+    ValueError) naming ``path``, as the sidecar refuses them.
     """
-    if path == "":
-        raise ValueError("path must not be the root")
-    if not path.startswith("/"):
-        raise ValueError(f"path {path!r} is not a JSON Pointer: it must start with '/'")
-    tokens = [_unescape(token) for token in path[1:].split("/")]
-    if tokens[-1] == "-":
-        raise ValueError(f"path {path!r} ends in '-': appends are refused, name each entry")
+    tokens = inputs.pointer_tokens(path)
     return "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in tokens)
 
 
-def _unescape(token: str) -> str:
-    out: list[str] = []
-    chars = iter(token)
-    for char in chars:
-        if char != "~":
-            out.append(char)
-            continue
-        escaped = next(chars, "")
-        if escaped not in ("0", "1"):
-            raise ValueError("'~' must be followed by 0 or 1 in a JSON Pointer")
-        out.append("~" if escaped == "0" else "/")
-    return "".join(out)
-
-
-def _json_digest(text: str) -> str:
-    return hashlib.sha256(bytes(rfc8785.dumps(json.loads(text, parse_int=_number)))).hexdigest()
-
-
-def _number(digits: str) -> int | float:
-    # JSON has one number type: digits beyond 2^53 that RFC 8785 writes for a double (how
-    # the store hands back 6.06e16) are that double, as the sidecar reads them. Any other
-    # large integer stays an int, which canonicalization refuses.
-    value = int(digits)
-    if abs(value) <= _SAFE_INTEGER:
-        return value
-    try:
-        as_float = float(value)
-    except OverflowError:
-        return value
-    return as_float if rfc8785.dumps(as_float) == str(value).encode() else value
+def _json_digest(text: str, field: str) -> str:
+    return hashlib.sha256(inputs.canonical_json(text, field)).hexdigest()

@@ -14,7 +14,8 @@ import org.erdtman.jcs.JsonCanonicalizer;
 /**
  * Derived ids (docs/derived-ids.md, scheme version 1), as the sidecar derives them. Deriving one
  * here lets an agent know an id before the write; the tests hold this class to the scheme's test
- * vectors.
+ * vectors. An input the sidecar refuses throws the {@link ActonceException} the sidecar answers
+ * (INVALID_ARGUMENT, naming the same field), before any id is derived from it.
  */
 public final class DerivedIds {
   public static final int SCHEME_VERSION = 1;
@@ -62,6 +63,8 @@ public final class DerivedIds {
     if (occurrence < 0) {
       throw new IllegalArgumentException("occurrence counts from 0, got " + occurrence);
     }
+    Inputs.name(runId, "run_id");
+    Inputs.checkpoint(checkpoint);
     List<String> items = new ArrayList<>();
     items.add(quote("actonce/derived-id"));
     items.add(Integer.toString(SCHEME_VERSION));
@@ -75,51 +78,42 @@ public final class DerivedIds {
 
   /** A create is its kind and the digest of its data's canonical form. */
   public static List<String> createIdentity(String kind, String dataJson) {
-    return List.of(kind, hex(sha256(canonical(dataJson))));
+    Inputs.name(kind, "kind");
+    return List.of(kind, hex(sha256(canonical(Inputs.json(dataJson, "data_json"), "data_json"))));
   }
 
   /** An edit is its artifact and normalized path, not its value. */
   public static List<String> editIdentity(String artifactId, String path) {
+    Inputs.name(artifactId, "artifact_id");
     return List.of(artifactId, normalizePath(path));
   }
 
   /** A notice or message is its thread and the digest of its exact text. */
   public static List<String> postIdentity(String threadId, String text) {
+    Inputs.name(threadId, "thread_id");
+    Inputs.text(text, "text");
     return List.of(threadId, hex(sha256(text)));
   }
 
   /** A thread is its title. */
   public static List<String> threadIdentity(String title) {
-    return List.of(title);
+    return List.of(Inputs.name(title, "title"));
   }
 
   /** A step is its tool and the digest of its arguments' canonical form. */
   public static List<String> stepIdentity(String tool, String argsJson) {
-    return List.of(tool, hex(sha256(canonical(argsJson))));
+    Inputs.name(tool, "tool");
+    return List.of(tool, hex(sha256(canonical(Inputs.json(argsJson, "args_json"), "args_json"))));
   }
 
   /**
-   * An RFC 6901 pointer re-encoded from its tokens: one spelling per path. The root and a last
-   * token "-" (append) are refused, as the sidecar refuses them.
+   * An RFC 6901 pointer re-encoded from its tokens: one spelling per path. The root, a last token
+   * "-" (append) and a bad escape are refused, as the sidecar refuses them.
    */
   public static String normalizePath(String path) {
-    if (path.isEmpty()) {
-      throw new IllegalArgumentException("path must not be the root");
-    }
-    if (!path.startsWith("/")) {
-      throw new IllegalArgumentException("path " + path + " must start with '/'");
-    }
     StringBuilder out = new StringBuilder();
-    String last = null;
-    for (String token : path.substring(1).split("/", -1)) {
-      if (token.matches(".*~([^01].*|$)")) {
-        throw new IllegalArgumentException("'~' must be followed by 0 or 1 in " + path);
-      }
-      last = token.replace("~1", "/").replace("~0", "~");
-      out.append('/').append(last.replace("~", "~0").replace("/", "~1"));
-    }
-    if ("-".equals(last)) {
-      throw new IllegalArgumentException("path " + path + " ends in '-': name each entry");
+    for (String token : Inputs.pointerTokens(path)) {
+      out.append('/').append(token.replace("~", "~0").replace("/", "~1"));
     }
     return out.toString();
   }
@@ -129,6 +123,14 @@ public final class DerivedIds {
       return new JsonCanonicalizer(json).getEncodedString();
     } catch (IOException e) {
       throw new IllegalArgumentException("not canonical JSON (RFC 8785): " + e.getMessage(), e);
+    }
+  }
+
+  private static String canonical(String json, String field) {
+    try {
+      return new JsonCanonicalizer(json).getEncodedString();
+    } catch (IOException e) {
+      throw Inputs.invalid(field, "cannot be canonicalized (RFC 8785): " + e.getMessage());
     }
   }
 

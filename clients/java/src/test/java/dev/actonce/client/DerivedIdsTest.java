@@ -3,11 +3,13 @@ package dev.actonce.client;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import dev.actonce.client.DerivedIds.WriteType;
+import io.grpc.Status;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.util.List;
@@ -16,8 +18,6 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.ValueSource;
 
 /** The derived-id scheme's test vectors (docs/derived-id-vectors.json). */
 class DerivedIdsTest {
@@ -38,8 +38,14 @@ class DerivedIdsTest {
     };
   }
 
+  // A vector's input string; a long one is written as {prefix, repeat, times, suffix}.
   private static String text(JsonObject object, String key) {
-    return object.get(key).getAsString();
+    JsonElement value = object.get(key);
+    if (value.isJsonObject()) {
+      JsonObject l = value.getAsJsonObject();
+      return text(l, "prefix") + text(l, "repeat").repeat(l.get("times").getAsInt()) + text(l, "suffix");
+    }
+    return value.getAsString();
   }
 
   @Test
@@ -78,9 +84,33 @@ class DerivedIdsTest {
                     }));
   }
 
-  @ParameterizedTest
-  @ValueSource(strings = {"", "status", "/items/-", "/a~2b", "/a~"})
-  void pathsTheSidecarRefusesAreRefused(String path) {
-    assertThrows(IllegalArgumentException.class, () -> DerivedIds.normalizePath(path));
+  @TestFactory
+  Stream<DynamicTest> inputsTheSidecarRefusesAreRefusedNamingItsField() throws IOException {
+    return vectors().getAsJsonArray("refusals").asList().stream()
+        .map(JsonElement::getAsJsonObject)
+        .map(
+            v ->
+                DynamicTest.dynamicTest(
+                    text(v, "name"),
+                    () -> {
+                      WriteType type =
+                          WriteType.valueOf(text(v, "write_type").toUpperCase(Locale.ROOT));
+                      ActonceException e =
+                          assertThrows(
+                              ActonceException.class,
+                              () ->
+                                  DerivedIds.deriveId(
+                                      type,
+                                      text(v, "run_id"),
+                                      text(v, "checkpoint"),
+                                      identity(type, v.getAsJsonObject("input")),
+                                      0));
+                      assertEquals(Status.Code.INVALID_ARGUMENT, e.code());
+                      assertEquals("INVALID_ARGUMENT", e.reason());
+                      assertTrue(e.isRefused());
+                      assertEquals(
+                          List.of(text(v, "field")),
+                          e.violations().stream().map(ActonceException.FieldViolation::field).toList());
+                    }));
   }
 }
