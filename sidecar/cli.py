@@ -135,6 +135,12 @@ SERVE_SETTINGS: dict[str, Setting] = {
                                 "ms a ledger append waits for a locked ledger"),
     "--attempt-idle-ttl": ("ACTONCE_ATTEMPT_IDLE_TTL", _positive_float, 3600.0,
                            "seconds after which an idle attempt is forgotten"),
+    "--attempt-max-count": ("ACTONCE_ATTEMPT_MAX_COUNT", _positive_int, 10_000,
+                            "live attempts kept at most; past it the least recently used "
+                            "is forgotten (its calls get UNKNOWN_ATTEMPT)"),
+    "--attempt-max-mib": ("ACTONCE_ATTEMPT_MAX_MIB", _positive_int, 48,
+                          "MiB that live attempts may take, approximately; past it the "
+                          "least recently used are forgotten"),
     "--grace-period": ("ACTONCE_GRACE_PERIOD", _positive_float, 10.0,
                        "seconds calls in flight get to finish on SIGTERM"),
     "--health-listen": ("ACTONCE_HEALTH_LISTEN", _listen, None,
@@ -307,6 +313,8 @@ def config_from(values: dict[str, Any]) -> Config:
         store_timeout_seconds=values["store_timeout"],
         audit_busy_timeout_ms=values["audit_busy_timeout_ms"],
         attempt_idle_ttl_seconds=values["attempt_idle_ttl"],
+        attempt_max_count=values["attempt_max_count"],
+        attempt_max_mib=values["attempt_max_mib"],
         log_level=values["log_level"],
         log_format=values["log_format"],
         health_listen=values["health_listen"],

@@ -33,6 +33,9 @@ class Config:
     store_timeout_seconds: float = 5.0
     audit_busy_timeout_ms: int = 5000
     attempt_idle_ttl_seconds: float = 3600.0
+    # Bounds on live attempts: past either, the least recently used are forgotten.
+    attempt_max_count: int = 10_000
+    attempt_max_mib: int = 48
     health_interval_seconds: float = 1.0
     log_level: str = "info"
     log_format: str = "auto"

@@ -101,6 +101,16 @@ class Metrics:
             "edit with VERSION_CONFLICT.",
             namespace=NAMESPACE, registry=r,
         )  # fmt: skip
+        self.attempts_forgotten = Counter(
+            "attempts_forgotten", "Attempts forgotten before they ended, by why: idle past "
+            "--attempt-idle-ttl, or pressure (past --attempt-max-count or --attempt-max-mib). "
+            "Their later calls get UNKNOWN_ATTEMPT.",
+            ["reason"], namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self.live_attempts = Gauge(
+            "live_attempts", "Attempts this sidecar holds in memory.",
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
         self.draining = Gauge(
             "draining", "1 once SIGTERM was received and the sidecar takes no new calls.",
             namespace=NAMESPACE, registry=r,

@@ -41,7 +41,7 @@ from sidecar.metrics import (
 )
 from sidecar.pending_metrics import PendingCollector
 from sidecar.probes import LIVENESS_SERVICE, create_health_server
-from sidecar.rules.attempts import AttemptRegistry
+from sidecar.rules.attempts import PRESSURE, Attempt, AttemptRegistry
 from sidecar.servicer import RunActionsServicer
 from sidecar.store.backend import StoreBackend
 from sidecar.store.server import create_store_server
@@ -181,6 +181,29 @@ def open_ledger(config: Config) -> GroupCommitLedger:
     return SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
 
 
+def attempt_registry(config: Config, metrics: Metrics) -> AttemptRegistry:
+    """Live attempts within the configured bounds; each one forgotten early is counted,
+    and logged when memory pressure forced it (its run will see UNKNOWN_ATTEMPT)."""
+
+    def forgotten(attempt: Attempt, why: str) -> None:
+        metrics.attempts_forgotten.labels(why).inc()
+        if why == PRESSURE:
+            log.warning(
+                "attempt_forgotten_under_pressure",
+                run_id=attempt.run_id,
+                forgotten_attempt_id=attempt.attempt_id,
+            )
+
+    registry = AttemptRegistry(
+        idle_ttl_seconds=config.attempt_idle_ttl_seconds,
+        max_attempts=config.attempt_max_count,
+        max_bytes=config.attempt_max_mib << 20,
+        on_forget=forgotten,
+    )
+    metrics.live_attempts.set_function(lambda: len(registry))
+    return registry
+
+
 def open_store_backend(config: Config) -> StoreBackend:
     """The embedded store's backend: PostgreSQL when given a DSN, else SQLite."""
     if config.store_dsn:
@@ -236,7 +259,7 @@ async def create_server(
     actions = RunActions(
         ledger=ledger,
         store=store,
-        attempts=AttemptRegistry(idle_ttl_seconds=config.attempt_idle_ttl_seconds),
+        attempts=attempt_registry(config, metrics),
         settings=Settings(
             send_allowlist=config.send_allowlist,
             rules=config.rules,

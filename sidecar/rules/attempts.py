@@ -5,6 +5,12 @@ what make two identical writes distinct and a retry's ids equal, so an
 attempt this process does not know (also after a restart, when its counts are
 gone) cannot go on safely: it is refused with UNKNOWN_ATTEMPT and the caller
 begins a new one.
+
+That is also what makes memory boundable: the registry forgets attempts idle
+past a TTL, and, when live attempts exceed a count or an approximate number of
+bytes, the least recently used ones. A forgotten attempt's later calls get
+UNKNOWN_ATTEMPT, which is safe: the run is retried with a new attempt, whose
+writes get the same derived ids.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import asyncio
 import secrets
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,6 +34,26 @@ DEFAULT_IDLE_TTL_SECONDS = 3600.0
 # How many ended attempts' answers are kept for a repeated EndAttempt (bounded
 # memory: the oldest are forgotten first).
 ENDED_REMEMBERED = 10_000
+# What a live attempt and each request_id it holds cost, about (Python objects
+# measured with tracemalloc, rounded up): the memory bound counts these. The
+# process's resident memory grows about twice as fast (allocator slack, the
+# ledger's and gRPC's buffers), which the defaults below allow for.
+ATTEMPT_BYTES = 1024
+REQUEST_BYTES = 2560
+# Defaults that fit the Kubernetes manifest's 256 MiB limit, with room for the
+# process itself (about 60 MiB idle) and a flood of calls in flight
+# (bench/attempt_flood.py measures it; the README has its figures).
+DEFAULT_MAX_ATTEMPTS = 10_000
+DEFAULT_MAX_ATTEMPT_BYTES = 48 << 20
+
+# Why an attempt was forgotten before it ended.
+IDLE = "idle"
+PRESSURE = "pressure"
+ForgetHook = Callable[["Attempt", str], None]
+
+
+def _no_charge(_bytes: int) -> None:
+    return None
 
 
 class Occurrences:
@@ -84,6 +110,8 @@ class Attempt:
     last_used: float = field(default_factory=time.monotonic)
     steps: dict[str, StepState] = field(default_factory=dict)
     _requests: dict[str, _Request] = field(default_factory=dict)
+    # Tells the registry how the attempt's memory grows (request ids it holds).
+    charge: Callable[[int], None] = field(default=_no_charge, repr=False, compare=False)
 
     async def replay(self, request_id: str, fingerprint: Hashable) -> Any | None:
         """The first answer to ``request_id`` if it was answered, else None.
@@ -96,6 +124,7 @@ class Attempt:
             held = self._requests.get(request_id)
             if held is None:
                 self._requests[request_id] = _Request(fingerprint)
+                self.charge(REQUEST_BYTES)
                 return None
             if held.fingerprint != fingerprint:
                 raise InvalidArgument(
@@ -119,28 +148,44 @@ class Attempt:
         """Release a claimed request_id whose call failed, so a repeat runs again."""
         held = self._requests.pop(request_id, None)
         if held is not None:
+            self.charge(-REQUEST_BYTES)
             held.done.set()
 
 
 class AttemptRegistry:
-    """The attempts this process knows, by id."""
+    """The attempts this process knows, by id, least recently used first.
 
-    def __init__(self, *, idle_ttl_seconds: float = DEFAULT_IDLE_TTL_SECONDS) -> None:
-        self._attempts: dict[str, Attempt] = {}
+    Bounded three ways: an attempt idle for ``idle_ttl_seconds`` is forgotten when
+    the next one begins; past ``max_attempts`` live attempts, or past ``max_bytes``
+    of their approximate memory, the least recently used are forgotten at once.
+    ``on_forget`` hears of each (with IDLE or PRESSURE), for metrics and logs.
+    """
+
+    def __init__(
+        self,
+        *,
+        idle_ttl_seconds: float = DEFAULT_IDLE_TTL_SECONDS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_bytes: int = DEFAULT_MAX_ATTEMPT_BYTES,
+        on_forget: ForgetHook | None = None,
+    ) -> None:
+        self._attempts: OrderedDict[str, Attempt] = OrderedDict()
         self._ended: OrderedDict[str, Any] = OrderedDict()
         self._idle_ttl = idle_ttl_seconds
-        self._last_sweep = time.monotonic()
+        self._max_attempts = max_attempts
+        self._max_bytes = max_bytes
+        self._on_forget = on_forget
+        self._bytes = 0
+
+    @property
+    def approximate_bytes(self) -> int:
+        """What the live attempts cost, as the memory bound counts it."""
+        return self._bytes
 
     def begin(
         self, *, run_id: str, rule: str, checkpoint: str, lease_deadline: datetime | None
     ) -> Attempt:
-        # A sweep walks every live attempt; at most one per tenth of the TTL
-        # keeps BeginAttempt cheap under a high rate of attempts, and an idle
-        # attempt still goes within 1.1 TTLs.
-        now = time.monotonic()
-        if now - self._last_sweep >= self._idle_ttl / 10:
-            self._last_sweep = now
-            self.expire()
+        self.expire()
         attempt = Attempt(
             attempt_id=f"att_{secrets.token_hex(16)}",
             run_id=run_id,
@@ -148,7 +193,10 @@ class AttemptRegistry:
             checkpoint=checkpoint,
             lease_deadline=lease_deadline,
         )
+        attempt.charge = self._charge_for(attempt)
         self._attempts[attempt.attempt_id] = attempt
+        self._bytes += ATTEMPT_BYTES
+        self._shed(keep=attempt.attempt_id)
         return attempt
 
     def get(self, attempt_id: str) -> Attempt:
@@ -157,16 +205,18 @@ class AttemptRegistry:
         attempt = self._attempts.get(attempt_id)
         if attempt is None:
             raise UnknownAttempt(
-                f"attempt {attempt_id!r} is not known to this sidecar (ended, expired or "
-                "begun before a restart); begin a new attempt"
+                f"attempt {attempt_id!r} is not known to this sidecar (ended, expired, "
+                "forgotten under memory pressure, or begun before a restart); begin a new "
+                "attempt"
             )
         attempt.last_used = time.monotonic()
+        self._attempts.move_to_end(attempt_id)
         return attempt
 
     def end(self, attempt_id: str, summary: Any = None) -> Attempt:
         """Forget an attempt; ``summary`` is what a repeated end gets back."""
         attempt = self.get(attempt_id)
-        del self._attempts[attempt_id]
+        self._drop(attempt_id)
         self._ended[attempt_id] = summary
         while len(self._ended) > ENDED_REMEMBERED:
             self._ended.popitem(last=False)
@@ -183,11 +233,48 @@ class AttemptRegistry:
 
     def expire(self) -> int:
         """Forget attempts idle past the TTL; returns how many were forgotten."""
+        # Least recently used first: the idle ones are at the front, and the walk
+        # stops at the first attempt still in use.
         cutoff = time.monotonic() - self._idle_ttl
-        stale = [key for key, a in self._attempts.items() if a.last_used < cutoff]
-        for key in stale:
-            del self._attempts[key]
-        return len(stale)
+        forgotten = 0
+        while self._attempts:
+            oldest = next(iter(self._attempts.values()))
+            if oldest.last_used >= cutoff:
+                break
+            self._forget(oldest, IDLE)
+            forgotten += 1
+        return forgotten
+
+    def _charge_for(self, attempt: Attempt) -> Callable[[int], None]:
+        # By id, not by the attempt itself: a closure over the attempt would be a
+        # reference cycle, freed only by the garbage collector's rare full passes.
+        attempt_id = attempt.attempt_id
+
+        def charge(n: int) -> None:
+            if attempt_id not in self._attempts:
+                return  # forgotten or ended: no longer counted
+            self._bytes += n
+            if n > 0:
+                self._shed(keep=attempt_id)
+
+        return charge
+
+    def _shed(self, *, keep: str) -> None:
+        """Forget the least recently used attempts until both bounds hold again."""
+        while len(self._attempts) > self._max_attempts or self._bytes > self._max_bytes:
+            oldest = next(iter(self._attempts.values()))
+            if oldest.attempt_id == keep:
+                return  # the attempt in use alone exceeds the bound: keep it
+            self._forget(oldest, PRESSURE)
+
+    def _forget(self, attempt: Attempt, why: str) -> None:
+        self._drop(attempt.attempt_id)
+        if self._on_forget is not None:
+            self._on_forget(attempt, why)
+
+    def _drop(self, attempt_id: str) -> None:
+        attempt = self._attempts.pop(attempt_id)
+        self._bytes -= ATTEMPT_BYTES + REQUEST_BYTES * len(attempt._requests)
 
     def __len__(self) -> int:
         return len(self._attempts)

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+import structlog.testing
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
@@ -338,3 +339,27 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
         )
         == 1.0
     )
+
+
+def test_an_attempt_forgotten_under_pressure_is_counted_logged_and_unknown(
+    tmp_path: Path,
+) -> None:
+    sc = start_sidecar(
+        sidecar_config(tmp_path / "data", metrics_listen="127.0.0.1:0", attempt_max_count=2)
+    )
+    try:
+        with structlog.testing.capture_logs() as logs:
+            first = sc.begin("run-first")
+            sc.begin("run-second")
+            sc.begin("run-third")
+        with pytest.raises(grpc.RpcError) as caught:
+            create(sc, first, {"a": 1})
+        got = refusal(caught.value)
+        assert (got.reason, got.failure_class) == ("UNKNOWN_ATTEMPT", "RETRYABLE")
+        samples = scrape(metrics_port(sc))
+        assert value(samples, "actonce_attempts_forgotten_total", reason="pressure") == 1
+        assert value(samples, "actonce_live_attempts") == 2
+        (line,) = [e for e in logs if e["event"] == "attempt_forgotten_under_pressure"]
+        assert (line["run_id"], line["forgotten_attempt_id"]) == ("run-first", first)
+    finally:
+        sc.stop()
