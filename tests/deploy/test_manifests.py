@@ -160,15 +160,33 @@ def test_the_drain_fits_in_the_termination_grace_period(
     assert float(settings["ACTONCE_GRACE_PERIOD"]) < pod["terminationGracePeriodSeconds"]
 
 
-def test_the_postgres_overlay_takes_the_ledger_dsn_from_a_secret() -> None:
-    overlay = KUBE / "overlays" / "postgres-ledger"
+def test_the_base_keeps_the_ledger_where_it_outlives_the_pod(
+    sidecar: dict[str, Any], settings: dict[str, str]
+) -> None:
+    # At most once for a non-idempotent step is decided from the ledger: every sidecar that can
+    # run an attempt of the run (another replica, this pod's replacement) must read the same
+    # one. By default that is PostgreSQL, its DSN (which holds a password) from a Secret.
+    env = {e["name"]: e for e in sidecar["env"]}
+    dsn = env["ACTONCE_AUDIT_DSN"]
+    assert "value" not in dsn
+    assert dsn["valueFrom"]["secretKeyRef"] == {"name": "actonce-audit-dsn", "key": "dsn"}
+    assert "ACTONCE_AUDIT_DSN" in {env for env, *_ in SERVE_SETTINGS.values()}
+    assert not {"ACTONCE_AUDIT_DSN", "ACTONCE_AUDIT_DB"} & set(settings)
+    example = load(KUBE / "examples" / "audit-dsn-secret.yaml")
+    assert example["metadata"]["name"] == "actonce-audit-dsn" and "dsn" in example["stringData"]
+
+
+def test_a_ledger_that_goes_with_the_pod_is_an_overlay_that_says_it_is_not_for_steps() -> None:
+    overlay = KUBE / "overlays" / "pod-local-ledger"
     kustomization = load(overlay / "kustomization.yaml")
     assert "../../base" in kustomization["resources"]
+    warning = (overlay / "kustomization.yaml").read_text().splitlines()[0]
+    assert (
+        warning
+        == "# ONLY FOR AGENTS THAT USE NO STEPS (BeginStep/EndStep, or the MCP gateway's tools)."
+    )
     (patch_ref,) = kustomization["patches"]
     patch = load(overlay / patch_ref["path"])
     (container,) = patch["spec"]["template"]["spec"]["initContainers"]
     assert container["name"] == "actonce"
-    (dsn,) = [e for e in container["env"] if e["name"] == "ACTONCE_AUDIT_DSN"]
-    assert "value" not in dsn
-    assert dsn["valueFrom"]["secretKeyRef"]["key"] == "dsn"
-    assert "ACTONCE_AUDIT_DSN" in {env for env, *_ in SERVE_SETTINGS.values()}
+    assert container["env"] == [{"name": "ACTONCE_AUDIT_DSN", "$patch": "delete"}]
