@@ -37,3 +37,9 @@ bench-smoke: bench-lint $(GHZ)
 
 bench-profile: $(BENCH_STAMP) $(GHZ)
 	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.profile --scenario $(SCENARIO)
+
+# The operator's console over a generated ledger of 100,000 chained events: runs-page and
+# run-page latencies over HTTP (figures, not a test).
+.PHONY: bench-console
+bench-console: $(STAMP)
+	$(PY) -m bench.console_bench

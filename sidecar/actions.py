@@ -137,6 +137,7 @@ class RunActions:
                     phase=Phase.ATTEMPT_BEGIN,
                     rule=rule,
                     checkpoint=checkpoint,
+                    detail={"lease_deadline": lease_deadline.isoformat()} if lease_deadline else {},
                 )
             )
         except LedgerError as exc:

@@ -160,6 +160,17 @@ AUDIT_SETTINGS: dict[str, Setting] = {
     "--audit-dsn": SERVE_SETTINGS["--audit-dsn"],
 }  # fmt: skip
 
+CONSOLE_SETTINGS: dict[str, Setting] = {
+    "--listen": ("ACTONCE_CONSOLE_LISTEN", _host_port, "127.0.0.1:8080",
+                 "HOST:PORT the console serves on"),
+    **AUDIT_SETTINGS,
+    "--token-file": ("ACTONCE_CONSOLE_TOKEN_FILE", _readable_file, None,
+                     "file holding the operator's token: resolving needs it, and with it "
+                     "the console may serve beyond loopback"),
+    "--log-level": SERVE_SETTINGS["--log-level"],
+    "--log-format": SERVE_SETTINGS["--log-format"],
+}  # fmt: skip
+
 STORE_SETTINGS: dict[str, Setting] = {
     "--listen": ("ACTONCE_STORE_LISTEN", _listen, "127.0.0.1:50052",
                  "where the store listens: HOST:PORT or unix:PATH"),
@@ -211,6 +222,7 @@ def _resolve(args: argparse.Namespace, settings: dict[str, Setting]) -> dict[str
 def _check_environment(settings: dict[str, Setting]) -> None:
     known = {env for env, *_ in settings.values()}
     known |= {env for env, *_ in STORE_SETTINGS.values()}
+    known |= {env for env, *_ in CONSOLE_SETTINGS.values()}
     unknown = sorted(k for k in os.environ if k.startswith("ACTONCE_") and k not in known)
     if unknown:
         raise ConfigError(f"unknown setting {unknown[0]} (see actonce serve --help)")
@@ -252,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "resolve":
             _add_decision(sub)
         _add_settings(sub, AUDIT_SETTINGS)
+    console = commands.add_parser("console", help="serve the operator's web console over a ledger")
+    _add_settings(console, CONSOLE_SETTINGS)
     commands.add_parser("demo", help="see a run killed mid-way and retried land each write once")
     return parser
 
@@ -344,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             for key in ("json", "item_id", "decision", "result_json", "by", "reason"):
                 values[key] = getattr(args, key, None)
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
+        elif args.command == "console":
+            values = _resolve(args, CONSOLE_SETTINGS)
+            logs.configure(values["log_level"], values["log_format"])
+            from sidecar.console.serve import run_console
+
+            raise SystemExit(run_console(values))
         elif args.command == "demo":
             from sidecar.demo import run_demo
 

@@ -138,6 +138,8 @@ def pending_item(events: Sequence[StoredEvent]) -> PendingItem | None:
     decided = latest_decision(events)
     since = [e for e in events if decided is None or e.seq > decided.seq]
     if any(e.event.phase == Phase.STEP_BEGIN for e in events):
+        if decided is not None and decided.decision is Decision.RAN:
+            return None  # every later attempt gets the decided result (BeginStep)
         return _step_in_doubt(events, since)
     return _write_pending(since)
 

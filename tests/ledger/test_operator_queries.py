@@ -169,6 +169,13 @@ def test_a_decision_settles_an_item_once_and_the_chain_stays_intact(ledgers: Led
         assert ledger.pending() == []
     finally:
         ledger.close()
+    # A later attempt begins it and gets the decided result: still nothing pending.
+    ledgers.append(begin("run-b", "b3"), *step_begin("run-b", "b3", "stp_x"))
+    ledger = ledgers.operator()
+    try:
+        assert ledger.pending() == []
+    finally:
+        ledger.close()
     assert ledgers.verify().intact
 
 

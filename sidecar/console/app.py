@@ -1,0 +1,405 @@
+"""The console's web application: Starlette routes, Jinja2 pages, and their JSON twins.
+
+Pages are rendered on the server and work without JavaScript. Access:
+
+- reading is open to clients on loopback (a port-forward arrives there); any
+  other client needs the operator's token, as ``Authorization: Bearer`` or
+  through the sign-in form, and without a token nobody else gets in at all;
+- resolving needs the token every time, typed into the form, and a form token
+  bound to the browser's session (a request forged by another site has neither).
+
+The console reads the ledger through OperatorLedger, whose queries page in SQL,
+and appends nothing but an operator's decisions; it is never on a write's path.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from sidecar.console import timeline
+from sidecar.console.chain import ChainWatch
+from sidecar.errors import InvalidArgument
+from sidecar.ledger.operator import OUTCOMES, OperatorLedger, RunFilter
+from sidecar.ledger.pending import Decision, DecisionRefused, PendingItem
+from sidecar.rules import canonical
+
+HERE = Path(__file__).parent
+PAGE_SIZE = 50
+RUN_PAGE_EVENTS = 2000
+
+
+@dataclass
+class ConsoleState:
+    """What the routes share: the ledger, the token, the chain's watcher."""
+
+    ledger: OperatorLedger
+    token: str | None
+    chain: ChainWatch
+    _pending: tuple[int, list[PendingItem]] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pending(self) -> list[PendingItem]:
+        """Every pending item; recomputed only when the ledger has grown."""
+        head, _ = self.ledger.head()
+        with self._lock:
+            if self._pending is not None and self._pending[0] == head:
+                return self._pending[1]
+        items = self.ledger.pending()
+        with self._lock:
+            self._pending = (head, items)
+        return items
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _same_token(given: str, token: str | None) -> bool:
+    return token is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def csrf_token(request: Request) -> str:
+    session = request.session
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(32)
+    return str(session["csrf"])
+
+
+def create_app(
+    ledger: OperatorLedger,
+    *,
+    token: str | None,
+    chain: ChainWatch,
+    session_secret: str | None = None,
+) -> Starlette:
+    state = ConsoleState(ledger, token, chain)
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.globals["lanes"] = timeline.LANES
+    templates.env.filters["clock"] = _clock
+    templates.env.filters["short"] = _short
+    templates.env.filters["bytes"] = _bytes
+
+    def page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+        items = state.pending()
+        base = {
+            "chain": state.chain.verdict(),
+            "head": state.ledger.head()[0],
+            "size": state.ledger.size_bytes(),
+            "pending_count": len(items),
+            "csrf": csrf_token(request),
+            "token_set": state.token is not None,
+        }
+        return templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
+
+    async def runs(request: Request) -> Response:
+        filters, offset = _run_filter(request)
+        result = await run_in_threadpool(_runs_page, state, filters, offset)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse(
+                {
+                    "runs": [r.as_json() for r in result.runs],
+                    "offset": result.offset,
+                    "limit": result.limit,
+                    "more": result.more,
+                }
+            )
+        query = {k: v for k, v in request.query_params.items() if k != "offset"}
+        return await run_in_threadpool(
+            page,
+            request,
+            "runs.html",
+            {
+                "page": result,
+                "filters": filters,
+                "outcomes": list(OUTCOMES),
+                "total_runs": state.ledger.run_count(),
+                "prev": _link(query, max(offset - PAGE_SIZE, 0)) if offset else "",
+                "next": _link(query, offset + PAGE_SIZE) if result.more else "",
+            },
+        )
+
+    async def run(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        after = _int(request.query_params.get("after"), 0)
+        events, items = await run_in_threadpool(_run_events, state, run_id, after)
+        if request.url.path.startswith("/api/"):
+            if not events and after == 0:
+                return JSONResponse({"error": f"no run {run_id}"}, status_code=404)
+            return JSONResponse(
+                {
+                    "run_id": run_id,
+                    "pending": [i.as_json() for i in items],
+                    "events": [timeline.event_json(e) for e in events],
+                    "more": len(events) == RUN_PAGE_EVENTS,
+                }
+            )
+        if not events and after == 0:
+            return await run_in_threadpool(
+                page, request, "error.html", {"message": f"No run {run_id} in the ledger."}, 404
+            )
+        view = timeline.build(run_id, events, {i.id for i in items})
+        later = events[-1].seq if len(events) == RUN_PAGE_EVENTS else 0
+        return await run_in_threadpool(
+            page,
+            request,
+            "run.html",
+            {"run": view, "items": items, "later": later, "after": after},
+        )
+
+    async def pending_page(request: Request) -> Response:
+        items = await run_in_threadpool(state.pending)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"pending": [i.as_json() for i in items]})
+        return await run_in_threadpool(page, request, "pending.html", {"items": items})
+
+    async def resolve(request: Request) -> Response:
+        item_id = request.path_params["item_id"]
+        form = await request.form()
+        fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
+        expected = request.session.get("csrf")
+        if not expected or not hmac.compare_digest(fields.get("csrf", ""), str(expected)):
+            return await _refuse(
+                request,
+                403,
+                "The form expired or came from elsewhere: reload the page and try again.",
+                item_id,
+                fields,
+            )
+        if state.token is None:
+            return await _refuse(
+                request,
+                403,
+                "Resolving from the console needs the console "
+                "started with --token-file; use actonce audit resolve.",
+                item_id,
+                fields,
+            )
+        if not _same_token(fields.get("token", ""), state.token):
+            return await _refuse(
+                request,
+                403,
+                "Wrong or missing operator token: nothing was recorded.",
+                item_id,
+                fields,
+            )
+        try:
+            decision = Decision(fields.get("decision", ""))
+        except ValueError:
+            return await _refuse(request, 400, "Choose a decision.", item_id, fields)
+        result_json = fields.get("result_json", "").strip()
+        if decision is not Decision.RAN:
+            result_json = ""
+        digest = ""
+        if result_json:
+            try:
+                _value, form_bytes = canonical.parse_canonical(result_json, "result_json")
+            except InvalidArgument:
+                return await _refuse(request, 400, "The result is not valid JSON.", item_id, fields)
+            result_json, digest = form_bytes.decode(), canonical.digest(form_bytes)
+        try:
+            stored = await run_in_threadpool(
+                lambda: state.ledger.resolve(
+                    item_id,
+                    decision,
+                    by=fields.get("by", "").strip(),
+                    reason=fields.get("reason", "").strip(),
+                    result_json=result_json,
+                    digest=digest,
+                )
+            )
+        except DecisionRefused as exc:
+            return await _refuse(request, 409, str(exc), item_id, fields)
+        return RedirectResponse(f"/runs/{stored.event.run_id}#event-{stored.seq}", status_code=303)
+
+    async def _refuse(
+        request: Request, status: int, message: str, item_id: str, fields: dict[str, str]
+    ) -> Response:
+        items = await run_in_threadpool(state.pending)
+        kept = {k: v for k, v in fields.items() if k in ("by", "reason", "result_json", "decision")}
+        return await run_in_threadpool(
+            page,
+            request,
+            "pending.html",
+            {"items": items, "error": message, "error_item": item_id, "kept": kept},
+            status,
+        )
+
+    async def status(request: Request) -> Response:
+        verdict = state.chain.verdict()
+        head = await run_in_threadpool(state.ledger.head)
+        size = await run_in_threadpool(state.ledger.size_bytes)
+        return JSONResponse({"chain": verdict, "events": head[0], "size_bytes": size})
+
+    async def sign_in(request: Request) -> Response:
+        if request.method == "POST":
+            form = await request.form()
+            given = str(form.get("token", ""))
+            csrf = str(form.get("csrf", ""))
+            expected = str(request.session.get("csrf", ""))
+            if expected and hmac.compare_digest(csrf, expected) and _same_token(given, token):
+                request.session["signed_in"] = True
+                return RedirectResponse("/", status_code=303)
+            return templates.TemplateResponse(
+                request,
+                "sign_in.html",
+                {"csrf": csrf_token(request), "failed": True},
+                status_code=403,
+            )
+        return templates.TemplateResponse(request, "sign_in.html", {"csrf": csrf_token(request)})
+
+    routes = [
+        Route("/", runs),
+        Route("/runs/{run_id:path}", run),
+        Route("/pending", pending_page),
+        Route("/pending/{item_id}/resolve", resolve, methods=["POST"]),
+        Route("/sign-in", sign_in, methods=["GET", "POST"]),
+        Route("/api/runs", runs),
+        Route("/api/runs/{run_id:path}", run),
+        Route("/api/pending", pending_page),
+        Route("/api/status", status),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    middleware = [
+        Middleware(
+            SessionMiddleware,
+            secret_key=session_secret or secrets.token_urlsafe(32),
+            session_cookie="actonce_console",
+            same_site="strict",
+        ),
+        Middleware(AccessMiddleware, token=token),
+    ]
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.console = state
+    return app
+
+
+class AccessMiddleware:
+    """Loopback reads freely; anyone else needs the token (header or signed-in session)."""
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(
+        self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Any
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if self._allowed(request):
+            await self.app(scope, receive, send)
+            return
+        if self.token is None:
+            response: Response = Response(
+                "The console answers loopback only unless it has a token (--token-file).\n",
+                status_code=403,
+                media_type="text/plain",
+            )
+        elif scope["path"].startswith("/api/"):
+            response = JSONResponse({"error": "needs the operator's token"}, status_code=401)
+        else:
+            response = RedirectResponse("/sign-in", status_code=303)
+        await response(scope, receive, send)
+
+    def _allowed(self, request: Request) -> bool:
+        if _is_loopback(request.client.host if request.client else None):
+            return True
+        if self.token is None:
+            return False
+        if request.url.path in ("/sign-in",) or request.url.path.startswith("/static/"):
+            return True
+        header = request.headers.get("authorization", "")
+        if header.startswith("Bearer ") and _same_token(header[7:], self.token):
+            return True
+        return bool(request.session.get("signed_in"))
+
+
+def _runs_page(state: ConsoleState, filters: RunFilter, offset: int) -> Any:
+    counts: dict[str, int] = {}
+    for item in state.pending():
+        counts[item.run_id] = counts.get(item.run_id, 0) + 1
+    return state.ledger.runs_page(filters, offset=offset, limit=PAGE_SIZE, pending_runs=counts)
+
+
+def _run_events(state: ConsoleState, run_id: str, after: int) -> tuple[list[Any], list[Any]]:
+    events = state.ledger.run_events(run_id, after=after, limit=RUN_PAGE_EVENTS)
+    items = [i for i in state.pending() if i.run_id == run_id]
+    return events, items
+
+
+def _run_filter(request: Request) -> tuple[RunFilter, int]:
+    q = request.query_params
+    outcome = q.get("outcome", "")
+    filters = RunFilter(
+        run_id=q.get("q", "").strip(),
+        rule=q.get("rule", "").strip(),
+        since=_iso(q.get("since", "")),
+        until=_iso(q.get("until", "")),
+        outcome=outcome if outcome in OUTCOMES else "",
+        pending_only=q.get("pending", "") in ("1", "on", "true"),
+    )
+    return filters, max(_int(q.get("offset"), 0), 0)
+
+
+def _iso(text: str) -> str:
+    # A datetime-local field gives "2026-11-30T08:00" with no zone: the ledger's times are UTC.
+    text = text.strip()
+    if not text:
+        return ""
+    try:
+        return datetime.fromisoformat(text).isoformat()
+    except ValueError:
+        return ""
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text else default
+    except ValueError:
+        return default
+
+
+def _link(query: dict[str, str], offset: int) -> str:
+    return "/?" + urlencode({**query, "offset": offset})
+
+
+def _clock(ts: str) -> str:
+    return ts[11:23] if len(ts) >= 23 else ts
+
+
+def _short(text: str, keep: int = 12) -> str:
+    return text if len(text) <= keep + 1 else text[:keep] + "…"
+
+
+def _bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"

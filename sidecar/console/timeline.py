@@ -1,0 +1,246 @@
+"""One run's events drawn as a timeline: attempts, writes, steps, decisions.
+
+A pure function of the run's events (oldest first), so that the page, its
+JSON and the tests read the same thing. A write is one entry from its intent
+to its outcome; a step is one entry from its begin to its end; each entry
+belongs to the attempt that made it, numbered in the order the attempts began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sidecar.ledger.base import Phase, StoredEvent
+from sidecar.ledger.pending import DECISION
+
+# Colours of the attempts' lanes, in order (the stylesheet's --lane-N).
+LANES = 6
+
+
+@dataclass
+class AttemptView:
+    attempt_id: str
+    number: int
+    began_seq: int
+    began_ts: str
+    checkpoint: str
+    lease_deadline: str = ""
+    ended_ts: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+    fenced_by: int = 0  # the number of the attempt that fenced it, if it never ended
+
+    @property
+    def lane(self) -> int:
+        return (self.number - 1) % LANES
+
+
+@dataclass
+class Entry:
+    """One line of the timeline."""
+
+    kind: str  # attempt_begin, attempt_end, write, step, read, refusal, decision
+    seq: int
+    ts: str
+    attempt: AttemptView | None
+    rpc: str = ""
+    write_type: str = ""
+    derived_id: str = ""
+    occurrence: int = -1
+    digest: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+    # How it ended: an outcome, or a refusal's reason and class; a step's end.
+    outcome: str = ""
+    reason: str = ""
+    failure_class: str = ""
+    settled_ts: str = ""
+    ended_ts: str = ""
+    result_json: str = ""
+    state: str = ""  # what a person should read: applied, already_applied, in_doubt, ...
+    fences: int = 0  # attempt_begin: the attempt this one fenced
+
+    @property
+    def elapsed_ms(self) -> float | None:
+        end = self.settled_ts or self.ended_ts
+        if not end:
+            return None
+        return (_parse(end) - _parse(self.ts)).total_seconds() * 1000
+
+
+@dataclass
+class Timeline:
+    run_id: str
+    rule: str
+    attempts: list[AttemptView]
+    entries: list[Entry]
+
+
+def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> Timeline:
+    """The timeline of a run; ``pending_ids`` are its items that need a person."""
+    attempts: dict[str, AttemptView] = {}
+    entries: list[Entry] = []
+    open_entries: dict[tuple[str, str], Entry] = {}
+    rule = ""
+    newest: AttemptView | None = None
+    for stored in events:
+        e = stored.event
+        rule = rule or e.rule
+        attempt = attempts.get(e.attempt_id)
+        if e.phase == Phase.ATTEMPT_BEGIN:
+            attempt = AttemptView(
+                e.attempt_id,
+                len(attempts) + 1,
+                stored.seq,
+                stored.ts,
+                e.checkpoint,
+                lease_deadline=str(e.detail.get("lease_deadline", "")),
+            )
+            attempts[e.attempt_id] = attempt
+            entry = Entry("attempt_begin", stored.seq, stored.ts, attempt)
+            if newest is not None and not newest.ended_ts:
+                newest.fenced_by = attempt.number
+                entry.fences = newest.number
+            newest = attempt
+            entries.append(entry)
+            continue
+        key = (e.attempt_id, e.derived_id)
+        if e.phase == Phase.ATTEMPT_END:
+            if attempt is not None:
+                attempt.ended_ts = stored.ts
+                attempt.counts = {k: int(v) for k, v in e.detail.items()}
+            entries.append(
+                Entry("attempt_end", stored.seq, stored.ts, attempt, detail=dict(e.detail))
+            )
+        elif e.phase in (Phase.INTENT, Phase.STEP_BEGIN):
+            entry = Entry(
+                "step" if e.phase == Phase.STEP_BEGIN else "write",
+                stored.seq,
+                stored.ts,
+                attempt,
+                rpc=e.rpc,
+                write_type=e.write_type,
+                derived_id=e.derived_id,
+                occurrence=e.occurrence,
+                digest=e.digest,
+                detail=dict(e.detail),
+                state="no_outcome" if e.phase == Phase.INTENT else "in_progress",
+            )
+            open_entries[key] = entry
+            entries.append(entry)
+        elif e.phase == Phase.OUTCOME:
+            entry_or_none = open_entries.get(key)
+            if entry_or_none is None or entry_or_none.settled_ts:
+                entries.append(
+                    Entry(
+                        "refusal",
+                        stored.seq,
+                        stored.ts,
+                        attempt,
+                        rpc=e.rpc,
+                        write_type=e.write_type,
+                        derived_id=e.derived_id,
+                        reason=e.reason,
+                        failure_class=e.failure_class,
+                        state="refused",
+                    )
+                )
+                continue
+            entry = entry_or_none
+            entry.settled_ts = stored.ts
+            entry.outcome, entry.reason, entry.failure_class = (
+                e.outcome,
+                e.reason,
+                e.failure_class,
+            )
+            entry.state = _settled_state(entry)
+        elif e.phase == Phase.STEP_END:
+            entry_or_none = open_entries.get(key)
+            if entry_or_none is not None:
+                entry_or_none.ended_ts = stored.ts
+                entry_or_none.result_json = str(e.detail.get("result_json", ""))
+                entry_or_none.state = "ended"
+        elif e.phase == Phase.READ:
+            entries.append(
+                Entry(
+                    "read",
+                    stored.seq,
+                    stored.ts,
+                    attempt,
+                    rpc=e.rpc,
+                    derived_id=e.derived_id,
+                    reason=e.reason,
+                    failure_class=e.failure_class,
+                    state="refused" if e.reason else "read",
+                )
+            )
+        elif e.phase == DECISION:
+            entries.append(
+                Entry(
+                    "decision",
+                    stored.seq,
+                    stored.ts,
+                    attempt,
+                    rpc=e.rpc,
+                    write_type=e.write_type,
+                    derived_id=e.derived_id,
+                    detail=dict(e.detail),
+                    result_json=str(e.detail.get("result_json", "")),
+                    state=str(e.detail.get("decision", "")),
+                )
+            )
+    _mark_in_doubt(entries, pending_ids)
+    return Timeline(run_id, rule, list(attempts.values()), entries)
+
+
+def _settled_state(entry: Entry) -> str:
+    if entry.reason:
+        return "in_doubt_refused" if entry.reason == "IN_DOUBT" else "refused"
+    if entry.kind == "step":
+        # A BeginStep that was told to go ahead is in progress until its EndStep.
+        return "already_applied" if entry.outcome == "OUTCOME_ALREADY_APPLIED" else "in_progress"
+    return {
+        "OUTCOME_APPLIED": "applied",
+        "OUTCOME_ALREADY_APPLIED": "already_applied",
+        "OUTCOME_SKIPPED": "skipped",
+    }.get(entry.outcome, "applied")
+
+
+def _mark_in_doubt(entries: list[Entry], pending_ids: set[str]) -> None:
+    # A step told to go ahead that never ended: in doubt while the ledger says so
+    # (the same rule as `actonce audit pending`), decided once a person decided.
+    decided = {e.derived_id: e.state for e in entries if e.kind == "decision"}
+    for entry in entries:
+        if entry.kind == "step" and entry.state == "in_progress":
+            if entry.derived_id in pending_ids:
+                entry.state = "in_doubt"
+            elif entry.derived_id in decided:
+                entry.state = f"decided_{decided[entry.derived_id]}"
+
+
+def _parse(ts: str) -> datetime:
+    return datetime.fromisoformat(ts)
+
+
+def event_json(stored: StoredEvent) -> dict[str, Any]:
+    """One event for /api/runs/{run_id}: ids, digests and outcomes, as the ledger holds them."""
+    e = stored.event
+    return {
+        "seq": stored.seq,
+        "ts": stored.ts,
+        "attempt_id": e.attempt_id,
+        "rpc": e.rpc,
+        "phase": e.phase,
+        "rule": e.rule,
+        "write_type": e.write_type,
+        "derived_id": e.derived_id,
+        "request_id": e.request_id,
+        "occurrence": e.occurrence,
+        "digest": e.digest,
+        "outcome": e.outcome,
+        "reason": e.reason,
+        "failure_class": e.failure_class,
+        "detail": e.detail,
+        "hash": stored.hash,
+    }

@@ -1,0 +1,203 @@
+"""The console over HTTP on both ledger backends: pages, JSON, access and forged forms."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from sidecar.console.app import create_app
+from sidecar.console.chain import ChainWatch
+from sidecar.ledger.sqlite import read_events
+from tests.conftest import MakeConfig
+from tests.console.scenario import RUN, TOKEN, Console, make_ledger, start_console
+from tests.harness import sidecar_config
+from tests.server.processes import run_cli
+
+
+class Browser:
+    """A cookie-keeping HTTP client, as a browser without JavaScript is."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with self.opener.open(self.base + path, timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def json(self, path: str) -> Any:
+        status, body = self.get(path)
+        assert status == 200, body
+        return json.loads(body)
+
+    def post(self, path: str, fields: dict[str, str]) -> tuple[int, str]:
+        data = urllib.parse.urlencode(fields).encode()
+        try:
+            with self.opener.open(self.base + path, data=data, timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "no form token on the page"
+    return found.group(1)
+
+
+@pytest.fixture
+def console(make_config: MakeConfig, tmp_path: Path) -> Iterator[tuple[Console, str, list[str]]]:
+    config = make_config(tmp_path / "data")
+    step_id = make_ledger(config, tmp_path)
+    flags = (
+        ["--audit-dsn", config.audit_dsn]
+        if config.audit_dsn
+        else ["--audit-db", str(config.audit_path)]
+    )
+    running = start_console(config, tmp_path)
+    try:
+        yield running, step_id, flags
+    finally:
+        running.stop()
+
+
+def test_runs_run_and_pending_as_json_and_pages(console: tuple[Console, str, list[str]]) -> None:
+    running, step_id, _flags = console
+    client = Browser(running.url)
+    runs = client.json("/api/runs")["runs"]
+    assert [r["run_id"] for r in runs] == [RUN, "run-digest"]
+    refund = runs[0]
+    assert refund["pending"] == 1 and refund["attempts"] == 2
+    assert refund["writes"] == {"applied": 4, "already_applied": 3, "failed": 1}
+    assert [r["run_id"] for r in client.json("/api/runs?rule=digest")["runs"]] == ["run-digest"]
+    assert [r["run_id"] for r in client.json("/api/runs?pending=1")["runs"]] == [RUN]
+    assert client.json("/api/runs?q=nothing-like-it")["runs"] == []
+
+    run = client.json(f"/api/runs/{RUN}")
+    assert [p["id"] for p in run["pending"]] == [step_id]
+    phases = [e["phase"] for e in run["events"]]
+    assert phases[0] == "attempt_begin" and phases.count("attempt_begin") == 2
+    pending = client.json("/api/pending")["pending"]
+    assert [(p["id"], p["kind"], p["tool"]) for p in pending] == [
+        (step_id, "step_in_doubt", "charge_card")
+    ]
+    status = client.json("/api/status")
+    assert status["chain"]["state"] == "intact" and status["events"] == len(
+        client.json("/api/runs/run-digest")["events"]
+    ) + len(run["events"])
+
+    for path in ("/", f"/runs/{RUN}", "/pending", "/?outcome=failed&since=2000-01-01T00:00"):
+        code, page = client.get(path)
+        assert code == 200, path
+        assert "tok_visa" not in page and "Refund approved" not in page  # never a payload
+    code, page = client.get("/runs/no-such-run")
+    assert code == 404
+    assert client.get("/api/runs/no-such-run")[0] == 404
+
+
+def test_resolving_needs_the_token_and_the_form_token(
+    console: tuple[Console, str, list[str]],
+) -> None:
+    running, step_id, flags = console
+    client = Browser(running.url)
+    _, page = client.get("/pending")
+    fields = {"decision": "did_not_run", "by": "dana", "reason": "no charge at the PSP"}
+
+    # A form posted from elsewhere carries no form token of this session: refused.
+    forged = Browser(running.url)
+    code, _ = forged.post(f"/pending/{step_id}/resolve", {**fields, "token": TOKEN})
+    assert code == 403
+    code, _ = client.post(f"/pending/{step_id}/resolve", {**fields, "token": TOKEN, "csrf": "x"})
+    assert code == 403
+    # The right form token but a wrong operator token: refused too.
+    code, body = client.post(
+        f"/pending/{step_id}/resolve", {**fields, "token": "guess", "csrf": csrf_of(page)}
+    )
+    assert code == 403 and "token" in body
+    assert run_cli("audit", "pending", *flags).returncode == 3  # nothing was recorded
+
+    code, body = client.post(
+        f"/pending/{step_id}/resolve", {**fields, "token": TOKEN, "csrf": csrf_of(page)}
+    )
+    assert code == 200 and "Operator decision: did not run" in body  # the run's timeline
+    assert run_cli("audit", "pending", *flags).returncode == 0
+    code, body = client.post(
+        f"/pending/{step_id}/resolve", {**fields, "token": TOKEN, "csrf": csrf_of(page)}
+    )
+    assert code == 409 and "already decided" in body
+    assert run_cli("audit", "verify", *flags).returncode == 0
+
+
+def test_a_console_without_a_token_reads_on_loopback_and_refuses_to_resolve(
+    tmp_path: Path,
+) -> None:
+    config = sidecar_config(tmp_path / "data")
+    step_id = make_ledger(config, tmp_path)
+    running = start_console(config, tmp_path, token=False)
+    try:
+        client = Browser(running.url)
+        code, page = client.get("/pending")
+        assert code == 200 and "actonce audit resolve" in page
+        code, body = client.post(
+            f"/pending/{step_id}/resolve",
+            {"decision": "did_not_run", "by": "a", "reason": "r", "csrf": csrf_of(page)},
+        )
+        assert code == 403 and "--token-file" in body
+    finally:
+        running.stop()
+    refused = run_cli(
+        "console", "--listen", "0.0.0.0:0", "--audit-db", str(config.audit_path), timeout=20
+    )
+    assert refused.returncode == 2 and "--token-file" in refused.stderr
+
+
+def test_a_client_beyond_loopback_needs_the_token(tmp_path: Path) -> None:
+    # Starlette's test client calls the app as a client at a non-loopback address would.
+    from sidecar.ledger.operator import open_operator_ledger
+
+    config = sidecar_config(tmp_path / "data")
+    make_ledger(config, tmp_path)
+    assert list(read_events(config.audit_path))
+    ledger = open_operator_ledger(config.audit_path, None)
+    chain = ChainWatch(lambda: (_ for _ in ()).throw(RuntimeError("not checked here")))
+    try:
+        for token in (None, TOKEN):
+            app = create_app(ledger, token=token, chain=chain)
+            with TestClient(app, client=("203.0.113.9", 5000)) as remote:
+                answer = remote.get("/api/pending")
+                assert answer.status_code == (403 if token is None else 401)
+                answer = remote.get("/", follow_redirects=False)
+                assert answer.status_code == (403 if token is None else 303)
+                if token is None:
+                    continue
+                assert (
+                    remote.get(
+                        "/api/pending", headers={"Authorization": f"Bearer {TOKEN}"}
+                    ).status_code
+                    == 200
+                )
+                form = remote.get("/sign-in").text
+                wrong = remote.post("/sign-in", data={"token": "guess", "csrf": csrf_of(form)})
+                assert wrong.status_code == 403
+                signed = remote.post(
+                    "/sign-in", data={"token": TOKEN, "csrf": csrf_of(form)}, follow_redirects=False
+                )
+                assert signed.status_code == 303
+                assert remote.get("/api/pending").status_code == 200
+    finally:
+        ledger.close()
