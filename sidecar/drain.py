@@ -1,15 +1,25 @@
-"""Graceful drain: once told to stop, the sidecar lets calls in flight finish and refuses new ones.
+"""Graceful drain: once told to stop, the sidecar answers every call it receives, and never
+cancels one.
 
 grpc's own ``server.stop(grace)`` closes the listening socket at once, so an
-agent that calls during the grace period gets a bare connection error, and
-calls that were already running are cancelled when the grace runs out without
-anyone knowing which. The gate makes the drain explicit instead:
+agent that calls during the grace period gets a bare connection error; and it
+drops the calls it had accepted but not yet handed to a handler (they wait in
+grpc's queue while the event loop is busy): their callers see a bare
+``CANCELLED``, which no client can classify. Calls still running when the grace
+runs out are cancelled the same way. The gate makes the drain explicit instead:
 
-- new RunActionsService calls get UNAVAILABLE with ErrorInfo reason
-  ``SHUTTING_DOWN`` (class RETRYABLE): the queue retries the run elsewhere, and
-  derived ids make that safe;
+- once closed, every RunActionsService call gets UNAVAILABLE with ErrorInfo
+  reason ``SHUTTING_DOWN`` (class RETRYABLE): the queue retries the run
+  elsewhere, and derived ids make that safe. The refusal carries
+  ``grpc-retry-pushback-ms: -1``, so that no client's transport retries it
+  against a sidecar that is going away;
 - health and reflection calls pass, so probes see NOT_SERVING rather than an error;
-- :meth:`CallGate.wait_idle` returns when the last call in flight has answered.
+- :meth:`CallGate.wait_idle` returns when the last call in flight has answered;
+- :meth:`CallGate.cut` answers the calls still running when the grace runs out
+  with the same refusal, rather than letting grpc cancel them;
+- :meth:`CallGate.wait_quiet` keeps the server answering until callers have
+  stopped calling (each stops at its first SHUTTING_DOWN). Only then is grpc's
+  server stopped: its queue is empty, so it has nothing left to cancel.
 """
 
 from __future__ import annotations
@@ -23,19 +33,45 @@ from grpc_status import rpc_status
 from sidecar.errors import ShuttingDown, to_status
 from sidecar.interceptors import Behavior, RunActionsInterceptor
 
+# A caller that got SHUTTING_DOWN stops; this long without any call means they all have.
+QUIET_SECONDS = 0.5
+# How long the calls cut at the end of the grace get to send their refusal.
+CUT_SECONDS = 1.0
+
+# gRFC A6: a negative pushback tells the client's retry policy not to retry this call.
+_NO_TRANSPORT_RETRY = (("grpc-retry-pushback-ms", "-1"),)
+
+
+class _Refusal(grpc.Status):
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: tuple[Any, ...]) -> None:
+        self.code = code
+        self.details = details
+        self.trailing_metadata = trailing
+
+
+def _shutting_down() -> grpc.Status:
+    status = rpc_status.to_status(
+        to_status(
+            ShuttingDown("the sidecar is shutting down and takes no new calls; retry the run")
+        )
+    )
+    return _Refusal(status.code, status.details, (*status.trailing_metadata, *_NO_TRANSPORT_RETRY))
+
 
 class CallGate(RunActionsInterceptor):
     """Counts RunActionsService calls in flight, and refuses new ones once closed."""
 
     def __init__(self) -> None:
-        self._in_flight = 0
+        self._running: set[asyncio.Task[Any]] = set()
+        self._cut: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._last_arrival = 0.0
         self.closed = False
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return len(self._running)
 
     def close(self) -> None:
         """Refuse every call that arrives from now on."""
@@ -49,24 +85,53 @@ class CallGate(RunActionsInterceptor):
             return False
         return True
 
+    async def cut(self) -> int:
+        """Answer every call still running SHUTTING_DOWN now; how many there were.
+
+        Such a call may have reached the store: a write's id is derived, so the run's
+        retry finds it done, exactly as after a store deadline.
+        """
+        cut = list(self._running)
+        self._cut.update(cut)
+        for task in cut:
+            task.cancel()
+        await self.wait_idle(CUT_SECONDS)
+        return len(cut)
+
+    async def wait_quiet(self, deadline: float, quiet: float = QUIET_SECONDS) -> None:
+        """Keep answering until no call has arrived for ``quiet`` seconds, or ``deadline``
+        (the event loop's clock) passes."""
+        loop = asyncio.get_running_loop()
+        while (now := loop.time()) < deadline:
+            silent = now - self._last_arrival
+            if silent >= quiet and not self._running:
+                return
+            await asyncio.sleep(min(max(quiet - silent, 0.01), deadline - now))
+
     def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
         inner = handler.unary_unary
 
         async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            self._last_arrival = asyncio.get_running_loop().time()
             # Checked when the call runs, not when its handler was looked up: a call
             # that arrived just before the gate closed is refused all the same.
             if self.closed:
-                error = ShuttingDown(
-                    "the sidecar is shutting down and takes no new calls; retry the run"
-                )
-                await context.abort_with_status(rpc_status.to_status(to_status(error)))
-            self._in_flight += 1
+                await context.abort_with_status(_shutting_down())
+            task = asyncio.current_task()
+            assert task is not None
+            self._running.add(task)
             self._idle.clear()
             try:
                 return await inner(request, context)
+            except asyncio.CancelledError:
+                if task not in self._cut:
+                    raise  # the caller went away: nobody is left to answer
+                self._cut.discard(task)
+                task.uncancel()
             finally:
-                self._in_flight -= 1
-                if self._in_flight == 0:
+                self._running.discard(task)
+                if not self._running:
                     self._idle.set()
+            await context.abort_with_status(_shutting_down())
 
         return gated

@@ -13,6 +13,7 @@ import gc
 import os
 import signal
 import tempfile
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -123,12 +124,18 @@ class Sidecar:
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain, then close: no new calls, calls in flight get ``grace`` seconds, and the
-        ledger is flushed and closed last. ``None`` cancels calls in flight at once."""
+        ledger is flushed and closed last. ``None`` cuts calls in flight at once.
+
+        Every call the sidecar receives is answered, never cancelled (sidecar.drain):
+        calls still running when the grace runs out, and calls that arrive while the
+        agents stop calling, are refused SHUTTING_DOWN. Each step of closing is bounded
+        too, so that a ledger or a store that stopped answering cannot hold the exit.
+        """
         if self._stopped:
             return
         self._stopped = True
         loop = asyncio.get_running_loop()
-        began = loop.time()
+        deadline = loop.time() + (grace or 0.0)
         self.gate.close()
         self.metrics.draining.set(1)
         if self._health_task is not None:
@@ -139,23 +146,39 @@ class Sidecar:
         # the kubelet does not restart the sidecar in the middle of its drain.
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        if grace is not None and self.gate.in_flight:
+        if self.gate.in_flight:
             log.info("draining_calls", in_flight=self.gate.in_flight)
-            if not await self.gate.wait_idle(grace):
-                log.warning("drain_grace_ran_out", cancelled=self.gate.in_flight)
-        left = None if grace is None else max(0.0, grace - (loop.time() - began))
+            if not await self.gate.wait_idle(max(0.0, deadline - loop.time())):
+                log.warning("drain_grace_ran_out", cut=await self.gate.cut())
+        # Agents that are still calling get SHUTTING_DOWN and stop; once they are quiet,
+        # grpc's server has no call left in its queue to cancel when it stops.
+        await self.gate.wait_quiet(deadline)
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(left)
+        await self.server.stop(CLOSE_STEP_SECONDS)
         if self.health_server is not None:
             await self.health_server.stop(None)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
-        await self.store.close()
+        await _bounded("store_client", self.store.close())
         if self.embedded_store is not None:
-            await self.embedded_store.stop(grace)
+            await self.embedded_store.stop(0)
         if self.embedded_backend is not None:
-            self.embedded_backend.close()
-        await self.ledger.close()
+            await _bounded("store_backend", asyncio.to_thread(self.embedded_backend.close))
+        await _bounded("ledger", self.ledger.close())
+
+
+# Each step of closing gets this long: a ledger or a store that stopped answering
+# (a frozen host, a cut network) must not hold the exit past the grace by more.
+CLOSE_STEP_SECONDS = 2.0
+
+
+async def _bounded(step: str, closing: Awaitable[None]) -> None:
+    try:
+        await asyncio.wait_for(closing, CLOSE_STEP_SECONDS)
+    except TimeoutError:
+        log.warning("close_timed_out", step=step, seconds=CLOSE_STEP_SECONDS)
+    except Exception as exc:  # closing is best effort: the process is leaving
+        log.warning("close_failed", step=step, error=str(exc))
 
 
 def embedded_store_socket(data_dir: Path) -> str:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
+from actonce_client import ActonceError, Client
 
+from chaos.checker import read_sqlite_store
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar._gen.actonce.v1 import types_pb2
@@ -96,7 +101,7 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_ones_and_exits_0(
     assert '"event": "draining_calls"' in served.log()
 
 
-def test_a_call_still_running_when_the_grace_period_ends_is_cut_and_the_exit_is_0(
+def test_a_call_still_running_when_the_grace_period_ends_is_refused_and_the_exit_is_0(
     tmp_path: Path,
 ) -> None:
     slow = SlowCreates(delay=30.0)
@@ -117,8 +122,15 @@ def test_a_call_still_running_when_the_grace_period_ends_is_cut_and_the_exit_is_
 
         assert served.process.wait(15) == 0, served.log()[-2000:]
         assert time.monotonic() - signalled < 8
-        with pytest.raises(grpc.RpcError):
+        with pytest.raises(grpc.RpcError) as caught:
             in_flight.result(timeout=5)
+        # Answered, not cancelled: a bare CANCELLED is a failure no client can classify.
+        cut = refusal(caught.value)
+        assert (cut.code, cut.reason, cut.failure_class) == (
+            grpc.StatusCode.UNAVAILABLE,
+            "SHUTTING_DOWN",
+            "RETRYABLE",
+        )
         assert '"event": "drain_grace_ran_out"' in served.log()
     finally:
         channel.close()
@@ -137,3 +149,79 @@ def test_sigterm_with_nothing_in_flight_exits_0_at_once(tmp_path: Path) -> None:
     finally:
         served.stop()
         store.stop()
+
+
+@dataclass
+class Agent:
+    """An agent on the Python client that runs runs back to back until a call fails."""
+
+    client: Client
+    name: str
+    acknowledged: list[str] = field(default_factory=list)
+    failure: ActonceError | None = None
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            for run in itertools.count():
+                attempt = self.client.begin(f"{self.name}-{run}", "triage", checkpoint="c")
+                for n in range(3):
+                    written = attempt.create("ticket", {"agent": self.name, "run": run, "n": n})
+                    self.acknowledged.append(written.id)
+                attempt.end()
+        except ActonceError as error:
+            self.failure = error
+
+
+@pytest.mark.parametrize("delay", [0.05, 30.0], ids=["store-answers", "store-outlasts-grace"])
+def test_under_load_every_call_is_answered_or_refused_shutting_down_never_cancelled(
+    tmp_path: Path, delay: float
+) -> None:
+    slow = SlowCreates(delay=delay)
+    store = start_store(tmp_path / "store", interceptors=[slow])
+    grace = 3.0
+    served, api, _probes = serve(tmp_path, store.target, grace=grace)
+    client = Client(api, timeout=30)
+    agents = [Agent(client, f"agent{i}") for i in range(12)]
+    try:
+        assert slow.reached.wait(10), "no write reached the store"
+        time.sleep(1.0)  # under load: every agent has a call in flight or about to start one
+        signalled = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(grace + 10) == 0, served.log()[-2000:]
+        exited = time.monotonic() - signalled
+        for agent in agents:
+            agent.thread.join(30)
+    finally:
+        client.close()
+        served.stop()
+    # Each agent called until its first failure, and that failure is the drain's refusal,
+    # never a bare CANCELLED nor a transport error after the sidecar was gone.
+    failures = {
+        (a.failure.code, a.failure.reason, a.failure.failure_class) if a.failure else None
+        for a in agents
+    }
+    assert failures == {(grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "RETRYABLE")}
+    # Within the grace, and a little more for closing.
+    assert exited < grace + 2.5, exited
+    # Every acknowledged write is in the ledger and in the store.
+    acknowledged = {written for a in agents for written in a.acknowledged}
+    if delay < grace:
+        assert acknowledged, "no write was acknowledged before the drain"
+    reader = open_reader({"audit_dsn": None, "audit_db": tmp_path / "data" / "audit.db"})
+    try:
+        audited = {
+            e.event.derived_id
+            for e in reader.events()
+            if e.event.phase == Phase.OUTCOME and e.event.outcome == "OUTCOME_APPLIED"
+        }
+    finally:
+        reader.close()
+    store.stop()
+    stored = set(read_sqlite_store(tmp_path / "store" / "store.db").artifacts)
+    assert acknowledged <= audited
+    assert acknowledged <= stored
