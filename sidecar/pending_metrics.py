@@ -2,7 +2,8 @@
 
 Counted from the sidecar's ledger (the same rules as ``actonce audit
 pending``) when Prometheus scrapes, on the metrics endpoint's own thread and a
-connection of its own, never on the path of a write. A count is reused for
+read-only connection of its own, never on the path of a write: the whole
+ledger at the first scrape, then only the ids that new events name. A count is reused for
 ``max_age`` seconds so that frequent scrapes do not turn into frequent queries;
 a ledger that cannot be read shows as ``actonce_pending_scrape_errors_total``
 and leaves the last count in place.
@@ -19,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from sidecar.ledger.base import LedgerError
-from sidecar.ledger.operator import OperatorLedger
+from sidecar.ledger.operator import OperatorLedger, PendingTracker
 from sidecar.ledger.pending import Kind
 
 log = structlog.get_logger()
@@ -37,18 +38,20 @@ class PendingCollector(Collector):
         self._counts: dict[str, int] = {kind.value: 0 for kind in Kind}
         self._at = float("-inf")
         self._errors = 0
+        self._tracker: PendingTracker | None = None
 
     def _refresh(self) -> None:
         with self._lock:
             if time.monotonic() - self._at < self._max_age:
                 return
             try:
-                ledger = self._open()
-                try:
-                    items = ledger.pending()
-                finally:
-                    ledger.close()
+                if self._tracker is None:
+                    self._tracker = PendingTracker(self._open())
+                items = self._tracker.items()
             except LedgerError as exc:
+                if self._tracker is not None:
+                    self._tracker.ledger.close()
+                    self._tracker = None
                 self._errors += 1
                 log.warning("pending_count_failed", error=str(exc))
                 return

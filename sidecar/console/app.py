@@ -17,7 +17,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,7 +37,7 @@ from starlette.templating import Jinja2Templates
 from sidecar.console import timeline
 from sidecar.console.chain import ChainWatch
 from sidecar.errors import InvalidArgument
-from sidecar.ledger.operator import OUTCOMES, OperatorLedger, RunFilter
+from sidecar.ledger.operator import OUTCOMES, OperatorLedger, PendingTracker, RunFilter
 from sidecar.ledger.pending import Decision, DecisionRefused, PendingItem
 from sidecar.rules import canonical
 
@@ -49,24 +48,18 @@ RUN_PAGE_EVENTS = 2000
 
 @dataclass
 class ConsoleState:
-    """What the routes share: the ledger, the token, the chain's watcher."""
+    """What the routes share: the ledger, what is pending in it, the token, the chain's watcher."""
 
     ledger: OperatorLedger
     token: str | None
     chain: ChainWatch
-    _pending: tuple[int, list[PendingItem]] | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    tracker: PendingTracker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tracker = PendingTracker(self.ledger)
 
     def pending(self) -> list[PendingItem]:
-        """Every pending item; recomputed only when the ledger has grown."""
-        head, _ = self.ledger.head()
-        with self._lock:
-            if self._pending is not None and self._pending[0] == head:
-                return self._pending[1]
-        items = self.ledger.pending()
-        with self._lock:
-            self._pending = (head, items)
-        return items
+        return self.tracker.items()
 
 
 def _is_loopback(host: str | None) -> bool:

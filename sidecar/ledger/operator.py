@@ -109,7 +109,10 @@ class OperatorLedger:
 
     def pending(self, *, run_id: str | None = None) -> list[PendingItem]:
         """Everything that needs a person, newest first; one run's when ``run_id`` is given."""
-        ids = self._candidate_ids(run_id)
+        return self.pending_of(self._candidate_ids(run_id))
+
+    def pending_of(self, ids: Sequence[str]) -> list[PendingItem]:
+        """Which of ``ids`` are pending, newest first."""
         items = []
         for events in self._events_by_id(ids).values():
             item = pending_item(events)
@@ -136,10 +139,20 @@ SELECT b.derived_id FROM audit_events b
                       AND o.phase = 'outcome' AND o.seq > b.seq)
 UNION
 SELECT b.derived_id FROM audit_events b
- WHERE b.failure_class = 'UNKNOWN' AND b.phase = 'outcome'{narrow}
+ WHERE b.failure_class = 'UNKNOWN'{narrow}
 """
         params = [run_id] * 3 if run_id is not None else []
         return [str(row[0]) for row in self._fetch(self._sql(sql), params) if row[0]]
+
+    def ids_since(self, seq: int) -> list[str]:
+        """The ids named by events after ``seq``: the only ones whose state can have changed."""
+        rows = self._fetch(
+            self._sql(
+                "SELECT DISTINCT derived_id FROM audit_events WHERE seq > ? AND derived_id <> ''"
+            ),
+            [seq],
+        )
+        return [str(row[0]) for row in rows]
 
     def _events_by_id(self, ids: Sequence[str]) -> dict[str, list[StoredEvent]]:
         by_id: dict[str, list[StoredEvent]] = {}
@@ -299,6 +312,32 @@ SELECT b.derived_id FROM audit_events b
 
 def _like_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+class PendingTracker:
+    """What is pending, kept current cheaply: the whole ledger once, then only the ids
+    that events appended since name (an id's state depends on its own events alone)."""
+
+    def __init__(self, ledger: OperatorLedger, *, full_after: int = 20_000) -> None:
+        self.ledger = ledger
+        self._full_after = full_after
+        self._head: int | None = None
+        self._items: dict[str, PendingItem] = {}
+        self._lock = threading.Lock()
+
+    def items(self) -> list[PendingItem]:
+        with self._lock:
+            head = self.ledger.head()[0]
+            if self._head is None or head < self._head or head - self._head > self._full_after:
+                found = self.ledger.pending()
+            elif head == self._head:
+                found = list(self._items.values())
+            else:
+                changed = set(self._items) | set(self.ledger.ids_since(self._head))
+                found = self.ledger.pending_of(sorted(changed))
+            self._head = head
+            self._items = {item.id: item for item in found}
+            return sorted(found, key=lambda item: item.seq, reverse=True)
 
 
 # -- backends -----------------------------------------------------------------------------

@@ -14,7 +14,12 @@ from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent, Phase
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.operator import OperatorLedger, RunFilter, open_operator_ledger
+from sidecar.ledger.operator import (
+    OperatorLedger,
+    PendingTracker,
+    RunFilter,
+    open_operator_ledger,
+)
 from sidecar.ledger.pending import Decision, DecisionRefused, Kind
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
@@ -265,3 +270,21 @@ def test_the_gauge_counts_pending_items_by_kind(ledgers: Ledgers) -> None:
     finally:
         ledger.close()
     assert counts()["step_in_doubt"] == 0
+
+
+def test_the_tracker_follows_the_ledger_from_new_events_alone(ledgers: Ledgers) -> None:
+    ledger = ledgers.operator()
+    tracker = PendingTracker(ledger)
+    try:
+        assert tracker.items() == []
+        ledgers.append(begin("run-t", "t1"), *step_begin("run-t", "t1", "stp_t"),
+                       event("run-t", "t1", Phase.INTENT, "art_t"))  # fmt: skip
+        assert [i.id for i in tracker.items()] == ["art_t", "stp_t"]
+        ledgers.append(event("run-t", "t1", Phase.OUTCOME, "art_t", outcome="OUTCOME_APPLIED"))
+        assert [i.id for i in tracker.items()] == ["stp_t"]
+        ledger.resolve("stp_t", Decision.DID_NOT_RUN, by="al", reason="r")
+        assert tracker.items() == ledger.pending() == []
+        ledgers.append(begin("run-t", "t2"), *step_begin("run-t", "t2", "stp_t"))
+        assert tracker.items() == ledger.pending() != []
+    finally:
+        ledger.close()
