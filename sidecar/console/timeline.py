@@ -60,6 +60,7 @@ class Entry:
     result_json: str = ""
     state: str = ""  # what a person should read: applied, already_applied, in_doubt, ...
     fences: int = 0  # attempt_begin: the attempt this one fenced
+    by_decision: bool = False  # a step answered from an operator's decision, not an attempt's end
 
     @property
     def elapsed_ms(self) -> float | None:
@@ -84,6 +85,7 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
     open_entries: dict[tuple[str, str], Entry] = {}
     rule = ""
     newest: AttemptView | None = None
+    decided: dict[str, str] = {}  # id -> the latest decision on it so far
     for stored in events:
         e = stored.event
         rule = rule or e.rule
@@ -155,6 +157,8 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 e.failure_class,
             )
             entry.state = _settled_state(entry)
+            if entry.kind == "step" and entry.state == "already_applied":
+                entry.by_decision = decided.get(e.derived_id) == "ran"
         elif e.phase == Phase.STEP_END:
             entry_or_none = open_entries.get(key)
             if entry_or_none is not None:
@@ -176,6 +180,7 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 )
             )
         elif e.phase == DECISION:
+            decided[e.derived_id] = str(e.detail.get("decision", ""))
             entries.append(
                 Entry(
                     "decision",

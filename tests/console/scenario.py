@@ -14,9 +14,11 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
+from google.protobuf import timestamp_pb2
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
@@ -70,8 +72,12 @@ def agent(config: Config, log: Path, run_id: str, rule: str) -> Iterator[tuple[A
     channel = grpc.insecure_channel(sidecar.target)
     try:
         stub = pb_grpc.RunActionsServiceStub(channel)
+        lease = timestamp_pb2.Timestamp()
+        lease.FromDatetime(datetime.now(UTC) + timedelta(minutes=15))
         attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id=run_id, rule=rule, checkpoint="cp-inbox-17")
+            pb.BeginAttemptRequest(
+                run_id=run_id, rule=rule, checkpoint="cp-inbox-17", lease_deadline=lease
+            )
         ).attempt_id
         yield Agent(stub, attempt), sidecar
     finally:

@@ -81,7 +81,9 @@ def test_an_operator_finds_and_resolves_a_step_in_doubt(
         assert browser.current_url.endswith(f"/runs/{RUN}")
         banner = browser.find_element(By.CSS_SELECTOR, ".banner.doubt")
         assert "needs a person" in banner.text and "charge_card" in banner.text
-        assert len(browser.find_elements(By.CSS_SELECTOR, ".attempt")) == 2
+        attempts = browser.find_elements(By.CSS_SELECTOR, ".attempt")
+        assert len(attempts) == 2
+        assert "fenced by A2" in attempts[0].text and "lease until" in attempts[0].text
         assert browser.find_elements(By.CSS_SELECTOR, ".entry.state-already_applied")
         doubt = browser.find_element(By.CSS_SELECTOR, ".entry.step.state-in_doubt")
         assert step_id in doubt.text and "tok_visa" not in browser.page_source  # no payload

@@ -1,0 +1,92 @@
+"""A run's events drawn as a timeline: entries, their states, the attempts' lanes."""
+
+from __future__ import annotations
+
+from sidecar.console.timeline import build
+from sidecar.ledger.base import AuditEvent, StoredEvent
+
+
+def stored(seq: int, attempt: str, phase: str, derived: str = "", **fields: object) -> StoredEvent:
+    rpc = str(fields.pop("rpc", "Create"))
+    ts = f"2026-11-30T08:00:{seq:02d}.000000+00:00"
+    event = AuditEvent("run-1", attempt, rpc, phase, rule="triage", derived_id=derived, **fields)  # type: ignore[arg-type]
+    return StoredEvent(seq, ts, event, "", "")
+
+
+STEP = {"tool": "charge_card", "effect": "NON_IDEMPOTENT_WRITE"}
+
+
+def test_writes_pair_intent_and_outcome_and_retries_show_already_applied() -> None:
+    events = [
+        stored(1, "a1", "attempt_begin", detail={"lease_deadline": "2026-11-30T09:00:00+00:00"}),
+        stored(2, "a1", "intent", "art_1"),
+        stored(4, "a1", "outcome", "art_1", outcome="OUTCOME_APPLIED"),
+        stored(5, "a1", "step_begin", "stp_1", rpc="BeginStep", detail=STEP),
+        stored(6, "a1", "outcome", "stp_1", rpc="BeginStep", outcome="OUTCOME_APPLIED"),
+        stored(7, "a2", "attempt_begin"),
+        stored(8, "a2", "intent", "art_1"),
+        stored(9, "a2", "outcome", "art_1", outcome="OUTCOME_ALREADY_APPLIED"),
+        stored(10, "a2", "step_begin", "stp_1", rpc="BeginStep", detail=STEP),
+        stored(
+            11,
+            "a2",
+            "outcome",
+            "stp_1",
+            rpc="BeginStep",
+            reason="IN_DOUBT",
+            failure_class="UNKNOWN",
+        ),
+        stored(12, "a2", "outcome", "", rpc="Send", reason="FORBIDDEN", failure_class="PERMANENT"),
+        stored(
+            13,
+            "a2",
+            "attempt_end",
+            detail={"applied": 0, "already_applied": 1, "skipped": 0, "failed": 2},
+        ),
+    ]
+    view = build("run-1", events, {"stp_1"})
+    first, second = view.attempts
+    assert (first.number, first.fenced_by, first.lease_deadline[:16]) == (1, 2, "2026-11-30T09:00")
+    assert (second.number, second.fenced_by, second.ended_ts != "") == (2, 0, True)
+    kinds = [(e.kind, e.state, e.attempt.number if e.attempt else 0) for e in view.entries]
+    assert kinds == [
+        ("attempt_begin", "", 1),
+        ("write", "applied", 1),
+        ("step", "in_doubt", 1),
+        ("attempt_begin", "", 2),
+        ("write", "already_applied", 2),
+        ("step", "in_doubt_refused", 2),
+        ("refusal", "refused", 2),
+        ("attempt_end", "", 2),
+    ]
+    assert view.entries[1].elapsed_ms == 2000.0  # intent at :02, outcome at :04
+    assert view.entries[3].fences == 1
+
+
+def test_a_decided_step_shows_the_decision_and_no_longer_in_doubt() -> None:
+    events = [
+        stored(1, "a1", "attempt_begin"),
+        stored(2, "a1", "step_begin", "stp_1", rpc="BeginStep", detail=STEP),
+        stored(3, "a1", "outcome", "stp_1", rpc="BeginStep", outcome="OUTCOME_APPLIED"),
+        stored(
+            4,
+            "a1",
+            "decision",
+            "stp_1",
+            rpc="Resolve",
+            detail={"decision": "ran", "by": "dana", "reason": "r", "result_json": '{"ok":true}'},
+        ),
+    ]
+    events += [
+        stored(5, "a2", "attempt_begin"),
+        stored(6, "a2", "step_begin", "stp_1", rpc="BeginStep", detail=STEP),
+        stored(7, "a2", "outcome", "stp_1", rpc="BeginStep", outcome="OUTCOME_ALREADY_APPLIED"),
+    ]
+    view = build("run-1", events, set())
+    assert view.entries[-1].state == "already_applied" and view.entries[-1].by_decision
+    view = build("run-1", events[:4], set())
+    assert [(e.kind, e.state) for e in view.entries[1:]] == [
+        ("step", "decided_ran"),
+        ("decision", "ran"),
+    ]
+    assert view.entries[-1].result_json == '{"ok":true}'
