@@ -326,7 +326,9 @@ class _TimedStore:
                 time.perf_counter() - started
             )
 
-    async def get_artifact(self, artifact_id: str) -> StoredArtifact:
+    async def get_artifact(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
         # An edit re-reads the artifact after a version conflict, before trying again;
         # a get of the artifact whose patch just conflicted, in the same call, is that.
         if _conflicted.get() == artifact_id:
@@ -334,11 +336,18 @@ class _TimedStore:
             self._metrics.version_conflict_rereads.inc()
         return cast(
             StoredArtifact,
-            await self._timed("get_artifact", self._inner.get_artifact(artifact_id)),
+            await self._timed(
+                "get_artifact", self._inner.get_artifact(artifact_id, timeout=timeout)
+            ),
         )
 
     async def patch_artifact(
-        self, artifact_id: str, expected_version: int, patch_json: str
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        timeout: float | None = None,
     ) -> StoredArtifact:
         return cast(
             StoredArtifact,
@@ -346,19 +355,29 @@ class _TimedStore:
                 artifact_id,
                 self._timed(
                     "patch_artifact",
-                    self._inner.patch_artifact(artifact_id, expected_version, patch_json),
+                    self._inner.patch_artifact(
+                        artifact_id, expected_version, patch_json, timeout=timeout
+                    ),
                 ),
             ),
         )
 
     async def propose_patch(
-        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+        self,
+        proposal_id: str,
+        artifact_id: str,
+        patch_json: str,
+        base_version: int,
+        *,
+        timeout: float | None = None,
     ) -> None:
         await self._conflict_noted(
             artifact_id,
             self._timed(
                 "propose_patch",
-                self._inner.propose_patch(proposal_id, artifact_id, patch_json, base_version),
+                self._inner.propose_patch(
+                    proposal_id, artifact_id, patch_json, base_version, timeout=timeout
+                ),
             ),
         )
 

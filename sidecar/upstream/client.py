@@ -45,31 +45,61 @@ class Refusal(Exception):
 
 
 class StoreClient(Protocol):
-    """What the sidecar asks of an artifact store."""
+    """What the sidecar asks of an artifact store.
+
+    ``timeout`` is the call's deadline in seconds; None is the client's own. The
+    write path passes one no later than the attempt's lease ends.
+    """
 
     async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str
+        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
     ) -> StoredArtifact: ...
 
-    async def get_artifact(self, artifact_id: str) -> StoredArtifact: ...
+    async def get_artifact(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> StoredArtifact: ...
 
     async def patch_artifact(
-        self, artifact_id: str, expected_version: int, patch_json: str
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        timeout: float | None = None,
     ) -> StoredArtifact: ...
 
-    async def propose_create(self, proposal_id: str, kind: str, data_json: str) -> None: ...
-
-    async def propose_patch(
-        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+    async def propose_create(
+        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
     ) -> None: ...
 
-    async def create_thread(self, thread_id: str, title: str) -> None: ...
+    async def propose_patch(
+        self,
+        proposal_id: str,
+        artifact_id: str,
+        patch_json: str,
+        base_version: int,
+        *,
+        timeout: float | None = None,
+    ) -> None: ...
+
+    async def create_thread(
+        self, thread_id: str, title: str, *, timeout: float | None = None
+    ) -> None: ...
 
     async def post_message(
-        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool,
+        timeout: float | None = None,
     ) -> StoredMessage: ...
 
-    async def list_messages(self, thread_id: str) -> Sequence[StoredMessage]: ...
+    async def list_messages(
+        self, thread_id: str, *, timeout: float | None = None
+    ) -> Sequence[StoredMessage]: ...
 
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""
@@ -164,26 +194,38 @@ class GrpcStoreClient:
         channel = grpc.aio.insecure_channel(target, options=options)
         return cls(channel, timeout_seconds=timeout_seconds)
 
-    async def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
+    def _deadline(self, timeout: float | None) -> float:
+        return self.timeout_seconds if timeout is None else timeout
+
+    async def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
         async with _map_errors("CreateArtifact"):
             response = await self._stub.CreateArtifact(
                 spb.CreateArtifactRequest(artifact_id=artifact_id, kind=kind, data_json=data_json),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
         return response.artifact
 
-    async def get_artifact(self, artifact_id: str) -> StoredArtifact:
+    async def get_artifact(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
         async with _map_errors("GetArtifact"):
             response = await self._stub.GetArtifact(
                 spb.GetArtifactRequest(artifact_id=artifact_id),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
         return response.artifact
 
     async def patch_artifact(
-        self, artifact_id: str, expected_version: int, patch_json: str
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        timeout: float | None = None,
     ) -> StoredArtifact:
         async with _map_errors("PatchArtifact"):
             response = await self._stub.PatchArtifact(
@@ -192,21 +234,29 @@ class GrpcStoreClient:
                     expected_version=expected_version,
                     patch_json=patch_json,
                 ),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
         return response.artifact
 
-    async def propose_create(self, proposal_id: str, kind: str, data_json: str) -> None:
+    async def propose_create(
+        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> None:
         async with _map_errors("CreateProposal"):
             await self._stub.CreateProposal(
                 spb.CreateProposalRequest(proposal_id=proposal_id, kind=kind, data_json=data_json),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
 
     async def propose_patch(
-        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+        self,
+        proposal_id: str,
+        artifact_id: str,
+        patch_json: str,
+        base_version: int,
+        *,
+        timeout: float | None = None,
     ) -> None:
         async with _map_errors("CreateProposal"):
             await self._stub.CreateProposal(
@@ -216,20 +266,29 @@ class GrpcStoreClient:
                     patch_json=patch_json,
                     base_version=base_version,
                 ),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
 
-    async def create_thread(self, thread_id: str, title: str) -> None:
+    async def create_thread(
+        self, thread_id: str, title: str, *, timeout: float | None = None
+    ) -> None:
         async with _map_errors("CreateThread"):
             await self._stub.CreateThread(
                 spb.CreateThreadRequest(thread_id=thread_id, title=title),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
 
     async def post_message(
-        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool,
+        timeout: float | None = None,
     ) -> StoredMessage:
         async with _map_errors("PostMessage"):
             response = await self._stub.PostMessage(
@@ -240,16 +299,18 @@ class GrpcStoreClient:
                     text=text,
                     request_turn=request_turn,
                 ),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
         return response.message
 
-    async def list_messages(self, thread_id: str) -> Sequence[StoredMessage]:
+    async def list_messages(
+        self, thread_id: str, *, timeout: float | None = None
+    ) -> Sequence[StoredMessage]:
         async with _map_errors("ListMessages"):
             response = await self._stub.ListMessages(
                 spb.ListMessagesRequest(thread_id=thread_id),
-                timeout=self.timeout_seconds,
+                timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
         return list(response.messages)

@@ -169,13 +169,18 @@ class InProcessStoreClient:
             )
 
     async def _call(
-        self, operation: str, call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+        self,
+        operation: str,
+        timeout: float | None,
+        call: Callable[_P, _T],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
     ) -> _T:
         loop = asyncio.get_running_loop()
         bound = functools.partial(call, *args, **kwargs)
         with _map_errors(operation):
             try:
-                async with asyncio.timeout(self.timeout_seconds):
+                async with asyncio.timeout(self.timeout_seconds if timeout is None else timeout):
                     if self._batches is not None:
                         future: asyncio.Future[_T] = loop.create_future()
                         self._batches.submit(_Job(bound, future, loop))
@@ -187,23 +192,38 @@ class InProcessStoreClient:
                     "and a retry with the same derived id is safe"
                 ) from None
 
-    async def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
+    async def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
         return encode_artifact(
             await self._call(
-                "CreateArtifact", self._backend.create_artifact, artifact_id, kind, data_json
+                "CreateArtifact",
+                timeout,
+                self._backend.create_artifact,
+                artifact_id,
+                kind,
+                data_json,
             )
         )
 
-    async def get_artifact(self, artifact_id: str) -> StoredArtifact:
-        artifact = await self._call("GetArtifact", self._backend.get_artifact, artifact_id)
+    async def get_artifact(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
+        artifact = await self._call("GetArtifact", timeout, self._backend.get_artifact, artifact_id)
         return encode_artifact(artifact)
 
     async def patch_artifact(
-        self, artifact_id: str, expected_version: int, patch_json: str
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        timeout: float | None = None,
     ) -> StoredArtifact:
         return encode_artifact(
             await self._call(
                 "PatchArtifact",
+                timeout,
                 self._backend.patch_artifact,
                 artifact_id,
                 expected_version,
@@ -211,9 +231,12 @@ class InProcessStoreClient:
             )
         )
 
-    async def propose_create(self, proposal_id: str, kind: str, data_json: str) -> None:
+    async def propose_create(
+        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> None:
         await self._call(
             "CreateProposal",
+            timeout,
             self._backend.create_proposal,
             proposal_id,
             kind=kind,
@@ -221,10 +244,17 @@ class InProcessStoreClient:
         )
 
     async def propose_patch(
-        self, proposal_id: str, artifact_id: str, patch_json: str, base_version: int
+        self,
+        proposal_id: str,
+        artifact_id: str,
+        patch_json: str,
+        base_version: int,
+        *,
+        timeout: float | None = None,
     ) -> None:
         await self._call(
             "CreateProposal",
+            timeout,
             self._backend.create_proposal,
             proposal_id,
             artifact_id=artifact_id,
@@ -232,15 +262,25 @@ class InProcessStoreClient:
             base_version=base_version,
         )
 
-    async def create_thread(self, thread_id: str, title: str) -> None:
-        await self._call("CreateThread", self._backend.create_thread, thread_id, title)
+    async def create_thread(
+        self, thread_id: str, title: str, *, timeout: float | None = None
+    ) -> None:
+        await self._call("CreateThread", timeout, self._backend.create_thread, thread_id, title)
 
     async def post_message(
-        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool,
+        timeout: float | None = None,
     ) -> StoredMessage:
         return encode_message(
             await self._call(
                 "PostMessage",
+                timeout,
                 self._backend.post_message,
                 message_id,
                 thread_id,
@@ -250,8 +290,10 @@ class InProcessStoreClient:
             )
         )
 
-    async def list_messages(self, thread_id: str) -> Sequence[StoredMessage]:
-        messages = await self._call("ListMessages", self._backend.list_messages, thread_id)
+    async def list_messages(
+        self, thread_id: str, *, timeout: float | None = None
+    ) -> Sequence[StoredMessage]:
+        messages = await self._call("ListMessages", timeout, self._backend.list_messages, thread_id)
         return [encode_message(message) for message in messages]
 
     async def ping(self) -> None:
