@@ -8,12 +8,13 @@ closed even though the write landed). 7. Return, so the servicer answers.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -33,7 +34,7 @@ from sidecar.errors import (
 from sidecar.ledger import pending
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, edits, effects, ids, refusals
-from sidecar.rules.attempts import Attempt, AttemptRegistry, StepState
+from sidecar.rules.attempts import Attempt, AttemptRegistry, Claim, StepState
 from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact, StoredMessage
 
 log = structlog.get_logger()
@@ -91,6 +92,24 @@ class Settings:
 
 
 Perform = Callable[[str], Awaitable[WriteResult]]
+T = TypeVar("T")
+
+# Failures that say the write did not land: refused before it acted, or by the
+# store. Any other failure once the store was called (a deadline, an unreachable
+# store, an outcome that could not be audited) leaves it unknown.
+_NOTHING_LANDED = (LeaseExpired, StoreRefused, ArtifactArchived, InDoubt)
+
+
+@dataclass(frozen=True)
+class _Write:
+    """What the write path needs to know of a write besides its id."""
+
+    rpc: str
+    write_type: ids.WriteType
+    identity: ids.Identity
+    request_id: str
+    phases: tuple[str, str]
+    fail_soft: bool
 
 
 class RunActions:
@@ -109,6 +128,7 @@ class RunActions:
         self.attempts = attempts
         self.settings = settings
         self.read_audit_failures = 0
+        self._landing: set[asyncio.Task[Any]] = set()
 
     # -- attempts -------------------------------------------------------------
 
@@ -150,6 +170,9 @@ class RunActions:
         if isinstance(ended, AttemptCounts):
             return ended
         attempt = self.attempts.get(attempt_id)
+        # Writes whose callers gave up are still the attempt's: count them too.
+        while attempt.writing:
+            await asyncio.wait(set(attempt.writing))
         counts = AttemptCounts(
             applied=attempt.outcomes[Outcome.APPLIED],
             already_applied=attempt.outcomes[Outcome.ALREADY_APPLIED],
@@ -186,10 +209,11 @@ class RunActions:
 
         async def perform(derived: str) -> WriteResult:
             try:
+                timeout = self._store_timeout(attempt)
                 if propose:
-                    await self.store.propose_create(derived, kind, stored)
+                    await self.store.propose_create(derived, kind, stored, timeout=timeout)
                     return WriteResult(Outcome.APPLIED, id=derived)
-                artifact = await self.store.create_artifact(derived, kind, stored)
+                artifact = await self.store.create_artifact(derived, kind, stored, timeout=timeout)
                 return WriteResult(Outcome.APPLIED, id=derived, version=artifact.version)
             except Refusal as refusal:
                 return self._already_applied(refusal, id=derived)
@@ -226,7 +250,9 @@ class RunActions:
         async def perform(derived: str) -> WriteResult:
             conflicts = 0
             while True:
-                artifact = await self._get_artifact(artifact_id)
+                artifact = await self._get_artifact(
+                    artifact_id, timeout=self._store_timeout(attempt)
+                )
                 if artifact.archived:
                     raise ArtifactArchived(
                         f"artifact {artifact_id} is archived; an edit of it is refused "
@@ -237,15 +263,18 @@ class RunActions:
                 if edits.holds(document, pointer, value):
                     return WriteResult(Outcome.SKIPPED, version=artifact.version)
                 patch = edits.set_patch(document, pointer, value)
+                timeout = self._store_timeout(attempt)
                 try:
                     if propose:
                         await self.store.propose_patch(
-                            derived, artifact_id, patch, artifact.version
+                            derived, artifact_id, patch, artifact.version, timeout=timeout
                         )
                         return WriteResult(
                             Outcome.APPLIED, version=artifact.version, proposal_id=derived
                         )
-                    patched = await self.store.patch_artifact(artifact_id, artifact.version, patch)
+                    patched = await self.store.patch_artifact(
+                        artifact_id, artifact.version, patch, timeout=timeout
+                    )
                     return WriteResult(Outcome.APPLIED, version=patched.version)
                 except Refusal as refusal:
                     if refusal.code == refusals.VERSION_CONFLICT:
@@ -290,7 +319,7 @@ class RunActions:
 
         async def perform(derived: str) -> WriteResult:
             try:
-                await self.store.create_thread(derived, title)
+                await self.store.create_thread(derived, title, timeout=self._store_timeout(attempt))
                 return WriteResult(Outcome.APPLIED, id=derived)
             except Refusal as refusal:
                 return self._already_applied(refusal, id=derived)
@@ -336,7 +365,10 @@ class RunActions:
 
         async def perform(derived: str) -> WriteResult:
             try:
-                await self.store.post_message(derived, thread_id, kind, text, request_turn=is_send)
+                await self.store.post_message(
+                    derived, thread_id, kind, text, request_turn=is_send,
+                    timeout=self._store_timeout(attempt),
+                )  # fmt: skip
                 return WriteResult(Outcome.APPLIED, id=derived)
             except Refusal as refusal:
                 return self._already_applied(refusal, id=derived)
@@ -424,6 +456,7 @@ class RunActions:
     ) -> WriteResult:
         canonical.require_name(step_id, "step_id")
         _result, form = canonical.parse_canonical(result_json, "result_json")
+        _require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         state = attempt.steps.get(step_id)
         if state is None:
@@ -431,25 +464,67 @@ class RunActions:
                 f"step {step_id} was not begun by attempt {attempt.attempt_id}",
                 metadata={"step_id": step_id},
             )
-        if state.ended:
-            return WriteResult(Outcome.ALREADY_APPLIED, id=step_id)
-        stored = form.decode("utf-8")
+        result_digest = canonical.digest(form)
+        if request_id:
+            claim = await attempt.claim(request_id, ("EndStep", step_id, result_digest))
+            if claim.answer is not None:
+                log.info("request_replayed", request_id=request_id)
+                assert isinstance(claim.answer, WriteResult)
+                return claim.answer
+        return await self._to_the_end(
+            attempt, self._end_step(attempt, state, step_id, form, result_digest, request_id)
+        )
+
+    async def _end_step(
+        self,
+        attempt: Attempt,
+        state: StepState,
+        step_id: str,
+        form: bytes,
+        result_digest: str,
+        request_id: str,
+    ) -> WriteResult:
+        # One step ends once: a second EndStep, concurrent or later, waits for the
+        # first and appends nothing, counts nothing.
+        try:
+            async with state.ending:
+                if state.ended:
+                    result = WriteResult(Outcome.ALREADY_APPLIED, id=step_id)
+                else:
+                    await self._audit_step_end(attempt, state, step_id, form, result_digest,
+                                               request_id)  # fmt: skip
+                    state.ended = True
+                    attempt.outcomes[Outcome.APPLIED] += 1
+                    result = WriteResult(Outcome.APPLIED, id=step_id)
+        except BaseException:
+            if request_id:
+                attempt.released(request_id)
+            raise
+        if request_id:
+            attempt.answered(request_id, result)
+        return result
+
+    async def _audit_step_end(
+        self,
+        attempt: Attempt,
+        state: StepState,
+        step_id: str,
+        form: bytes,
+        result_digest: str,
+        request_id: str,
+    ) -> None:
         try:
             await self.ledger.append(
                 self._event(
                     attempt, "EndStep", Phase.STEP_END, write_type=ids.WriteType.STEP.value,
-                    derived_id=step_id, request_id=request_id,
-                    digest=canonical.digest(form),
-                    detail={"tool": state.tool, "result_json": stored},
+                    derived_id=step_id, request_id=request_id, digest=result_digest,
+                    detail={"tool": state.tool, "result_json": form.decode("utf-8")},
                 )
             )  # fmt: skip
         except LedgerError as exc:
             if effects.is_write(effects.ToolEffect(state.effect)):
                 raise AuditPersistenceFailed(f"the step's end was not persisted: {exc}") from exc
             log.warning("step_end_audit_failed", error=str(exc))
-        state.ended = True
-        attempt.outcomes[Outcome.APPLIED] += 1
-        return WriteResult(Outcome.APPLIED, id=step_id)
 
     # -- reads ----------------------------------------------------------------
 
@@ -497,21 +572,24 @@ class RunActions:
         phases: tuple[str, str] = (Phase.INTENT, Phase.OUTCOME),
         fail_soft: bool = False,
     ) -> WriteResult:
-        if len(request_id) > canonical.MAX_NAME_BYTES:
-            raise InvalidArgument("request_id", f"is longer than {canonical.MAX_NAME_BYTES}")
-        canonical.require_no_nul(request_id, "request_id")
+        _require_request_id(request_id)
+        claim = Claim()
         if request_id:
-            replayed = await attempt.replay(request_id, fingerprint)
-            if replayed is not None:
+            claim = await attempt.claim(request_id, fingerprint)
+            if claim.answer is not None:
                 log.info("request_replayed", request_id=request_id)
-                assert isinstance(replayed, WriteResult)
-                return replayed
+                assert isinstance(claim.answer, WriteResult)
+                return claim.answer
+        write = _Write(rpc, write_type, identity, request_id, phases, fail_soft)
         try:
             self._check_lease(attempt)
-            occurrence = attempt.occurrences.take(write_type, identity)
         except ActonceError:
-            attempt.failed(request_id)
+            bound = claim.occurrence is not None
+            self._settle_failed(attempt, write, claim.occurrence, may_have_landed=bound)
             raise
+        occurrence = claim.occurrence
+        if occurrence is None:
+            occurrence = attempt.occurrences.take(write_type, identity)
         derived = ids.derive_id(
             write_type,
             run_id=attempt.run_id,
@@ -527,56 +605,120 @@ class RunActions:
             occurrence=occurrence,
             digest=digest,
         )
-        landed = False
+        return await self._to_the_end(
+            attempt,
+            self._land(
+                attempt, write, perform, base, detail, occurrence,
+                acted_before=claim.occurrence is not None,
+            ),
+        )  # fmt: skip
+
+    async def _to_the_end(self, attempt: Attempt, landing: Awaitable[T]) -> T:
+        """Await ``landing`` in a task of its own that goes on if the caller gives up.
+
+        A write cut off between its intent and its outcome would leave the store
+        and the ledger in a state nobody knows; run to its end, it settles its
+        request_id with an answer that a repeat gets.
+        """
+        task: asyncio.Task[T] = asyncio.ensure_future(landing)
+        self._landing.add(task)
+        attempt.writing.add(task)
+
+        def landed(done: asyncio.Task[T]) -> None:
+            self._landing.discard(done)
+            attempt.writing.discard(done)
+            if not done.cancelled():
+                done.exception()  # its caller, if it gave up, never will look
+
+        task.add_done_callback(landed)
+        return await asyncio.shield(task)
+
+    async def _land(
+        self,
+        attempt: Attempt,
+        write: _Write,
+        perform: Perform,
+        base: dict[str, Any],
+        detail: dict[str, Any],
+        occurrence: int,
+        *,
+        acted_before: bool,
+    ) -> WriteResult:
+        """Audit the intent, perform, audit the outcome; then settle the request_id."""
+        acting = False
         try:
+            await self._audit_intent(attempt, write, base, detail)
+            acting = True  # from here on the write may land
             try:
-                await self.ledger.append(
-                    self._event(attempt, rpc, phases[0], detail=detail, **base)
-                )
-            except FencedError as exc:
-                raise AttemptFenced(
-                    f"{exc}; this attempt stops and the newer one goes on",
-                    metadata={"run_id": attempt.run_id},
-                ) from exc
-            except LedgerError as exc:
-                if not fail_soft:
-                    raise AuditPersistenceFailed(
-                        f"audit intent not persisted, the store was not called: {exc}"
-                    ) from exc
-                log.warning("audit_intent_lost_fail_soft", error=str(exc))
-            try:
-                result = await perform(derived)
+                result = await perform(base["derived_id"])
             except ActonceError as error:
-                await self._audit_failure(attempt, rpc, error, base)
+                await self._audit_failure(attempt, write.rpc, error, base)
                 raise
-            landed = True
             try:
                 await self.ledger.append(
                     self._event(
-                        attempt, rpc, phases[1], outcome=result.outcome.value,
+                        attempt, write.rpc, write.phases[1], outcome=result.outcome.value,
                         detail={"version": result.version}, **base,
                     )
                 )  # fmt: skip
             except LedgerError as exc:
-                if fail_soft:
-                    log.warning("audit_outcome_lost_fail_soft", error=str(exc))
-                    return self._succeeded(attempt, request_id, result, occurrence)
-                raise AuditPersistenceFailed(
-                    f"the write landed but its audit outcome was not persisted: {exc}"
-                ) from exc
+                if not write.fail_soft:
+                    raise AuditPersistenceFailed(
+                        f"the write landed but its audit outcome was not persisted: {exc}"
+                    ) from exc
+                log.warning("audit_outcome_lost_fail_soft", error=str(exc))
         except BaseException as error:
-            # Also a cancelled call (the caller's deadline passed): its
-            # request_id is released, or a transport retry of it would wait
-            # forever for an answer that never comes.
             if isinstance(error, ActonceError):
                 attempt.outcomes["failed"] += 1
-            if not landed:
-                # The slot goes back so that this write, tried again, gets the
-                # same id; if it landed after all, the store refuses the id.
-                attempt.occurrences.give_back(write_type, identity, occurrence)
-            attempt.failed(request_id)
+            landed = acting and not isinstance(error, _NOTHING_LANDED)
+            self._settle_failed(attempt, write, occurrence, may_have_landed=acted_before or landed)
             raise
-        return self._succeeded(attempt, request_id, result, occurrence)
+        return self._succeeded(attempt, write.request_id, result, occurrence)
+
+    async def _audit_intent(
+        self, attempt: Attempt, write: _Write, base: dict[str, Any], detail: dict[str, Any]
+    ) -> None:
+        try:
+            await self.ledger.append(
+                self._event(attempt, write.rpc, write.phases[0], detail=detail, **base)
+            )
+        except FencedError as exc:
+            raise AttemptFenced(
+                f"{exc}; this attempt stops and the newer one goes on",
+                metadata={"run_id": attempt.run_id},
+            ) from exc
+        except LedgerError as exc:
+            if not write.fail_soft:
+                raise AuditPersistenceFailed(
+                    f"audit intent not persisted, the store was not called: {exc}"
+                ) from exc
+            log.warning("audit_intent_lost_fail_soft", error=str(exc))
+
+    @staticmethod
+    def _settle_failed(
+        attempt: Attempt, write: _Write, occurrence: int | None, *, may_have_landed: bool
+    ) -> None:
+        """Settle what a write that failed held: its occurrence and its request_id.
+
+        A write with a request_id that may have landed keeps both: its occurrence is
+        its own for good, and a repeat of the request makes the same write again,
+        under the same id. Any other gives its occurrence back and releases its
+        request_id: made again, it is the same write, with the same id.
+        """
+        if may_have_landed and write.request_id:
+            assert occurrence is not None
+            attempt.unsettled(write.request_id, occurrence)
+            return
+        if occurrence is not None:
+            attempt.occurrences.give_back(write.write_type, write.identity, occurrence)
+        if write.request_id:
+            attempt.released(write.request_id)
+
+    async def settle(self) -> None:
+        """Wait until every write under way, also those whose callers gave up, has
+        ended: before the ledger and the store are closed."""
+        while self._landing:
+            await asyncio.wait(set(self._landing))
 
     @staticmethod
     def _succeeded(
@@ -607,9 +749,20 @@ class RunActions:
                 metadata={"lease_seconds_left": f"{max(left, 0.0):.3f}"},
             )
 
-    async def _get_artifact(self, artifact_id: str) -> StoredArtifact:
+    def _store_timeout(self, attempt: Attempt) -> float:
+        """The deadline of a write's next store call, no later than the lease's end;
+        LeaseExpired, before the call, if the lease would not outlast it."""
+        self._check_lease(attempt)
+        timeout = self.settings.store_timeout_seconds
+        if attempt.lease_deadline is None:
+            return timeout
+        return min(timeout, (attempt.lease_deadline - _now()).total_seconds())
+
+    async def _get_artifact(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
         try:
-            return await self.store.get_artifact(artifact_id)
+            return await self.store.get_artifact(artifact_id, timeout=timeout)
         except Refusal as refusal:
             raise _refused(refusal) from refusal
 
@@ -672,6 +825,12 @@ class RunActions:
         except LedgerError as exc:
             self.read_audit_failures += 1
             log.warning("read_audit_failed", error=str(exc))
+
+
+def _require_request_id(request_id: str) -> None:
+    if len(request_id) > canonical.MAX_NAME_BYTES:
+        raise InvalidArgument("request_id", f"is longer than {canonical.MAX_NAME_BYTES}")
+    canonical.require_no_nul(request_id, "request_id")
 
 
 def _recorded_effect(event: AuditEvent) -> effects.ToolEffect:

@@ -159,6 +159,9 @@ class Sidecar:
             await self.health_server.stop(None)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
+        # A write whose caller gave up (or was cut) runs to its end before its store
+        # and ledger go.
+        await _bounded("writes", self.actions.settle())
         await _bounded("store_client", self.store.close())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)

@@ -60,9 +60,11 @@ class Occurrences:
     """Which occurrence of each (type, identity) the attempt has taken.
 
     A write takes the smallest free occurrence and gives it back when it fails,
-    so that a write retried after a failure gets the id it would have had:
+    so that a write made again after a failure gets the id it would have had:
     the multiset of successful writes, not the history of failures, decides
-    the ids.
+    the ids. One exception: a write with a request_id that may have landed
+    keeps its occurrence, bound to the request_id, so that no other write is
+    given its id and a repeat of the request gets it again.
     """
 
     def __init__(self) -> None:
@@ -85,6 +87,18 @@ class _Request:
     fingerprint: Hashable
     done: asyncio.Event = field(default_factory=asyncio.Event)
     answer: Any = None
+    # The occurrence a call of this request took once its write may have landed
+    # and whose outcome is unknown: a repeat makes that same write again.
+    occurrence: int | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a call with a request_id may do: send the first answer again, or make
+    the write, under ``occurrence`` when an earlier call of it may have landed."""
+
+    answer: Any = None
+    occurrence: int | None = None
 
 
 @dataclass
@@ -94,6 +108,8 @@ class StepState:
     tool: str
     effect: int
     ended: bool = False
+    # Two EndSteps of one step at once: the second waits, then finds it ended.
+    ending: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass
@@ -109,33 +125,40 @@ class Attempt:
     outcomes: Counter[str] = field(default_factory=Counter)
     last_used: float = field(default_factory=time.monotonic)
     steps: dict[str, StepState] = field(default_factory=dict)
+    # Writes under way, also those whose caller gave up: EndAttempt counts them too.
+    writing: set[asyncio.Task[Any]] = field(default_factory=set)
     _requests: dict[str, _Request] = field(default_factory=dict)
     # Tells the registry how the attempt's memory grows (request ids it holds).
     charge: Callable[[int], None] = field(default=_no_charge, repr=False, compare=False)
 
-    async def replay(self, request_id: str, fingerprint: Hashable) -> Any | None:
-        """The first answer to ``request_id`` if it was answered, else None.
+    async def claim(self, request_id: str, fingerprint: Hashable) -> Claim:
+        """The first answer to ``request_id`` if it was answered; else the caller's
+        claim on the request, which it settles with :meth:`answered`,
+        :meth:`released` or :meth:`unsettled`.
 
-        Claims ``request_id`` for the caller when nobody holds it; a repeat
-        that arrives while the first call is in flight waits for its answer.
-        Reusing a request_id for a different request is bad input (AIP-155).
+        A repeat that arrives while the first call is in flight waits for it. A
+        repeat of a call whose write may have landed, outcome unknown, gets that
+        write's occurrence, never a new one. Reusing a request_id for a different
+        request is bad input (AIP-155).
         """
         while True:
             held = self._requests.get(request_id)
             if held is None:
                 self._requests[request_id] = _Request(fingerprint)
                 self.charge(REQUEST_BYTES)
-                return None
+                return Claim()
             if held.fingerprint != fingerprint:
                 raise InvalidArgument(
                     "request_id", "was already used in this attempt for a different request"
                 )
-            if held.done.is_set():
-                if held.answer is not None:
-                    return held.answer
-                # The first call failed: this repeat runs the write again.
+            if not held.done.is_set():
+                await held.done.wait()
                 continue
-            await held.done.wait()
+            if held.answer is not None:
+                return Claim(answer=held.answer)
+            # Unsettled: this repeat makes the same write again, and holds it meanwhile.
+            held.done = asyncio.Event()
+            return Claim(occurrence=held.occurrence)
 
     def answered(self, request_id: str, answer: Any) -> None:
         """Record the answer to a claimed request_id."""
@@ -144,11 +167,19 @@ class Attempt:
             held.answer = answer
             held.done.set()
 
-    def failed(self, request_id: str) -> None:
-        """Release a claimed request_id whose call failed, so a repeat runs again."""
+    def released(self, request_id: str) -> None:
+        """Release a claimed request_id whose write did not land, so a repeat runs anew."""
         held = self._requests.pop(request_id, None)
         if held is not None:
             self.charge(-REQUEST_BYTES)
+            held.done.set()
+
+    def unsettled(self, request_id: str, occurrence: int) -> None:
+        """Bind a claimed request_id to the occurrence of a write that may have landed
+        but was not answered: a repeat makes that write again under the same id."""
+        held = self._requests.get(request_id)
+        if held is not None:
+            held.occurrence = occurrence
             held.done.set()
 
 

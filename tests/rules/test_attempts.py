@@ -15,6 +15,7 @@ from sidecar.rules.attempts import (
     REQUEST_BYTES,
     Attempt,
     AttemptRegistry,
+    Claim,
 )
 
 
@@ -50,7 +51,7 @@ def test_past_the_bytes_the_attempt_holding_requests_is_counted_and_others_go() 
 
     async def claim(attempt: Attempt, ids: range) -> None:
         for i in ids:
-            assert await attempt.replay(f"req-{i}", ("Create", i)) is None
+            assert await attempt.claim(f"req-{i}", ("Create", i)) == Claim()
 
     asyncio.run(claim(registry.get(busy.attempt_id), range(2)))
     assert registry.approximate_bytes == 2 * ATTEMPT_BYTES + 2 * REQUEST_BYTES
@@ -60,7 +61,7 @@ def test_past_the_bytes_the_attempt_holding_requests_is_counted_and_others_go() 
     assert heard == ["old"]
     assert registry.approximate_bytes == ATTEMPT_BYTES + 3 * REQUEST_BYTES
     # A failed request gives its bytes back; an ended attempt gives back all of its own.
-    busy.failed("req-2")
+    busy.released("req-2")
     assert registry.approximate_bytes == ATTEMPT_BYTES + 2 * REQUEST_BYTES
     registry.end(busy.attempt_id)
     assert registry.approximate_bytes == 0
@@ -71,7 +72,7 @@ def test_the_attempt_in_use_is_never_the_one_forgotten() -> None:
     alone = begin(registry, "alone")
 
     async def claim() -> None:
-        await alone.replay("req", ("Create", 0))
+        await alone.claim("req", ("Create", 0))
 
     asyncio.run(claim())  # alone past the bound: kept, since forgetting it frees nothing in use
     assert registry.get(alone.attempt_id) is alone

@@ -1,0 +1,287 @@
+"""In-memory stand-ins for the ledger and the store client, for unit tests of RunActions.
+
+Both are deterministic: no thread, no timer. Each call suspends exactly once, after its
+effect (an event appended, an artifact made), as a real one can: a caller that stops
+waiting at that moment has still changed the ledger or the store. Each call is named in
+``trace`` as it begins, and ``in_flight`` names the call under way, so a test can tell
+which await point a write had reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sidecar.actions import RunActions, Settings
+from sidecar.ledger.base import (
+    GENESIS_HASH,
+    AuditEvent,
+    LedgerError,
+    Phase,
+    StoredEvent,
+    event_hash,
+    fenced,
+)
+from sidecar.rules.attempts import AttemptRegistry
+from sidecar.store.backend import apply_patch, parse_patch
+from sidecar.store.refusals import ARCHIVED, ID_USED, StoreRefusal
+from sidecar.upstream.client import Refusal, StoredArtifact, StoredMessage
+
+
+def _no_hook(name: str) -> None:
+    return None
+
+
+@dataclass
+class Trace:
+    """The calls the fakes were asked for, in order, and the one under way.
+
+    ``answering`` is called with each call's name as its answer comes back: a test can
+    move a clock there, or raise to lose the answer of a call that took effect.
+    """
+
+    calls: list[str] = field(default_factory=list)
+    in_flight: str = ""
+    answering: Callable[[str], None] = _no_hook
+
+    async def point(self, name: str) -> None:
+        """Record ``name`` and suspend once, as a call that waits for an answer."""
+        self.calls.append(name)
+        self.in_flight = name
+        try:
+            await asyncio.sleep(0)
+        finally:
+            self.in_flight = ""
+        self.answering(name)
+
+
+class MemoryLedger:
+    """An AuditLedger in a list. An event of a phase in ``failing`` is not stored, and
+    its append fails, as on a full disk."""
+
+    def __init__(self, trace: Trace | None = None) -> None:
+        self.trace = trace if trace is not None else Trace()
+        self.events: list[StoredEvent] = []
+        self.failing: set[str] = set()
+        self._newest: dict[str, str] = {}
+
+    async def append(self, event: AuditEvent) -> int:
+        if event.phase in self.failing:
+            await self.trace.point(f"ledger.append {event.phase}")
+            raise LedgerError("the ledger is failing")
+        refusal = fenced(event, self._newest.get(event.run_id))
+        if refusal is not None:
+            await self.trace.point(f"ledger.append {event.phase}")
+            raise refusal
+        if event.phase == Phase.ATTEMPT_BEGIN:
+            self._newest[event.run_id] = event.attempt_id
+        seq = len(self.events) + 1
+        ts = datetime.now(UTC).isoformat()
+        prev = self.events[-1].hash if self.events else GENESIS_HASH
+        self.events.append(StoredEvent(seq, ts, event, prev, event_hash(seq, ts, event, prev)))
+        await self.trace.point(f"ledger.append {event.phase}")
+        return seq
+
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        found = [e for e in self.events if e.event.derived_id == derived_id]
+        await self.trace.point("ledger.events_for")
+        return found
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def phases(self, phase: str) -> list[AuditEvent]:
+        return [e.event for e in self.events if e.event.phase == phase]
+
+
+def _refusal(error: StoreRefusal) -> Refusal:
+    return Refusal(str(error.code), error.message, error.states)
+
+
+def _id_used(what: str, used_id: str) -> Refusal:
+    return Refusal("INVALID_STATE", f"{what} {used_id} exists", frozenset({ID_USED}))
+
+
+@dataclass
+class MemoryStore:
+    """A StoreClient over dictionaries, refusing as the reference store does."""
+
+    trace: Trace = field(default_factory=Trace)
+    artifacts: dict[str, StoredArtifact] = field(default_factory=dict)
+    proposals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    threads: dict[str, str] = field(default_factory=dict)
+    messages: dict[str, StoredMessage] = field(default_factory=dict)
+    turn_requests: list[str] = field(default_factory=list)
+    # The deadline each call was given, by call.
+    timeouts: list[tuple[str, float | None]] = field(default_factory=list)
+
+    async def _point(self, name: str, timeout: float | None) -> None:
+        self.timeouts.append((name, timeout))
+        await self.trace.point(f"store.{name}")
+
+    def seed_artifact(self, artifact_id: str, kind: str, data: dict[str, Any]) -> None:
+        self.artifacts[artifact_id] = StoredArtifact(
+            id=artifact_id, kind=kind, version=1, data_json=json.dumps(data)
+        )
+
+    async def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
+        if artifact_id in self.artifacts:
+            await self._point("create_artifact", timeout)
+            raise _id_used("artifact", artifact_id)
+        made = StoredArtifact(id=artifact_id, kind=kind, version=1, data_json=data_json)
+        self.artifacts[artifact_id] = made
+        await self._point("create_artifact", timeout)
+        return made
+
+    async def get_artifact(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
+        found = self.artifacts.get(artifact_id)
+        await self._point("get_artifact", timeout)
+        if found is None:
+            raise Refusal("NOT_FOUND", f"artifact {artifact_id} not found")
+        return found
+
+    async def patch_artifact(
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        timeout: float | None = None,
+    ) -> StoredArtifact:
+        refusal = self._patch(artifact_id, expected_version, patch_json)
+        await self._point("patch_artifact", timeout)
+        if refusal is not None:
+            raise refusal
+        return self.artifacts[artifact_id]
+
+    def _patch(self, artifact_id: str, expected_version: int, patch_json: str) -> Refusal | None:
+        found = self.artifacts.get(artifact_id)
+        if found is None:
+            return Refusal("NOT_FOUND", f"artifact {artifact_id} not found")
+        if found.archived:
+            return Refusal("INVALID_STATE", "archived", frozenset({ARCHIVED}))
+        if found.version != expected_version:
+            return Refusal("VERSION_CONFLICT", f"version is {found.version}")
+        try:
+            data = apply_patch(parse_patch(patch_json), json.loads(found.data_json))
+        except StoreRefusal as error:
+            return _refusal(error)
+        self.artifacts[artifact_id] = StoredArtifact(
+            id=artifact_id, kind=found.kind, version=found.version + 1,
+            data_json=json.dumps(data, sort_keys=True),
+        )  # fmt: skip
+        return None
+
+    async def propose_create(
+        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> None:
+        await self._propose(proposal_id, {"kind": kind, "data_json": data_json}, timeout)
+
+    async def propose_patch(
+        self,
+        proposal_id: str,
+        artifact_id: str,
+        patch_json: str,
+        base_version: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        proposal = {"artifact_id": artifact_id, "patch_json": patch_json,
+                    "base_version": base_version}  # fmt: skip
+        await self._propose(proposal_id, proposal, timeout)
+
+    async def _propose(
+        self, proposal_id: str, proposal: dict[str, Any], timeout: float | None
+    ) -> None:
+        used = proposal_id in self.proposals
+        if not used:
+            self.proposals[proposal_id] = proposal
+        await self._point("create_proposal", timeout)
+        if used:
+            raise _id_used("proposal", proposal_id)
+
+    async def create_thread(
+        self, thread_id: str, title: str, *, timeout: float | None = None
+    ) -> None:
+        used = thread_id in self.threads
+        if not used:
+            self.threads[thread_id] = title
+        await self._point("create_thread", timeout)
+        if used:
+            raise _id_used("thread", thread_id)
+
+    async def post_message(
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool,
+        timeout: float | None = None,
+    ) -> StoredMessage:
+        refusal: Refusal | None = None
+        if thread_id not in self.threads:
+            refusal = Refusal("NOT_FOUND", f"thread {thread_id} not found")
+        elif message_id in self.messages:
+            refusal = _id_used("message", message_id)
+        else:
+            seq = sum(1 for m in self.messages.values() if m.thread_id == thread_id) + 1
+            self.messages[message_id] = StoredMessage(
+                id=message_id, thread_id=thread_id, kind=kind, text=text, seq=seq
+            )
+            if request_turn:
+                self.turn_requests.append(message_id)
+        await self._point("post_message", timeout)
+        if refusal is not None:
+            raise refusal
+        return self.messages[message_id]
+
+    async def list_messages(
+        self, thread_id: str, *, timeout: float | None = None
+    ) -> Sequence[StoredMessage]:
+        await self._point("list_messages", timeout)
+        if thread_id not in self.threads:
+            raise Refusal("NOT_FOUND", f"thread {thread_id} not found")
+        return [m for m in self.messages.values() if m.thread_id == thread_id]
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def ids(self) -> set[str]:
+        """Every id the store holds."""
+        return {*self.artifacts, *self.proposals, *self.threads, *self.messages}
+
+    def holdings(self) -> dict[str, Any]:
+        """What the store holds, comparable between two stores."""
+        return {
+            "artifacts": {
+                i: (a.kind, a.version, json.loads(a.data_json), a.archived)
+                for i, a in self.artifacts.items()
+            },
+            "proposals": dict(self.proposals),
+            "threads": dict(self.threads),
+            "messages": {i: (m.thread_id, m.kind, m.text) for i, m in self.messages.items()},
+            "turn_requests": sorted(self.turn_requests),
+        }
+
+
+def run_actions(ledger: MemoryLedger, store: MemoryStore, **settings: Any) -> RunActions:
+    """RunActions over the fakes; ``settings`` as sidecar.actions.Settings takes them."""
+    return RunActions(
+        ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings)
+    )
