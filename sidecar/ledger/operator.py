@@ -381,15 +381,18 @@ class SqliteOperatorLedger(OperatorLedger):
         # BEGIN IMMEDIATE takes the file's write lock, as the sidecar's writer does.
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
-                yield int(row[0]), str(row[1])
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+                    yield int(row[0]), str(row[1])
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise LedgerError(f"the decision was not recorded: {exc}") from exc
 
     def size_bytes(self) -> int:
         total = 0
@@ -408,19 +411,37 @@ class PostgresOperatorLedger(OperatorLedger):
 
     _head_row = "id"
 
-    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
+    def __init__(self, dsn: str, *, read_only: bool = False, lock_timeout_ms: int = 5000) -> None:
         import psycopg
 
         from sidecar.ledger.postgres import ensure_schema
 
         self._psycopg = psycopg
+        self._dsn = dsn
+        # A ledger locked by another process fails a decision in bounded time, as
+        # SQLite's busy timeout does, rather than hang the operator's command.
+        self._options = f"-c lock_timeout={int(lock_timeout_ms)}"
         try:
             if not read_only:
                 ensure_schema(dsn)
-            self._conn = psycopg.connect(dsn, connect_timeout=5, autocommit=True)
+            self._conn = self._connect()
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
         self._lock = threading.RLock()
+
+    def _connect(self) -> Any:
+        return self._psycopg.connect(
+            self._dsn, connect_timeout=5, autocommit=True, options=self._options
+        )
+
+    def _connection(self) -> Any:
+        # A console outlives a restart of PostgreSQL: the next query reconnects.
+        if self._conn.closed or self._conn.broken:
+            try:
+                self._conn = self._connect()
+            except self._psycopg.Error as exc:
+                raise LedgerError(f"cannot reach the PostgreSQL ledger: {exc}") from exc
+        return self._conn
 
     def _sql(self, sql: str) -> str:
         # LIKE's escape character is the only backslash in these statements.
@@ -429,7 +450,7 @@ class PostgresOperatorLedger(OperatorLedger):
     def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
-                return list(self._conn.execute(sql, tuple(params)).fetchall())
+                return list(self._connection().execute(sql, tuple(params)).fetchall())
             except self._psycopg.Error as exc:
                 raise LedgerError(f"ledger could not be read: {exc}") from exc
 
@@ -439,11 +460,16 @@ class PostgresOperatorLedger(OperatorLedger):
 
     @contextlib.contextmanager
     def _locked_head(self) -> Iterator[tuple[int, str]]:
-        with self._lock, self._conn.transaction():
-            row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id FOR UPDATE")
-            head = row.fetchone()
-            assert head is not None
-            yield int(head[0]), str(head[1])
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    row = conn.execute("SELECT seq, hash FROM audit_head WHERE id FOR UPDATE")
+                    head = row.fetchone()
+                    assert head is not None
+                    yield int(head[0]), str(head[1])
+            except self._psycopg.Error as exc:
+                raise LedgerError(f"the decision was not recorded: {exc}") from exc
 
     def size_bytes(self) -> int:
         rows = self._fetch("SELECT pg_total_relation_size('audit_events')")

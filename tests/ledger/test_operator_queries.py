@@ -5,19 +5,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
-from sidecar.ledger.base import AuditEvent, Phase
+from sidecar.ledger.base import AuditEvent, LedgerError, Phase
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.operator import (
     OperatorLedger,
     PendingTracker,
+    PostgresOperatorLedger,
     RunFilter,
+    SqliteOperatorLedger,
     open_operator_ledger,
 )
 from sidecar.ledger.pending import Decision, DecisionRefused, Kind
@@ -25,6 +28,7 @@ from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.pending_metrics import PendingCollector
 from tests import pg
+from tests.harness import ledger_locked, sidecar_config
 
 
 @dataclass
@@ -288,3 +292,46 @@ def test_the_tracker_follows_the_ledger_from_new_events_alone(ledgers: Ledgers) 
         assert tracker.items() == ledger.pending() != []
     finally:
         ledger.close()
+
+
+def test_a_decision_on_a_locked_ledger_fails_in_bounded_time_and_records_nothing(
+    ledgers: Ledgers,
+) -> None:
+    ledgers.append(begin("run-l", "l1"), *step_begin("run-l", "l1", "stp_l"))
+    if ledgers.dsn:
+        ledger: OperatorLedger = PostgresOperatorLedger(ledgers.dsn, lock_timeout_ms=200)
+    else:
+        assert ledgers.db is not None
+        ledger = SqliteOperatorLedger(ledgers.db, busy_timeout_ms=200)
+    config = sidecar_config(ledgers.db.parent if ledgers.db else Path("."), audit_dsn=ledgers.dsn)
+    if ledgers.db:
+        config = replace(config, audit_db=ledgers.db)
+    try:
+        with ledger_locked(config), pytest.raises(LedgerError, match="not recorded"):
+            ledger.resolve("stp_l", Decision.DID_NOT_RUN, by="al", reason="r")
+        assert [i.id for i in ledger.pending()] == ["stp_l"]
+        ledger.resolve("stp_l", Decision.DID_NOT_RUN, by="al", reason="r")  # unlocked: recorded
+        assert ledger.pending() == []
+    finally:
+        ledger.close()
+
+
+def test_the_postgres_queries_reconnect_after_their_connection_is_cut() -> None:
+    dsn = pg.fresh_database("ledger")
+    try:
+        Ledgers(None, dsn).append(begin("run-r", "r1"), *step_begin("run-r", "r1", "stp_r"))
+        ledger = PostgresOperatorLedger(dsn)
+        try:
+            assert [i.id for i in ledger.pending()] == ["stp_r"]
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            with pytest.raises(LedgerError):
+                ledger.pending()  # the query in flight on the cut connection fails
+            assert [i.id for i in ledger.pending()] == ["stp_r"]  # the next one reconnects
+        finally:
+            ledger.close()
+    finally:
+        pg.drop_database(dsn)
