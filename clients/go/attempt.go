@@ -22,7 +22,20 @@ const (
 	OutcomeAlreadyApplied = actoncev1.Outcome_OUTCOME_ALREADY_APPLIED
 	// OutcomeSkipped: the edit's value was already there; nothing changed.
 	OutcomeSkipped = actoncev1.Outcome_OUTCOME_SKIPPED
+	// OutcomeUnrecognized: the write succeeded with an outcome this client does
+	// not know (a newer sidecar's). It landed: it is not an error, and must not
+	// be repeated with a fresh request_id.
+	OutcomeUnrecognized Outcome = -1
 )
+
+func outcomeOf(o Outcome) Outcome {
+	switch o {
+	case OutcomeApplied, OutcomeAlreadyApplied, OutcomeSkipped:
+		return o
+	default:
+		return OutcomeUnrecognized
+	}
+}
 
 // Effect is what one of the agent's own tool calls does to the world (ADR-111).
 type Effect = actoncev1.ToolEffect
@@ -85,9 +98,9 @@ type writeOptions struct {
 type WriteOption func(*writeOptions)
 
 // WithRequestID sends the write with this request_id instead of a fresh one.
-// Repeating a call with the id of its first try, in the same attempt, gets the
-// first answer back: use it after an error that left the outcome unknown
-// (DEADLINE_EXCEEDED, a dropped connection).
+// Repeating a call with the id of its first try (Error.RequestID), in the same
+// attempt, gets the first answer back: use it after an error that left the
+// outcome unknown (DEADLINE_EXCEEDED, a dropped connection).
 func WithRequestID(id string) WriteOption {
 	return func(o *writeOptions) { o.requestID = id }
 }
@@ -99,10 +112,15 @@ func Propose() WriteOption {
 
 var errProposeOnly = errors.New("actonce: Propose applies to Create and Edit only")
 
+// NewRequestID is a fresh request_id. Each write gets one unless it is given
+// one with WithRequestID: choose it yourself before the first try to know it
+// whatever happens to the call. An *Error from a write carries it too.
+func NewRequestID() string { return uuid.NewString() }
+
 func applyWrite(opts []WriteOption) writeOptions {
 	// A fresh id per call; gRPC's own retries resend the same bytes, so they
 	// carry the same id.
-	o := writeOptions{requestID: uuid.NewString()}
+	o := writeOptions{requestID: NewRequestID()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -132,15 +150,13 @@ func (a *Attempt) Create(ctx context.Context, kind string, data any, opts ...Wri
 		return Write{}, err
 	}
 	o := applyWrite(opts)
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.Create(ctx, &actoncev1.CreateRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Create, &actoncev1.CreateRequest{
 		AttemptId: a.id, Kind: kind, DataJson: text, Propose: o.propose, RequestId: o.requestID,
 	})
 	if err != nil {
-		return Write{}, fromRPC(err)
+		return Write{}, err
 	}
-	return Write{ID: resp.GetId(), Outcome: resp.GetOutcome(), Version: resp.GetVersion()}, nil
+	return Write{ID: resp.GetId(), Outcome: outcomeOf(resp.GetOutcome()), Version: resp.GetVersion()}, nil
 }
 
 // Edit sets value at the JSON Pointer path of an artifact, or proposes that
@@ -152,20 +168,18 @@ func (a *Attempt) Edit(ctx context.Context, artifactID, path string, value any, 
 		return Write{}, err
 	}
 	o := applyWrite(opts)
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.Edit(ctx, &actoncev1.EditRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Edit, &actoncev1.EditRequest{
 		AttemptId: a.id, ArtifactId: artifactID, Path: path, ValueJson: text,
 		Propose: o.propose, RequestId: o.requestID,
 	})
 	if err != nil {
-		return Write{}, fromRPC(err)
+		return Write{}, err
 	}
 	id := artifactID
 	if o.propose {
 		id = resp.GetProposalId()
 	}
-	return Write{ID: id, Outcome: resp.GetOutcome(), Version: resp.GetVersion()}, nil
+	return Write{ID: id, Outcome: outcomeOf(resp.GetOutcome()), Version: resp.GetVersion()}, nil
 }
 
 // Notice posts text to a thread as a notice, which starts and steers no turn.
@@ -174,15 +188,13 @@ func (a *Attempt) Notice(ctx context.Context, threadID, text string, opts ...Wri
 	if o.propose {
 		return Write{}, errProposeOnly
 	}
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.Notice(ctx, &actoncev1.NoticeRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Notice, &actoncev1.NoticeRequest{
 		AttemptId: a.id, ThreadId: threadID, Text: text, RequestId: o.requestID,
 	})
 	if err != nil {
-		return Write{}, fromRPC(err)
+		return Write{}, err
 	}
-	return Write{ID: resp.GetMessageId(), Outcome: resp.GetOutcome()}, nil
+	return Write{ID: resp.GetMessageId(), Outcome: outcomeOf(resp.GetOutcome())}, nil
 }
 
 // Send posts text to a thread as a message that asks for the thread's turn.
@@ -193,15 +205,13 @@ func (a *Attempt) Send(ctx context.Context, threadID, text string, opts ...Write
 	if o.propose {
 		return Write{}, errProposeOnly
 	}
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.Send(ctx, &actoncev1.SendRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Send, &actoncev1.SendRequest{
 		AttemptId: a.id, ThreadId: threadID, Text: text, RequestId: o.requestID,
 	})
 	if err != nil {
-		return Write{}, fromRPC(err)
+		return Write{}, err
 	}
-	return Write{ID: resp.GetMessageId(), Outcome: resp.GetOutcome()}, nil
+	return Write{ID: resp.GetMessageId(), Outcome: outcomeOf(resp.GetOutcome())}, nil
 }
 
 // CreateThread makes a conversation thread with a title.
@@ -210,26 +220,22 @@ func (a *Attempt) CreateThread(ctx context.Context, title string, opts ...WriteO
 	if o.propose {
 		return Write{}, errProposeOnly
 	}
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.CreateThread(ctx, &actoncev1.CreateThreadRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.CreateThread, &actoncev1.CreateThreadRequest{
 		AttemptId: a.id, Title: title, RequestId: o.requestID,
 	})
 	if err != nil {
-		return Write{}, fromRPC(err)
+		return Write{}, err
 	}
-	return Write{ID: resp.GetThreadId(), Outcome: resp.GetOutcome()}, nil
+	return Write{ID: resp.GetThreadId(), Outcome: outcomeOf(resp.GetOutcome())}, nil
 }
 
 // ReadArtifact returns an artifact as the store holds it now.
 func (a *Attempt) ReadArtifact(ctx context.Context, artifactID string) (Artifact, error) {
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.Read(ctx, &actoncev1.ReadRequest{
+	resp, err := invoke(ctx, a.client, "", a.client.rpc.Read, &actoncev1.ReadRequest{
 		AttemptId: a.id, Target: &actoncev1.ReadRequest_ArtifactId{ArtifactId: artifactID},
 	})
 	if err != nil {
-		return Artifact{}, fromRPC(err)
+		return Artifact{}, err
 	}
 	got := resp.GetArtifact()
 	return Artifact{
@@ -240,13 +246,11 @@ func (a *Attempt) ReadArtifact(ctx context.Context, artifactID string) (Artifact
 
 // ReadThread returns a thread's messages, oldest first.
 func (a *Attempt) ReadThread(ctx context.Context, threadID string) ([]Message, error) {
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.Read(ctx, &actoncev1.ReadRequest{
+	resp, err := invoke(ctx, a.client, "", a.client.rpc.Read, &actoncev1.ReadRequest{
 		AttemptId: a.id, Target: &actoncev1.ReadRequest_ThreadId{ThreadId: threadID},
 	})
 	if err != nil {
-		return nil, fromRPC(err)
+		return nil, err
 	}
 	messages := make([]Message, 0, len(resp.GetMessages()))
 	for _, m := range resp.GetMessages() {
@@ -268,15 +272,13 @@ func (a *Attempt) BeginStep(ctx context.Context, tool string, effect Effect, arg
 	if o.propose {
 		return Step{}, errProposeOnly
 	}
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.BeginStep(ctx, &actoncev1.BeginStepRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.BeginStep, &actoncev1.BeginStepRequest{
 		AttemptId: a.id, Tool: tool, Effect: effect, ArgsJson: text, RequestId: o.requestID,
 	})
 	if err != nil {
-		return Step{}, fromRPC(err)
+		return Step{}, err
 	}
-	step := Step{ID: resp.GetStepId(), Outcome: resp.GetOutcome()}
+	step := Step{ID: resp.GetStepId(), Outcome: outcomeOf(resp.GetOutcome())}
 	if resp.GetResultJson() != "" {
 		step.Result = json.RawMessage(resp.GetResultJson())
 	}
@@ -293,37 +295,31 @@ func (a *Attempt) EndStep(ctx context.Context, stepID string, result any, opts .
 	if o.propose {
 		return 0, errProposeOnly
 	}
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.EndStep(ctx, &actoncev1.EndStepRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.EndStep, &actoncev1.EndStepRequest{
 		AttemptId: a.id, StepId: stepID, ResultJson: text, RequestId: o.requestID,
 	})
 	if err != nil {
-		return 0, fromRPC(err)
+		return 0, err
 	}
-	return resp.GetOutcome(), nil
+	return outcomeOf(resp.GetOutcome()), nil
 }
 
 // ExtendLease moves the attempt's lease deadline and returns the one in force.
 func (a *Attempt) ExtendLease(ctx context.Context, deadline time.Time) (time.Time, error) {
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.ExtendLease(ctx, &actoncev1.ExtendLeaseRequest{
+	resp, err := invoke(ctx, a.client, "", a.client.rpc.ExtendLease, &actoncev1.ExtendLeaseRequest{
 		AttemptId: a.id, LeaseDeadline: timestamppb.New(deadline),
 	})
 	if err != nil {
-		return time.Time{}, fromRPC(err)
+		return time.Time{}, err
 	}
 	return resp.GetLeaseDeadline().AsTime(), nil
 }
 
 // End closes the attempt and returns its writes by outcome.
 func (a *Attempt) End(ctx context.Context) (Counts, error) {
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.EndAttempt(ctx, &actoncev1.EndAttemptRequest{AttemptId: a.id})
+	resp, err := invoke(ctx, a.client, "", a.client.rpc.EndAttempt, &actoncev1.EndAttemptRequest{AttemptId: a.id})
 	if err != nil {
-		return Counts{}, fromRPC(err)
+		return Counts{}, err
 	}
 	return Counts{
 		Applied: resp.GetApplied(), AlreadyApplied: resp.GetAlreadyApplied(),

@@ -15,12 +15,14 @@ package actonce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	actoncev1 "github.com/actonce/actonce/clients/go/gen/actonce/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -114,13 +116,28 @@ func (c *Client) Begin(ctx context.Context, run Run) (*Attempt, error) {
 	if !run.LeaseDeadline.IsZero() {
 		req.LeaseDeadline = timestamppb.New(run.LeaseDeadline)
 	}
-	ctx, cancel := c.deadline(ctx)
-	defer cancel()
-	resp, err := c.rpc.BeginAttempt(ctx, req)
+	resp, err := invoke(ctx, c, "", c.rpc.BeginAttempt, req)
 	if err != nil {
-		return nil, fromRPC(err)
+		return nil, err
 	}
 	return &Attempt{client: c, id: resp.GetAttemptId(), run: run}, nil
+}
+
+// invoke makes one unary call with the client's deadline. Its failure becomes
+// an *Error carrying requestID, classified from the status and the raw
+// grpc-status-details-bin trailer (see fromRPC).
+func invoke[Req, Resp any](ctx context.Context, c *Client, requestID string,
+	call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req,
+) (Resp, error) {
+	callCtx, cancel := c.deadline(ctx)
+	defer cancel()
+	var trailer metadata.MD
+	resp, err := call(callCtx, req, grpc.Trailer(&trailer))
+	if err != nil {
+		var none Resp
+		return none, fromRPC(err, trailer, requestID, errors.Is(ctx.Err(), context.Canceled))
+	}
+	return resp, nil
 }
 
 // deadline gives ctx the client's timeout unless it already has a deadline.

@@ -18,6 +18,7 @@ from actonce_client.client import (
     RawJSON,
     Step,
     Write,
+    new_request_id,
 )
 from actonce_client.errors import ActonceError, FailureClass, FieldViolation, InvalidInput
 
@@ -37,4 +38,5 @@ __all__ = [
     "RawJSON",
     "Step",
     "Write",
+    "new_request_id",
 ]

@@ -4,7 +4,8 @@ Every call has a deadline; the channel retries UNAVAILABLE (a draining
 sidecar, an unreachable store, no connection); every write carries a fresh
 request_id that a transport retry resends, so a repeat the sidecar already
 answered gets the first answer back, and a write that landed is found by its
-derived id. Failures raise ActonceError.
+derived id. Failures raise ActonceError, which carries the write's request_id:
+repeating the write with it after an unknown outcome gets the first answer.
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ class Outcome(enum.IntEnum):
     """An earlier attempt of the run made it."""
     SKIPPED = types_pb2.OUTCOME_SKIPPED
     """The edit's value was already there; nothing changed."""
+    UNRECOGNIZED = -1
+    """The write succeeded with an outcome this client does not know (a newer
+    sidecar's): it landed, so it is not an error, and must not be repeated."""
+
+
+_KNOWN_OUTCOMES = {Outcome.APPLIED, Outcome.ALREADY_APPLIED, Outcome.SKIPPED}
+
+
+def _outcome(value: int) -> Outcome:
+    return Outcome(value) if value in _KNOWN_OUTCOMES else Outcome.UNRECOGNIZED
 
 
 class Effect(enum.IntEnum):
@@ -178,6 +189,7 @@ class Client:
         )
         self._stub = pb_grpc.RunActionsServiceStub(self._channel)
         self.timeout = timeout
+        self._closed = False
 
     def begin(
         self,
@@ -194,13 +206,18 @@ class Client:
         response = self._call(self._stub.BeginAttempt, request)
         return Attempt(self, response.attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint)
 
-    def _call(self, method: Callable[..., T], request: Any, timeout: float | None = None) -> T:
+    def _call(self, method: Callable[..., T], request: Any, *, request_id: str = "") -> T:
         try:
-            return method(request, timeout=self.timeout if timeout is None else timeout)
+            return method(request, timeout=self.timeout)
         except grpc.RpcError as error:
-            raise from_rpc_error(error) from error
+            # A blocking call is cancelled only by closing its channel: a CANCELLED
+            # after close() is the caller's own doing, any other is not.
+            raise from_rpc_error(
+                error, request_id=request_id, caller_cancelled=self._closed
+            ) from error
 
     def close(self) -> None:
+        self._closed = True
         self._channel.close()
 
     def __enter__(self) -> Self:
@@ -217,8 +234,10 @@ class Client:
 
 class Attempt:
     """One try of a run. Every write takes ``request_id`` (default: a fresh
-    one): repeat a call with its first try's id, in the same attempt, after an
-    error that left its outcome unknown, and get the first answer back."""
+    one, see ``new_request_id``), and an error from a write carries the one it
+    was sent with (``ActonceError.request_id``): repeat the call with it, in the
+    same attempt, after an error that left its outcome unknown, and get the
+    first answer back instead of a second write."""
 
     def __init__(self, client: Client, attempt_id: str, *, run_id: str, rule: str,
                  checkpoint: str) -> None:  # fmt: skip
@@ -233,12 +252,14 @@ class Attempt:
         self, kind: str, data: Any, *, propose: bool = False, request_id: str | None = None
     ) -> Write:
         """Make an artifact of ``kind`` holding ``data``, or propose it."""
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.Create,
             pb.CreateRequest(attempt_id=self.id, kind=kind, data_json=_json_text(data),
-                             propose=propose, request_id=request_id or _fresh()),
+                             propose=propose, request_id=rid),
+            request_id=rid,
         )  # fmt: skip
-        return Write(response.id, Outcome(response.outcome), response.version)
+        return Write(response.id, _outcome(response.outcome), response.version)
 
     def edit(
         self,
@@ -251,42 +272,50 @@ class Attempt:
     ) -> Write:
         """Set ``value`` at the JSON Pointer ``path``, or propose it; skipped
         when the value is already there."""
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.Edit,
             pb.EditRequest(attempt_id=self.id, artifact_id=artifact_id, path=path,
                            value_json=_json_text(value), propose=propose,
-                           request_id=request_id or _fresh()),
+                           request_id=rid),
+            request_id=rid,
         )  # fmt: skip
         written = response.proposal_id if propose else artifact_id
-        return Write(written, Outcome(response.outcome), response.version)
+        return Write(written, _outcome(response.outcome), response.version)
 
     def notice(self, thread_id: str, text: str, *, request_id: str | None = None) -> Write:
         """Post a notice: it starts and steers no turn."""
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.Notice,
             pb.NoticeRequest(attempt_id=self.id, thread_id=thread_id, text=text,
-                             request_id=request_id or _fresh()),
+                             request_id=rid),
+            request_id=rid,
         )  # fmt: skip
-        return Write(response.message_id, Outcome(response.outcome))
+        return Write(response.message_id, _outcome(response.outcome))
 
     def send(self, thread_id: str, text: str, *, request_id: str | None = None) -> Write:
         """Post a message that asks for the thread's turn (rules on the
         sidecar's send allowlist only; others get FORBIDDEN, PERMANENT)."""
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.Send,
             pb.SendRequest(attempt_id=self.id, thread_id=thread_id, text=text,
-                           request_id=request_id or _fresh()),
+                           request_id=rid),
+            request_id=rid,
         )  # fmt: skip
-        return Write(response.message_id, Outcome(response.outcome))
+        return Write(response.message_id, _outcome(response.outcome))
 
     def create_thread(self, title: str, *, request_id: str | None = None) -> Write:
         """Make a conversation thread."""
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.CreateThread,
             pb.CreateThreadRequest(attempt_id=self.id, title=title,
-                                   request_id=request_id or _fresh()),
+                                   request_id=rid),
+            request_id=rid,
         )  # fmt: skip
-        return Write(response.thread_id, Outcome(response.outcome))
+        return Write(response.thread_id, _outcome(response.outcome))
 
     def read_artifact(self, artifact_id: str) -> Artifact:
         """An artifact as the store holds it now."""
@@ -312,21 +341,25 @@ class Attempt:
         ``result``. A non-idempotent call that began earlier and never ended
         is refused with IN_DOUBT (UNKNOWN): it is never made again automatically.
         """
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.BeginStep,
             pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect.value,
-                                args_json=_json_text(args), request_id=request_id or _fresh()),
+                                args_json=_json_text(args), request_id=rid),
+            request_id=rid,
         )  # fmt: skip
-        return Step(response.step_id, Outcome(response.outcome), response.result_json)
+        return Step(response.step_id, _outcome(response.outcome), response.result_json)
 
     def end_step(self, step_id: str, result: Any, *, request_id: str | None = None) -> Outcome:
         """Record the result of a step begun with begin_step."""
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.EndStep,
             pb.EndStepRequest(attempt_id=self.id, step_id=step_id,
-                              result_json=_json_text(result), request_id=request_id or _fresh()),
+                              result_json=_json_text(result), request_id=rid),
+            request_id=rid,
         )  # fmt: skip
-        return Outcome(response.outcome)
+        return _outcome(response.outcome)
 
     def extend_lease(self, deadline: datetime) -> datetime:
         """Move the attempt's lease deadline; returns the one in force."""
@@ -343,6 +376,8 @@ class Attempt:
         return Counts(r.applied, r.already_applied, r.skipped, r.failed)
 
 
-def _fresh() -> str:
+def new_request_id() -> str:
+    """A fresh request_id. Each write gets one unless it is given one: choose it
+    yourself before the first try to know it whatever happens to the call."""
     # One id per call; the channel's own retries resend the same request bytes.
     return str(uuid.uuid4())
