@@ -5,7 +5,9 @@
  * sidecar, an unreachable store, no connection); every write carries a fresh
  * request_id that a transport retry resends, so a repeat the sidecar already
  * answered gets the first answer back, and a write that landed is found by its
- * derived id. Failures reject with ActonceError.
+ * derived id. Failures reject with ActonceError, which carries the write's
+ * request_id: repeating the write with it after an unknown outcome gets the
+ * first answer back.
  */
 import {
   type CallOptions,
@@ -14,10 +16,11 @@ import {
   credentials as grpcCredentials,
   Metadata,
   type ServiceError,
+  status,
 } from "@grpc/grpc-js";
 import { randomUUID } from "node:crypto";
 
-import { fromServiceError } from "./errors.js";
+import { ActonceError, fromServiceError } from "./errors.js";
 import { RunActionsServiceClient } from "./gen/actonce/v1/run_actions.js";
 import { Outcome as OutcomeCode, ToolEffect } from "./gen/actonce/v1/types.js";
 
@@ -40,8 +43,13 @@ export const SERVICE_CONFIG = JSON.stringify({
   ],
 });
 
-/** What a successful write did: made now, made by an earlier attempt, or (an edit) already there. */
-export type Outcome = "APPLIED" | "ALREADY_APPLIED" | "SKIPPED";
+/**
+ * What a successful write did: made now, made by an earlier attempt, or (an
+ * edit) already there. UNRECOGNIZED: it succeeded with an outcome this client
+ * does not know (a newer sidecar's); it landed, so it is not an error, and must
+ * not be repeated with a fresh request_id.
+ */
+export type Outcome = "APPLIED" | "ALREADY_APPLIED" | "SKIPPED" | "UNRECOGNIZED";
 
 /** What one of the agent's own tool calls does to the world (ADR-111). */
 export type Effect = "READ_ONLY" | "IDEMPOTENT_WRITE" | "NON_IDEMPOTENT_WRITE";
@@ -61,7 +69,7 @@ function outcome(code: OutcomeCode): Outcome {
     case OutcomeCode.OUTCOME_SKIPPED:
       return "SKIPPED";
     default:
-      throw new Error(`the sidecar answered an outcome this client does not know: ${code}`);
+      return "UNRECOGNIZED";
   }
 }
 
@@ -136,7 +144,8 @@ export interface Counts {
 }
 
 export interface WriteOptions {
-  /** Repeat a call with its first try's request_id, in the same attempt, after an
+  /** The call's request_id (default: a fresh one, see newRequestId). Repeat a call
+   * with its first try's (ActonceError.requestId), in the same attempt, after an
    * error that left its outcome unknown, to get the first answer back. */
   requestId?: string;
 }
@@ -165,6 +174,7 @@ type Unary<Req, Res> = (
 export class Client {
   readonly #rpc: RunActionsServiceClient;
   readonly timeoutMs: number;
+  #closed = false;
 
   constructor(target: string, options: ClientOptions = {}) {
     this.#rpc = new RunActionsServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
@@ -185,15 +195,26 @@ export class Client {
   }
 
   close(): void {
+    this.#closed = true;
     this.#rpc.close();
   }
 
-  /** @internal One unary call with the client's deadline, its error made an ActonceError. */
-  call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+  /**
+   * @internal One unary call with the client's deadline, its error made an
+   * ActonceError carrying requestId. Nothing thrown inside grpc-js's callback
+   * escapes: there it would crash the process, or leave the promise unsettled.
+   */
+  call<Req, Res>(method: Unary<Req, Res>, request: Req, requestId = ""): Promise<Res> {
     return new Promise((resolve, reject) => {
-      method.call(this.#rpc, request, new Metadata(), { deadline: Date.now() + this.timeoutMs }, (error, response) =>
-        error ? reject(fromServiceError(error)) : resolve(response),
-      );
+      method.call(this.#rpc, request, new Metadata(), { deadline: Date.now() + this.timeoutMs }, (error, response) => {
+        try {
+          // A CANCELLED after close() is the caller's own doing; any other is not.
+          if (error) reject(fromServiceError(error, requestId, this.#closed));
+          else resolve(response);
+        } catch (unexpected) {
+          reject(new ActonceError(String(unexpected), status.UNKNOWN, "UNKNOWN", "UNKNOWN", {}, [], requestId));
+        }
+      });
     });
   }
 
@@ -215,59 +236,64 @@ export class Attempt {
 
   /** Make an artifact of kind holding data, or propose it. */
   async create(kind: string, data: unknown, options: ProposeOptions = {}): Promise<Write> {
+    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.create, {
       attemptId: this.id,
       kind,
       dataJson: jsonText(data),
       propose: options.propose ?? false,
-      requestId: requestId(options),
-    });
+      requestId,
+    }, requestId);
     return { id: r.id, outcome: outcome(r.outcome), version: r.version };
   }
 
   /** Set value at the JSON Pointer path of an artifact, or propose it; skipped when already there. */
   async edit(artifactId: string, path: string, value: unknown, options: ProposeOptions = {}): Promise<Write> {
     const propose = options.propose ?? false;
+    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.edit, {
       attemptId: this.id,
       artifactId,
       path,
       valueJson: jsonText(value),
       propose,
-      requestId: requestId(options),
-    });
+      requestId,
+    }, requestId);
     return { id: propose ? r.proposalId : artifactId, outcome: outcome(r.outcome), version: r.version };
   }
 
   /** Post a notice: it starts and steers no turn. */
   async notice(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
+    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.notice, {
       attemptId: this.id,
       threadId,
       text,
-      requestId: requestId(options),
-    });
+      requestId,
+    }, requestId);
     return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
   }
 
   /** Post a message that asks for the thread's turn (rules on the send allowlist only). */
   async send(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
+    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.send, {
       attemptId: this.id,
       threadId,
       text,
-      requestId: requestId(options),
-    });
+      requestId,
+    }, requestId);
     return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
   }
 
   /** Make a conversation thread. */
   async createThread(title: string, options: WriteOptions = {}): Promise<Write> {
+    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.createThread, {
       attemptId: this.id,
       title,
-      requestId: requestId(options),
-    });
+      requestId,
+    }, requestId);
     return { id: r.threadId, outcome: outcome(r.outcome), version: 0 };
   }
 
@@ -290,13 +316,14 @@ export class Attempt {
    * call that began earlier and never ended is refused with IN_DOUBT (UNKNOWN).
    */
   async beginStep(tool: string, effect: Effect, args: unknown, options: WriteOptions = {}): Promise<Step> {
+    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.beginStep, {
       attemptId: this.id,
       tool,
       effect: EFFECTS[effect],
       argsJson: jsonText(args),
-      requestId: requestId(options),
-    });
+      requestId,
+    }, requestId);
     const stepOutcome = outcome(r.outcome);
     return {
       id: r.stepId,
@@ -308,12 +335,13 @@ export class Attempt {
 
   /** Record the result of a step begun with beginStep. */
   async endStep(stepId: string, result: unknown, options: WriteOptions = {}): Promise<Outcome> {
+    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.endStep, {
       attemptId: this.id,
       stepId,
       resultJson: jsonText(result),
-      requestId: requestId(options),
-    });
+      requestId,
+    }, requestId);
     return outcome(r.outcome);
   }
 
@@ -333,7 +361,13 @@ export class Attempt {
   }
 }
 
-function requestId(options: WriteOptions): string {
+/** A fresh request_id. Each write gets one unless it is given one: choose it
+ * yourself before the first try to know it whatever happens to the call. */
+export function newRequestId(): string {
+  return randomUUID();
+}
+
+function newRequestIdUnless(options: WriteOptions): string {
   // One id per call; the channel's own retries resend the same request bytes.
-  return options.requestId ?? randomUUID();
+  return options.requestId ?? newRequestId();
 }

@@ -36,6 +36,9 @@ export class ActonceError extends Error {
     readonly failureClass: FailureClass,
     readonly metadata: Readonly<Record<string, string>> = {},
     readonly violations: readonly FieldViolation[] = [],
+    /** The request_id the write was sent with ("" for a call that is not a write).
+     * Repeating the write with it, in the same attempt, gets the first answer back. */
+    readonly requestId: string = "",
   ) {
     super(`${reason} (${failureClass}): ${message}`);
   }
@@ -61,37 +64,77 @@ export class ActonceError extends Error {
   }
 }
 
-const ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo";
-const BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest";
+const ERROR_INFO = "google.rpc.ErrorInfo";
+const BAD_REQUEST = "google.rpc.BadRequest";
+
+// A status without the sidecar's ErrorInfo came from the transport. A retried
+// run is safe after these, since derived ids make each write once.
+const RETRYABLE_TRANSPORT_CODES: readonly status[] = [status.UNAVAILABLE, status.DEADLINE_EXCEEDED, status.CANCELLED];
+
+class Malformed extends Error {}
 
 /**
- * The ActonceError for a failed call. A status with no ErrorInfo came from
- * the transport: UNAVAILABLE (after the channel's own retries) and
- * DEADLINE_EXCEEDED are retryable, since derived ids make a retried run safe;
- * anything else is unknown.
+ * The ActonceError for a failed call. It never throws, whatever the status
+ * holds: it runs inside grpc-js's callback, where a throw would crash the
+ * process. One table decides, the same in every client (docs/status-cases.md):
+ *
+ * 1. details (grpc-status-details-bin) that do not decode, whose code is not
+ *    the call's, or whose ErrorInfo or BadRequest does not decode: a malformed
+ *    status; the code's name is the reason, the class UNKNOWN;
+ * 2. an ErrorInfo of domain "actonce": its reason, and its failure_class when
+ *    it is exactly one of the four classes, else UNKNOWN;
+ * 3. no such ErrorInfo, a status from the transport: the code's name is the
+ *    reason; UNAVAILABLE (after the channel's own retries), DEADLINE_EXCEEDED
+ *    and a CANCELLED the caller did not cause are RETRYABLE, anything else
+ *    UNKNOWN.
+ *
+ * A CANCELLED the caller did not cause is safe to retry: a sidecar never acts
+ * on a call it did not dispatch (a draining one answers SHUTTING_DOWN), and a
+ * write that may have landed stays bound to its request_id, so repeating it
+ * with that request_id gets the first answer, and a retried run finds it by
+ * its derived id.
  */
-export function fromServiceError(error: ServiceError): ActonceError {
-  let reason = status[error.code] ?? "UNKNOWN";
-  let failureClass: FailureClass =
-    error.code === status.UNAVAILABLE || error.code === status.DEADLINE_EXCEEDED ? "RETRYABLE" : "UNKNOWN";
-  let metadata: Record<string, string> = {};
+export function fromServiceError(error: ServiceError, requestId = "", callerCancelled = false): ActonceError {
+  const code = typeof error.code === "number" ? error.code : status.UNKNOWN;
+  const codeName = status[code] ?? "UNKNOWN";
+  const message = typeof error.details === "string" ? error.details : String(error.message ?? "");
+  try {
+    const { info, violations } = decode(code, error.metadata?.get("grpc-status-details-bin") ?? []);
+    if (info !== undefined) {
+      const given = info.metadata["failure_class"] ?? "";
+      const failureClass = FAILURE_CLASSES.includes(given) ? (given as FailureClass) : "UNKNOWN";
+      return new ActonceError(message, code, info.reason, failureClass, info.metadata, violations, requestId);
+    }
+    const retryable =
+      RETRYABLE_TRANSPORT_CODES.includes(code) && !(code === status.CANCELLED && callerCancelled);
+    return new ActonceError(message, code, codeName, retryable ? "RETRYABLE" : "UNKNOWN", {}, violations, requestId);
+  } catch {
+    return new ActonceError(message, code, codeName, "UNKNOWN", {}, [], requestId);
+  }
+}
+
+/** The sidecar's ErrorInfo and the field violations in a status's details; throws Malformed. */
+function decode(
+  code: status,
+  values: readonly unknown[],
+): { info: ErrorInfo | undefined; violations: FieldViolation[] } {
   const violations: FieldViolation[] = [];
-  const [details] = error.metadata?.get("grpc-status-details-bin") ?? [];
-  if (details instanceof Buffer) {
-    for (const any of Status.decode(details).details) {
-      if (any.typeUrl === ERROR_INFO) {
-        const info = ErrorInfo.decode(any.value);
-        if (info.domain !== DOMAIN) continue;
-        reason = info.reason;
-        metadata = info.metadata;
-        const given = info.metadata["failure_class"] ?? "";
-        failureClass = FAILURE_CLASSES.includes(given) ? (given as FailureClass) : "UNKNOWN";
-      } else if (any.typeUrl === BAD_REQUEST) {
-        for (const v of BadRequest.decode(any.value).fieldViolations) {
-          violations.push({ field: v.field, description: v.description });
-        }
+  if (values.length === 0) return { info: undefined, violations };
+  const [raw] = values;
+  if (values.length > 1 || !(raw instanceof Uint8Array)) throw new Malformed();
+  const decoded = Status.decode(raw);
+  if (decoded.code !== code) throw new Malformed();
+  let info: ErrorInfo | undefined;
+  for (const any of decoded.details) {
+    const name = any.typeUrl.slice(any.typeUrl.lastIndexOf("/") + 1);
+    if (name === ERROR_INFO) {
+      const found = ErrorInfo.decode(any.value);
+      if (found.domain === DOMAIN && info === undefined) info = found;
+    } else if (name === BAD_REQUEST) {
+      for (const v of BadRequest.decode(any.value).fieldViolations) {
+        violations.push({ field: v.field, description: v.description });
       }
     }
   }
-  return new ActonceError(error.details, error.code, reason, failureClass, metadata, violations);
+  return { info, violations };
 }

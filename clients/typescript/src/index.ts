@@ -8,6 +8,7 @@ export {
   DEFAULT_TIMEOUT_MS,
   type Effect,
   type Message,
+  newRequestId,
   type Outcome,
   type ProposeOptions,
   RawJson,

@@ -2,12 +2,14 @@ package dev.actonce.client;
 
 import dev.actonce.v1.BeginAttemptRequest;
 import dev.actonce.v1.RunActionsServiceGrpc;
+import io.grpc.Context;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 
@@ -17,7 +19,9 @@ import java.util.function.Function;
  * <p>Every call has a deadline; the channel retries UNAVAILABLE (a draining sidecar, an
  * unreachable store, no connection); every write carries a fresh request_id that a transport
  * retry resends, so a repeat the sidecar already answered gets the first answer back, and a
- * write that landed is found by its derived id. Failures throw {@link ActonceException}.
+ * write that landed is found by its derived id. Failures throw {@link ActonceException}, which
+ * carries the write's request_id: repeating the write with it after an unknown outcome gets the
+ * first answer back.
  */
 public final class ActonceClient implements AutoCloseable {
   /**
@@ -85,12 +89,29 @@ public final class ActonceClient implements AutoCloseable {
     return new Attempt(this, attemptId, run);
   }
 
+  /**
+   * A fresh request_id. Each write gets one unless it is given one ({@link WriteOption#requestId}):
+   * choose it yourself before the first try to know it whatever happens to the call. An {@link
+   * ActonceException} from a write carries it too.
+   */
+  public static String newRequestId() {
+    return UUID.randomUUID().toString();
+  }
+
   /** One unary call with the client's deadline; its failure becomes an ActonceException. */
   <T> T call(Function<RunActionsServiceGrpc.RunActionsServiceBlockingStub, T> method) {
+    return call(method, "");
+  }
+
+  /** A write with the client's deadline; its failure becomes an ActonceException carrying requestId. */
+  <T> T call(Function<RunActionsServiceGrpc.RunActionsServiceBlockingStub, T> method, String requestId) {
     try {
       return method.apply(stub.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS));
     } catch (StatusRuntimeException e) {
-      throw ActonceException.from(e);
+      // A blocking call is cancelled by its caller by interrupting the thread or cancelling the
+      // gRPC context; a CANCELLED after either is the caller's own doing, any other is not.
+      boolean callerCancelled = Thread.currentThread().isInterrupted() || Context.current().isCancelled();
+      throw ActonceException.from(e, requestId, callerCancelled);
     }
   }
 

@@ -21,7 +21,6 @@ import dev.actonce.v1.SendRequest;
 import dev.actonce.v1.SendResponse;
 import java.time.Instant;
 import java.util.List;
-import java.util.UUID;
 
 /**
  * One try of a run, made by {@link ActonceClient#begin}. Thread-safe: the sidecar counts
@@ -62,7 +61,7 @@ public final class Attempt {
             .setPropose(o.propose)
             .setRequestId(o.requestId)
             .build();
-    CreateResponse r = client.call(s -> s.create(request));
+    CreateResponse r = client.call(s -> s.create(request), o.requestId);
     return new Write(r.getId(), Outcome.of(r.getOutcome()), r.getVersion());
   }
 
@@ -81,21 +80,22 @@ public final class Attempt {
             .setPropose(o.propose)
             .setRequestId(o.requestId)
             .build();
-    EditResponse r = client.call(s -> s.edit(request));
+    EditResponse r = client.call(s -> s.edit(request), o.requestId);
     String written = o.propose ? r.getProposalId() : artifactId;
     return new Write(written, Outcome.of(r.getOutcome()), r.getVersion());
   }
 
   /** Posts a notice, which starts and steers no turn. */
   public Write notice(String threadId, String text, WriteOption... options) {
+    Options o = Options.of(options, false);
     NoticeRequest request =
         NoticeRequest.newBuilder()
             .setAttemptId(id)
             .setThreadId(threadId)
             .setText(text)
-            .setRequestId(Options.of(options, false).requestId)
+            .setRequestId(o.requestId)
             .build();
-    NoticeResponse r = client.call(s -> s.notice(request));
+    NoticeResponse r = client.call(s -> s.notice(request), o.requestId);
     return new Write(r.getMessageId(), Outcome.of(r.getOutcome()), 0);
   }
 
@@ -104,26 +104,28 @@ public final class Attempt {
    * may send; others get a PERMANENT error with reason FORBIDDEN.
    */
   public Write send(String threadId, String text, WriteOption... options) {
+    Options o = Options.of(options, false);
     SendRequest request =
         SendRequest.newBuilder()
             .setAttemptId(id)
             .setThreadId(threadId)
             .setText(text)
-            .setRequestId(Options.of(options, false).requestId)
+            .setRequestId(o.requestId)
             .build();
-    SendResponse r = client.call(s -> s.send(request));
+    SendResponse r = client.call(s -> s.send(request), o.requestId);
     return new Write(r.getMessageId(), Outcome.of(r.getOutcome()), 0);
   }
 
   /** Makes a conversation thread. */
   public Write createThread(String title, WriteOption... options) {
+    Options o = Options.of(options, false);
     CreateThreadRequest request =
         CreateThreadRequest.newBuilder()
             .setAttemptId(id)
             .setTitle(title)
-            .setRequestId(Options.of(options, false).requestId)
+            .setRequestId(o.requestId)
             .build();
-    CreateThreadResponse r = client.call(s -> s.createThread(request));
+    CreateThreadResponse r = client.call(s -> s.createThread(request), o.requestId);
     return new Write(r.getThreadId(), Outcome.of(r.getOutcome()), 0);
   }
 
@@ -151,28 +153,30 @@ public final class Attempt {
    * automatically.
    */
   public Step beginStep(String tool, Effect effect, String argsJson, WriteOption... options) {
+    Options o = Options.of(options, false);
     BeginStepRequest request =
         BeginStepRequest.newBuilder()
             .setAttemptId(id)
             .setTool(tool)
             .setEffect(effect.proto)
             .setArgsJson(argsJson)
-            .setRequestId(Options.of(options, false).requestId)
+            .setRequestId(o.requestId)
             .build();
-    BeginStepResponse r = client.call(s -> s.beginStep(request));
+    BeginStepResponse r = client.call(s -> s.beginStep(request), o.requestId);
     return new Step(r.getStepId(), Outcome.of(r.getOutcome()), r.getResultJson());
   }
 
   /** Records the result of a step begun with {@link #beginStep}. */
   public Outcome endStep(String stepId, String resultJson, WriteOption... options) {
+    Options o = Options.of(options, false);
     EndStepRequest request =
         EndStepRequest.newBuilder()
             .setAttemptId(id)
             .setStepId(stepId)
             .setResultJson(resultJson)
-            .setRequestId(Options.of(options, false).requestId)
+            .setRequestId(o.requestId)
             .build();
-    return Outcome.of(client.call(s -> s.endStep(request)).getOutcome());
+    return Outcome.of(client.call(s -> s.endStep(request), o.requestId).getOutcome());
   }
 
   /** Moves the attempt's lease deadline; returns the one in force. */
@@ -204,7 +208,7 @@ public final class Attempt {
     static Options of(WriteOption[] options, boolean mayPropose) {
       boolean propose = false;
       // One id per call; the channel's own retries resend the same request.
-      String requestId = UUID.randomUUID().toString();
+      String requestId = ActonceClient.newRequestId();
       for (WriteOption option : options) {
         if (option instanceof WriteOption.RequestId given) {
           requestId = given.id();

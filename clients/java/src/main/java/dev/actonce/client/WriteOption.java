@@ -9,8 +9,8 @@ public sealed interface WriteOption {
 
   /**
    * Send the write with this request_id instead of a fresh one. Repeating a call with its first
-   * try's id, in the same attempt, after an error that left its outcome unknown (a deadline, a
-   * dropped connection) gets the first answer back.
+   * try's id ({@link ActonceException#requestId}), in the same attempt, after an error that left
+   * its outcome unknown (a deadline, a dropped connection) gets the first answer back.
    */
   static WriteOption requestId(String id) {
     return new RequestId(id);
