@@ -40,9 +40,11 @@ def _bad_request(field: str) -> any_pb2.Any:
 
 
 def _status(code: str, message: str, *details: any_pb2.Any) -> bytes:
-    return status_pb2.Status(
-        code=code_pb2.Code.Value(code), message=message, details=list(details)
-    ).SerializeToString()
+    return bytes(
+        status_pb2.Status(
+            code=code_pb2.Code.Value(code), message=message, details=list(details)
+        ).SerializeToString()
+    )
 
 
 def _error(name: str, code: str, message: str, details: bytes | None, expect: dict[str, Any],
