@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -44,6 +44,7 @@ from sidecar.rules import canonical
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
 RUN_PAGE_EVENTS = 2000
+PENDING_SHOWN = 200  # the newest; `actonce audit pending` and /api/pending list them all
 
 
 @dataclass
@@ -167,7 +168,9 @@ def create_app(
         items = await run_in_threadpool(state.pending)
         if request.url.path.startswith("/api/"):
             return JSONResponse({"pending": [i.as_json() for i in items]})
-        return await run_in_threadpool(page, request, "pending.html", {"items": items})
+        return await run_in_threadpool(
+            page, request, "pending.html", {"items": items[:PENDING_SHOWN], "total": len(items)}
+        )
 
     async def resolve(request: Request) -> Response:
         item_id = request.path_params["item_id"]
@@ -226,7 +229,9 @@ def create_app(
             )
         except DecisionRefused as exc:
             return await _refuse(request, 409, str(exc), item_id, fields)
-        return RedirectResponse(f"/runs/{stored.event.run_id}#event-{stored.seq}", status_code=303)
+        return RedirectResponse(
+            f"/runs/{quote(stored.event.run_id)}#event-{stored.seq}", status_code=303
+        )
 
     async def _refuse(
         request: Request, status: int, message: str, item_id: str, fields: dict[str, str]
@@ -237,7 +242,13 @@ def create_app(
             page,
             request,
             "pending.html",
-            {"items": items, "error": message, "error_item": item_id, "kept": kept},
+            {
+                "items": items[:PENDING_SHOWN],
+                "total": len(items),
+                "error": message,
+                "error_item": item_id,
+                "kept": kept,
+            },
             status,
         )
 

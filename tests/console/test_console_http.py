@@ -201,3 +201,37 @@ def test_a_client_beyond_loopback_needs_the_token(tmp_path: Path) -> None:
                 assert remote.get("/api/pending").status_code == 200
     finally:
         ledger.close()
+
+
+def test_a_run_id_with_url_characters_links_to_its_own_page(tmp_path: Path) -> None:
+    import asyncio
+    import html
+
+    from sidecar.ledger.base import AuditEvent, Phase
+    from sidecar.ledger.operator import open_operator_ledger
+    from sidecar.ledger.sqlite import SqliteLedger
+
+    run_id = "team a/run #5?x=1&y"
+
+    async def write() -> None:
+        ledger = SqliteLedger(tmp_path / "audit.db")
+        try:
+            await ledger.append(
+                AuditEvent(run_id, "a1", "BeginAttempt", Phase.ATTEMPT_BEGIN, rule="r")
+            )
+        finally:
+            await ledger.close()
+
+    asyncio.run(write())
+    ledger = open_operator_ledger(tmp_path / "audit.db", None)
+    chain = ChainWatch(lambda: (_ for _ in ()).throw(RuntimeError("not checked here")))
+    try:
+        app = create_app(ledger, token=None, chain=chain)
+        with TestClient(app, client=("127.0.0.1", 5000)) as local:
+            runs = local.get("/").text
+            href = re.search(r'class="run-link" href="([^"]+)"', runs)
+            assert href is not None
+            page = local.get(html.unescape(href.group(1)))
+            assert page.status_code == 200 and html.escape(run_id) in page.text
+    finally:
+        ledger.close()
