@@ -235,3 +235,31 @@ def test_a_run_id_with_url_characters_links_to_its_own_page(tmp_path: Path) -> N
             assert page.status_code == 200 and html.escape(run_id) in page.text
     finally:
         ledger.close()
+
+
+def test_every_page_shows_the_chain_status_and_names_the_first_bad_event(tmp_path: Path) -> None:
+    import sqlite3
+
+    from sidecar.audit_command import open_reader
+    from sidecar.ledger.operator import open_operator_ledger
+
+    config = sidecar_config(tmp_path / "data")
+    make_ledger(config, tmp_path)
+    ledger = open_operator_ledger(config.audit_path, None)
+    chain = ChainWatch(lambda: open_reader({"audit_db": config.audit_path}))
+    try:
+        app = create_app(ledger, token=None, chain=chain)
+        with TestClient(app, client=("127.0.0.1", 5000)) as local:
+            assert chain.check_now()["state"] == "intact"
+            assert "chain intact" in local.get("/").text
+            conn = sqlite3.connect(config.audit_path)
+            conn.execute("UPDATE audit_events SET outcome = 'OUTCOME_SKIPPED' WHERE seq = 5")
+            conn.commit()
+            conn.close()
+            verdict = chain.check_now()
+            assert (verdict["state"], verdict["first_bad"]) == ("tampered", 5)
+            page = local.get(f"/runs/{RUN}").text
+            assert "chain broken at event #5" in page and "does not verify" in page
+            assert local.get("/api/status").json()["chain"]["first_bad"] == 5
+    finally:
+        ledger.close()
