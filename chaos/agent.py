@@ -10,26 +10,33 @@ Everything the agent was told is recorded: each acknowledged write (the checker 
 durable audit outcome for each, and the object in the store), each tool it actually ran
 (the checker demands that a non-idempotent tool ran at most once), and anything the sidecar
 answered that the contract does not allow.
+
+It is also a caller that gives up (:class:`CallerFault`): at the seed's rate a write is sent
+with a deadline of a few milliseconds, cancelled mid-way, or has its connection closed under
+it, and is then repeated with the same ``request_id`` until it is answered, as AIP-155 and
+every gRPC retry policy tell a caller to do; a write that failed on the sidecar's side may be
+repeated the same way; and an attempt may get a twin, a second attempt of the same run begun
+while the first still works, as when a queue hands a run on before its lease really ended.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import grpc
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from chaos.plan import Effect, Op, OpKind, RunPlan, render_json
+from chaos.plan import Effect, Op, OpKind, RunPlan, Segment, render_json
 from chaos.processes import Killer
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
@@ -51,6 +58,29 @@ _TRANSPORT_RETRYABLE = {
 }
 
 R = TypeVar("R", bound=Message)
+
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.min_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
+
+class CallerFault(enum.StrEnum):
+    """How a caller gives up on a call, or calls again (counted by kind in the summary)."""
+
+    DEADLINE = "deadline"  # a deadline of a few milliseconds, then a repeat
+    CANCEL = "cancel"  # the call cancelled mid-way, then a repeat
+    RESET = "reset"  # the call's connection closed under it, then a repeat
+    TWIN = "twin"  # two calls at once with one request_id
+    REPEAT = "repeat"  # a repeat with the same request_id after a failure the sidecar answered
+    OVERLAP = "overlap"  # a second attempt of the run begun while the first still works
+
+
+# The faults one write call can meet before it is repeated.
+_GIVING_UP = (CallerFault.DEADLINE, CallerFault.CANCEL, CallerFault.RESET)
+# How often a call given up on is repeated with its request_id before the attempt gives up.
+_REPEATS = 4
 
 
 @dataclass(frozen=True)
@@ -101,32 +131,61 @@ class AttemptFailed(Exception):
         self.failure = failure
 
 
+@dataclass(frozen=True)
+class Method(Generic[R]):
+    """One RPC of the service, called as an agent calls it."""
+
+    name: str
+    response: type[R]
+    call: grpc.UnaryUnaryMultiCallable
+
+    def __call__(self, request: Message) -> R:
+        return cast(R, self.call(request, timeout=CALL_TIMEOUT_SECONDS))
+
+
 class Api:
     """Blocking calls to a sidecar's RunActionsService."""
 
     def __init__(self, target: str) -> None:
+        self.target = target
         # Short reconnect backoff: after a restart the agent should find the sidecar at once,
         # not after gRPC's default backoff of up to two minutes.
-        self.channel = grpc.insecure_channel(
-            target,
-            options=[
-                ("grpc.initial_reconnect_backoff_ms", 50),
-                ("grpc.min_reconnect_backoff_ms", 50),
-                ("grpc.max_reconnect_backoff_ms", 500),
-            ],
-        )
+        self.channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
 
-    def method(self, name: str, response: type[R]) -> Callable[[Message], R]:
-        call = self.channel.unary_unary(
+    def method(self, name: str, response: type[R]) -> Method[R]:
+        return Method(name, response, self._callable(self.channel, name, response))
+
+    @staticmethod
+    def _callable(
+        channel: grpc.Channel, name: str, response: type[Message]
+    ) -> grpc.UnaryUnaryMultiCallable:
+        return channel.unary_unary(
             f"/{SERVICE}/{name}",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=response.FromString,
         )
 
-        def invoke(request: Message) -> R:
-            return cast(R, call(request, timeout=CALL_TIMEOUT_SECONDS))
-
-        return invoke
+    def give_up(
+        self, method: Method[R], request: Message, fault: CallerFault, rng: random.Random
+    ) -> R:
+        """Make the call as a caller that gives up on it: its answer if one came in time,
+        else the grpc.RpcError (or grpc.FutureCancelledError) the caller saw."""
+        if fault is CallerFault.DEADLINE:
+            return cast(R, method.call(request, timeout=rng.uniform(0.001, 0.060)))
+        if fault is CallerFault.CANCEL:
+            future = method.call.future(request, timeout=CALL_TIMEOUT_SECONDS)
+            time.sleep(rng.uniform(0.0, 0.040))
+            future.cancel()
+            return cast(R, future.result())
+        # RESET: a connection of its own, closed while the call is in flight.
+        channel = grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+        try:
+            call = self._callable(channel, method.name, method.response)
+            future = call.future(request, timeout=CALL_TIMEOUT_SECONDS)
+            time.sleep(rng.uniform(0.0, 0.040))
+        finally:
+            channel.close()
+        return cast(R, future.result())
 
     def close(self) -> None:
         self.channel.close()
@@ -171,6 +230,7 @@ class RunResult:
     acks: list[Ack] = field(default_factory=list)
     executions: list[Execution] = field(default_factory=list)
     failures: Counter[str] = field(default_factory=Counter)
+    caller_faults: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
 
 
@@ -195,6 +255,7 @@ class Agent:
         *,
         seed: int,
         lost_checkpoint_rate: float,
+        caller_fault_rate: float = 0.0,
         max_attempts: int = 300,
         deadline_seconds: float = 240.0,
     ) -> None:
@@ -202,6 +263,8 @@ class Agent:
         self.killer = killer
         self.seed = seed
         self.lost_checkpoint_rate = lost_checkpoint_rate
+        self.caller_fault_rate = caller_fault_rate
+        self.api = api
         self.max_attempts = max_attempts
         self.deadline_seconds = deadline_seconds
         self.result = RunResult(plan.run_id)
@@ -240,20 +303,16 @@ class Agent:
             rng = random.Random(f"{self.seed}/{self.plan.run_id}/{self.result.attempts}")
             segment = self.plan.segments[segment_no]
             known = dict(ids)
+            twin: threading.Thread | None = None
+            if rng.random() < self.caller_fault_rate / 2:
+                # The queue hands the run on while this attempt still works: a second worker
+                # begins an attempt of its own, which fences this one.
+                self._count(CallerFault.OVERLAP)
+                twin_rng = random.Random(f"{self.seed}/{self.plan.run_id}/{self.result.attempts}/t")
+                twin = threading.Thread(target=self._twin, args=(segment, dict(ids), twin_rng))
+                twin.start()
             try:
-                attempt = self._call(
-                    self._begin,
-                    pb.BeginAttemptRequest(
-                        run_id=self.plan.run_id,
-                        rule=self.plan.rule,
-                        checkpoint=segment.checkpoint,
-                    ),
-                ).attempt_id
-                for phase in segment.phases:
-                    self._phase(attempt, phase, known, rng)
-                    if rng.random() < 0.3:
-                        self._read_back(attempt, known, rng)
-                self._call(self._end, pb.EndAttemptRequest(attempt_id=attempt))
+                self._attempt(segment, known, rng)
             except AttemptFailed as failed:
                 failure = failed.failure
                 self.result.failures[failure.reason or failure.code] += 1
@@ -267,6 +326,9 @@ class Agent:
                 failures_in_a_row += 1
                 time.sleep(min(0.02 * 2**failures_in_a_row, 0.5))
                 continue
+            finally:
+                if twin is not None:
+                    twin.join()
             failures_in_a_row = 0
             if segment_no not in lost and queue_rng.random() < self.lost_checkpoint_rate:
                 # The worker died right after the attempt finished: the checkpoint was never
@@ -280,6 +342,31 @@ class Agent:
         return self.result
 
     # -- one attempt ------------------------------------------------------------
+
+    def _attempt(self, segment: Segment, known: dict[int, str], rng: random.Random) -> None:
+        attempt = self._call(
+            self._begin,
+            pb.BeginAttemptRequest(
+                run_id=self.plan.run_id, rule=self.plan.rule, checkpoint=segment.checkpoint
+            ),
+        ).attempt_id
+        for phase in segment.phases:
+            self._phase(attempt, phase, known, rng)
+            if rng.random() < 0.3:
+                self._read_back(attempt, known, rng)
+        self._call(self._end, pb.EndAttemptRequest(attempt_id=attempt))
+
+    def _twin(self, segment: Segment, known: dict[int, str], rng: random.Random) -> None:
+        """A second worker's attempt of the run: its answers count like any, its end does
+        not move the queue on."""
+        time.sleep(rng.uniform(0.0, 0.05))
+        try:
+            self._attempt(segment, known, rng)
+        except AttemptFailed as failed:
+            failure = failed.failure
+            # Fenced, or in doubt about a step the other attempt began: both as they should be.
+            if not failure.retryable and failure.reason != "IN_DOUBT":
+                self._violation(f"a twin attempt got {failure}")
 
     def _phase(
         self, attempt: str, phase: tuple[Op, ...], known: dict[int, str], rng: random.Random
@@ -325,6 +412,7 @@ class Agent:
                     request_id=request_id,
                 ),
                 op,
+                rng,
             )
             self._expect(op, created.outcome, (APPLIED, ALREADY_APPLIED))
             self._ack(attempt, op, "Create", created.id, created.outcome, created.version)
@@ -343,6 +431,7 @@ class Agent:
                     request_id=request_id,
                 ),
                 op,
+                rng,
             )
             allowed = (APPLIED, ALREADY_APPLIED) if propose else (APPLIED, SKIPPED)
             self._expect(op, edited.outcome, allowed)
@@ -362,6 +451,7 @@ class Agent:
                 self._thread,
                 pb.CreateThreadRequest(attempt_id=attempt, title=op.title, request_id=request_id),
                 op,
+                rng,
             )
             self._expect(op, thread.outcome, (APPLIED, ALREADY_APPLIED))
             self._ack(attempt, op, "CreateThread", thread.thread_id, thread.outcome)
@@ -377,6 +467,7 @@ class Agent:
                         request_id=request_id,
                     ),
                     op,
+                    rng,
                 )
             else:
                 posted = self._write(
@@ -388,6 +479,7 @@ class Agent:
                         request_id=request_id,
                     ),
                     op,
+                    rng,
                 )
             self._expect(op, posted.outcome, (APPLIED, ALREADY_APPLIED))
             rpc = "Notice" if op.kind is OpKind.NOTICE else "Send"
@@ -409,6 +501,7 @@ class Agent:
                 request_id=request_id,
             ),
             op,
+            rng,
         )
         self._expect(op, began.outcome, (APPLIED, ALREADY_APPLIED))
         self._ack(attempt, op, "BeginStep", began.step_id, began.outcome, effect=int(op.effect))
@@ -431,7 +524,7 @@ class Agent:
                 request_id=request_id + ":end",
             ),
             op,
-            repeat=False,
+            rng,
         )
         self._expect(op, ended.outcome, (APPLIED, ALREADY_APPLIED))
         self._ack(attempt, op, "EndStep", began.step_id, ended.outcome, effect=int(op.effect))
@@ -455,7 +548,7 @@ class Agent:
 
     # -- calls ------------------------------------------------------------------
 
-    def _call(self, method: Callable[[Message], R], request: Message) -> R:
+    def _call(self, method: Method[R], request: Message) -> R:
         self.killer.before_call()
         try:
             return method(request)
@@ -465,11 +558,45 @@ class Agent:
                 self._violation(f"a status without ErrorInfo: {failure}")
             raise AttemptFailed(failure) from None
 
-    def _write(
-        self, method: Callable[[Message], R], request: Message, op: Op, *, repeat: bool = True
-    ) -> R:
-        if not (repeat and op.repeat_request):
+    def _write(self, method: Method[R], request: Message, op: Op, rng: random.Random) -> R:
+        """One write as this caller makes it: at once, twice at once, or given up on and
+        repeated with its request_id."""
+        if op.repeat_request:
+            self._count(CallerFault.TWIN)
+            return self._twice(method, request, op)
+        if rng.random() < self.caller_fault_rate:
+            fault = rng.choice(_GIVING_UP)
+            self._count(fault)
+            self.killer.before_call()
+            try:
+                return self.api.give_up(method, request, fault, rng)
+            except grpc.FutureCancelledError:
+                pass
+            except grpc.RpcError as error:
+                failure = failure_of(error)
+                if failure.reason and not failure.retryable:
+                    raise AttemptFailed(failure) from None
+            return self._repeat(method, request)
+        try:
             return self._call(method, request)
+        except AttemptFailed as failed:
+            if failed.failure.retryable and rng.random() < self.caller_fault_rate:
+                self._count(CallerFault.REPEAT)
+                return self._repeat(method, request)
+            raise
+
+    def _repeat(self, method: Method[R], request: Message) -> R:
+        """Send the call again with its request_id until it is answered, a few times."""
+        for tries in range(_REPEATS):
+            try:
+                return self._call(method, request)
+            except AttemptFailed as failed:
+                if not failed.failure.retryable or tries == _REPEATS - 1:
+                    raise
+                time.sleep(0.02 * (tries + 1))
+        raise AssertionError("unreachable")
+
+    def _twice(self, method: Method[R], request: Message, op: Op) -> R:
         # A transport retry of the same call: one request_id, sent again at once or after the
         # first answer. Both must get the first answer, and the write is made once.
         second: list[R | AttemptFailed] = []
@@ -496,6 +623,10 @@ class Agent:
         ):
             self._violation(f"op {op.index}: a repeated request_id got another answer")
         return first
+
+    def _count(self, fault: CallerFault) -> None:
+        with self._lock:
+            self.result.caller_faults[fault.value] += 1
 
     # -- records ----------------------------------------------------------------
 

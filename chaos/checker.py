@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonpointer
 import psycopg
 
 from chaos.agent import ALREADY_APPLIED, APPLIED, RunResult
-from chaos.plan import Effect, OpKind, RunPlan, SeedPlan
+from chaos.plan import Effect, Op, OpKind, RunPlan, SeedPlan
 from sidecar.ledger.base import LedgerReader, StoredEvent
 from sidecar.ledger.inspect import verify
 from sidecar.rules import canonical, ids
@@ -129,6 +130,8 @@ class _Expected:
     proposal_bodies: Counter[tuple[str, bytes]] = field(default_factory=Counter)
     titles: Counter[str] = field(default_factory=Counter)
     posts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    # (run, op index) -> the ids an answer to that write may name.
+    answers: dict[tuple[str, int], frozenset[str]] = field(default_factory=dict)
 
 
 def _expected(plan: SeedPlan, results: dict[str, RunResult]) -> _Expected:
@@ -145,73 +148,94 @@ class _Deriver:
         self.run_id = run_id
         self.checkpoint = checkpoint
         self.taken: Counter[tuple[ids.WriteType, ids.Identity]] = Counter()
+        # The ids of each identity's writes: identical writes of one segment are
+        # interchangeable, so an answer may name any of them.
+        self.made: defaultdict[tuple[ids.WriteType, ids.Identity], set[str]] = defaultdict(set)
+        self.last: tuple[ids.WriteType, ids.Identity] | None = None
 
     def __call__(self, write_type: ids.WriteType, identity: ids.Identity) -> str:
         occurrence = self.taken[(write_type, identity)]
         self.taken[(write_type, identity)] += 1
-        return ids.derive_id(
+        self.last = (write_type, identity)
+        made = ids.derive_id(
             write_type,
             run_id=self.run_id,
             checkpoint=self.checkpoint,
             identity=identity,
             occurrence=occurrence,
         )
+        self.made[(write_type, identity)].add(made)
+        return made
 
 
 def _expect_run(run: RunPlan, result: RunResult, want: _Expected) -> None:
     by_index: dict[int, str] = {}
     for segment in run.segments:
         derive = _Deriver(run.run_id, segment.checkpoint)
+        keyed: dict[int, tuple[ids.WriteType, ids.Identity]] = {}
         for op in segment.ops():
-            if op.kind in (OpKind.CREATE, OpKind.PROPOSE_CREATE):
-                digest = canonical.json_digest(op.data)
-                body = (op.artifact_kind, canonical.canonical(op.data["body"]))
-                if op.kind is OpKind.CREATE:
-                    made = derive(
-                        ids.WriteType.CREATE, ids.create_identity(op.artifact_kind, digest)
-                    )
-                    want.artifacts[made] = (op.artifact_kind, json.loads(json.dumps(op.data)))
-                    want.artifact_bodies[body] += 1
-                    by_index[op.index] = made
-                else:
-                    made = derive(
-                        ids.WriteType.CREATE_PROPOSAL, ids.create_identity(op.artifact_kind, digest)
-                    )
-                    want.create_proposals[made] = (op.artifact_kind, op.data)
-                    want.proposal_bodies[body] += 1
-            elif op.kind is OpKind.EDIT:
-                artifact_id = by_index[op.target]
-                data = want.artifacts[artifact_id][1]
-                key = op.path.removeprefix("/fields/").replace("~1", "/").replace("~0", "~")
-                data["fields"][key] = op.value
-            elif op.kind is OpKind.PROPOSE_EDIT:
-                artifact_id = by_index[op.target]
-                made = derive(ids.WriteType.EDIT_PROPOSAL, ids.edit_identity(artifact_id, op.path))
-                want.edit_proposals[made] = (artifact_id, op.path)
-                want.edit_proposal_values[
-                    (artifact_id, op.path, canonical.canonical(op.value))
-                ] += 1
-            elif op.kind is OpKind.THREAD:
-                made = derive(ids.WriteType.THREAD, ids.thread_identity(op.title))
-                want.threads[made] = op.title
-                want.titles[op.title] += 1
-                by_index[op.index] = made
-            elif op.kind in (OpKind.NOTICE, OpKind.SEND):
-                thread_id = by_index[op.target]
-                write_type = (
-                    ids.WriteType.NOTICE if op.kind is OpKind.NOTICE else ids.WriteType.MESSAGE
-                )
-                kind = "notice" if op.kind is OpKind.NOTICE else "message"
-                made = derive(
-                    write_type, ids.post_identity(thread_id, canonical.text_digest(op.text))
-                )
-                want.messages[made] = (thread_id, kind, op.text)
-                want.posts[(thread_id, kind, op.text)] += 1
-            else:
-                made = derive(
-                    ids.WriteType.STEP, ids.step_identity(op.tool, canonical.json_digest(op.args))
-                )
-                want.steps[made] = (op.tool, op.effect, run.run_id)
+            derive.last = None
+            _expect_op(run, op, derive, by_index, want)
+            if derive.last is not None:
+                keyed[op.index] = derive.last
+        for index, key in keyed.items():
+            want.answers[(run.run_id, index)] = frozenset(derive.made[key])
+
+
+def _expect_op(
+    run: RunPlan, op: Op, derive: _Deriver, by_index: dict[int, str], want: _Expected
+) -> None:
+    if op.kind in (OpKind.CREATE, OpKind.PROPOSE_CREATE):
+        digest = canonical.json_digest(op.data)
+        body = (op.artifact_kind, canonical.canonical(op.data["body"]))
+        if op.kind is OpKind.CREATE:
+            made = derive(ids.WriteType.CREATE, ids.create_identity(op.artifact_kind, digest))
+            want.artifacts[made] = (op.artifact_kind, json.loads(json.dumps(op.data)))
+            want.artifact_bodies[body] += 1
+            by_index[op.index] = made
+        else:
+            made = derive(
+                ids.WriteType.CREATE_PROPOSAL, ids.create_identity(op.artifact_kind, digest)
+            )
+            want.create_proposals[made] = (op.artifact_kind, op.data)
+            want.proposal_bodies[body] += 1
+    elif op.kind is OpKind.EDIT:
+        artifact_id = by_index[op.target]
+        set_value(want.artifacts[artifact_id][1], op.path, op.value)
+    elif op.kind is OpKind.PROPOSE_EDIT:
+        artifact_id = by_index[op.target]
+        made = derive(ids.WriteType.EDIT_PROPOSAL, ids.edit_identity(artifact_id, op.path))
+        want.edit_proposals[made] = (artifact_id, op.path)
+        want.edit_proposal_values[(artifact_id, op.path, canonical.canonical(op.value))] += 1
+    elif op.kind is OpKind.THREAD:
+        made = derive(ids.WriteType.THREAD, ids.thread_identity(op.title))
+        want.threads[made] = op.title
+        want.titles[op.title] += 1
+        by_index[op.index] = made
+    elif op.kind in (OpKind.NOTICE, OpKind.SEND):
+        thread_id = by_index[op.target]
+        write_type = ids.WriteType.NOTICE if op.kind is OpKind.NOTICE else ids.WriteType.MESSAGE
+        kind = "notice" if op.kind is OpKind.NOTICE else "message"
+        made = derive(write_type, ids.post_identity(thread_id, canonical.text_digest(op.text)))
+        want.messages[made] = (thread_id, kind, op.text)
+        want.posts[(thread_id, kind, op.text)] += 1
+    else:
+        made = derive(
+            ids.WriteType.STEP, ids.step_identity(op.tool, canonical.json_digest(op.args))
+        )
+        want.steps[made] = (op.tool, op.effect, run.run_id)
+
+
+def set_value(document: Any, path: str, value: Any) -> None:
+    """What an edit does to the model: set ``value`` at ``path``; an array's element is
+    replaced, an object's member added or replaced (ADR-0019: an edit sets a value)."""
+    pointer = jsonpointer.JsonPointer(path)
+    parent = jsonpointer.JsonPointer.from_parts(pointer.parts[:-1]).resolve(document)
+    token = pointer.parts[-1]
+    if isinstance(parent, list):
+        parent[int(token)] = value
+    else:
+        parent[token] = value
 
 
 def _compare_counts(found: Findings, what: str, want: Counter[Any], have: Counter[Any]) -> None:
@@ -251,6 +275,16 @@ def check(
             found.violation(f"{result.run_id}: the run neither finished nor settled in doubt")
     want = _expected(plan, results)
     complete = all(r.finished or r.in_doubt_step for r in results.values())
+
+    # Every answer names an id the model gives that write (any of its identical twins').
+    for result in results.values():
+        for ack in result.acks:
+            allowed = want.answers.get((result.run_id, ack.op_index))
+            if ack.id and allowed is not None and ack.id not in allowed:
+                found.violation(
+                    f"{result.run_id}: op {ack.op_index} ({ack.rpc}) in {ack.attempt_id} was "
+                    f"answered {ack.id} ({ack.outcome}); the model gives {sorted(allowed)}"
+                )
 
     # By content: how many times each planned thing is in the store.
     have_bodies = Counter(

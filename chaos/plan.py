@@ -12,6 +12,15 @@ twice to one thread, two threads of one title, the same tool called twice with t
 arguments. ADR-0019 makes each of those two writes, not one, and the checker expects two.
 Identical writes in one phase are interchangeable (which gets occurrence 0 depends on the
 order of the attempt), so no later write targets either of them.
+
+Edits name members of nested objects and elements of arrays. An edit sets a value: at an
+array index it replaces the element there, so edits of several indices in one phase land the
+same in any order.
+
+The seed also decides how often the agent behaves as a caller that gives up
+(``caller_fault_rate``): a call with a short deadline, a call cancelled or its connection
+reset mid-way, each repeated with its ``request_id`` until answered, and a second attempt of
+the run begun while the first still works, as when a queue's lease runs out early.
 """
 
 from __future__ import annotations
@@ -125,10 +134,18 @@ class SeedPlan:
     # then), so that the segment is run again from the same checkpoint.
     lost_checkpoint_rate: float
     writes: int = field(default=0)
+    # Chance that a write call meets a caller fault (agent.CallerFault), and that an attempt
+    # gets a concurrent twin attempt of its run.
+    caller_fault_rate: float = 0.0
 
 
 _KINDS = ("ticket", "incident", "note")
 _FIELD_KEYS = ("status", "owner", "a/b", "tilde~key", "prioritá", "n")
+_NESTED_KEYS = ("x", "y", "z~1")
+# Initial array elements: strings no planned value equals, so that a proposal at an index is
+# never skipped because its value is already there.
+_LIST_START = ("l0", "l1", "l2", "l3", "l4")
+_PROPOSED_LIST = ("p0", "p1", "p2")
 _TITLES = ("Disk full on db-1", "Deploy review", "Pager: 5xx spike", "Weekly triage ✓")
 _TEXTS = (
     "Looking into it.",
@@ -184,6 +201,7 @@ class _RunBuilder:
         self.titles: list[str] = []
         self.posts: list[tuple[int, str]] = []
         self.steps: list[tuple[str, Effect, Any]] = []
+        self.created: dict[int, Any] = {}
 
     def _op(self, kind: OpKind, **fields: Any) -> Op:
         op = Op(index=self.next_index, kind=kind, repeat_request=self.rng.random() < 0.1, **fields)
@@ -197,11 +215,19 @@ class _RunBuilder:
             n = len(self.bodies)
             body = {"seed": self.seed, "run": self.number, "n": n, "v": _json_value(self.rng)}
             artifact_kind = self.rng.choice(_KINDS)
-            # Edits set values under "fields", which exists from the start: an edit's parent
-            # must exist for its add patch to apply.
-            data = {"body": body, "fields": {}}
+            # Edits set values under "fields", "nested" and in "list", which exist from the
+            # start: an edit's parent must exist, and an index must name an element.
+            data = {
+                "body": body,
+                "fields": {},
+                "nested": {"a": {"b": {}}},
+                "list": list(_LIST_START[: self.rng.randint(2, len(_LIST_START))]),
+                "plist": list(_PROPOSED_LIST),
+            }
             self.bodies.append((artifact_kind, data))
-        return self._op(kind, artifact_kind=artifact_kind, data=data)
+        op = self._op(kind, artifact_kind=artifact_kind, data=data)
+        self.created[op.index] = data
+        return op
 
     def _phase(self, size: int, *, segment_edits: dict[tuple[int, str], Any]) -> list[Op]:
         ops: list[Op] = []
@@ -240,8 +266,7 @@ class _RunBuilder:
                 ops.append(self._op(kind, tool=tool, effect=effect, args=args))
             elif kind is OpKind.EDIT:
                 target = self.rng.choice(self.artifacts)
-                key = self.rng.choice(_FIELD_KEYS)
-                path = f"/fields/{_pointer_token(key)}"
+                path = self._edit_path(target)
                 if (target, path) in edited:
                     # Two edits of one path in one phase could land in either order; only an
                     # identical one is order-free (the second is skipped).
@@ -256,7 +281,11 @@ class _RunBuilder:
                 # Proposed values live under paths no direct edit sets, so a proposal is never
                 # skipped because a direct edit put its value there first.
                 target = self.rng.choice(self.artifacts)
-                path = f"/fields/proposed{self.rng.randrange(3)}"
+                path = (
+                    f"/fields/proposed{self.rng.randrange(3)}"
+                    if self.rng.random() < 0.5
+                    else f"/plist/{self.rng.randrange(len(_PROPOSED_LIST))}"
+                )
                 ops.append(self._op(kind, target=target, path=path, value=_json_value(self.rng)))
             else:
                 if self.posts and self.rng.random() < 0.3:
@@ -272,6 +301,17 @@ class _RunBuilder:
             segment_edits[(target, path)] = value
         self._publish(ops)
         return ops
+
+    def _edit_path(self, target: int) -> str:
+        """A path a direct edit may set: an object member, nested or not, or an element."""
+        where = self.rng.random()
+        if where < 0.4:
+            return f"/fields/{_pointer_token(self.rng.choice(_FIELD_KEYS))}"
+        if where < 0.7:
+            data = self.created[target]
+            return f"/list/{self.rng.randrange(len(data['list']))}"
+        parent = self.rng.choice(("/nested/a", "/nested/a/b"))
+        return f"{parent}/{_pointer_token(self.rng.choice(_NESTED_KEYS))}"
 
     def _publish(self, ops: list[Op]) -> None:
         # A create or thread with an identical twin in its phase may get either id: never a
@@ -312,9 +352,17 @@ class _RunBuilder:
         )
 
 
-def make_plan(seed: int, *, topology: str | None = None, max_kills: int = 4) -> SeedPlan:
-    """The plan of ``seed``; ``topology`` forces where the store runs."""
+def make_plan(
+    seed: int,
+    *,
+    topology: str | None = None,
+    max_kills: int = 4,
+    caller_faults: bool = True,
+) -> SeedPlan:
+    """The plan of ``seed``; ``topology`` forces where the store runs; without
+    ``caller_faults`` the agent never gives up on a call."""
     rng = random.Random(seed)
+    fault_rate = rng.choice((0.05, 0.15, 0.3))
     chosen = topology or ("standalone" if rng.random() < 0.5 else "embedded")
     runs = tuple(_RunBuilder(rng, seed, n).build() for n in range(rng.choice((1, 1, 2))))
     writes = sum(1 for run in runs for _ in run.ops())
@@ -343,6 +391,7 @@ def make_plan(seed: int, *, topology: str | None = None, max_kills: int = 4) -> 
         kills=tuple(kills),
         lost_checkpoint_rate=0.15,
         writes=writes,
+        caller_fault_rate=fault_rate if caller_faults else 0.0,
     )
 
 

@@ -7,11 +7,15 @@ from dataclasses import dataclass
 
 from chaos.runner import SeedResult
 
+# The caller faults, in the order the summary lists them (agent.CallerFault's values).
+FAULT_KINDS = ("deadline", "cancel", "reset", "twin", "repeat", "overlap")
+
 HEADER = (
     "backend",
     "seeds",
     "failed",
     "kills (sidecar/store)",
+    "caller faults",
     "writes planned",
     "writes acked",
     "attempts",
@@ -31,6 +35,7 @@ class Totals:
     failed: int
     sidecar_kills: int
     store_kills: int
+    caller_faults: dict[str, int]
     writes: int
     acks: int
     attempts: int
@@ -45,6 +50,7 @@ class Totals:
             str(self.seeds),
             str(self.failed),
             f"{self.sidecar_kills + self.store_kills} ({self.sidecar_kills}/{self.store_kills})",
+            str(sum(self.caller_faults.values())),
             str(self.writes),
             str(self.acks),
             str(self.attempts),
@@ -62,6 +68,9 @@ def totals(backend: str, results: Sequence[SeedResult], seconds: float) -> Total
         failed=sum(1 for r in results if not r.ok),
         sidecar_kills=sum(r.sidecar_kills for r in results),
         store_kills=sum(r.store_kills for r in results),
+        caller_faults={
+            kind: sum(r.caller_faults.get(kind, 0) for r in results) for kind in FAULT_KINDS
+        },
         writes=sum(r.writes for r in results),
         acks=sum(r.acks for r in results),
         attempts=sum(r.attempts for r in results),
@@ -84,13 +93,30 @@ def table(rows: Sequence[Totals]) -> str:
     return "\n".join([line(HEADER), rule, *(line(t.row()) for t in rows)])
 
 
+def fault_table(rows: Sequence[Totals]) -> str:
+    """Caller faults by kind beside the process kills, per backend."""
+    header = ("backend", "sidecar kills", "store kills", *FAULT_KINDS)
+    cells: list[tuple[str, ...]] = [header]
+    for t in rows:
+        counts = [str(t.caller_faults.get(kind, 0)) for kind in FAULT_KINDS]
+        cells.append((t.backend, str(t.sidecar_kills), str(t.store_kills), *counts))
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    rule = "| " + " | ".join("-" * w for w in widths) + " |"
+    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
+
+
 def failures(results: Sequence[SeedResult], limit: int = 20) -> str:
     """What each failing seed found, and how to replay it."""
     out: list[str] = []
     for r in sorted((r for r in results if not r.ok), key=lambda r: (r.backend, r.seed)):
         out.append(
             f"seed {r.seed} ({r.backend}, {r.topology}) FAILED: replay with "
-            f"`python -m chaos --seed {r.seed} --backend {r.backend}`; files in {r.workdir}"
+            f"`python -m chaos --seed {r.seed} --backend {r.backend}`; files and the plan "
+            f"(plan.json) in {r.workdir}"
         )
         if r.error:
             out.append("  harness error: " + r.error.strip().replace("\n", "\n  "))
@@ -112,6 +138,20 @@ def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], comm
         f"Seeds by topology: {topologies['embedded']} with the store inside the sidecar, "
         f"{topologies['standalone']} with `actonce store` as a process of its own.",
         "",
+        "Faults by kind: process kills (SIGKILL of `actonce serve` or `actonce store`) and "
+        "caller faults: `deadline` (a call with a deadline of 1 to 60 ms), `cancel` (a call "
+        "cancelled mid-way), `reset` (its connection closed mid-way), each then repeated with "
+        "its request_id until answered; `twin` (two calls at once with one request_id); "
+        "`repeat` (a call repeated with its request_id after a failure the sidecar answered); "
+        "`overlap` (a second attempt of the run begun while the first still works).",
+        "",
+        fault_table(rows),
+        "",
+        "The checker holds the store against a model of what it must hold: every write the "
+        "plan makes, with the ids the derived-id specification gives them, edits applied as "
+        "they set values (a member of a nested object, an element of an array). Every answer "
+        "must name an id the model gives that write; the ledger must hold an intent for "
+        "everything the store holds; no answered id may be missing from the store. "
         "A duplicate is an object in the store more times than the plan makes it, or a "
         "non-idempotent tool run twice; a loss is a planned or acknowledged write missing "
         "from the store, an edit's value not in place, a sent message without its turn "

@@ -8,6 +8,7 @@ the checker. What a seed leaves behind is deleted unless it failed or ``keep`` i
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 import shutil
@@ -16,7 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chaos import pg
@@ -52,6 +53,8 @@ class SeedResult:
     store_kills: int = 0
     checkpoints_lost: int = 0
     in_doubt: int = 0
+    # Caller faults by kind (agent.CallerFault), beside the process kills.
+    caller_faults: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
     losses: int = 0
     violations: list[str] = field(default_factory=list)
@@ -104,6 +107,9 @@ def run_seed(
     except Exception:  # a bug of the harness: reported with the seed, never swallowed
         result.error = traceback.format_exc()
     result.seconds = time.monotonic() - started
+    if not result.ok:
+        # What to replay: the plan is a function of the seed, written out for reading.
+        (seed_dir / "plan.json").write_text(json.dumps(asdict(plan), indent=1, default=str))
     if result.ok and not keep:
         shutil.rmtree(seed_dir, ignore_errors=True)
         for dsn in databases:
@@ -188,7 +194,14 @@ def play(
         killer = Killer(plan.kills, services)
         api = Api(sidecar.target)
         agents = [
-            Agent(run, api, killer, seed=plan.seed, lost_checkpoint_rate=plan.lost_checkpoint_rate)
+            Agent(
+                run,
+                api,
+                killer,
+                seed=plan.seed,
+                lost_checkpoint_rate=plan.lost_checkpoint_rate,
+                caller_fault_rate=plan.caller_fault_rate,
+            )
             for run in plan.runs
         ]
         threads = [threading.Thread(target=agent.run, name=agent.plan.run_id) for agent in agents]
@@ -220,6 +233,8 @@ def _tally(result: SeedResult, played: Played) -> None:
         result.acks += len(run.acks)
         result.checkpoints_lost += run.checkpoints_lost
         result.in_doubt += bool(run.in_doubt_step)
+        for kind, count in run.caller_faults.items():
+            result.caller_faults[kind] = result.caller_faults.get(kind, 0) + count
     result.sidecar_kills = sum(1 for k in played.kills if k.target == "sidecar" and k.was_running)
     result.store_kills = sum(1 for k in played.kills if k.target == "store" and k.was_running)
 

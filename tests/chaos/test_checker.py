@@ -16,15 +16,15 @@ from chaos.plan import Effect, make_plan
 from chaos.runner import Played, play
 
 # A seed whose plan makes every kind of write (creates, proposals, edits, threads, notices,
-# sends, steps), in two runs.
-SEED = 10
+# sends, steps; edits of object members, nested members and array elements), in two runs.
+SEED = 92
 
 
 @pytest.fixture(scope="module")
 def played(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Played]:
     seed_dir = tmp_path_factory.mktemp("chaos") / "seed"
     seed_dir.mkdir()
-    yield play(make_plan(SEED, topology="embedded", max_kills=0), seed_dir)
+    yield play(make_plan(SEED, topology="embedded", max_kills=0, caller_faults=False), seed_dir)
 
 
 @pytest.fixture
@@ -119,3 +119,30 @@ def test_a_non_idempotent_tool_run_twice_is_a_duplicate(played: Played) -> None:
         results={**played.results, run.run_id: replace(run, executions=[*run.executions, *twice])},
     )
     assert doctored.check().duplicates == 1
+
+
+def test_an_array_element_inserted_instead_of_replaced_is_caught(tampered: Played) -> None:
+    with _store(tampered) as db:
+        row = db.execute("SELECT id, data_json FROM artifacts ORDER BY id LIMIT 1").fetchone()
+        data = json.loads(row[1])
+        data["list"].insert(0, data["list"][0])
+        db.execute("UPDATE artifacts SET data_json = ? WHERE id = ?", (json.dumps(data), row[0]))
+    found = tampered.check()
+    assert found.losses == 1
+    assert any(f"artifact {row[0]} holds" in v for v in found.violations)
+
+
+def test_an_answer_naming_an_id_the_model_does_not_give_is_caught(played: Played) -> None:
+    run = next(r for r in played.results.values() if any(a.rpc == "Create" for a in r.acks))
+    ack = next(a for a in run.acks if a.rpc == "Create")
+    doctored = replace(
+        played,
+        results={
+            **played.results,
+            run.run_id: replace(run, acks=[*run.acks, replace(ack, id="art_other")]),
+        },
+    )
+    found = doctored.check()
+    assert any(
+        f"op {ack.op_index} (Create)" in v and "answered art_other" in v for v in found.violations
+    )
