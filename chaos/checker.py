@@ -355,6 +355,8 @@ def _check_ledger(
     intents: dict[str, list[StoredEvent]] = defaultdict(list)
     step_ends: set[tuple[str, str]] = set()
     ended_steps: set[str] = set()
+    first_end: dict[str, int] = {}
+    last_in_doubt: dict[str, int] = {}
     for stored in events:
         e = stored.event
         if e.phase == "outcome":
@@ -364,6 +366,9 @@ def _check_ledger(
         elif e.phase == "step_end":
             step_ends.add((e.attempt_id, e.derived_id))
             ended_steps.add(e.derived_id)
+            first_end.setdefault(e.derived_id, stored.seq)
+        if e.phase == "outcome" and e.reason == "IN_DOUBT":
+            last_in_doubt[e.derived_id] = stored.seq
 
     # Every acknowledged write: in the store, with a durable outcome saying what was answered.
     tables: dict[str, dict[str, Any]] = {
@@ -465,7 +470,9 @@ def _check_ledger(
             began_earlier = intents.get(step_id)
             if effect is not Effect.NON_IDEMPOTENT_WRITE or not began_earlier:
                 found.violation(f"step {step_id} ({tool}) refused IN_DOUBT without cause")
-            elif step_id in ended_steps:
+            elif first_end.get(step_id, 1 << 62) < last_in_doubt.get(step_id, 0):
+                # An attempt running beside it may end the step after the refusal; only a
+                # refusal after the step's recorded end is wrong.
                 found.violation(f"step {step_id} ({tool}) refused IN_DOUBT though it ended")
             continue
         # A run in doubt got as far as its last step: every other step ended before it.
