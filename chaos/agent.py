@@ -580,10 +580,24 @@ class Agent:
         try:
             return self._call(method, request)
         except AttemptFailed as failed:
-            if failed.failure.retryable and rng.random() < self.caller_fault_rate:
+            if rng.random() >= self.caller_fault_rate:
+                raise
+            if failed.failure.retryable:
                 self._count(CallerFault.REPEAT)
                 return self._repeat(method, request)
+            if failed.failure.reason == "IN_DOUBT":
+                self._count(CallerFault.REPEAT)
+                self._repeat_in_doubt(method, request, op)
             raise
+
+    def _repeat_in_doubt(self, method: Method[R], request: Message, op: Op) -> None:
+        """A step refused IN_DOUBT, asked again with its request_id, must not be run now."""
+        try:
+            again = self._call(method, request)
+        except AttemptFailed:
+            return
+        if _outcome(getattr(again, "outcome", 0)) == APPLIED:
+            self._violation(f"op {op.index}: a step refused IN_DOUBT was let run when repeated")
 
     def _repeat(self, method: Method[R], request: Message) -> R:
         """Send the call again with its request_id until it is answered, a few times."""
