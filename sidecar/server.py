@@ -102,8 +102,11 @@ class Sidecar:
     async def check_health(self) -> bool:
         """SERVING only when both the ledger and the store answer."""
         try:
-            await self.ledger.ping()
-            await self.store.ping()
+            # Bounded here as well as in each backend: a ledger or store that stopped
+            # answering turns readiness NOT_SERVING within one probe period.
+            async with asyncio.timeout(HEALTH_CHECK_SECONDS):
+                await self.ledger.ping()
+                await self.store.ping()
             serving = True
         except Exception as exc:  # any failure to answer, of either, is NOT_SERVING
             log.warning("health_check_failed", error=str(exc))
@@ -170,6 +173,9 @@ class Sidecar:
         await _bounded("ledger", self.ledger.close())
 
 
+# A health check answers within this, or readiness turns NOT_SERVING: well within the
+# manifest's readiness period (5 s), and longer than the ledger's own bound on a ping.
+HEALTH_CHECK_SECONDS = 3.0
 # Each step of closing gets this long: a ledger or a store that stopped answering
 # (a frozen host, a cut network) must not hold the exit past the grace by more.
 CLOSE_STEP_SECONDS = 2.0
@@ -235,7 +241,9 @@ def open_store_backend(config: Config) -> StoreBackend:
     if config.store_dsn:
         from sidecar.store.postgres import PostgresStoreBackend
 
-        return PostgresStoreBackend(config.store_dsn)
+        # Past the store timeout the caller has given up: its connection is cut then,
+        # so that a database that stopped answering holds no thread for long.
+        return PostgresStoreBackend(config.store_dsn, call_timeout=config.store_timeout_seconds)
     return SqliteStoreBackend(config.data_dir / "store.db")
 
 

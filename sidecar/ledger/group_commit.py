@@ -46,7 +46,10 @@ class _Pending:
 class GroupCommitLedger:
     """The queue and writer thread of a ledger; backends supply the writes."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, append_timeout_seconds: float | None = None) -> None:
+        # How long an append waits for its commit: past it, the write fails closed even
+        # when the backend cannot say so itself (a database that stopped answering).
+        self._append_timeout = append_timeout_seconds
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._closed = False
         self.on_commit: CommitHook | None = None
@@ -62,7 +65,16 @@ class GroupCommitLedger:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         self._queue.put(_Pending(event, future, loop))
-        return await future
+        try:
+            # Shielded: a caller that goes away (its call cancelled) leaves its event to
+            # be written all the same, as a write that may have landed needs.
+            async with asyncio.timeout(self._append_timeout):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            # Past the bound the write fails closed; the writer skips the event if it has
+            # not taken it up yet, so that no event outlives the failure it reported.
+            future.cancel()
+            raise LedgerError(f"audit event not durable within {self._append_timeout:g}s") from None
 
     async def close(self) -> None:
         """Commit what is queued, then stop the writer and release the backend."""
@@ -70,7 +82,10 @@ class GroupCommitLedger:
             return
         self._closed = True
         self._queue.put(None)
-        await asyncio.to_thread(self._writer.join)
+        # Polled rather than joined in a worker thread: a writer stuck on a database that
+        # stopped answering must not hold a thread the process waits for at exit.
+        while self._writer.is_alive():
+            await asyncio.sleep(0.01)
         self._close_backend()
 
     def _close_backend(self) -> None:
@@ -95,6 +110,10 @@ class GroupCommitLedger:
                 return
 
     def _commit(self, batch: list[_Pending]) -> None:
+        # An append whose caller stopped waiting has already failed its write closed.
+        batch = [pending for pending in batch if not pending.future.done()]
+        if not batch:
+            return
         started = time.perf_counter()
         try:
             results = self._write_batch([p.event for p in batch])

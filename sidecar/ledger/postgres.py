@@ -6,21 +6,29 @@ each still carries many events in one commit. The runs table is read in the
 same transaction, so an attempt fenced on one sidecar by a newer attempt begun
 on another is refused before its intent is written.
 
-The writer's connection is re-opened by the next batch after a failure: when
-PostgreSQL goes away, appends fail closed; when it returns, they succeed
-again without a restart of the sidecar.
+Connections are bounded on this side (sidecar.pgbounds): a server that stops
+answering fails appends closed within the busy timeout, health checks within a
+probe period, and no call holds a thread for long. An idle writer connection that
+the server closed (a restart, ``idle_session_timeout``) is replaced before use,
+and a batch whose connection was lost before its COMMIT was sent (so nothing of
+it landed) is written again once, on a fresh connection. Only a batch whose
+commit is in doubt fails closed. When PostgreSQL goes away, appends fail closed;
+when it returns, they succeed again without a restart of the sidecar.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import structlog
 
+from sidecar import pgbounds
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
@@ -45,18 +53,33 @@ INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT
 
 _INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join(['%s'] * 19)})"
 _CONNECT_TIMEOUT_SECONDS = 5
+# A health check, and the connection it may open, answer within this: readiness turns
+# NOT_SERVING within one probe period of the manifest's (5 s) when PostgreSQL does not.
+PING_SECONDS = 2.0
+# A read of the ledger by the sidecar (a step's earlier events) gets this long.
+READ_SECONDS = 10.0
+# SQLSTATE classes and codes that say the connection is gone, not the statement refused.
+_CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
+
+log = structlog.get_logger()
 
 
-def _connect(dsn: str, *, lock_timeout_ms: int = 5000) -> psycopg.Connection[Any]:
+def _connect(
+    dsn: str, *, lock_timeout_ms: int = 5000, connect_timeout: float = _CONNECT_TIMEOUT_SECONDS
+) -> psycopg.Connection[Any]:
     # A ledger locked by another process must fail appends closed in bounded
     # time, as SQLite's busy timeout does, rather than hold every write.
     return psycopg.connect(
-        dsn,
-        connect_timeout=_CONNECT_TIMEOUT_SECONDS,
+        pgbounds.conninfo(dsn, connect_timeout=connect_timeout),
         autocommit=False,
         options=f"-c lock_timeout={int(lock_timeout_ms)} "
         f"-c statement_timeout={int(lock_timeout_ms) * 2}",
     )
+
+
+def _connection_lost(conn: psycopg.Connection[Any], error: psycopg.Error) -> bool:
+    state = getattr(error, "sqlstate", None) or ""
+    return conn.broken or state.startswith(_CONNECTION_LOST)
 
 
 def ensure_schema(dsn: str) -> None:
@@ -73,9 +96,13 @@ class PostgresLedger(GroupCommitLedger):
     """An AuditLedger on a PostgreSQL database shared by many sidecars."""
 
     def __init__(self, dsn: str, *, lock_timeout_ms: int = 5000) -> None:
-        super().__init__()
+        # ``lock_timeout_ms`` is the busy timeout: an append fails closed within it,
+        # whether PostgreSQL answers or not. The server's own lock timeout fires a
+        # little earlier, so that a ledger merely locked fails the batch there, before
+        # any of its appenders gives up, and no event is written after its write failed.
+        super().__init__(append_timeout_seconds=lock_timeout_ms / 1000)
         self.dsn = dsn
-        self._lock_timeout_ms = lock_timeout_ms
+        self._lock_timeout_ms = max(1, lock_timeout_ms - min(250, lock_timeout_ms // 5))
         try:
             ensure_schema(dsn)
         except psycopg.Error as exc:
@@ -83,50 +110,71 @@ class PostgresLedger(GroupCommitLedger):
         self._conn: psycopg.Connection[Any] | None = None
         self._read_lock = threading.Lock()
         self._reader: psycopg.Connection[Any] | None = None
+        # A batch still running when all of its appenders have given up (the server
+        # stopped answering) is cut on this side, so that it cannot commit later.
+        self._batch_seconds = lock_timeout_ms / 1000 + 0.25
+        self._watchdog = pgbounds.Watchdog("ledger")
         self._start_writer()
 
     def _writer_conn(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
+        if self._conn is None or pgbounds.stale(self._conn):
+            self._drop_writer()
             self._conn = _connect(self.dsn, lock_timeout_ms=self._lock_timeout_ms)
         return self._conn
 
     def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
-        try:
+        for retry in (False, True):
             conn = self._writer_conn()
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute("SELECT seq, hash FROM audit_head WHERE id FOR UPDATE")
-                head = cur.fetchone()
-                assert head is not None
-                seq, prev = int(head[0]), str(head[1])
-                # One round trip for the newest attempt of every run the batch fences,
-                # not one per intent.
-                runs = fenced_runs(events)
-                newest: dict[str, str] = {}
-                if runs:
-                    cur.execute(
-                        "SELECT run_id, attempt_id FROM audit_runs WHERE run_id = ANY(%s)",
-                        (runs,),
-                    )
-                    newest.update((str(r), str(a)) for r, a in cur.fetchall())
-                batch = chain(events, seq, prev, newest)
-                if batch.begun:
-                    cur.executemany(
-                        "INSERT INTO audit_runs (run_id, attempt_id) VALUES (%s, %s) "
-                        "ON CONFLICT (run_id) DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
-                        batch.begun,
-                    )
-                if batch.rows:
-                    cur.executemany(_INSERT, batch.rows)
-                    cur.execute(
-                        "UPDATE audit_head SET seq = %s, hash = %s WHERE id",
-                        (batch.seq, batch.head),
-                    )
+            committing = False
+            try:
+                with self._watchdog.bound(conn, self._batch_seconds), conn.transaction():
+                    results = self._write_in(conn, events)
+                    committing = True
+                return results
+            except psycopg.Error as exc:
+                # Drop the connection: the next batch reconnects, so the ledger
+                # recovers by itself when PostgreSQL comes back.
+                self._drop_writer()
+                # Lost before COMMIT was sent, PostgreSQL rolled the batch back: nothing
+                # of it landed, and a fresh connection may take it. A commit in doubt,
+                # or a statement the server refused, fails the batch closed.
+                if committing or retry or not _connection_lost(conn, exc):
+                    raise
+                log.info("audit_batch_written_again", error=str(exc), batch=len(events))
+        raise AssertionError("unreachable")
+
+    def _write_in(
+        self, conn: psycopg.Connection[Any], events: list[AuditEvent]
+    ) -> list[int | LedgerError]:
+        with conn.cursor() as cur:
+            cur.execute("SELECT seq, hash FROM audit_head WHERE id FOR UPDATE")
+            head = cur.fetchone()
+            assert head is not None
+            seq, prev = int(head[0]), str(head[1])
+            # One round trip for the newest attempt of every run the batch fences,
+            # not one per intent.
+            runs = fenced_runs(events)
+            newest: dict[str, str] = {}
+            if runs:
+                cur.execute(
+                    "SELECT run_id, attempt_id FROM audit_runs WHERE run_id = ANY(%s)",
+                    (runs,),
+                )
+                newest.update((str(r), str(a)) for r, a in cur.fetchall())
+            batch = chain(events, seq, prev, newest)
+            if batch.begun:
+                cur.executemany(
+                    "INSERT INTO audit_runs (run_id, attempt_id) VALUES (%s, %s) "
+                    "ON CONFLICT (run_id) DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
+                    batch.begun,
+                )
+            if batch.rows:
+                cur.executemany(_INSERT, batch.rows)
+                cur.execute(
+                    "UPDATE audit_head SET seq = %s, hash = %s WHERE id",
+                    (batch.seq, batch.head),
+                )
             return batch.results
-        except psycopg.Error:
-            # Drop the connection: the next batch reconnects, so the ledger
-            # recovers by itself when PostgreSQL comes back.
-            self._drop_writer()
-            raise
 
     def _drop_writer(self) -> None:
         if self._conn is not None:
@@ -137,24 +185,44 @@ class PostgresLedger(GroupCommitLedger):
 
     def _close_backend(self) -> None:
         self._drop_writer()
-        with self._read_lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-
-    def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._read_lock:
+        # A read stuck on a server that stopped answering keeps its connection; the
+        # watchdog cuts it, and the process does not wait for it.
+        if self._read_lock.acquire(timeout=PING_SECONDS):
             try:
-                if self._reader is None or self._reader.closed or self._reader.broken:
-                    self._reader = psycopg.connect(
-                        self.dsn, connect_timeout=_CONNECT_TIMEOUT_SECONDS, autocommit=True
-                    )
+                self._drop_reader()
+            finally:
+                self._read_lock.release()
+
+    def _query(
+        self, sql: str, params: tuple[object, ...] = (), *, seconds: float = READ_SECONDS
+    ) -> list[tuple[Any, ...]]:
+        # Every step bounded: the lock (another read may be stuck), the connection,
+        # and the query itself, so that a read never holds its thread for long.
+        started = time.monotonic()
+        if not self._read_lock.acquire(timeout=seconds):
+            raise LedgerError(f"ledger could not be read within {seconds:g}s")
+        try:
+            if self._reader is None or pgbounds.stale(self._reader):
+                self._drop_reader()
+                self._reader = psycopg.connect(
+                    pgbounds.conninfo(self.dsn, connect_timeout=min(seconds, 5)),
+                    autocommit=True,
+                )
+            left = max(0.1, seconds - (time.monotonic() - started))
+            with self._watchdog.bound(self._reader, left):
                 return list(self._reader.execute(sql, params).fetchall())
-            except psycopg.Error as exc:
-                if self._reader is not None:
-                    self._reader.close()
-                    self._reader = None
-                raise LedgerError(f"ledger could not be read: {exc}") from exc
+        except psycopg.Error as exc:
+            self._drop_reader()
+            raise LedgerError(f"ledger could not be read: {exc}") from exc
+        finally:
+            self._read_lock.release()
+
+    def _drop_reader(self) -> None:
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            finally:
+                self._reader = None
 
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         rows = await asyncio.to_thread(
@@ -165,7 +233,7 @@ class PostgresLedger(GroupCommitLedger):
         return [row_to_event(row) for row in rows]
 
     async def ping(self) -> None:
-        await asyncio.to_thread(self._query, "SELECT 1")
+        await asyncio.to_thread(self._query, "SELECT 1", seconds=PING_SECONDS)
 
 
 class PostgresLedgerReader:

@@ -23,12 +23,15 @@ Tables carry a `store_` prefix so the store and the audit ledger can share one d
 ids sort with `COLLATE "C"` (by code point, like SQLite's BINARY) so listing pages through ids
 in the same order on both backends.
 
-Connections: a small pool of this module's own (no extra dependency). A connection that turns
-out to be broken is dropped, with every idle one (after a server restart they are all stale),
-and the call is run again on a fresh connection, but only when the failure came before the
-commit was sent: then PostgreSQL rolled the transaction back and nothing landed. When the
-database cannot be reached, or the connection is lost during the commit, the call raises
-`StoreUnavailableError`; the next call connects again by itself.
+Connections: a small pool of this module's own (no extra dependency). An idle connection the
+server closed (a restart, `idle_session_timeout`) is replaced before use (sidecar.pgbounds). A
+connection that turns out to be broken is dropped, with every idle one (after a server restart
+they are all stale), and the call is run again on a fresh connection, but only when the failure
+came before the commit was sent: then PostgreSQL rolled the transaction back and nothing landed.
+When the database cannot be reached, or the connection is lost during the commit, the call
+raises `StoreUnavailableError`; the next call connects again by itself. Every call is bounded
+on this side too (TCP keepalives, `tcp_user_timeout`, and a watchdog that cuts a call past
+`call_timeout`), so that a server that stopped answering holds no thread for long.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
+from sidecar import pgbounds
 from sidecar.store.backend import (
     MESSAGE_KINDS,
     ArtifactPage,
@@ -111,16 +115,10 @@ _SCHEMA = (
     "CREATE TABLE store_schema_version (version INTEGER NOT NULL)",
 )
 
-# Connection settings a DSN may override. The keepalives notice a server that vanished without
-# closing the connection (a host lost, a network cut) in about 25 s rather than the kernel's
-# two hours, so a call fails as unavailable instead of holding a pooled connection for good.
-_CONNECTION_DEFAULTS = {
-    "application_name": "actonce-store",
-    "keepalives": "1",
-    "keepalives_idle": "10",
-    "keepalives_interval": "5",
-    "keepalives_count": "3",
-}
+# Connection settings a DSN may override; sidecar.pgbounds adds keepalives and
+# tcp_user_timeout, so that a server that vanished without closing the connection (a host
+# lost, a network cut) fails a call as unavailable instead of holding a pooled connection.
+_CONNECTION_DEFAULTS = {"application_name": "actonce-store"}
 
 _Connection = psycopg.Connection[tuple[Any, ...]]
 _T = TypeVar("_T")
@@ -195,7 +193,10 @@ class _Pool:
                 if self._closed:
                     raise RuntimeError("the store is closed")
                 conn = self._idle.pop() if self._idle else None
-            if conn is None or conn.closed:
+            if conn is not None and pgbounds.stale(conn):
+                conn.close()
+                conn = None
+            if conn is None:
                 conn = self._connect()
             try:
                 yield conn
@@ -250,23 +251,19 @@ class PostgresStoreBackend:
         pool_size: int = 8,
         connect_timeout: float = 5.0,
         acquire_timeout: float = 5.0,
+        call_timeout: float = 10.0,
     ) -> None:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         try:
-            given = conninfo_to_dict(dsn)
+            conninfo_to_dict(dsn)
         except psycopg.ProgrammingError:
             # Not chained: libpq's message quotes the DSN, password included.
             raise ValueError("the store's DSN is not a PostgreSQL connection string") from None
-        settings: dict[str, Any] = {
-            **_CONNECTION_DEFAULTS,
-            **given,
-            # libpq counts whole seconds, and 0 would mean "wait forever".
-            "connect_timeout": max(1, round(connect_timeout)),
-        }
-        self._pool = _Pool(
-            make_conninfo("", **settings), size=pool_size, acquire_timeout=acquire_timeout
-        )
+        conninfo = pgbounds.conninfo(dsn, **_CONNECTION_DEFAULTS, connect_timeout=connect_timeout)
+        self._call_timeout = call_timeout
+        self._watchdog = pgbounds.Watchdog("store")
+        self._pool = _Pool(conninfo, size=pool_size, acquire_timeout=acquire_timeout)
         try:
             self._transact(self._migrate)
         except BaseException:
@@ -296,7 +293,7 @@ class PostgresStoreBackend:
             with self._pool.connection() as conn:
                 committing = False
                 try:
-                    with conn.transaction():
+                    with self._watchdog.bound(conn, self._call_timeout), conn.transaction():
                         result = work(conn)
                         committing = True
                     return result

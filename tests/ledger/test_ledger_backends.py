@@ -18,7 +18,7 @@ from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, LedgerReader
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.postgres import PostgresLedger
+from sidecar.ledger.postgres import PostgresLedger, PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedger
 from tests import pg
 
@@ -229,3 +229,44 @@ def test_verify_of_a_missing_ledger_is_a_clear_error(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 2
     assert out.stderr.strip().startswith("actonce: error: no ledger at")
+
+
+def test_a_batch_whose_connection_is_lost_before_its_commit_is_written_again() -> None:
+    # The writer's backend is terminated while its batch waits inside its transaction:
+    # nothing of the batch committed, so it is written again on a fresh connection rather
+    # than failing every write in it.
+    dsn = pg.fresh_database("ledger")
+    try:
+
+        async def go() -> None:
+            ledger = PostgresLedger(dsn, lock_timeout_ms=10_000)
+            assert await ledger.append(_event(0)) == 1
+            with psycopg.connect(dsn) as blocker, psycopg.connect(dsn, autocommit=True) as admin:
+                blocker.execute("SELECT seq FROM audit_head WHERE id FOR UPDATE")
+                pending = asyncio.ensure_future(ledger.append(_event(1)))
+                writer = None
+                for _ in range(200):
+                    # Its own connection: a transaction sees one snapshot of the activity.
+                    row = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%audit_head%' AND pid <> pg_backend_pid()"
+                    ).fetchone()
+                    if row:
+                        writer = row[0]
+                        break
+                    await asyncio.sleep(0.02)
+                assert writer is not None, "the batch never waited on the head"
+                admin.execute("SELECT pg_terminate_backend(%s)", (writer,))
+                await asyncio.sleep(0.2)
+                blocker.rollback()
+            assert await pending == 2
+            await ledger.close()
+            reader = PostgresLedgerReader(dsn)
+            try:
+                assert [e.event.derived_id for e in reader.events()] == ["art_0", "art_1"]
+            finally:
+                reader.close()
+
+        asyncio.run(go())
+    finally:
+        pg.drop_database(dsn)
