@@ -11,7 +11,9 @@ import (
 
 	actonce "github.com/actonce/actonce/clients/go"
 	"github.com/actonce/actonce/clients/go/internal/sidecartest"
+	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc/codes"
 )
 
 type statusCase struct {
@@ -93,5 +95,23 @@ func TestStatusCases(t *testing.T) {
 				t.Errorf("request_id %q, want %q", e.RequestID, requestID)
 			}
 		})
+	}
+}
+
+// A CANCELLED the caller caused itself, by cancelling its context, says
+// nothing of the sidecar: it is Unknown, not the Retryable of a bare
+// CANCELLED that reached the caller without its doing.
+func TestACancellationOfTheCallersOwnIsNotRetryable(t *testing.T) {
+	client := connect(t)
+	attempt, err := client.Begin(context.Background(), actonce.Run{ID: "run-" + uuid.NewString(), Rule: "triage"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = attempt.Create(ctx, "ticket", map[string]any{"title": "Disk full"})
+	var e *actonce.Error
+	if !errors.As(err, &e) || e.Code != codes.Canceled || e.Reason != "CANCELLED" || !e.Unknown() {
+		t.Fatalf("got %v, want CANCELLED, class UNKNOWN", err)
 	}
 }

@@ -8,6 +8,7 @@ its outcome number; the other three clients read the same file.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,3 +52,21 @@ def test_status_case(status_sidecar: str, case: dict[str, Any]) -> None:
         assert error.failure_class is FailureClass[want["failure_class"]]
         assert [v.field for v in error.violations] == want["violations"]
         assert error.request_id == request_id
+
+
+def test_a_cancellation_of_the_callers_own_is_not_retryable(status_sidecar: str) -> None:
+    """Closing the client cancels the call it is making: that CANCELLED says nothing of the
+    sidecar, and is UNKNOWN, not the RETRYABLE of a bare CANCELLED the caller did not cause."""
+    with run_testkit("holding_proxy.py", status_sidecar) as proxy:
+        client = Client(proxy.target, timeout=30)
+        attempt = client.begin("run-status-cases", "rule")
+        assert proxy.command("hold") == "held"
+        closing = threading.Timer(0.5, client.close)
+        closing.start()
+        with pytest.raises(ActonceError) as raised:
+            attempt.create("outcome applied", {})
+        closing.join()
+    error = raised.value
+    assert (error.code, error.reason, error.failure_class) == (
+        grpc.StatusCode.CANCELLED, "CANCELLED", FailureClass.UNKNOWN,
+    )  # fmt: skip

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
+import io.grpc.Status;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.util.List;
@@ -14,6 +15,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
 /**
@@ -77,5 +79,24 @@ class StatusCasesTest {
                           e.violations().stream().map(ActonceException.FieldViolation::field).toList());
                       assertEquals(requestId, e.requestId());
                     }));
+  }
+
+  /**
+   * A CANCELLED the caller caused itself, by interrupting its thread, says nothing of the sidecar:
+   * it is UNKNOWN, not the RETRYABLE of a bare CANCELLED that reached the caller without its doing.
+   */
+  @Test
+  void aCancellationOfTheCallersOwnIsNotRetryable() {
+    Attempt attempt = client.begin(Run.of("run-status-cases", "rule", ""));
+    Thread.currentThread().interrupt();
+    try {
+      ActonceException e =
+          assertThrows(ActonceException.class, () -> attempt.create("outcome applied", "{}"));
+      assertEquals(Status.Code.CANCELLED, e.code());
+      assertEquals("CANCELLED", e.reason());
+      assertEquals(FailureClass.UNKNOWN, e.failureClass());
+    } finally {
+      Thread.interrupted();
+    }
   }
 }
