@@ -73,18 +73,23 @@ def held(
 
 
 def _cut_off_in_its_outcome_audit(
-    sc: RunningSidecar, holding: HeldWrites, call: Any, request: Any
+    sc: RunningSidecar, holding: HeldWrites, call: Any, request: Any, how: str
 ) -> None:
     """Call; the write lands while the ledger is locked, and the caller gives up while
-    its outcome audit waits for the ledger."""
+    its outcome audit waits for the ledger: its deadline passes, or it cancels."""
     holding.reset()
-    future = call.future(request, timeout=1.0)
+    future = call.future(request, timeout=1.0 if how == "deadline" else 30)
     assert holding.arrived.wait(10)
     with ledger_locked(sc.config):
         holding.go_on.set()
-        with pytest.raises(grpc.RpcError) as cut:
+        if how == "cancel":
+            time.sleep(0.5)  # the write lands, and its outcome audit waits for the ledger
+            assert future.cancel()
+        with pytest.raises((grpc.RpcError, grpc.FutureCancelledError)) as cut:
             future.result()
-        assert cut.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        if how == "deadline":
+            assert isinstance(cut.value, grpc.RpcError)
+            assert cut.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 def _ticket(store: RunningStore) -> None:
@@ -128,9 +133,13 @@ def _named(answer: Any) -> set[str]:
     return {getattr(answer, f) for f in fields if hasattr(answer, f)} - {""}
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    ("case", "how"),
+    [(case, "deadline") for case in sorted(CASES)]
+    + [(case, "cancel") for case in ("create", "edit", "send")],
+)
 def test_a_write_whose_caller_gave_up_in_its_outcome_audit_lands_once(
-    held: tuple[RunningSidecar, RunningStore, HeldWrites], case: str
+    held: tuple[RunningSidecar, RunningStore, HeldWrites], case: str, how: str
 ) -> None:
     sc, store, holding = held
     _ticket(store)
@@ -139,7 +148,7 @@ def test_a_write_whose_caller_gave_up_in_its_outcome_audit_lands_once(
     attempt = sc.begin(run_id="run-1", rule="pager")
     rpc, request = CASES[case](store, attempt, "q")
     call = getattr(sc.stub, rpc)
-    _cut_off_in_its_outcome_audit(sc, holding, call, request)
+    _cut_off_in_its_outcome_audit(sc, holding, call, request, how)
     # The repeat with the request_id gets the write's answer: the write it was.
     holding.go_on.set()
     answer = call(request, timeout=10)
