@@ -107,7 +107,10 @@ def test_typescript_from_the_folder(tmp_path: Path, target: str) -> None:
 def test_typescript_from_a_tarball(tmp_path: Path, target: str) -> None:
     project = _typescript_project(tmp_path, target)
     package = CLIENTS / "typescript"
-    _says("typescript", "(cd /path/to/actonce/clients/typescript && npm pack)")
+    _says(
+        "typescript",
+        '(cd /path/to/actonce/clients/typescript && npm pack --pack-destination "$PWD")',
+    )
     tarball = _run(["npm", "pack", "--silent", "--pack-destination", str(tmp_path)], package)
     _run([*_says("typescript", "npm install ./actonce-client-0.1.0.tgz")[:2],
           str(tmp_path / tarball.strip()), "--no-audit", "--no-fund"], project)  # fmt: skip
