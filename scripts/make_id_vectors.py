@@ -82,6 +82,13 @@ def vectors() -> list[dict[str, Any]]:
         ),
         ("create, nested 64 levels", "[" * 64 + "]" * 64, 0),
         (
+            "create, numbers at the edges of a double",
+            "[1e-400,5e-324,1.7976931348623157e308,1E+2,-0,0.10000000000000000555,9007199254740993.0]",
+            0,
+        ),
+        ("create, a string as the whole document", '"Disk full"', 0),
+        ("create, a number as the whole document", " 6.0e1 ", 0),
+        (
             "create, unicode and escapes",
             '{"note":"caf\\u00e9 \\ud83d\\ude00\\n","list":[1e21,0.5,-0]}',
             0,

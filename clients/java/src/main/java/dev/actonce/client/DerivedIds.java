@@ -128,7 +128,10 @@ public final class DerivedIds {
 
   private static String canonical(String json, String field) {
     try {
-      return new JsonCanonicalizer(json).getEncodedString();
+      // The canonicalizer takes only an object or an array; JSON text may be any value, and the
+      // canonical form of [x] is "[" + that of x + "]".
+      String wrapped = new JsonCanonicalizer("[" + json + "]").getEncodedString();
+      return wrapped.substring(1, wrapped.length() - 1);
     } catch (IOException e) {
       throw Inputs.invalid(field, "cannot be canonicalized (RFC 8785): " + e.getMessage());
     }
