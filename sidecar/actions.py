@@ -9,6 +9,7 @@ closed even though the write landed). 7. Return, so the servicer answers.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import json
 from collections.abc import Awaitable, Callable, Collection, Hashable, Sequence
@@ -38,6 +39,10 @@ from sidecar.rules.attempts import Attempt, AttemptRegistry, Claim, StepState
 from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact, StoredMessage
 
 log = structlog.get_logger()
+
+# The front a call came through (grpc, mcp): each of its audit events says so in its
+# detail. Set by the front, before it calls; the core only reads it.
+FRONT: contextvars.ContextVar[str] = contextvars.ContextVar("actonce_front", default="grpc")
 
 
 class Outcome(enum.StrEnum):
@@ -157,7 +162,12 @@ class RunActions:
                     phase=Phase.ATTEMPT_BEGIN,
                     rule=rule,
                     checkpoint=checkpoint,
-                    detail={"lease_deadline": lease_deadline.isoformat()} if lease_deadline else {},
+                    detail={
+                        **(
+                            {"lease_deadline": lease_deadline.isoformat()} if lease_deadline else {}
+                        ),
+                        "front": FRONT.get(),
+                    },
                 )
             )
         except LedgerError as exc:
@@ -773,6 +783,7 @@ class RunActions:
         raise _refused(refusal) from refusal
 
     def _event(self, attempt: Attempt, rpc: str, phase: str, **fields: Any) -> AuditEvent:
+        fields["detail"] = {**fields.get("detail", {}), "front": FRONT.get()}
         return AuditEvent(
             run_id=attempt.run_id,
             attempt_id=attempt.attempt_id,

@@ -89,6 +89,31 @@ def _rules(text: str) -> frozenset[str]:
     return rules
 
 
+def _named(parse_value: Callable[[str], Any]) -> Callable[[str], dict[str, Any]]:
+    """Comma-separated NAME=VALUE pairs (a repeated flag's values are joined by commas)."""
+
+    def parse(text: str) -> dict[str, Any]:
+        pairs: dict[str, Any] = {}
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            name, sep, value = item.partition("=")
+            if not sep or not name or "__" in name:
+                raise ValueError(f"{item!r}: expected NAME=VALUE, NAME without '__'")
+            if name in pairs:
+                raise ValueError(f"{name} is named twice")
+            pairs[name] = parse_value(value)
+        return pairs
+
+    return parse
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL (Streamable HTTP)")
+    return text
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -148,11 +173,25 @@ SERVE_SETTINGS: dict[str, Setting] = {
                         "from outside the pod (off by default)"),
     "--metrics-listen": ("ACTONCE_METRICS_LISTEN", _host_port, None,
                          "HOST:PORT serving Prometheus metrics at /metrics (off by default)"),
+    "--mcp-listen": ("ACTONCE_MCP_LISTEN", _host_port, None,
+                     "HOST:PORT serving the writes and reads as MCP tools over Streamable HTTP "
+                     "at /mcp (off by default)"),
+    "--mcp-upstream": ("ACTONCE_MCP_UPSTREAM", _named(_http_url), {},
+                       "NAME=URL of an MCP server whose tools are listed as NAME__tool and "
+                       "called once per run; repeatable (comma-separated in the variable)"),
+    "--mcp-upstream-headers": ("ACTONCE_MCP_UPSTREAM_HEADERS", _named(_readable_file), {},
+                               "NAME=FILE: a file of 'Header: value' lines sent to that "
+                               "upstream (tokens); repeatable"),
+    "--tool-effects": ("ACTONCE_TOOL_EFFECTS", _readable_file, None,
+                       "JSON or YAML map from NAME__tool to a ToolEffect value name; a tool "
+                       "it does not name is TOOL_EFFECT_NON_IDEMPOTENT_WRITE"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
                      "json, console, or auto (console in a terminal)"),
 }  # fmt: skip
+# Flags that may be given more than once.
+REPEATABLE = frozenset({"--mcp-upstream", "--mcp-upstream-headers"})
 
 AUDIT_SETTINGS: dict[str, Setting] = {
     "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
@@ -194,8 +233,9 @@ STORE_SETTINGS: dict[str, Setting] = {
 
 def _add_settings(parser: argparse.ArgumentParser, settings: dict[str, Setting]) -> None:
     for flag, (env, _parse, default, text) in settings.items():
-        shown = "" if default in (None, frozenset()) else f" (default {default})"
-        parser.add_argument(flag, default=None, help=f"{text}{shown} [env {env}]")
+        shown = "" if default in (None, frozenset(), {}) else f" (default {default})"
+        action = "append" if flag in REPEATABLE else "store"
+        parser.add_argument(flag, default=None, action=action, help=f"{text}{shown} [env {env}]")
 
 
 def _resolve(args: argparse.Namespace, settings: dict[str, Setting]) -> dict[str, Any]:
@@ -203,6 +243,8 @@ def _resolve(args: argparse.Namespace, settings: dict[str, Setting]) -> dict[str
     for flag, (env, parse, default, _text) in settings.items():
         key = flag.lstrip("-").replace("-", "_")
         raw = getattr(args, key)
+        if isinstance(raw, list):
+            raw = ",".join(raw)
         source = flag
         if raw is None:
             raw = _env(env)
@@ -313,8 +355,26 @@ def _check_store_tls(values: dict[str, Any]) -> None:
         raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
 
 
+def _check_mcp(values: dict[str, Any]) -> None:
+    gateway = ("mcp_upstream", "mcp_upstream_headers", "tool_effects")
+    named = [key for key in gateway if values.get(key)]
+    if named and values.get("mcp_listen") is None:
+        raise ConfigError(f"--{named[0].replace('_', '-')} needs --mcp-listen")
+    for name in values.get("mcp_upstream_headers") or {}:
+        if name not in values["mcp_upstream"]:
+            raise ConfigError(f"--mcp-upstream-headers names {name}, which no --mcp-upstream is")
+    if values.get("tool_effects") is not None:
+        from sidecar.fronts.mcp.settings import load_effects
+
+        try:
+            load_effects(values["tool_effects"])
+        except ValueError as exc:
+            raise ConfigError(f"--tool-effects {values['tool_effects']}: {exc}") from None
+
+
 def config_from(values: dict[str, Any]) -> Config:
     _check_upstream(values)
+    _check_mcp(values)
     return Config(
         listen=values["listen"],
         data_dir=values["data_dir"],
@@ -337,6 +397,10 @@ def config_from(values: dict[str, Any]) -> Config:
         store_tls_cert=values["store_tls_cert"],
         store_tls_key=values["store_tls_key"],
         store_token_file=values["store_token_file"],
+        mcp_listen=values["mcp_listen"],
+        mcp_upstreams=values["mcp_upstream"],
+        mcp_upstream_headers=values["mcp_upstream_headers"],
+        tool_effects=values["tool_effects"],
     )
 
 

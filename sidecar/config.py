@@ -49,6 +49,13 @@ class Config:
     store_tls_key: Path | None = None
     # The file holding the store's bearer token; the token itself is never kept here.
     store_token_file: Path | None = None
+    # The MCP front (HOST:PORT); off when None.
+    mcp_listen: str | None = None
+    # The gateway's upstream MCP servers (NAME -> Streamable HTTP URL), the files of
+    # headers each is called with (NAME -> file), and the operator's effects file.
+    mcp_upstreams: dict[str, str] = field(default_factory=dict)
+    mcp_upstream_headers: dict[str, Path] = field(default_factory=dict)
+    tool_effects: Path | None = None
 
     @property
     def audit_path(self) -> Path:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import grpc
@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
 from sidecar.interceptors import RUN_ACTIONS, Behavior, RunActionsInterceptor
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError
 from sidecar.rules.refusals import VERSION_CONFLICT
@@ -111,10 +111,30 @@ class Metrics:
             "live_attempts", "Attempts this sidecar holds in memory.",
             namespace=NAMESPACE, registry=r,
         )  # fmt: skip
+        self.front_calls = Counter(
+            "front_calls", "Calls answered, by the front they came through (grpc, mcp), "
+            "RPC (or gateway tool) and outcome (applied, already_applied, skipped; ok for a "
+            "read; failed when refused).",
+            ["front", "rpc", "outcome"], namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
         self.draining = Gauge(
             "draining", "1 once SIGTERM was received and the sidecar takes no new calls.",
             namespace=NAMESPACE, registry=r,
         )  # fmt: skip
+
+    def front_call(self, front: str) -> Callable[[str, str, ActonceError | None], None]:
+        """The counting of a front other than gRPC's interceptor: its calls count as
+        writes and refusals like gRPC's, and by front."""
+
+        def record(rpc: str, outcome: str, error: ActonceError | None) -> None:
+            label = outcome.removeprefix("OUTCOME_").lower()
+            self.front_calls.labels(front, rpc, label).inc()
+            if error is not None:
+                self.refusals.labels(rpc, error.reason, error.failure_class.value).inc()
+            if rpc in WRITE_RPCS:
+                self.writes.labels(rpc, label).inc()
+
+        return record
 
 
 # -- the call interceptor ------------------------------------------------------
@@ -171,6 +191,9 @@ class _CallRecord:
             ).inc()
         if self.is_write:
             metrics.writes.labels(rpc, outcome).inc()
+        metrics.front_calls.labels(
+            "grpc", rpc, outcome or ("ok" if info is None else "failed")
+        ).inc()
         metrics.in_flight.labels(rpc).dec()
         metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - self.started)
 

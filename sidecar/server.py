@@ -17,6 +17,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
@@ -83,6 +84,9 @@ class Sidecar:
     health_port: int = 0
     metrics_listen: str | None = None
     metrics_endpoint: MetricsEndpoint | None = None
+    # The MCP front (--mcp-listen), and the port it is bound to.
+    mcp: McpListener | None = None
+    mcp_port: int = 0
     _health_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
 
@@ -93,6 +97,8 @@ class Sidecar:
         if self.embedded_store is not None:
             await self.embedded_store.start()
         await self.server.start()
+        if self.mcp is not None:
+            await self.mcp.start()
         if self.health_server is not None:
             await self.health_server.start()
         await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
@@ -157,6 +163,8 @@ class Sidecar:
         # grpc's server has no call left in its queue to cancel when it stops.
         await self.gate.wait_quiet(deadline)
         await self.health.enter_graceful_shutdown()
+        if self.mcp is not None:
+            await _bounded("mcp", self.mcp.stop())
         await self.server.stop(CLOSE_STEP_SECONDS)
         if self.health_server is not None:
             await self.health_server.stop(None)
@@ -321,6 +329,7 @@ async def create_server(
     # Method names resolve too, so that ghz and grpcurl call RPCs with no proto file.
     reflection.enable(server, [SERVICE_NAME, health.SERVICE_NAME])
     port = bind(server, config.listen)
+    mcp = _mcp_listener(config, actions, metrics) if config.mcp_listen else None
     health_server, health_port = (
         await create_health_server(health_servicer, config.health_listen)
         if config.health_listen
@@ -341,8 +350,44 @@ async def create_server(
         health_server=health_server,
         health_port=health_port,
         metrics_listen=config.metrics_listen,
+        mcp=mcp,
+        mcp_port=mcp.port if mcp is not None else 0,
     )
     return sidecar, port
+
+
+if TYPE_CHECKING:
+    from sidecar.fronts.mcp.app import McpListener
+
+
+def _mcp_listener(config: Config, actions: RunActions, metrics: Metrics) -> McpListener:
+    """The MCP front, and the gateway when upstreams are named (imported only then)."""
+    from sidecar.fronts.mcp.app import McpFront, McpListener
+    from sidecar.fronts.mcp.gateway import Gateway
+    from sidecar.fronts.mcp.settings import Upstream, load_effects, read_headers
+
+    assert config.mcp_listen is not None
+    gateway = None
+    if config.mcp_upstreams:
+        upstreams = [
+            Upstream(
+                name,
+                url,
+                read_headers(config.mcp_upstream_headers[name])
+                if name in config.mcp_upstream_headers
+                else {},
+            )
+            for name, url in config.mcp_upstreams.items()
+        ]
+        effects = load_effects(config.tool_effects) if config.tool_effects else {}
+        gateway = Gateway(actions, upstreams, effects)
+    front = McpFront(
+        actions,
+        gateway=gateway,
+        record=metrics.front_call("mcp"),
+        host=config.mcp_listen.rpartition(":")[0].strip("[]"),
+    )
+    return McpListener(front, config.mcp_listen)
 
 
 async def serve(config: Config, *, grace_seconds: float = 10.0) -> None:
@@ -361,6 +406,8 @@ async def serve(config: Config, *, grace_seconds: float = 10.0) -> None:
         audit_db=str(config.audit_path),
         health_listen=config.health_listen,
         metrics_listen=config.metrics_listen,
+        mcp_listen=config.mcp_listen,
+        mcp_port=sidecar.mcp_port or None,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,0 +1,1 @@
+"""The sidecar's fronts: each translates its protocol to ``RunActions`` and back."""

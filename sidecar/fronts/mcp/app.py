@@ -1,0 +1,274 @@
+"""The MCP front's HTTP side: stateless Streamable HTTP, the attempt's binding, and
+a small endpoint that begins and ends attempts for harnesses without gRPC.
+
+Routes (all on ``--mcp-listen``):
+
+- ``/mcp``, the attempt bound by the header ``actonce-attempt-id``;
+- ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
+- ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?}`` ->
+  ``{"attempt_id"}``, and ``POST /attempts/{attempt_id}/end`` -> the counts.
+
+The harness binds the attempt, never the model: no tool takes an attempt id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from typing import Any
+
+import mcp_types as types
+import structlog
+import uvicorn
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from sidecar.actions import FRONT, RunActions
+from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownAttempt
+from sidecar.fronts.mcp import tools
+from sidecar.fronts.mcp.gateway import Gateway, check_arguments
+
+log = structlog.get_logger()
+
+ATTEMPT_HEADER = "actonce-attempt-id"
+FRONT_NAME = "mcp"
+
+# (rpc, outcome or "failed", the error when failed): what the metrics count.
+Recorder = Callable[[str, str, ActonceError | None], None]
+
+
+def _no_record(_rpc: str, _outcome: str, _error: ActonceError | None) -> None:
+    return None
+
+
+class NoAttempt(ActonceError):
+    """A call that names no attempt: the harness must bind one."""
+
+    reason = "NO_ATTEMPT"
+    failure_class = FailureClass.RETRYABLE
+
+
+def _attempt_of(request: Any) -> str:
+    path_params = getattr(request, "path_params", None) or {}
+    attempt_id = path_params.get("attempt_id") or (
+        request.headers.get(ATTEMPT_HEADER) if request is not None else None
+    )
+    if not attempt_id:
+        raise NoAttempt(
+            "this call names no attempt: the harness begins one (over gRPC, or POST "
+            f"/attempts) and sets the header {ATTEMPT_HEADER} on /mcp, or calls "
+            "/mcp/attempts/{attempt_id}"
+        )
+    return str(attempt_id)
+
+
+class McpFront:
+    """RunActions (and, with upstreams, the gateway) served as MCP tools."""
+
+    def __init__(
+        self,
+        actions: RunActions,
+        *,
+        gateway: Gateway | None = None,
+        record: Recorder = _no_record,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.actions = actions
+        self.gateway = gateway
+        self.record = record
+        self.server: Server[Any] = Server(
+            "actonce",
+            version="0.1.0",
+            instructions="Every write lands once per run, however often the run is retried.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        security = None
+        if host in ("127.0.0.1", "localhost", "::1"):
+            security = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            )
+        self.sessions = StreamableHTTPSessionManager(
+            app=self.server, stateless=True, json_response=True, security_settings=security
+        )
+        mcp_app = StreamableHTTPASGIApp(self.sessions)
+        self.app = Starlette(
+            routes=[
+                Route("/mcp", endpoint=mcp_app),
+                Route("/mcp/attempts/{attempt_id}", endpoint=mcp_app),
+                Route("/attempts", endpoint=self._begin_attempt, methods=["POST"]),
+                Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
+            ],
+            lifespan=self._lifespan,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        async with self.sessions.run():
+            yield
+
+    # -- MCP ----------------------------------------------------------------------
+
+    async def _list_tools(
+        self, _ctx: ServerRequestContext[Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        listed = list(tools.TOOLS)
+        if self.gateway is not None:
+            listed += await self.gateway.list_tools()
+        return types.ListToolsResult(tools=listed)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        FRONT.set(FRONT_NAME)
+        name = params.name
+        rpc = tools.RPC_OF.get(name, name)
+        structlog.contextvars.bind_contextvars(front=FRONT_NAME, rpc=rpc)
+        try:
+            attempt_id = _attempt_of(ctx.request)
+            arguments = check_arguments(params.arguments)
+            handler = tools.HANDLERS.get(name)
+            if handler is not None:
+                content = await handler(self.actions, attempt_id, arguments)
+                self.record(rpc, str(content.get("outcome", "ok")), None)
+                return tools.ok_result(content)
+            if self.gateway is not None and self.gateway.owns(name):
+                called = await self.gateway.call(attempt_id, name, arguments)
+                self.record(rpc, called.outcome.value, None)
+                meta = dict(called.result.meta or {})
+                meta["actonce/outcome"] = called.outcome.value
+                meta["actonce/step_id"] = called.step_id
+                return called.result.model_copy(update={"meta": meta})
+            raise InvalidArgument("name", f"no tool named {name!r}; list the tools to see them")
+        except ActonceError as error:
+            log.info("refused", reason=error.reason, failure_class=error.failure_class.value)
+            self.record(rpc, "failed", error)
+            return tools.error_result(error)
+
+    # -- attempts over plain HTTP -----------------------------------------------
+
+    async def _begin_attempt(self, request: Request) -> JSONResponse:
+        FRONT.set(FRONT_NAME)
+        try:
+            body = await _json_body(request)
+            deadline = body.get("lease_deadline")
+            attempt = await self.actions.begin_attempt(
+                run_id=_field(body, "run_id"),
+                rule=_field(body, "rule"),
+                checkpoint=_field(body, "checkpoint"),
+                lease_deadline=_timestamp(deadline) if deadline is not None else None,
+            )
+        except ActonceError as error:
+            return _http_error(error)
+        return JSONResponse({"attempt_id": attempt.attempt_id})
+
+    async def _end_attempt(self, request: Request) -> JSONResponse:
+        FRONT.set(FRONT_NAME)
+        try:
+            counts = await self.actions.end_attempt(request.path_params["attempt_id"])
+        except ActonceError as error:
+            return _http_error(error)
+        return JSONResponse(counts.__dict__)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise InvalidArgument("body", "is not JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("body", "must be a JSON object")
+    return body
+
+
+def _field(body: dict[str, Any], name: str) -> str:
+    value = body.get(name, "")
+    if not isinstance(value, str):
+        raise InvalidArgument(name, "must be a string")
+    return value
+
+
+def _timestamp(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise InvalidArgument("lease_deadline", "must be an RFC 3339 timestamp")
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgument("lease_deadline", "must be an RFC 3339 timestamp") from None
+    if stamp.tzinfo is None:
+        raise InvalidArgument("lease_deadline", "must name its time zone (e.g. Z)")
+    return stamp
+
+
+_HTTP_STATUS = {
+    FailureClass.REFUSED: 400,
+    FailureClass.PERMANENT: 403,
+    FailureClass.RETRYABLE: 503,
+    FailureClass.UNKNOWN: 500,
+}
+
+
+def _http_error(error: ActonceError) -> JSONResponse:
+    status = 404 if isinstance(error, UnknownAttempt) else _HTTP_STATUS[error.failure_class]
+    return JSONResponse(
+        {
+            "reason": error.reason,
+            "failure_class": error.failure_class.value,
+            "message": error.message,
+        },
+        status_code=status,
+    )
+
+
+class McpListener:
+    """The front served by uvicorn in the sidecar's own event loop, on a socket bound early
+    (so that a taken port stops start-up, and port 0 gives its number)."""
+
+    def __init__(self, front: McpFront, listen: str) -> None:
+        host, _, port = listen.rpartition(":")
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind((host, int(port)))
+        self.socket.listen(128)
+        self.socket.setblocking(False)
+        self.port: int = self.socket.getsockname()[1]
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                front.app,
+                log_config=None,
+                access_log=False,
+                lifespan="on",
+                timeout_graceful_shutdown=5,
+            )
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.server.serve(sockets=[self.socket]))
+        while not self.server.started:
+            if self._task.done():
+                await self._task  # its failure, said
+                raise RuntimeError("the MCP listener stopped as it started")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._task is None:
+            self.socket.close()
+            return
+        self.server.should_exit = True
+        with contextlib.suppress(Exception):
+            await self._task
+        self.socket.close()
