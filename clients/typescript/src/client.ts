@@ -201,10 +201,13 @@ export class Client {
 
   /**
    * @internal One unary call with the client's deadline, its error made an
-   * ActonceError carrying requestId. Nothing thrown inside grpc-js's callback
-   * escapes: there it would crash the process, or leave the promise unsettled.
+   * ActonceError carrying the request's request_id. Nothing thrown inside
+   * grpc-js's callback escapes: there it would crash the process, or leave the
+   * promise unsettled.
    */
-  call<Req, Res>(method: Unary<Req, Res>, request: Req, requestId = ""): Promise<Res> {
+  call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+    const given = (request as { requestId?: unknown }).requestId;
+    const requestId = typeof given === "string" ? given : "";
     return new Promise((resolve, reject) => {
       method.call(this.#rpc, request, new Metadata(), { deadline: Date.now() + this.timeoutMs }, (error, response) => {
         try {
@@ -236,64 +239,59 @@ export class Attempt {
 
   /** Make an artifact of kind holding data, or propose it. */
   async create(kind: string, data: unknown, options: ProposeOptions = {}): Promise<Write> {
-    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.create, {
       attemptId: this.id,
       kind,
       dataJson: jsonText(data),
       propose: options.propose ?? false,
-      requestId,
-    }, requestId);
+      requestId: newRequestIdUnless(options),
+    });
     return { id: r.id, outcome: outcome(r.outcome), version: r.version };
   }
 
   /** Set value at the JSON Pointer path of an artifact, or propose it; skipped when already there. */
   async edit(artifactId: string, path: string, value: unknown, options: ProposeOptions = {}): Promise<Write> {
     const propose = options.propose ?? false;
-    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.edit, {
       attemptId: this.id,
       artifactId,
       path,
       valueJson: jsonText(value),
       propose,
-      requestId,
-    }, requestId);
+      requestId: newRequestIdUnless(options),
+    });
     return { id: propose ? r.proposalId : artifactId, outcome: outcome(r.outcome), version: r.version };
   }
 
   /** Post a notice: it starts and steers no turn. */
   async notice(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
-    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.notice, {
       attemptId: this.id,
       threadId,
       text,
-      requestId,
-    }, requestId);
+      requestId: newRequestIdUnless(options),
+    });
     return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
   }
 
   /** Post a message that asks for the thread's turn (rules on the send allowlist only). */
   async send(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
-    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.send, {
       attemptId: this.id,
       threadId,
       text,
-      requestId,
-    }, requestId);
+      requestId: newRequestIdUnless(options),
+    });
     return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
   }
 
   /** Make a conversation thread. */
   async createThread(title: string, options: WriteOptions = {}): Promise<Write> {
-    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.createThread, {
       attemptId: this.id,
       title,
-      requestId,
-    }, requestId);
+      requestId: newRequestIdUnless(options),
+    });
     return { id: r.threadId, outcome: outcome(r.outcome), version: 0 };
   }
 
@@ -316,14 +314,13 @@ export class Attempt {
    * call that began earlier and never ended is refused with IN_DOUBT (UNKNOWN).
    */
   async beginStep(tool: string, effect: Effect, args: unknown, options: WriteOptions = {}): Promise<Step> {
-    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.beginStep, {
       attemptId: this.id,
       tool,
       effect: EFFECTS[effect],
       argsJson: jsonText(args),
-      requestId,
-    }, requestId);
+      requestId: newRequestIdUnless(options),
+    });
     const stepOutcome = outcome(r.outcome);
     return {
       id: r.stepId,
@@ -335,13 +332,12 @@ export class Attempt {
 
   /** Record the result of a step begun with beginStep. */
   async endStep(stepId: string, result: unknown, options: WriteOptions = {}): Promise<Outcome> {
-    const requestId = newRequestIdUnless(options);
     const r = await this.client.call(this.client.rpc.endStep, {
       attemptId: this.id,
       stepId,
       resultJson: jsonText(result),
-      requestId,
-    }, requestId);
+      requestId: newRequestIdUnless(options),
+    });
     return outcome(r.outcome);
   }
 
