@@ -43,3 +43,8 @@ bench-profile: $(BENCH_STAMP) $(GHZ)
 .PHONY: bench-console
 bench-console: $(STAMP)
 	$(PY) -m bench.console_bench
+
+# MCP notice calls/s beside gRPC Notice, in one run on one sidecar (bench/mcp_bench.py).
+.PHONY: bench-mcp
+bench-mcp: $(STAMP)
+	$(PY) -m bench.mcp_bench

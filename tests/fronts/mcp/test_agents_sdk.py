@@ -1,0 +1,54 @@
+"""The OpenAI Agents SDK's MCP client (MCPServerStreamableHttp), used without a model,
+configured by the README's own snippet, against a live ``actonce serve --mcp-listen``."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.fronts.mcp.clients import begin_over_http
+from tests.harness import free_port, sidecar_config, spawn_sidecar
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def readme_snippet(marker: str) -> str:
+    found = re.search(
+        rf"<!-- mcp: {marker} -->\n```python\n(.*?)```", README.read_text(), flags=re.DOTALL
+    )
+    assert found, f"the README has no {marker} snippet"
+    return found.group(1)
+
+
+def test_the_readme_configuration_lists_and_calls_tools_once(tmp_path: Path) -> None:
+    port = free_port()
+    sidecar = spawn_sidecar(
+        sidecar_config(tmp_path / "data"),
+        tmp_path / "sidecar.log",
+        "--mcp-listen",
+        f"127.0.0.1:{port}",
+    )
+    base = f"http://127.0.0.1:{port}"
+    code = readme_snippet("openai-agents").replace("127.0.0.1:8765", f"127.0.0.1:{port}")
+
+    async def run(attempt_id: str) -> tuple[list[str], Any]:
+        namespace: dict[str, Any] = {"attempt_id": attempt_id}
+        exec(compile(code, "README.md", "exec"), namespace)
+        server = namespace["actonce"]
+        assert namespace["agent"].mcp_servers == [server]
+        async with server:
+            tools = [tool.name for tool in await server.list_tools()]
+            answer = await server.call_tool("create", {"kind": "agents", "data": {"n": 1}})
+        return tools, answer
+
+    try:
+        tools, first = asyncio.run(run(begin_over_http(base, "run-agents")))
+        assert sorted(tools) == ["create", "create_thread", "edit", "notice", "read", "send"]
+        assert first.structured_content["outcome"] == "OUTCOME_APPLIED"
+        _, again = asyncio.run(run(begin_over_http(base, "run-agents")))  # the run, retried
+        assert again.structured_content["outcome"] == "OUTCOME_ALREADY_APPLIED"
+        assert again.structured_content["id"] == first.structured_content["id"]
+    finally:
+        sidecar.stop()

@@ -1,0 +1,58 @@
+"""The MCP settings stop ``actonce serve`` with one line when they cannot be used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.fronts.mcp.settings import load_effects, read_headers
+from sidecar.rules.effects import ToolEffect
+from tests.server.processes import run_cli
+
+
+def test_the_gateway_needs_the_front_and_a_usable_effects_file(tmp_path: Path) -> None:
+    alone = run_cli("serve", "--mcp-upstream", "payments=http://127.0.0.1:1/mcp")
+    assert alone.returncode == 2
+    assert "--mcp-upstream needs --mcp-listen" in alone.stderr
+    bad = tmp_path / "effects.json"
+    bad.write_text('{"payments__charge": "TOOL_EFFECT_SOMETIMES"}')
+    refused = run_cli(
+        "serve", "--mcp-listen", "127.0.0.1:0", "--mcp-upstream", "payments=http://127.0.0.1:1/mcp",
+        "--tool-effects", str(bad),
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "TOOL_EFFECT_SOMETIMES" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    unnamed = run_cli("serve", "--mcp-listen", "127.0.0.1:0", "--mcp-upstream", "payments=ftp://x")
+    assert unnamed.returncode == 2 and "--mcp-upstream" in unnamed.stderr
+
+
+def test_effects_read_from_yaml_or_json(tmp_path: Path) -> None:
+    yaml_file = tmp_path / "effects.yaml"
+    yaml_file.write_text(
+        "payments__charge: TOOL_EFFECT_NON_IDEMPOTENT_WRITE\npayments__balance: TOOL_EFFECT_READ_ONLY\n"
+    )
+    assert load_effects(yaml_file) == {
+        "payments__charge": ToolEffect.NON_IDEMPOTENT_WRITE,
+        "payments__balance": ToolEffect.READ_ONLY,
+    }
+    json_file = tmp_path / "effects.json"
+    json_file.write_text('{"mail__send": "TOOL_EFFECT_UNSPECIFIED"}')
+    assert load_effects(json_file) == {"mail__send": ToolEffect.NON_IDEMPOTENT_WRITE}
+    with pytest.raises(ValueError, match="NAME__tool"):
+        load_effects_text(tmp_path, '{"charge": "TOOL_EFFECT_READ_ONLY"}')
+
+
+def test_headers_are_read_one_a_line(tmp_path: Path) -> None:
+    path = tmp_path / "headers"
+    path.write_text("# the payments token\nAuthorization: Bearer abc\nX-Tenant: t1\n")
+    assert read_headers(path) == {"Authorization": "Bearer abc", "X-Tenant": "t1"}
+    path.write_text("no colon here\n")
+    with pytest.raises(ValueError, match=":1"):
+        read_headers(path)
+
+
+def load_effects_text(tmp_path: Path, text: str) -> dict[str, ToolEffect]:
+    path = tmp_path / "more.json"
+    path.write_text(text)
+    return load_effects(path)
