@@ -3,7 +3,7 @@
 #   make chaos        long mode: CHAOS_SEEDS seeds on SQLite and on PostgreSQL
 #   make fuzz         atheris on the JSON and JSON Pointer parsing
 CHAOS_SEEDS ?= 200
-CHAOS_JOBS ?= 3
+CHAOS_JOBS ?= 4
 
 TEST_TARGETS += test-chaos
 
