@@ -1,4 +1,8 @@
-"""The MCP front driven by the MCP SDK's own Python client, on SQLite and PostgreSQL."""
+"""The MCP front driven by the MCP SDK's own Python client.
+
+The run killed and retried goes through real ``actonce serve`` processes, on SQLite
+and PostgreSQL; the other tests use a sidecar in this process, on SQLite.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +12,22 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from tests.conftest import MakeConfig
 from tests.fronts.mcp.clients import begin_over_http, call, list_tools
-from tests.harness import RunningSidecar, start_sidecar
+from tests.harness import (
+    RunningSidecar,
+    free_port,
+    sidecar_config,
+    spawn_sidecar,
+    start_sidecar,
+)
 
 
 @pytest.fixture
-def served(make_config: MakeConfig, tmp_path: Path) -> Iterator[RunningSidecar]:
+def served(tmp_path: Path) -> Iterator[RunningSidecar]:
     running = start_sidecar(
-        make_config(
+        sidecar_config(
             tmp_path / "data", mcp_listen="127.0.0.1:0", send_allowlist=frozenset({"pager"})
         )
     )
@@ -40,47 +51,70 @@ def test_tools_are_listed_with_schemas_and_annotations(served: RunningSidecar) -
     assert "outcome" in tools["notice"].output_schema["properties"]
 
 
-def test_a_run_killed_and_retried_in_another_order_writes_each_once(served: RunningSidecar) -> None:
-    url = base(served) + "/mcp"
-    first = served.begin(run_id="run-mcp")
-    thread, created = call(
-        url,
-        first,
-        ("create_thread", {"title": "incident"}),
-        ("create", {"kind": "ticket", "data": {"title": "disk", "sev": 2}}),
-    )
-    assert thread.structured_content["outcome"] == "OUTCOME_APPLIED"
-    thread_id = thread.structured_content["id"]
-    # The attempt dies here (its notice never made); a new attempt makes the same calls
-    # in another order, through the path form this time.
-    second = begin_over_http(base(served), "run-mcp")
-    notice, again_created, again_thread = call(
-        f"{base(served)}/mcp/attempts/{second}",
-        None,
-        ("notice", {"thread_id": thread_id, "text": "looking into it"}),
-        ("create", {"kind": "ticket", "data": {"sev": 2, "title": "disk"}}),
-        ("create_thread", {"title": "incident"}),
-    )
+def test_a_run_killed_and_retried_in_another_order_writes_each_once(
+    make_config: MakeConfig, tmp_path: Path
+) -> None:
+    config = make_config(tmp_path / "data")
+    port = free_port()
+    flags = ("--mcp-listen", f"127.0.0.1:{port}")
+    url = f"http://127.0.0.1:{port}/mcp"
+    sidecar = spawn_sidecar(config, tmp_path / "first.log", *flags)
+    try:
+        first = begin_over_http(url.removesuffix("/mcp"), "run-mcp")
+        thread, created = call(
+            url, first,
+            ("create_thread", {"title": "incident"}),
+            ("create", {"kind": "ticket", "data": {"title": "disk", "sev": 2}}),
+        )  # fmt: skip
+        assert thread.structured_content["outcome"] == "OUTCOME_APPLIED"
+        thread_id = thread.structured_content["id"]
+        sidecar.process.kill()  # the run dies before its notice
+        sidecar.process.wait(10)
+    finally:
+        sidecar.stop()
+    sidecar = spawn_sidecar(config, tmp_path / "second.log", *flags)
+    try:
+        # The retried run makes the same calls in another order, through the path form.
+        second = begin_over_http(url.removesuffix("/mcp"), "run-mcp")
+        notice, again_created, again_thread = call(
+            f"{url}/attempts/{second}", None,
+            ("notice", {"thread_id": thread_id, "text": "looking into it"}),
+            ("create", {"kind": "ticket", "data": {"sev": 2, "title": "disk"}}),
+            ("create_thread", {"title": "incident"}),
+        )  # fmt: skip
+        read = call(url, second, ("read", {"artifact_id": created.structured_content["id"]}))[0]
+    finally:
+        sidecar.stop()
     assert notice.structured_content["outcome"] == "OUTCOME_APPLIED"
     assert again_created.structured_content["outcome"] == "OUTCOME_ALREADY_APPLIED"
     assert again_created.structured_content["id"] == created.structured_content["id"]
     assert again_thread.structured_content["outcome"] == "OUTCOME_ALREADY_APPLIED"
     assert again_thread.structured_content["id"] == thread_id
-    assert len(served.artifacts("ticket")) == 1
-    assert [m.text for m in served.messages(thread_id)] == ["looking into it"]
-    read = call(url, second, ("read", {"artifact_id": created.structured_content["id"]}))[0]
     assert read.structured_content["artifact"]["data"] == {"title": "disk", "sev": 2}
-    fronts = {
-        e.event.detail.get("front")
-        for e in served.audit("run-mcp")
-        if e.event.rpc in {"Create", "Notice"}
-    }
-    assert fronts == {"mcp"}
+    inspect = start_sidecar(config)  # the store and the ledger the two processes left
+    try:
+        assert len(inspect.artifacts("ticket")) == 1
+        assert [m.text for m in inspect.messages(thread_id)] == ["looking into it"]
+        writes = [e.event for e in inspect.audit("run-mcp") if e.event.rpc in {"Create", "Notice"}]
+        assert writes and {event.detail.get("front") for event in writes} == {"mcp"}
+    finally:
+        inspect.stop()
+
+
+def test_calls_count_by_front_in_the_metrics(served: RunningSidecar) -> None:
+    attempt = served.begin(run_id="run-metrics")
+    call(base(served) + "/mcp", attempt, ("create", {"kind": "k", "data": {"n": 1}}))
+    served.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json='{"n": 2}'))
     registry = served.sidecar.metrics.registry
-    front_calls = {"front": "mcp", "rpc": "Create", "outcome": "already_applied"}
-    assert registry.get_sample_value("actonce_front_calls_total", front_calls) == 1
-    writes = {"rpc": "Create", "outcome": "already_applied"}
-    assert registry.get_sample_value("actonce_writes_total", writes) == 1
+    for front in ("mcp", "grpc"):
+        labels = {"front": front, "rpc": "Create", "outcome": "applied"}
+        assert registry.get_sample_value("actonce_front_calls_total", labels) == 1
+    writes = {"rpc": "Create", "outcome": "applied"}
+    assert registry.get_sample_value("actonce_writes_total", writes) == 2
+    fronts = [
+        e.event.detail.get("front") for e in served.audit("run-metrics") if e.event.rpc == "Create"
+    ]
+    assert sorted(set(fronts)) == ["grpc", "mcp"]
 
 
 def test_errors_are_tool_results_with_reason_and_class(served: RunningSidecar) -> None:

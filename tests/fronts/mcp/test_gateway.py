@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.audit_command import open_reader
 from sidecar.config import Config
 from tests.conftest import MakeConfig
 from tests.fronts.mcp.clients import begin_over_http, call, list_tools
 from tests.fronts.mcp.upstream import Payments
-from tests.harness import SidecarProcess, free_port, spawn_sidecar
+from tests.harness import SidecarProcess, free_port, sidecar_config, spawn_sidecar
 
 
 @pytest.fixture
@@ -118,9 +119,9 @@ def test_charges_run_once_across_retries_and_a_kill_leaves_one_in_doubt(
 
 
 def test_a_tool_missing_from_the_effects_file_is_non_idempotent_whatever_its_hint(
-    make_config: MakeConfig, tmp_path: Path, payments: Payments
+    tmp_path: Path, payments: Payments
 ) -> None:
-    config = make_config(tmp_path / "data")
+    config = sidecar_config(tmp_path / "data")
     sidecar, base = serve(config, tmp_path, payments, {}, "first")
     try:
         listed = {tool.name: tool for tool in list_tools(base + "/mcp")}
@@ -154,22 +155,26 @@ def test_a_tool_missing_from_the_effects_file_is_non_idempotent_whatever_its_hin
     assert payments.runs["dee:1"] == 1
 
 
-def test_an_upstream_that_is_down_is_retryable_and_begins_nothing(
-    make_config: MakeConfig, tmp_path: Path
-) -> None:
-    config = make_config(tmp_path / "data")
+def test_an_upstream_that_is_down_is_retryable_and_begins_nothing(tmp_path: Path) -> None:
+    config = sidecar_config(tmp_path / "data")
     down = Payments()  # bound, never served: connections are refused
     down.socket.close()
     sidecar, base = serve(config, tmp_path, down, {}, "down")
     try:
         attempt = begin_over_http(base, "run-down", rule="billing")
-        answer = call(base + "/mcp", attempt, ("payments__charge", {"customer": "x", "cents": 1}))[
-            0
-        ]
+        charge = ("payments__charge", {"customer": "x", "cents": 1})
+        answer = call(base + "/mcp", attempt, charge)[0]
         assert answer.is_error
+        assert answer.structured_content["reason"] == "UPSTREAM_UNAVAILABLE"
         assert answer.structured_content["failure_class"] == "RETRYABLE"
     finally:
         sidecar.stop()
+    reader = open_reader({"audit_dsn": None, "audit_db": config.audit_path})
+    try:
+        rpcs = [stored.event.rpc for stored in reader.events(run_id="run-down")]
+    finally:
+        reader.close()
+    assert "BeginAttempt" in rpcs and "BeginStep" not in rpcs  # nothing begun: not in doubt
 
 
 def _ignore(function: object, *args: object) -> None:
