@@ -155,6 +155,9 @@ class Sidecar:
         # the kubelet does not restart the sidecar in the middle of its drain.
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.mcp is not None:
+            # No new MCP calls; those under way finish (uvicorn's own graceful shutdown).
+            await self.mcp.stop()
         if self.gate.in_flight:
             log.info("draining_calls", in_flight=self.gate.in_flight)
             if not await self.gate.wait_idle(max(0.0, deadline - loop.time())):
@@ -163,8 +166,6 @@ class Sidecar:
         # grpc's server has no call left in its queue to cancel when it stops.
         await self.gate.wait_quiet(deadline)
         await self.health.enter_graceful_shutdown()
-        if self.mcp is not None:
-            await _bounded("mcp", self.mcp.stop())
         await self.server.stop(CLOSE_STEP_SECONDS)
         if self.health_server is not None:
             await self.health_server.stop(None)

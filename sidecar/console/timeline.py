@@ -20,6 +20,9 @@ from sidecar.ledger.pending import DECISION
 LANES = 6
 
 
+_COUNTS = ("applied", "already_applied", "skipped", "failed")
+
+
 @dataclass
 class AttemptView:
     attempt_id: str
@@ -111,7 +114,8 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
         if e.phase == Phase.ATTEMPT_END:
             if attempt is not None:
                 attempt.ended_ts = stored.ts
-                attempt.counts = {k: int(v) for k, v in e.detail.items()}
+                # The counts alone: the detail says more (the front that ended it).
+                attempt.counts = {k: int(e.detail[k]) for k in _COUNTS if k in e.detail}
             entries.append(
                 Entry("attempt_end", stored.seq, stored.ts, attempt, detail=dict(e.detail))
             )

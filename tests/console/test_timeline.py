@@ -41,13 +41,15 @@ def test_writes_pair_intent_and_outcome_and_retries_show_already_applied() -> No
             13,
             "a2",
             "attempt_end",
-            detail={"applied": 0, "already_applied": 1, "skipped": 0, "failed": 2},
+            detail={"applied": 0, "already_applied": 1, "skipped": 0, "failed": 2, "front": "mcp"},
         ),
     ]
     view = build("run-1", events, {"stp_1"})
     first, second = view.attempts
     assert (first.number, first.fenced_by, first.lease_deadline[:16]) == (1, 2, "2026-11-30T09:00")
     assert (second.number, second.fenced_by, second.ended_ts != "") == (2, 0, True)
+    # The end's detail also names the front it came through: the counts are the counts.
+    assert second.counts == {"applied": 0, "already_applied": 1, "skipped": 0, "failed": 2}
     kinds = [(e.kind, e.state, e.attempt.number if e.attempt else 0) for e in view.entries]
     assert kinds == [
         ("attempt_begin", "", 1),
