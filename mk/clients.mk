@@ -22,6 +22,10 @@ $(CLIENTS_PY_STAMP): $(STAMP) clients/python/pyproject.toml
 	$(PY) -m pip install --quiet -c constraints.txt -e './clients/python[test]'
 	touch $(CLIENTS_PY_STAMP)
 
+# Some of the sidecar's own tests drive it as an agent would, through the Python
+# client (the drain under load), so the suite needs the client installed.
+test-python: $(CLIENTS_PY_STAMP)
+
 $(TS_CLIENT_STAMP): $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
 	cd $(TS_CLIENT) && npm ci --silent --no-audit --no-fund
 	touch $(TS_CLIENT_STAMP)
