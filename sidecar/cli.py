@@ -167,7 +167,7 @@ SERVE_SETTINGS: dict[str, Setting] = {
                           "MiB that live attempts may take, approximately; past it the "
                           "least recently used are forgotten"),
     "--grace-period": ("ACTONCE_GRACE_PERIOD", _positive_float, 10.0,
-                       "seconds calls in flight get to finish on SIGTERM"),
+                       "seconds the drain on SIGTERM takes at most (calls, then closing)"),
     "--health-listen": ("ACTONCE_HEALTH_LISTEN", _listen, None,
                         "HOST:PORT or unix:PATH answering grpc.health.v1 alone, for probes "
                         "from outside the pod (off by default)"),

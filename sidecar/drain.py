@@ -33,8 +33,9 @@ from grpc_status import rpc_status
 from sidecar.errors import ShuttingDown, to_status
 from sidecar.interceptors import Behavior, RunActionsInterceptor
 
-# A caller that got SHUTTING_DOWN stops; this long without any call means they all have.
-QUIET_SECONDS = 0.5
+# A caller that got SHUTTING_DOWN stops; this long without any call means they all have
+# (an agent busy between two calls for longer finds no listener: UNAVAILABLE, RETRYABLE).
+QUIET_SECONDS = 1.0
 # How long the calls cut at the end of the grace get to send their refusal.
 CUT_SECONDS = 1.0
 
@@ -68,6 +69,8 @@ class CallGate(RunActionsInterceptor):
         self._idle.set()
         self._last_arrival = 0.0
         self.closed = False
+        # Calls refused SHUTTING_DOWN since the gate closed.
+        self.refused = 0
 
     @property
     def in_flight(self) -> int:
@@ -98,14 +101,17 @@ class CallGate(RunActionsInterceptor):
         await self.wait_idle(CUT_SECONDS)
         return len(cut)
 
-    async def wait_quiet(self, deadline: float, quiet: float = QUIET_SECONDS) -> None:
-        """Keep answering until no call has arrived for ``quiet`` seconds, or ``deadline``
-        (the event loop's clock) passes."""
+    async def wait_quiet(self, deadline: float, quiet: float = QUIET_SECONDS) -> bool:
+        """Keep answering until no call has arrived for ``quiet`` seconds: True then, False
+        if ``deadline`` (the event loop's clock) passed first."""
         loop = asyncio.get_running_loop()
-        while (now := loop.time()) < deadline:
+        while True:
+            now = loop.time()
             silent = now - self._last_arrival
             if silent >= quiet and not self._running:
-                return
+                return True
+            if now >= deadline:
+                return False
             await asyncio.sleep(min(max(quiet - silent, 0.01), deadline - now))
 
     def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
@@ -116,6 +122,7 @@ class CallGate(RunActionsInterceptor):
             # Checked when the call runs, not when its handler was looked up: a call
             # that arrived just before the gate closed is refused all the same.
             if self.closed:
+                self.refused += 1
                 await context.abort_with_status(_shutting_down())
             task = asyncio.current_task()
             assert task is not None

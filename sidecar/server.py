@@ -13,6 +13,7 @@ import gc
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
@@ -132,19 +133,23 @@ class Sidecar:
             await self.check_health()
 
     async def stop(self, grace: float | None = None) -> None:
-        """Drain, then close: no new calls, calls in flight get ``grace`` seconds, and the
-        ledger is flushed and closed last. ``None`` cuts calls in flight at once.
+        """Drain, then close, all within ``grace`` seconds: no new calls, calls in flight
+        get the grace less what closing is kept (CLOSE_RESERVE_SECONDS at most), and the
+        ledger is flushed and closed last. ``None`` or 0 cuts calls in flight at once.
 
         Every call the sidecar receives is answered, never cancelled (sidecar.drain):
-        calls still running when the grace runs out, and calls that arrive while the
+        calls still running when their time runs out, and calls that arrive while the
         agents stop calling, are refused SHUTTING_DOWN. Each step of closing is bounded
-        too, so that a ledger or a store that stopped answering cannot hold the exit.
+        by what is left of the grace (and at least CLOSE_STEP_FLOOR_SECONDS), so that a
+        ledger or a store that stopped answering cannot hold the exit.
         """
         if self._stopped:
             return
         self._stopped = True
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (grace or 0.0)
+        began = loop.time()
+        final = began + (grace or 0.0)
+        calls_deadline = final - min(CLOSE_RESERVE_SECONDS, (grace or 0.0) / 2)
         self.gate.close()
         self.metrics.draining.set(1)
         if self._health_task is not None:
@@ -160,41 +165,53 @@ class Sidecar:
             await self.mcp.stop()
         if self.gate.in_flight:
             log.info("draining_calls", in_flight=self.gate.in_flight)
-            if not await self.gate.wait_idle(max(0.0, deadline - loop.time())):
+            if not await self.gate.wait_idle(max(0.0, calls_deadline - loop.time())):
                 log.warning("drain_grace_ran_out", cut=await self.gate.cut())
         # Agents that are still calling get SHUTTING_DOWN and stop; once they are quiet,
         # grpc's server has no call left in its queue to cancel when it stops.
-        await self.gate.wait_quiet(deadline)
+        if not await self.gate.wait_quiet(calls_deadline):
+            log.warning("drain_callers_still_calling", refused=self.gate.refused)
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(CLOSE_STEP_SECONDS)
+
+        def left() -> float:
+            return max(CLOSE_STEP_FLOOR_SECONDS, final - loop.time())
+
+        await self.server.stop(left())
+        log.info("stopped_serving", seconds=round(loop.time() - began, 3))
         if self.health_server is not None:
             await self.health_server.stop(None)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
         # A write whose caller gave up (or was cut) runs to its end before its store
         # and ledger go.
-        await _bounded("writes", self.actions.settle())
-        await _bounded("store_client", self.store.close())
+        await _bounded("writes", self.actions.settle(), left())
+        await _bounded("store_client", self.store.close(), left())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)
         if self.embedded_backend is not None:
-            await _bounded("store_backend", asyncio.to_thread(self.embedded_backend.close))
-        await _bounded("ledger", self.ledger.close())
+            closing = asyncio.to_thread(self.embedded_backend.close)
+            await _bounded("store_backend", closing, left())
+        await _bounded("ledger", self.ledger.close(), left())
 
 
 # A health check answers within this, or readiness turns NOT_SERVING: well within the
 # manifest's readiness period (5 s), and longer than the ledger's own bound on a ping.
 HEALTH_CHECK_SECONDS = 3.0
-# Each step of closing gets this long: a ledger or a store that stopped answering
-# (a frozen host, a cut network) must not hold the exit past the grace by more.
-CLOSE_STEP_SECONDS = 2.0
+# Of the grace period, up to this much (and at most half) is kept for closing: the
+# writes whose callers were cut, then the store and the ledger.
+CLOSE_RESERVE_SECONDS = 2.0
+# Each step of closing gets what is left of the grace, and at least this: a ledger or a
+# store that stopped answering (a frozen host, a cut network) holds the exit no longer.
+CLOSE_STEP_FLOOR_SECONDS = 0.5
 
 
-async def _bounded(step: str, closing: Awaitable[None]) -> None:
+async def _bounded(step: str, closing: Awaitable[None], seconds: float) -> None:
+    began = time.monotonic()
     try:
-        await asyncio.wait_for(closing, CLOSE_STEP_SECONDS)
+        await asyncio.wait_for(closing, seconds)
+        log.debug("closed", step=step, seconds=round(time.monotonic() - began, 3))
     except TimeoutError:
-        log.warning("close_timed_out", step=step, seconds=CLOSE_STEP_SECONDS)
+        log.warning("close_timed_out", step=step, seconds=round(seconds, 3))
     except Exception as exc:  # closing is best effort: the process is leaving
         log.warning("close_failed", step=step, error=str(exc))
 

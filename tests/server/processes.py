@@ -13,6 +13,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.harness import free_port
+
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without any ACTONCE_* setting, plus ``extra``."""
@@ -94,3 +96,30 @@ def wait_for_status(
         time.sleep(0.05)
     log = served.log()[-2000:] if served else ""
     raise AssertionError(f"{target} answered {last}, never {wanted}. {log}")
+
+
+def serve_draining(
+    tmp_path: Path, store_target: str, grace: float, *extra: str
+) -> tuple[Served, str, str]:
+    """`actonce serve` against ``store_target`` with a ``grace`` period, SERVING; its API and
+    probe addresses."""
+    api, probes = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    served = start_cli(
+        tmp_path / "sidecar.log",
+        "serve",
+        "--listen",
+        api,
+        "--health-listen",
+        probes,
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--store-target",
+        store_target,
+        "--grace-period",
+        str(grace),
+        "--log-format",
+        "json",
+        *extra,
+    )
+    wait_for_status(probes, "SERVING", served=served)
+    return served, api, probes

@@ -15,16 +15,19 @@ from tests.harness import RunningStore
 
 class SlowCreates(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Each CreateArtifact waits ``delay`` seconds before the store handles it; ``reached``
-    is set once one has arrived, so a test knows the sidecar's call is in flight."""
+    is set once one has arrived, so a test knows the sidecar's call is in flight, and
+    ``arrived`` counts them."""
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
         self.reached = threading.Event()
+        self.arrived = 0
 
     async def intercept_service(
         self, continuation: Callable[[Any], Awaitable[Any]], details: Any
     ) -> Any:
         if details.method.endswith("/CreateArtifact"):
+            self.arrived += 1
             self.reached.set()
             await asyncio.sleep(self.delay)
         return await continuation(details)

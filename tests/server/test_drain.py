@@ -19,32 +19,9 @@ from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.audit_command import open_reader
 from sidecar.ledger.base import Phase
-from tests.harness import free_port, refusal, start_store
-from tests.server.processes import Served, health_status, start_cli, wait_for_status
+from tests.harness import refusal, start_store
+from tests.server.processes import health_status, serve_draining, wait_for_status
 from tests.server.stores import SlowCreates
-
-
-def serve(tmp_path: Path, store_target: str, grace: float) -> tuple[Served, str, str]:
-    """`actonce serve` against ``store_target``, SERVING; its API and probe addresses."""
-    api, probes = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    served = start_cli(
-        tmp_path / "sidecar.log",
-        "serve",
-        "--listen",
-        api,
-        "--health-listen",
-        probes,
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--store-target",
-        store_target,
-        "--grace-period",
-        str(grace),
-        "--log-format",
-        "json",
-    )
-    wait_for_status(probes, "SERVING", served=served)
-    return served, api, probes
 
 
 def test_sigterm_lets_the_call_in_flight_finish_refuses_new_ones_and_exits_0(
@@ -52,7 +29,7 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_ones_and_exits_0(
 ) -> None:
     slow = SlowCreates(delay=3.0)
     store = start_store(tmp_path / "store", interceptors=[slow])
-    served, api, probes = serve(tmp_path, store.target, grace=20)
+    served, api, probes = serve_draining(tmp_path, store.target, grace=20)
     channel = grpc.insecure_channel(api)
     try:
         stub = pb_grpc.RunActionsServiceStub(channel)
@@ -106,7 +83,7 @@ def test_a_call_still_running_when_the_grace_period_ends_is_refused_and_the_exit
 ) -> None:
     slow = SlowCreates(delay=30.0)
     store = start_store(tmp_path / "store", interceptors=[slow])
-    served, api, _probes = serve(tmp_path, store.target, grace=1)
+    served, api, _probes = serve_draining(tmp_path, store.target, grace=1)
     channel = grpc.insecure_channel(api)
     try:
         stub = pb_grpc.RunActionsServiceStub(channel)
@@ -140,7 +117,7 @@ def test_a_call_still_running_when_the_grace_period_ends_is_refused_and_the_exit
 
 def test_sigterm_with_nothing_in_flight_exits_0_at_once(tmp_path: Path) -> None:
     store = start_store(tmp_path / "store")
-    served, _api, _probes = serve(tmp_path, store.target, grace=30)
+    served, _api, _probes = serve_draining(tmp_path, store.target, grace=30)
     try:
         signalled = time.monotonic()
         served.process.send_signal(signal.SIGTERM)
@@ -184,7 +161,7 @@ def test_under_load_every_call_is_answered_or_refused_shutting_down_never_cancel
     slow = SlowCreates(delay=delay)
     store = start_store(tmp_path / "store", interceptors=[slow])
     grace = 3.0
-    served, api, _probes = serve(tmp_path, store.target, grace=grace)
+    served, api, _probes = serve_draining(tmp_path, store.target, grace=grace)
     client = Client(api, timeout=30)
     agents = [Agent(client, f"agent{i}") for i in range(12)]
     try:
@@ -199,13 +176,20 @@ def test_under_load_every_call_is_answered_or_refused_shutting_down_never_cancel
     finally:
         client.close()
         served.stop()
-    # Each agent called until its first failure, and that failure is the drain's refusal,
-    # never a bare CANCELLED nor a transport error after the sidecar was gone.
-    failures = {
+    # Each agent called until its first failure, and that failure is the drain's refusal; or,
+    # for an agent silent past the quiet period (starved of CPU) that called after the
+    # listener had closed, no listener: UNAVAILABLE without ErrorInfo, RETRYABLE. Never a
+    # bare CANCELLED, nor anything a client would not retry.
+    failures = [
         (a.failure.code, a.failure.reason, a.failure.failure_class) if a.failure else None
         for a in agents
-    }
-    assert failures == {(grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "RETRYABLE")}
+    ]
+    refused = (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "RETRYABLE")
+    no_listener = (grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE", "RETRYABLE")
+    assert set(failures) <= {refused, no_listener}, failures
+    assert failures.count(refused) >= len(agents) * 2 // 3, failures
+    # It stopped serving only once its callers had gone quiet.
+    assert "drain_callers_still_calling" not in served.log()
     # Within the grace, and a little more for closing.
     assert exited < grace + 2.5, exited
     # Every acknowledged write is in the ledger and in the store.
