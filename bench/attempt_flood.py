@@ -28,10 +28,11 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from tests.harness import HealthStub
 
 LIMIT_MIB = 256
 
@@ -65,7 +66,7 @@ def metric(port: int, name: str) -> dict[str, float]:
 EXAMPLES: dict[str, str] = {}
 
 
-async def one_run(stub: pb_grpc.RunActionsServiceStub, n: int, codes: Counter[str]) -> None:
+async def one_run(stub: pb_grpc.RunActionsServiceAsyncStub, n: int, codes: Counter[str]) -> None:
     try:
         attempt = await stub.BeginAttempt(
             pb.BeginAttemptRequest(run_id=f"flood-{n}", rule="flood", checkpoint="cp-0"),
@@ -131,7 +132,7 @@ def main() -> None:
         )  # fmt: skip
         try:
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                health = health_pb2_grpc.HealthStub(channel)
+                health = HealthStub(channel)
                 deadline = time.monotonic() + 60
                 while True:
                     try:

@@ -214,11 +214,13 @@ def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) 
 
 
 def _wait_serving(target: Target, timeout: float = 60) -> None:
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_health.v1 import health_pb2
+
+    from tests.harness import HealthStub
 
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(target.address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+        stub = HealthStub(channel)
         while time.monotonic() < deadline:
             if target.process.poll() is not None:
                 raise RuntimeError(f"{target.name} exited with {target.process.returncode}")

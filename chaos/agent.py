@@ -137,7 +137,7 @@ class Method(Generic[R]):
 
     name: str
     response: type[R]
-    call: grpc.UnaryUnaryMultiCallable
+    call: grpc.UnaryUnaryMultiCallable[Message, Message]
 
     def __call__(self, request: Message) -> R:
         return cast(R, self.call(request, timeout=CALL_TIMEOUT_SECONDS))
@@ -158,7 +158,7 @@ class Api:
     @staticmethod
     def _callable(
         channel: grpc.Channel, name: str, response: type[Message]
-    ) -> grpc.UnaryUnaryMultiCallable:
+    ) -> grpc.UnaryUnaryMultiCallable[Message, Message]:
         return channel.unary_unary(
             f"/{SERVICE}/{name}",
             request_serializer=lambda m: m.SerializeToString(),
@@ -241,7 +241,7 @@ def expected_result(op: Op) -> Any:
 
 
 def _outcome(value: int) -> str:
-    return types_pb2.Outcome.Name(value)
+    return types_pb2.Outcome.Name(types_pb2.Outcome.ValueType(value))
 
 
 class Agent:

@@ -31,7 +31,7 @@ import grpc
 from grpc_status import rpc_status
 
 from sidecar.errors import ShuttingDown, to_status
-from sidecar.interceptors import Behavior, RunActionsInterceptor
+from sidecar.interceptors import Behavior, Context, Handler, RunActionsInterceptor, behavior_of
 
 # A caller that got SHUTTING_DOWN stops; this long without any call means they all have
 # (an agent busy between two calls for longer finds no listener: UNAVAILABLE, RETRYABLE).
@@ -114,10 +114,10 @@ class CallGate(RunActionsInterceptor):
                 return False
             await asyncio.sleep(min(max(quiet - silent, 0.01), deadline - now))
 
-    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
-        inner = handler.unary_unary
+    def wrap(self, rpc: str, handler: Handler) -> Behavior:
+        inner = behavior_of(handler)
 
-        async def gated(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def gated(request: Any, context: Context) -> Any:
             self._last_arrival = asyncio.get_running_loop().time()
             # Checked when the call runs, not when its handler was looked up: a call
             # that arrived just before the gate closed is refused all the same.

@@ -11,7 +11,7 @@ gate (sidecar.drain) and the metrics (sidecar.metrics) are two more.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias, cast
 
 import grpc
 import structlog
@@ -27,7 +27,22 @@ log = structlog.get_logger()
 RUN_ACTIONS = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
 
 # A unary call's behaviour: the request (or, for RAW_REQUESTS, its bytes) and the context.
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+Behavior: TypeAlias = Callable[[Any, Context], Awaitable[Any]]
+# Generic only in grpc's type stubs, so named as a string.
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+def behavior_of(handler: Handler) -> Behavior:
+    """The unary behaviour ``handler`` holds, as an asyncio server holds it.
+
+    grpc's type stubs describe a handler's behaviour as the synchronous server's (a plain
+    function of a ``grpc.ServicerContext``); on a ``grpc.aio`` server it is a coroutine
+    function of the asyncio context. This is the one place that says so.
+    """
+    behavior = handler.unary_unary
+    assert behavior is not None, "RunActionsService calls are all unary"
+    return cast(Behavior, behavior)
 
 
 class RunActionsInterceptor(grpc.aio.ServerInterceptor):
@@ -38,9 +53,9 @@ class RunActionsInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
         if handler is None or handler.unary_unary is None or service != RUN_ACTIONS.full_name:
@@ -51,7 +66,7 @@ class RunActionsInterceptor(grpc.aio.ServerInterceptor):
             response_serializer=handler.response_serializer,
         )
 
-    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
+    def wrap(self, rpc: str, handler: Handler) -> Behavior:
         """The behaviour that runs around ``handler.unary_unary`` for calls of ``rpc``."""
         raise NotImplementedError
 
@@ -59,10 +74,10 @@ class RunActionsInterceptor(grpc.aio.ServerInterceptor):
 class LogContextInterceptor(RunActionsInterceptor):
     """Bind ``rpc`` and ``attempt_id`` for the life of each call."""
 
-    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
-        inner = handler.unary_unary
+    def wrap(self, rpc: str, handler: Handler) -> Behavior:
+        inner = behavior_of(handler)
 
-        async def bound(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def bound(request: Any, context: Context) -> Any:
             structlog.contextvars.clear_contextvars()
             structlog.contextvars.bind_contextvars(rpc=rpc)
             attempt_id = getattr(request, "attempt_id", "")
@@ -85,12 +100,13 @@ class RequestDecodingInterceptor(RunActionsInterceptor):
 
     RAW_REQUESTS = True
 
-    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
+    def wrap(self, rpc: str, handler: Handler) -> Behavior:
         decode = handler.request_deserializer
-        inner = handler.unary_unary
+        assert decode is not None, "generated handlers name their request's parser"
+        inner = behavior_of(handler)
         request_type: Descriptor = RUN_ACTIONS.methods_by_name[rpc].input_type
 
-        async def decoded(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        async def decoded(raw: bytes, context: Context) -> Any:
             try:
                 request = decode(raw)
             except DecodeError as exc:

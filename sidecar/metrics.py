@@ -30,7 +30,14 @@ from prometheus_client.exposition import start_http_server
 
 from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
-from sidecar.interceptors import RUN_ACTIONS, Behavior, RunActionsInterceptor
+from sidecar.interceptors import (
+    RUN_ACTIONS,
+    Behavior,
+    Context,
+    Handler,
+    RunActionsInterceptor,
+    behavior_of,
+)
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError
 from sidecar.rules.refusals import VERSION_CONFLICT
 from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact
@@ -140,13 +147,13 @@ class Metrics:
 # -- the call interceptor ------------------------------------------------------
 
 
-def _outcome_label(outcome: int) -> str:
+def _outcome_label(outcome: types_pb2.Outcome.ValueType) -> str:
     name = types_pb2.Outcome.Name(outcome) if outcome else "OUTCOME_UNSPECIFIED"
     return name.removeprefix("OUTCOME_").lower()
 
 
 def error_info_of(
-    trailing: Sequence[tuple[str, str | bytes]] | None,
+    trailing: grpc.aio.Metadata | Sequence[tuple[str, str | bytes]] | None,
 ) -> error_details_pb2.ErrorInfo:
     """The ErrorInfo carried by a call's rich status trailer; empty when there is none."""
     for key, value in trailing or ():
@@ -154,9 +161,8 @@ def error_info_of(
             continue
         status = status_pb2.Status.FromString(value)
         for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info):
                 return info
     return error_details_pb2.ErrorInfo()
 
@@ -197,7 +203,9 @@ class _CallRecord:
         metrics.in_flight.labels(rpc).dec()
         metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - self.started)
 
-    def refused(self, code: Any, trailing: Sequence[tuple[str, Any]] | None) -> None:
+    def refused(
+        self, code: Any, trailing: grpc.aio.Metadata | Sequence[tuple[str, Any]] | None
+    ) -> None:
         if not isinstance(code, grpc.StatusCode):
             code = _code_from_int(int(code)) if code is not None else grpc.StatusCode.UNKNOWN
         self.finish(code, "failed", error_info_of(trailing))
@@ -206,7 +214,7 @@ class _CallRecord:
 class _CountingContext:
     """The call's context, with its aborts counted before their status is sent."""
 
-    def __init__(self, context: grpc.aio.ServicerContext, record: _CallRecord) -> None:
+    def __init__(self, context: Context, record: _CallRecord) -> None:
         self._context = context
         self._record = record
 
@@ -233,12 +241,12 @@ class MetricsInterceptor(RunActionsInterceptor):
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
-    def wrap(self, rpc: str, handler: grpc.RpcMethodHandler) -> Behavior:
-        inner = handler.unary_unary
+    def wrap(self, rpc: str, handler: Handler) -> Behavior:
+        inner = behavior_of(handler)
         metrics = self.metrics
         is_write = rpc in WRITE_RPCS
 
-        async def counted(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def counted(request: Any, context: Context) -> Any:
             record = _CallRecord(metrics, rpc, is_write)
             try:
                 response = await inner(request, cast(Any, _CountingContext(context, record)))

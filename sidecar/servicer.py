@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -25,6 +25,7 @@ from sidecar.upstream.client import StoredArtifact
 log = structlog.get_logger()
 
 T = TypeVar("T")
+_Context = grpc.aio.ServicerContext[Any, Any]
 
 _OUTCOMES = {
     Outcome.APPLIED: types_pb2.OUTCOME_APPLIED,
@@ -33,7 +34,7 @@ _OUTCOMES = {
 }
 
 
-async def _answer(context: grpc.aio.ServicerContext, call: Awaitable[T]) -> T:
+async def _answer(context: _Context, call: Awaitable[T]) -> T:
     """Await the domain call; abort the RPC with ErrorInfo if it refused."""
     try:
         return await call
@@ -69,7 +70,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         self.actions = actions
 
     async def BeginAttempt(
-        self, request: pb.BeginAttemptRequest, context: grpc.aio.ServicerContext
+        self, request: pb.BeginAttemptRequest, context: _Context
     ) -> pb.BeginAttemptResponse:
         async def call() -> pb.BeginAttemptResponse:
             deadline = (
@@ -87,9 +88,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
 
         return await _answer(context, call())
 
-    async def Create(
-        self, request: pb.CreateRequest, context: grpc.aio.ServicerContext
-    ) -> pb.CreateResponse:
+    async def Create(self, request: pb.CreateRequest, context: _Context) -> pb.CreateResponse:
         result = await _answer(
             context,
             self.actions.create(
@@ -104,9 +103,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
             id=result.id, outcome=_OUTCOMES[result.outcome], version=result.version
         )
 
-    async def Edit(
-        self, request: pb.EditRequest, context: grpc.aio.ServicerContext
-    ) -> pb.EditResponse:
+    async def Edit(self, request: pb.EditRequest, context: _Context) -> pb.EditResponse:
         result = await _answer(
             context,
             self.actions.edit(
@@ -124,9 +121,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
             proposal_id=result.proposal_id,
         )
 
-    async def Notice(
-        self, request: pb.NoticeRequest, context: grpc.aio.ServicerContext
-    ) -> pb.NoticeResponse:
+    async def Notice(self, request: pb.NoticeRequest, context: _Context) -> pb.NoticeResponse:
         result = await _answer(
             context,
             self.actions.notice(
@@ -139,7 +134,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         return pb.NoticeResponse(message_id=result.id, outcome=_OUTCOMES[result.outcome])
 
     async def CreateThread(
-        self, request: pb.CreateThreadRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateThreadRequest, context: _Context
     ) -> pb.CreateThreadResponse:
         result = await _answer(
             context,
@@ -151,9 +146,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         )
         return pb.CreateThreadResponse(thread_id=result.id, outcome=_OUTCOMES[result.outcome])
 
-    async def Send(
-        self, request: pb.SendRequest, context: grpc.aio.ServicerContext
-    ) -> pb.SendResponse:
+    async def Send(self, request: pb.SendRequest, context: _Context) -> pb.SendResponse:
         result = await _answer(
             context,
             self.actions.send(
@@ -165,9 +158,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         )
         return pb.SendResponse(message_id=result.id, outcome=_OUTCOMES[result.outcome])
 
-    async def Read(
-        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ReadResponse:
+    async def Read(self, request: pb.ReadRequest, context: _Context) -> pb.ReadResponse:
         target = request.WhichOneof("target")
         result = await _answer(
             context,
@@ -184,7 +175,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         )
 
     async def EndAttempt(
-        self, request: pb.EndAttemptRequest, context: grpc.aio.ServicerContext
+        self, request: pb.EndAttemptRequest, context: _Context
     ) -> pb.EndAttemptResponse:
         counts = await _answer(context, self.actions.end_attempt(request.attempt_id))
         return pb.EndAttemptResponse(
@@ -195,7 +186,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         )
 
     async def ExtendLease(
-        self, request: pb.ExtendLeaseRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ExtendLeaseRequest, context: _Context
     ) -> pb.ExtendLeaseResponse:
         async def call() -> pb.ExtendLeaseResponse:
             if not request.HasField("lease_deadline"):
@@ -210,7 +201,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         return await _answer(context, call())
 
     async def BeginStep(
-        self, request: pb.BeginStepRequest, context: grpc.aio.ServicerContext
+        self, request: pb.BeginStepRequest, context: _Context
     ) -> pb.BeginStepResponse:
         result = await _answer(
             context,
@@ -228,9 +219,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
             result_json=result.result_json,
         )
 
-    async def EndStep(
-        self, request: pb.EndStepRequest, context: grpc.aio.ServicerContext
-    ) -> pb.EndStepResponse:
+    async def EndStep(self, request: pb.EndStepRequest, context: _Context) -> pb.EndStepResponse:
         result = await _answer(
             context,
             self.actions.end_step(

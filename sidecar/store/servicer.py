@@ -35,8 +35,7 @@ log = structlog.get_logger()
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-# grpc ships no type information; its servicer context is typed loosely on purpose.
-_Context = Any
+_Context = grpc.aio.ServicerContext[Any, Any]
 
 _INTERNAL = rpc_status.to_status(
     status_pb2.Status(

@@ -18,8 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Protocol
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from google.rpc import error_details_pb2, status_pb2
 
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
@@ -129,20 +128,30 @@ _UNREACHABLE = {
 _VOCABULARY = RefusalVocabulary()
 
 
+def _rich_status(error: grpc.aio.AioRpcError) -> status_pb2.Status | None:
+    """The google.rpc.Status in ``error``'s trailer, read as ``rpc_status.from_call`` reads
+    it from a call (whose types do not take an asyncio call's error)."""
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            if status.code != error.code().value[0] or status.message != error.details():
+                raise ValueError("the status trailer disagrees with the call's status")
+            return status
+    return None
+
+
 def refusal_from(error: grpc.aio.AioRpcError) -> Refusal | None:
     """The store's refusal carried by ``error``, or None for a transport failure."""
-    status = rpc_status.from_call(error)
+    status = _rich_status(error)
     if status is not None:
         for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                if info.domain == STORE_DOMAIN:
-                    return Refusal(
-                        _VOCABULARY.code(info.reason),
-                        _VOCABULARY.message(status.message),
-                        _VOCABULARY.states(info.metadata.get("states", "")),
-                    )
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info) and info.domain == STORE_DOMAIN:
+                return Refusal(
+                    _VOCABULARY.code(info.reason),
+                    _VOCABULARY.message(status.message),
+                    _VOCABULARY.states(info.metadata.get("states", "")),
+                )
     code = _BARE_CODES.get(error.code())
     if code is not None:
         return Refusal(code, _VOCABULARY.message(error.details() or ""))

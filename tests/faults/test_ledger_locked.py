@@ -48,7 +48,12 @@ def test_a_ledger_locked_by_another_process_fails_writes_closed_and_reads_answer
                 ),
                 outcome_of(
                     sc.stub.BeginStep,
-                    pb.BeginStepRequest(attempt_id=attempt, tool="pay", effect=3, args_json="{}"),
+                    pb.BeginStepRequest(
+                        attempt_id=attempt,
+                        tool="pay",
+                        effect=types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE,
+                        args_json="{}",
+                    ),
                 ),
                 outcome_of(
                     sc.stub.BeginAttempt,

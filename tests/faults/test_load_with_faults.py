@@ -62,7 +62,7 @@ def _python_load(target: str, attempt: str, seconds: float, codes: Counter[str])
                                 timeout=5)  # fmt: skip
                     codes["OK"] += 1
                 except grpc.RpcError as error:
-                    codes[error.code().name] += 1  # type: ignore[attr-defined]
+                    codes[error.code().name] += 1
 
     workers = [threading.Thread(target=caller, args=(w,)) for w in range(4)]
     for worker in workers:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from chaos.checker import StoreSnapshot, read_postgres_store, read_sqlite_store
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
+from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.audit_command import open_reader
 from sidecar.rules.canonical import MAX_JSON_BYTES, MAX_NAME_BYTES, MAX_TEXT_BYTES
 from tests.harness import RunningSidecar, refusal
@@ -79,7 +80,12 @@ def world(sidecar: RunningSidecar) -> Iterator[World]:
         pb.CreateThreadRequest(attempt_id=attempt, title="t")
     ).thread_id
     step = sidecar.stub.BeginStep(
-        pb.BeginStepRequest(attempt_id=attempt, tool="lookup", effect=1, args_json="{}")
+        pb.BeginStepRequest(
+            attempt_id=attempt,
+            tool="lookup",
+            effect=types_pb2.TOOL_EFFECT_READ_ONLY,
+            args_json="{}",
+        )
     ).step_id
     yield World(sidecar, attempt, artifact, archived, thread, step)
 

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from chaos.checker import read_postgres_store, read_sqlite_store
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.config import DEFAULT_LISTEN, Config
 from tests.conftest import MakeConfig
 from tests.faults.support import ledger_lock, outcome_of, spawn_store
@@ -139,7 +140,12 @@ def _full_run(stub: Any, store_process: Any, config: Config, rule_ok: str) -> No
         )
     )
     step = stub.BeginStep(
-        pb.BeginStepRequest(attempt_id=attempt, tool="charge", effect=3, args_json=json.dumps(ARGS))
+        pb.BeginStepRequest(
+            attempt_id=attempt,
+            tool="charge",
+            effect=types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE,
+            args_json=json.dumps(ARGS),
+        )
     ).step_id
     stub.EndStep(
         pb.EndStepRequest(attempt_id=attempt, step_id=step, result_json=json.dumps(RESULT))
@@ -249,7 +255,7 @@ def test_no_rpc_asks_for_a_turn_from_a_rule_off_the_allowlist(
             "BeginStep": pb.BeginStepRequest(
                 attempt_id=attempt,
                 tool=data.draw(st.sampled_from(["Send", "send", "RequestTurn"])),
-                effect=2,
+                effect=types_pb2.TOOL_EFFECT_IDEMPOTENT_WRITE,
                 args_json=json.dumps({"thread_id": thread, "text": text}),
             ),
             "EndStep": pb.EndStepRequest(attempt_id=attempt, step_id=thread, result_json="{}"),
@@ -311,8 +317,8 @@ def test_a_ledger_edited_by_hand_is_caught_by_audit_verify(
         with psycopg.connect(config.audit_dsn, autocommit=True) as conn:
             conn.execute(sql)
     else:
-        with sqlite3.connect(config.audit_path) as conn:  # as an operator's sqlite3 shell would
-            conn.execute(sql)
+        with sqlite3.connect(config.audit_path) as lite:  # as an operator's sqlite3 shell would
+            lite.execute(sql)
     time.sleep(0.01)
     caught = verify()
     assert caught.returncode == 1, caught

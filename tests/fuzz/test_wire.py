@@ -24,7 +24,9 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _raw_call(sidecar: RunningSidecar, rpc: str, body: bytes) -> grpc.RpcError:
-    call = sidecar.channel.unary_unary(f"/{SERVICE.full_name}/{rpc}")
+    call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = sidecar.channel.unary_unary(
+        f"/{SERVICE.full_name}/{rpc}"
+    )
     with pytest.raises(grpc.RpcError) as caught:
         call(body, timeout=10)
     return caught.value

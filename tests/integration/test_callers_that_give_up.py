@@ -36,7 +36,7 @@ _WRITES = ("/CreateArtifact", "/PatchArtifact", "/CreateProposal", "/CreateThrea
            "/PostMessage")  # fmt: skip
 
 
-class HeldWrites(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class HeldWrites(grpc.aio.ServerInterceptor):
     """Holds each write that reaches the store until the test lets it go on."""
 
     def __init__(self) -> None:

@@ -29,7 +29,7 @@ from tests.server.scrape import scrape
 from tests.server.test_metrics import metrics_port
 
 
-class HostileRefusals(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class HostileRefusals(grpc.aio.ServerInterceptor):
     """CreateArtifact of kind "hostile" is refused with the code, states and message its
     data names; every other call reaches the real store."""
 

@@ -20,11 +20,20 @@ UNSPECIFIED = types_pb2.TOOL_EFFECT_UNSPECIFIED
 
 
 def _begin_step(
-    sc: RunningSidecar, attempt: str, effect: int, tool: str = "send_email"
+    sc: RunningSidecar,
+    attempt: str,
+    effect: int,
+    tool: str = "send_email",
 ) -> pb.BeginStepResponse:
-    return sc.stub.BeginStep(
-        pb.BeginStepRequest(attempt_id=attempt, tool=tool, effect=effect, args_json='{"to":"ops"}')
+    answer: pb.BeginStepResponse = sc.stub.BeginStep(
+        pb.BeginStepRequest(
+            attempt_id=attempt,
+            tool=tool,
+            effect=types_pb2.ToolEffect.ValueType(effect),
+            args_json='{"to":"ops"}',
+        )
     )
+    return answer
 
 
 @pytest.mark.parametrize("effect", [NON_IDEMPOTENT, UNSPECIFIED])

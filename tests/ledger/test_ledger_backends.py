@@ -38,9 +38,9 @@ class Backend:
             with psycopg.connect(self.values["audit_dsn"], autocommit=True) as conn:
                 conn.execute(statement.replace("?", "%s"), params)
         else:
-            conn = sqlite3.connect(self.values["audit_db"], isolation_level=None)
-            conn.execute(statement, params)
-            conn.close()
+            lite = sqlite3.connect(self.values["audit_db"], isolation_level=None)
+            lite.execute(statement, params)
+            lite.close()
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         flag = ["--audit-dsn", self.values["audit_dsn"]] if self.name == "postgres" else [

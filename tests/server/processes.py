@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
-from tests.harness import free_port
+from tests.harness import HealthStub, free_port
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -66,7 +66,7 @@ def start_cli(log_path: Path, *args: str, env: Mapping[str, str] | None = None) 
 def health_status(target: str, service: str = "", timeout: float = 2) -> str:
     """The health service's answer at ``target`` by name, or the error's code name."""
     with grpc.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
+        stub = HealthStub(channel)
         try:
             answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         except grpc.RpcError as error:

@@ -13,7 +13,7 @@ import grpc
 from tests.harness import RunningStore
 
 
-class SlowCreates(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class SlowCreates(grpc.aio.ServerInterceptor):
     """Each CreateArtifact waits ``delay`` seconds before the store handles it; ``reached``
     is set once one has arrived, so a test knows the sidecar's call is in flight, and
     ``arrived`` counts them."""
@@ -33,7 +33,7 @@ class SlowCreates(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return await continuation(details)
 
 
-class ConcurrentWriter(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class ConcurrentWriter(grpc.aio.ServerInterceptor):
     """Another writer that edits every artifact of kind ``kind`` just before each of the
     next ``times`` patches reaches the store: real version conflicts, on time."""
 

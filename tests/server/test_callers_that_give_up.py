@@ -79,7 +79,7 @@ def _until_answered(call: Callable[..., Any], request: Any, rng: random.Random) 
         try:
             return call(request, timeout=timeout)
         except grpc.RpcError as error:
-            if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
+            if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
         timeout = min(timeout * 1.3, 2.0)
 

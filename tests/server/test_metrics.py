@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -15,6 +15,7 @@ import structlog.testing
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
+from sidecar.interceptors import Handler, behavior_of
 from tests.harness import (
     RunningSidecar,
     RunningStore,
@@ -317,7 +318,7 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
     async def refuse(request: Any, context: Any) -> Any:
         await context.abort_with_status(rpc_status.to_status(to_status(UnknownAttempt("att_x"))))
 
-    async def continuation(details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+    async def continuation(details: grpc.HandlerCallDetails) -> Handler:
         return grpc.unary_unary_rpc_method_handler(refuse)
 
     class Details(grpc.HandlerCallDetails):
@@ -327,7 +328,8 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
     async def call() -> None:
         handler = await MetricsInterceptor(metrics).intercept_service(continuation, Details())
         with pytest.raises(grpc.aio.AbortError):
-            await handler.unary_unary(pb.CreateRequest(), SendingContext())
+            assert handler is not None
+            await behavior_of(handler)(pb.CreateRequest(), cast(Any, SendingContext()))
 
     asyncio.run(call())
 

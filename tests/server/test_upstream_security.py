@@ -246,7 +246,7 @@ def test_the_store_command_checks_the_token_from_its_file(tmp_path: Path) -> Non
                 stub.GetArtifact(request)
             assert without.value.code() == grpc.StatusCode.PERMISSION_DENIED
             with pytest.raises(grpc.RpcError) as with_token:
-                stub.GetArtifact(request, metadata=[("authorization", f"Bearer {TOKEN}")])
+                stub.GetArtifact(request, metadata=(("authorization", f"Bearer {TOKEN}"),))
             # Past the token check: the store looked and found nothing.
             assert with_token.value.code() == grpc.StatusCode.NOT_FOUND
 

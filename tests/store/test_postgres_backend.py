@@ -261,7 +261,7 @@ async def _create_over_grpc(
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = pb_grpc.ArtifactStoreServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = pb_grpc.ArtifactStoreServiceStub(channel)
             with pytest.raises(grpc.aio.AioRpcError) as raw:
                 await stub.CreateArtifact(
                     pb.CreateArtifactRequest(artifact_id="a3", kind="note", data_json="{}")
