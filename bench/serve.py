@@ -13,10 +13,10 @@ import gc
 import signal
 from pathlib import Path
 
-from sidecar import logs
 from sidecar.config import Config
+from sidecar.fronts.grpc.server import create_server
 from sidecar.ledger.base import AuditEvent, StoredEvent
-from sidecar.server import create_server
+from sidecar.ops import logs
 
 
 class NullLedger:

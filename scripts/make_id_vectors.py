@@ -206,7 +206,7 @@ def _long(repeat: str, times: int, prefix: str = "", suffix: str = "") -> dict[s
 def _sidecar_checks(write_type: ids.WriteType, run_id: str, checkpoint: str,
                     given: dict[str, str]) -> None:  # fmt: skip
     """The checks the sidecar makes before deriving an id, in its order: BeginAttempt's on
-    the run and checkpoint, then the write's own (sidecar/actions.py)."""
+    the run and checkpoint, then the write's own (sidecar/core/actions.py)."""
     canonical.require_name(run_id, "run_id")
     if len(checkpoint.encode("utf-8", "surrogatepass")) > canonical.MAX_TEXT_BYTES:
         raise InvalidArgument("checkpoint", f"is longer than {canonical.MAX_TEXT_BYTES} bytes")

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sidecar import logs
 from sidecar.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, Config
+from sidecar.ops import logs
 
 
 class ConfigError(Exception):
@@ -412,12 +412,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             values = _resolve(args, SERVE_SETTINGS)
             config = config_from(values)
             logs.configure(config.log_level, config.log_format)
-            from sidecar.server import serve
+            from sidecar.fronts.grpc.server import serve
 
             asyncio.run(serve(config, grace_seconds=values["grace_period"]))
         elif args.command == "audit":
             values = _resolve(args, AUDIT_SETTINGS)
-            from sidecar.audit_command import run_audit
+            from sidecar.ledger.audit_command import run_audit
 
             for key in ("json", "item_id", "decision", "result_json", "by", "reason"):
                 values[key] = getattr(args, key, None)
@@ -436,8 +436,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
             logs.configure(values["log_level"], values["log_format"])
-            from sidecar.security import read_token, server_credentials
-            from sidecar.store.server import serve_store
+            from sidecar.ops.security import read_token, server_credentials
+            from sidecar.refstore.server import serve_store
 
             token = read_token(values["token_file"]) if values["token_file"] else None
             _check_store_tls(values)

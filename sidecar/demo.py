@@ -32,12 +32,12 @@ from typing import Any
 
 import grpc
 
-from sidecar import logs
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.config import Config
-from sidecar.server import Sidecar, create_server
+from sidecar.fronts.grpc.server import Sidecar, create_server
+from sidecar.ops import logs
 
 RULE = "incident-bot"
 CHECKPOINT = "triaged"

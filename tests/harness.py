@@ -30,11 +30,11 @@ from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar.audit_command import open_reader
 from sidecar.config import Config
-from sidecar.server import Sidecar, create_server
-from sidecar.store.server import create_store_server
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.fronts.grpc.server import Sidecar, create_server
+from sidecar.ledger.audit_command import open_reader
+from sidecar.refstore.server import create_store_server
+from sidecar.refstore.sqlite import SqliteStoreBackend
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ from packaging.specifiers import SpecifierSet
 
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2
 from sidecar._gen.actonce.v1 import run_actions_pb2
-from sidecar.servicer import RunActionsServicer
-from sidecar.store.servicer import ArtifactStoreServicer
+from sidecar.fronts.grpc.servicer import RunActionsServicer
+from sidecar.refstore.servicer import ArtifactStoreServicer
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "sidecar" / "_gen"

@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.ledger.base import AuditEvent
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.upstream.inprocess import InProcessStoreClient
 
 pytestmark = pytest.mark.skipif(
@@ -49,7 +49,7 @@ def test_the_ledger_writer_and_the_store_batches_run_as_batch_threads(tmp_path: 
 
 
 def test_the_store_workers_of_a_postgresql_store_run_as_batch_threads() -> None:
-    from sidecar.store.postgres import PostgresStoreBackend
+    from sidecar.refstore.postgres import PostgresStoreBackend
     from tests import pg
 
     async def run() -> int:

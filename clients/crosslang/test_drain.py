@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from chaos.checker import read_sqlite_store
-from sidecar.audit_command import open_reader
+from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import Phase
 from tests.harness import RunningStore, start_store
 from tests.server.processes import serve_draining

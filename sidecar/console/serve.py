@@ -11,10 +11,10 @@ from typing import Any
 import structlog
 import uvicorn
 
-from sidecar.audit_command import open_reader
 from sidecar.config import DEFAULT_DATA_DIR
 from sidecar.console.app import create_app
 from sidecar.console.chain import ChainWatch
+from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import LedgerError
 from sidecar.ledger.operator import open_operator_ledger
 

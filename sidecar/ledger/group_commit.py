@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from sidecar import scheduling
 from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
+from sidecar.ops import scheduling
 
 log = structlog.get_logger()
 

@@ -6,7 +6,7 @@ each still carries many events in one commit. The runs table is read in the
 same transaction, so an attempt fenced on one sidecar by a newer attempt begun
 on another is refused before its intent is written.
 
-Connections are bounded on this side (sidecar.pgbounds): a server that stops
+Connections are bounded on this side (sidecar.ops.pgbounds): a server that stops
 answering fails appends closed within the busy timeout, health checks within a
 probe period, and no call holds a thread for long. An idle writer connection that
 the server closed (a restart, ``idle_session_timeout``) is replaced before use,
@@ -28,7 +28,6 @@ from typing import Any
 import psycopg
 import structlog
 
-from sidecar import pgbounds
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
@@ -38,6 +37,7 @@ from sidecar.ledger.base import (
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import COLUMNS, chain, fenced_runs, row_to_event, tables
+from sidecar.ops import pgbounds
 
 SCHEMA = (
     tables("BIGINT")

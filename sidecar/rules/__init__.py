@@ -2,6 +2,6 @@
 
 canonical (JSON input, RFC 8785 digests), ids (derivation), edits (pointer
 rules, skip-when-equal), refusals (store code to failure class), effects
-(ToolEffect per RPC and per tool name), attempts (occurrences, request_id
-replay, leases, fencing).
+(ToolEffect per RPC and per tool name). The live attempts, which hold state,
+are the core's (sidecar.core.attempts).
 """

@@ -39,11 +39,11 @@ from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
-from sidecar import scheduling
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
-from sidecar.store import backend as store
-from sidecar.store.refusals import StoreRefusal
-from sidecar.store.wire import encode_artifact, encode_message
+from sidecar.ops import scheduling
+from sidecar.refstore import backend as store
+from sidecar.refstore.refusals import StoreRefusal
+from sidecar.refstore.wire import encode_artifact, encode_message
 from sidecar.upstream.client import (
     DEFAULT_STORE_TIMEOUT_SECONDS,
     Refusal,

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.actions import RunActions, Settings
+from sidecar.core.actions import RunActions, Settings
+from sidecar.core.attempts import AttemptRegistry
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
@@ -26,9 +27,8 @@ from sidecar.ledger.base import (
     event_hash,
     fenced,
 )
-from sidecar.rules.attempts import AttemptRegistry
-from sidecar.store.backend import apply_patch, parse_patch
-from sidecar.store.refusals import ARCHIVED, ID_USED, StoreRefusal
+from sidecar.refstore.backend import apply_patch, parse_patch
+from sidecar.refstore.refusals import ARCHIVED, ID_USED, StoreRefusal
 from sidecar.upstream.client import Refusal, StoredArtifact, StoredMessage
 
 
@@ -281,7 +281,7 @@ class MemoryStore:
 
 
 def run_actions(ledger: MemoryLedger, store: MemoryStore, **settings: Any) -> RunActions:
-    """RunActions over the fakes; ``settings`` as sidecar.actions.Settings takes them."""
+    """RunActions over the fakes; ``settings`` as sidecar.core.actions.Settings takes them."""
     return RunActions(
         ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings)
     )

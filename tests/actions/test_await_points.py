@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.actions import Outcome, RunActions, WriteResult
+from sidecar.core.actions import Outcome, RunActions, WriteResult
 from sidecar.ledger.base import Phase
 from sidecar.rules.effects import ToolEffect
 from tests.actions.fakes import MemoryLedger, MemoryStore, Trace, run_actions

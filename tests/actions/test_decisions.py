@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from sidecar.actions import Outcome, RunActions
+from sidecar.core.actions import Outcome, RunActions
 from sidecar.errors import InDoubt
 from sidecar.ledger.pending import Decision, decision_event
 from sidecar.rules.effects import ToolEffect

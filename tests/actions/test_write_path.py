@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sidecar import actions as actions_module
-from sidecar.actions import Outcome, RunActions, WriteResult
+from sidecar.core import actions as actions_module
+from sidecar.core.actions import Outcome, RunActions, WriteResult
 from sidecar.errors import AuditPersistenceFailed, LeaseExpired, StoreDeadlineExceeded
 from sidecar.ledger.base import Phase
 from sidecar.rules.effects import ToolEffect

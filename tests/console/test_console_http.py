@@ -240,7 +240,7 @@ def test_a_run_id_with_url_characters_links_to_its_own_page(tmp_path: Path) -> N
 def test_every_page_shows_the_chain_status_and_names_the_first_bad_event(tmp_path: Path) -> None:
     import sqlite3
 
-    from sidecar.audit_command import open_reader
+    from sidecar.ledger.audit_command import open_reader
     from sidecar.ledger.operator import open_operator_ledger
 
     config = sidecar_config(tmp_path / "data")

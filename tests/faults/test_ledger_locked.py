@@ -14,8 +14,8 @@ import grpc
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
+from sidecar.ledger.audit_command import open_reader
 from tests.conftest import MakeConfig
 from tests.faults.support import data, ledger_lock, outcome_of
 from tests.harness import Refusal, start_sidecar

@@ -203,7 +203,7 @@ def test_attempts_nobody_ends_expire_and_memory_levels_off(tmp_path: Path, ttl: 
 
 
 def test_the_registry_forgets_idle_attempts_when_the_next_begins() -> None:
-    from sidecar.rules.attempts import AttemptRegistry
+    from sidecar.core.attempts import AttemptRegistry
 
     registry = AttemptRegistry(idle_ttl_seconds=0.2)
     for n in range(100):

@@ -22,7 +22,7 @@ from grpc_status import rpc_status
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.store.refusals import StoreRefusal, grpc_status_for
+from sidecar.refstore.refusals import StoreRefusal, grpc_status_for
 from tests import pg
 from tests.conftest import MakeConfig
 from tests.faults.support import data, lock_held, outcome_of, spawn_store, wait_for

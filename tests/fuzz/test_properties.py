@@ -27,7 +27,7 @@ from chaos.checker import StoreSnapshot, read_postgres_store, read_sqlite_store
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.audit_command import open_reader
+from sidecar.ledger.audit_command import open_reader
 from sidecar.rules.canonical import MAX_JSON_BYTES, MAX_NAME_BYTES, MAX_TEXT_BYTES
 from tests.harness import RunningSidecar, refusal
 

@@ -11,8 +11,8 @@ import grpc
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
+from sidecar.ledger.audit_command import open_reader
 from tests.conftest import MakeConfig
 from tests.harness import spawn_sidecar
 

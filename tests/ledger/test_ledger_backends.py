@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
+from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, LedgerReader
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger, PostgresLedgerReader

@@ -11,8 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
+from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent, LedgerError, Phase
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.operator import (
@@ -26,7 +26,7 @@ from sidecar.ledger.operator import (
 from sidecar.ledger.pending import Decision, DecisionRefused, Kind
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.pending_metrics import PendingCollector
+from sidecar.ops.pending_metrics import PendingCollector
 from tests import pg
 from tests.harness import ledger_locked, sidecar_config
 

@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from sidecar.errors import UnknownAttempt
-from sidecar.rules.attempts import (
+from sidecar.core.attempts import (
     ATTEMPT_BYTES,
     IDLE,
     PRESSURE,
@@ -17,6 +16,7 @@ from sidecar.rules.attempts import (
     AttemptRegistry,
     Claim,
 )
+from sidecar.errors import UnknownAttempt
 
 
 def begin(registry: AttemptRegistry, run_id: str) -> Attempt:
@@ -83,7 +83,7 @@ def test_idle_attempts_are_forgotten_as_idle(monkeypatch: pytest.MonkeyPatch) ->
     registry = AttemptRegistry(idle_ttl_seconds=10, on_forget=lambda a, why: heard.append(why))
     begin(registry, "idle")
     later = time.monotonic() + 11
-    monkeypatch.setattr("sidecar.rules.attempts.time.monotonic", lambda: later)
+    monkeypatch.setattr("sidecar.core.attempts.time.monotonic", lambda: later)
     begin(registry, "fresh")
     assert heard == [IDLE]
     assert len(registry) == 1

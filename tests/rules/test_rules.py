@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from sidecar.core.attempts import Occurrences
 from sidecar.errors import FailureClass, InvalidArgument
 from sidecar.rules import edits, effects, refusals
-from sidecar.rules.attempts import Occurrences
 from sidecar.rules.ids import WriteType
 
 

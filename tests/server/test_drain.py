@@ -17,7 +17,7 @@ from chaos.checker import read_sqlite_store
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.audit_command import open_reader
+from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import Phase
 from tests.harness import refusal, start_store
 from tests.server.processes import health_status, serve_draining, wait_for_status

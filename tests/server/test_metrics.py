@@ -15,7 +15,7 @@ import structlog.testing
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.interceptors import Handler, behavior_of
+from sidecar.fronts.grpc.interceptors import Handler, behavior_of
 from tests.harness import (
     RunningSidecar,
     RunningStore,
@@ -296,7 +296,7 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
     from grpc_status import rpc_status
 
     from sidecar.errors import UnknownAttempt, to_status
-    from sidecar.metrics import Metrics, MetricsInterceptor
+    from sidecar.ops.metrics import Metrics, MetricsInterceptor
 
     metrics = Metrics()
     seen_when_sent: list[float] = []

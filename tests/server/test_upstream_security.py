@@ -1,7 +1,7 @@
 """TLS, mutual TLS and the bearer token between a real sidecar and a real reference store.
 
 The certificates are made here (tests/server/pki.py); the reference store serves TLS with
-sidecar.security.server_credentials, in this process or as `actonce store`.
+sidecar.ops.security.server_credentials, in this process or as `actonce store`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.security import connect_store, server_credentials
-from sidecar.store.server import create_store_server
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.ops.security import connect_store, server_credentials
+from sidecar.refstore.server import create_store_server
+from sidecar.refstore.sqlite import SqliteStoreBackend
 from tests.harness import (
     Loop,
     RunningSidecar,

@@ -19,10 +19,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sidecar.store import postgres
-from sidecar.store.backend import StoreBackend
-from sidecar.store.postgres import PostgresStoreBackend
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.refstore import postgres
+from sidecar.refstore.backend import StoreBackend
+from sidecar.refstore.postgres import PostgresStoreBackend
+from sidecar.refstore.sqlite import SqliteStoreBackend
 from tests import pg
 
 # Children first: the foreign keys point at the parents.

@@ -14,7 +14,7 @@ from functools import partial
 
 import pytest
 
-from sidecar.store.backend import (
+from sidecar.refstore.backend import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     StoreBackend,
@@ -23,7 +23,7 @@ from sidecar.store.backend import (
     encode_page_token,
     page_size_for,
 )
-from sidecar.store.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
 from tests.store.conftest import StorePlace
 
 

@@ -27,9 +27,9 @@ import structlog
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.errors import FailureClass, StoreUnavailable
-from sidecar.store.backend import StoreUnavailableError
-from sidecar.store.postgres import SCHEMA_VERSION, PostgresStoreBackend
-from sidecar.store.server import create_store_server
+from sidecar.refstore.backend import StoreUnavailableError
+from sidecar.refstore.postgres import SCHEMA_VERSION, PostgresStoreBackend
+from sidecar.refstore.server import create_store_server
 from sidecar.upstream.client import GrpcStoreClient
 from tests import pg
 

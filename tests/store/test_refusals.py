@@ -6,7 +6,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from sidecar.store.refusals import (
+from sidecar.refstore.refusals import (
     ARCHIVED,
     DOMAIN,
     ID_USED,

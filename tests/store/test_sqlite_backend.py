@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.refstore.sqlite import SqliteStoreBackend
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from sidecar.store.backend import StoredArtifact, StoredMessage
-from sidecar.store.refusals import ID_USED, RefusalCode, StoreRefusal
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.refstore.backend import StoredArtifact, StoredMessage
+from sidecar.refstore.refusals import ID_USED, RefusalCode, StoreRefusal
+from sidecar.refstore.sqlite import SqliteStoreBackend
 
 DATA = '{"n":1}'
 

@@ -28,15 +28,15 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
-from sidecar.store.backend import StoreBackend
-from sidecar.store.server import (
+from sidecar.refstore.backend import StoreBackend
+from sidecar.refstore.server import (
     MAX_MESSAGE_BYTES,
     SERVICE_NAME,
     create_store_server,
     open_store_backend,
 )
-from sidecar.store.servicer import ArtifactStoreServicer
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.refstore.servicer import ArtifactStoreServicer
+from sidecar.refstore.sqlite import SqliteStoreBackend
 from tests.harness import AsyncHealthStub, HealthStub
 from tests.store.conftest import StorePlace
 
@@ -535,7 +535,7 @@ def test_serve_store_serves_until_sigterm_and_keeps_its_data(
     program = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
-        "from sidecar.store.server import serve_store\n"
+        "from sidecar.refstore.server import serve_store\n"
         "asyncio.run(serve_store(sys.argv[1], Path(sys.argv[2]), dsn=sys.argv[3] or None))\n"
     )
     process = subprocess.Popen(
@@ -583,7 +583,7 @@ def test_serve_store_exits_on_sigint_too(tmp_path: Path) -> None:
     program = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
-        "from sidecar.store.server import serve_store\n"
+        "from sidecar.refstore.server import serve_store\n"
         "asyncio.run(serve_store(sys.argv[1], Path(sys.argv[2]), grace_seconds=1))\n"
     )
     process = subprocess.Popen(

@@ -17,10 +17,10 @@ import grpc
 import pytest
 
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
-from sidecar.store.backend import StoreBackend
-from sidecar.store.postgres import PostgresStoreBackend
-from sidecar.store.server import create_store_server
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.refstore.backend import StoreBackend
+from sidecar.refstore.postgres import PostgresStoreBackend
+from sidecar.refstore.server import create_store_server
+from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.upstream.client import GrpcStoreClient, Refusal, StoreClient
 from sidecar.upstream.inprocess import InProcessStoreClient
 from tests import pg

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.audit_command import open_reader
 from sidecar.config import Config
+from sidecar.ledger.audit_command import open_reader
 from tests.conftest import MakeConfig
 from tests.fronts.mcp.clients import begin_over_http, call, list_tools
 from tests.fronts.mcp.upstream import Payments

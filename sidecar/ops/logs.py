@@ -1,7 +1,7 @@
 """structlog set-up: JSON lines in production, the console renderer in a terminal.
 
 Every call binds run, attempt, RPC and derived id into contextvars (see
-sidecar.interceptors and sidecar.actions); ``merge_contextvars`` comes first
+sidecar.fronts.grpc.interceptors and sidecar.core.actions); ``merge_contextvars`` comes first
 so each line carries them. Lines carry digests, never payloads.
 """
 

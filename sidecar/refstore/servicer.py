@@ -21,12 +21,12 @@ from grpc_status import rpc_status
 
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
-from sidecar.store.backend import (
+from sidecar.refstore.backend import (
     StoreBackend,
     StoreUnavailableError,
 )
-from sidecar.store.refusals import RefusalCode, StoreRefusal, grpc_status_for
-from sidecar.store.wire import encode_artifact, encode_message, encode_proposal
+from sidecar.refstore.refusals import RefusalCode, StoreRefusal, grpc_status_for
+from sidecar.refstore.wire import encode_artifact, encode_message, encode_proposal
 
 __all__ = ["ArtifactStoreServicer"]
 

@@ -35,7 +35,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
-from sidecar.store.backend import (
+from sidecar.refstore.backend import (
     MESSAGE_KINDS,
     ArtifactPage,
     StoredArtifact,
@@ -52,7 +52,7 @@ from sidecar.store.backend import (
     proposal_for,
     require_text,
 )
-from sidecar.store.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
 
 __all__ = ["SCHEMA_VERSION", "SqliteStoreBackend"]
 

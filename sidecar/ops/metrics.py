@@ -30,7 +30,7 @@ from prometheus_client.exposition import start_http_server
 
 from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
-from sidecar.interceptors import (
+from sidecar.fronts.grpc.interceptors import (
     RUN_ACTIONS,
     Behavior,
     Context,

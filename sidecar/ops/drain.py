@@ -31,7 +31,13 @@ import grpc
 from grpc_status import rpc_status
 
 from sidecar.errors import ShuttingDown, to_status
-from sidecar.interceptors import Behavior, Context, Handler, RunActionsInterceptor, behavior_of
+from sidecar.fronts.grpc.interceptors import (
+    Behavior,
+    Context,
+    Handler,
+    RunActionsInterceptor,
+    behavior_of,
+)
 
 # A caller that got SHUTTING_DOWN stops; this long without any call means they all have
 # (an agent busy between two calls for longer finds no listener: UNAVAILABLE, RETRYABLE).

@@ -19,13 +19,13 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar import reflection
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
-from sidecar.store.backend import StoreBackend
-from sidecar.store.postgres import PostgresStoreBackend
-from sidecar.store.servicer import ArtifactStoreServicer
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.ops import reflection
+from sidecar.refstore.backend import StoreBackend
+from sidecar.refstore.postgres import PostgresStoreBackend
+from sidecar.refstore.servicer import ArtifactStoreServicer
+from sidecar.refstore.sqlite import SqliteStoreBackend
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

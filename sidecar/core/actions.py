@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from sidecar.core.attempts import Attempt, AttemptRegistry, Claim, StepState
 from sidecar.errors import (
     ActonceError,
     ArtifactArchived,
@@ -35,7 +36,6 @@ from sidecar.errors import (
 from sidecar.ledger import pending
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, edits, effects, ids, refusals
-from sidecar.rules.attempts import Attempt, AttemptRegistry, Claim, StepState
 from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact, StoredMessage
 
 log = structlog.get_logger()

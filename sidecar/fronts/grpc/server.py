@@ -24,31 +24,31 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar import reflection, security
 from sidecar._gen.actonce.v1 import run_actions_pb2, run_actions_pb2_grpc
-from sidecar.actions import RunActions, Settings
 from sidecar.config import Config
-from sidecar.drain import CallGate
-from sidecar.interceptors import LogContextInterceptor, RequestDecodingInterceptor
+from sidecar.core.actions import RunActions, Settings
+from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry
+from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecodingInterceptor
+from sidecar.fronts.grpc.servicer import RunActionsServicer
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.listening import SERVER_OPTIONS, bind
-from sidecar.metrics import (
+from sidecar.ops import reflection, security
+from sidecar.ops.drain import CallGate
+from sidecar.ops.listening import SERVER_OPTIONS, bind
+from sidecar.ops.metrics import (
     Metrics,
     MetricsEndpoint,
     MetricsInterceptor,
     instrument_ledger,
     instrument_store,
 )
-from sidecar.pending_metrics import PendingCollector
-from sidecar.probes import LIVENESS_SERVICE, create_health_server
-from sidecar.rules.attempts import PRESSURE, Attempt, AttemptRegistry
-from sidecar.servicer import RunActionsServicer
-from sidecar.store.backend import StoreBackend
-from sidecar.store.server import create_store_server
-from sidecar.store.sqlite import SqliteStoreBackend
+from sidecar.ops.pending_metrics import PendingCollector
+from sidecar.ops.probes import LIVENESS_SERVICE, create_health_server
+from sidecar.refstore.backend import StoreBackend
+from sidecar.refstore.server import create_store_server
+from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.upstream.client import StoreClient
 from sidecar.upstream.inprocess import InProcessStoreClient
 
@@ -137,7 +137,7 @@ class Sidecar:
         get the grace less what closing is kept (CLOSE_RESERVE_SECONDS at most), and the
         ledger is flushed and closed last. ``None`` or 0 cuts calls in flight at once.
 
-        Every call the sidecar receives is answered, never cancelled (sidecar.drain):
+        Every call the sidecar receives is answered, never cancelled (sidecar.ops.drain):
         calls still running when their time runs out, and calls that arrive while the
         agents stop calling, are refused SHUTTING_DOWN. Each step of closing is bounded
         by what is left of the grace (and at least CLOSE_STEP_FLOOR_SECONDS), so that a
@@ -265,7 +265,7 @@ def attempt_registry(config: Config, metrics: Metrics) -> AttemptRegistry:
 def open_store_backend(config: Config) -> StoreBackend:
     """The embedded store's backend: PostgreSQL when given a DSN, else SQLite."""
     if config.store_dsn:
-        from sidecar.store.postgres import PostgresStoreBackend
+        from sidecar.refstore.postgres import PostgresStoreBackend
 
         # Past the store timeout the caller has given up: its connection is cut then,
         # so that a database that stopped answering holds no thread for long.

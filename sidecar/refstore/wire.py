@@ -8,7 +8,7 @@ the sidecar, so that it cannot tell the embedded store from a remote one.
 from __future__ import annotations
 
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
-from sidecar.store.backend import StoredArtifact, StoredMessage, StoredProposal
+from sidecar.refstore.backend import StoredArtifact, StoredMessage, StoredProposal
 
 
 def encode_artifact(artifact: StoredArtifact) -> pb.StoredArtifact:

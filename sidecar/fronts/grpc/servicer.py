@@ -1,6 +1,6 @@
 """The thin RunActionsService servicer: proto in, one domain call, proto out.
 
-All rules live in sidecar.actions and sidecar.rules. The one place that turns
+All rules live in sidecar.core.actions and sidecar.rules. The one place that turns
 an error into a gRPC status is :func:`_answer`.
 """
 
@@ -18,7 +18,7 @@ from grpc_status import rpc_status
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.actions import Outcome, RunActions
+from sidecar.core.actions import Outcome, RunActions
 from sidecar.errors import ActonceError, InvalidArgument, to_status
 from sidecar.upstream.client import StoredArtifact
 
@@ -64,7 +64,7 @@ def _artifact(artifact: StoredArtifact) -> types_pb2.Artifact:
 
 
 class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
-    """actonce.v1.RunActionsService over sidecar.actions.RunActions."""
+    """actonce.v1.RunActionsService over sidecar.core.actions.RunActions."""
 
     def __init__(self, actions: RunActions) -> None:
         self.actions = actions

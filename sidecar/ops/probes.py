@@ -19,7 +19,7 @@ from __future__ import annotations
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 
-from sidecar.listening import SERVER_OPTIONS, bind
+from sidecar.ops.listening import SERVER_OPTIONS, bind
 
 LIVENESS_SERVICE = "liveness"
 

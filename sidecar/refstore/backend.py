@@ -21,7 +21,7 @@ from typing import Protocol
 import jsonpatch
 import jsonpointer
 
-from sidecar.store.refusals import RefusalCode, StoreRefusal
+from sidecar.refstore.refusals import RefusalCode, StoreRefusal
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

@@ -24,7 +24,7 @@ ids sort with `COLLATE "C"` (by code point, like SQLite's BINARY) so listing pag
 in the same order on both backends.
 
 Connections: a small pool of this module's own (no extra dependency). An idle connection the
-server closed (a restart, `idle_session_timeout`) is replaced before use (sidecar.pgbounds). A
+server closed (a restart, `idle_session_timeout`) is replaced before use (sidecar.ops.pgbounds). A
 connection that turns out to be broken is dropped, with every idle one (after a server restart
 they are all stale), and the call is run again on a fresh connection, but only when the failure
 came before the commit was sent: then PostgreSQL rolled the transaction back and nothing landed.
@@ -45,8 +45,8 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from sidecar import pgbounds
-from sidecar.store.backend import (
+from sidecar.ops import pgbounds
+from sidecar.refstore.backend import (
     MESSAGE_KINDS,
     ArtifactPage,
     StoredArtifact,
@@ -64,7 +64,7 @@ from sidecar.store.backend import (
     proposal_for,
     require_text,
 )
-from sidecar.store.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
 
 __all__ = ["SCHEMA_VERSION", "PostgresStoreBackend"]
 
@@ -115,7 +115,7 @@ _SCHEMA = (
     "CREATE TABLE store_schema_version (version INTEGER NOT NULL)",
 )
 
-# Connection settings a DSN may override; sidecar.pgbounds adds keepalives and
+# Connection settings a DSN may override; sidecar.ops.pgbounds adds keepalives and
 # tcp_user_timeout, so that a server that vanished without closing the connection (a host
 # lost, a network cut) fails a call as unavailable instead of holding a pooled connection.
 _CONNECTION_DEFAULTS = {"application_name": "actonce-store"}
