@@ -181,7 +181,7 @@ def test_under_load_every_call_is_answered_or_refused_shutting_down_never_cancel
     # listener had closed, no listener: UNAVAILABLE without ErrorInfo, RETRYABLE. Never a
     # bare CANCELLED, nor anything a client would not retry.
     failures = [
-        (a.failure.code, a.failure.reason, a.failure.failure_class) if a.failure else None
+        (a.failure.code, a.failure.reason, str(a.failure.failure_class)) if a.failure else None
         for a in agents
     ]
     refused = (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "RETRYABLE")
