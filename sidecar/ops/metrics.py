@@ -20,7 +20,7 @@ import asyncio
 import contextvars
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 import structlog
@@ -38,11 +38,13 @@ from sidecar.fronts.grpc.interceptors import (
     RunActionsInterceptor,
     behavior_of,
 )
-from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError
+from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, StoredEvent
 from sidecar.rules.refusals import VERSION_CONFLICT
-from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact
+from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact, StoredMessage
 
 log = structlog.get_logger()
+
+_T = TypeVar("_T")
 
 NAMESPACE = "actonce"
 
@@ -280,7 +282,7 @@ def _code_from_int(number: int) -> grpc.StatusCode:
 
 
 class _TimedLedger:
-    """Times each append of the ledger it wraps; every other attribute is the ledger's own."""
+    """Times each append of the ledger it wraps; its other calls are the ledger's own."""
 
     def __init__(self, inner: AuditLedger, metrics: Metrics) -> None:
         self._inner = inner
@@ -299,8 +301,14 @@ class _TimedLedger:
         finally:
             self._metrics.audit_append_seconds.observe(time.perf_counter() - started)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        return await self._inner.events_for(derived_id)
+
+    async def ping(self) -> None:
+        await self._inner.ping()
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 def instrument_ledger(ledger: AuditLedger, metrics: Metrics) -> AuditLedger:
@@ -313,9 +321,7 @@ def instrument_ledger(ledger: AuditLedger, metrics: Metrics) -> AuditLedger:
             metrics.audit_commit_events.observe(events)
 
         ledger.on_commit = committed
-    # The wrapper delegates what it does not time, so it stays a ledger of the same
-    # kind whatever methods the backends add; the cast says so to the type checker.
-    return cast(AuditLedger, _TimedLedger(ledger, metrics))
+    return _TimedLedger(ledger, metrics)
 
 
 # -- the store client ----------------------------------------------------------
@@ -338,13 +344,14 @@ def _result_of(error: BaseException) -> str:
 
 
 class _TimedStore:
-    """Times each call to the store client it wraps; other attributes are the client's own."""
+    """Times each call to the store client it wraps, by operation and result; ping and
+    close (health and shutdown, not the writes' path) pass as they are."""
 
     def __init__(self, inner: StoreClient, metrics: Metrics) -> None:
         self._inner = inner
         self._metrics = metrics
 
-    async def _timed(self, operation: str, call: Awaitable[Any]) -> Any:
+    async def _timed(self, operation: str, call: Awaitable[_T]) -> _T:
         started = time.perf_counter()
         result = "ok"
         try:
@@ -357,6 +364,14 @@ class _TimedStore:
                 time.perf_counter() - started
             )
 
+    async def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
+        return await self._timed(
+            "create_artifact",
+            self._inner.create_artifact(artifact_id, kind, data_json, timeout=timeout),
+        )
+
     async def get_artifact(
         self, artifact_id: str, *, timeout: float | None = None
     ) -> StoredArtifact:
@@ -365,11 +380,8 @@ class _TimedStore:
         if _conflicted.get() == artifact_id:
             _conflicted.set(None)
             self._metrics.version_conflict_rereads.inc()
-        return cast(
-            StoredArtifact,
-            await self._timed(
-                "get_artifact", self._inner.get_artifact(artifact_id, timeout=timeout)
-            ),
+        return await self._timed(
+            "get_artifact", self._inner.get_artifact(artifact_id, timeout=timeout)
         )
 
     async def patch_artifact(
@@ -380,17 +392,22 @@ class _TimedStore:
         *,
         timeout: float | None = None,
     ) -> StoredArtifact:
-        return cast(
-            StoredArtifact,
-            await self._conflict_noted(
-                artifact_id,
-                self._timed(
-                    "patch_artifact",
-                    self._inner.patch_artifact(
-                        artifact_id, expected_version, patch_json, timeout=timeout
-                    ),
+        return await self._conflict_noted(
+            artifact_id,
+            self._timed(
+                "patch_artifact",
+                self._inner.patch_artifact(
+                    artifact_id, expected_version, patch_json, timeout=timeout
                 ),
             ),
+        )
+
+    async def propose_create(
+        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> None:
+        await self._timed(
+            "propose_create",
+            self._inner.propose_create(proposal_id, kind, data_json, timeout=timeout),
         )
 
     async def propose_patch(
@@ -412,8 +429,45 @@ class _TimedStore:
             ),
         )
 
+    async def create_thread(
+        self, thread_id: str, title: str, *, timeout: float | None = None
+    ) -> None:
+        await self._timed(
+            "create_thread", self._inner.create_thread(thread_id, title, timeout=timeout)
+        )
+
+    async def post_message(
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool,
+        timeout: float | None = None,
+    ) -> StoredMessage:
+        return await self._timed(
+            "post_message",
+            self._inner.post_message(
+                message_id, thread_id, kind, text, request_turn=request_turn, timeout=timeout
+            ),
+        )
+
+    async def list_messages(
+        self, thread_id: str, *, timeout: float | None = None
+    ) -> Sequence[StoredMessage]:
+        return await self._timed(
+            "list_messages", self._inner.list_messages(thread_id, timeout=timeout)
+        )
+
+    async def ping(self) -> None:
+        await self._inner.ping()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
     @staticmethod
-    async def _conflict_noted(artifact_id: str, call: Awaitable[Any]) -> Any:
+    async def _conflict_noted(artifact_id: str, call: Awaitable[_T]) -> _T:
         try:
             return await call
         except Refusal as refusal:
@@ -421,22 +475,10 @@ class _TimedStore:
                 _conflicted.set(artifact_id)
             raise
 
-    def __getattr__(self, name: str) -> Any:
-        # Every other store operation is timed under its own name; ping and close
-        # (health and shutdown, not the writes' path) and plain attributes pass through.
-        attribute = getattr(self._inner, name)
-        if name in ("ping", "close") or not callable(attribute):
-            return attribute
-
-        async def timed(*args: Any, **kwargs: Any) -> Any:
-            return await self._timed(name, attribute(*args, **kwargs))
-
-        return timed
-
 
 def instrument_store(store: StoreClient, metrics: Metrics) -> StoreClient:
     """``store`` with every call timed by operation and result."""
-    return cast(StoreClient, _TimedStore(store, metrics))
+    return _TimedStore(store, metrics)
 
 
 # -- the HTTP endpoint -------------------------------------------------------------
