@@ -96,7 +96,7 @@ def _serve(cases: dict[str, dict[str, Any]]) -> grpc.Server:
         context.abort(grpc.StatusCode[answer["code"]], answer["message"])
         return b""  # abort raises; this is never sent
 
-    def raw(handler: Any) -> grpc.RpcMethodHandler:
+    def raw(handler: Any) -> grpc.RpcMethodHandler[bytes, bytes]:
         return grpc.unary_unary_rpc_method_handler(
             handler, request_deserializer=None, response_serializer=None
         )
