@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Self
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 SERVICE = "actonce.v1.RunActionsService"
 
@@ -82,13 +82,18 @@ class LocalSidecar:
     def _wait_serving(self, limit: float) -> None:
         request = health_pb2.HealthCheckRequest(service=SERVICE)
         with grpc.insecure_channel(self.target) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
+            # The health package's type stubs name no methods on its HealthStub.
+            check = channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
+            )
             deadline = time.monotonic() + limit
             while time.monotonic() < deadline:
                 if self._process.poll() is not None:
                     raise RuntimeError(f"actonce serve exited with {self._process.returncode}")
                 try:
-                    status = health.Check(request, timeout=1).status
+                    status = check(request, timeout=1).status
                 except grpc.RpcError:
                     status = None
                 if status == health_pb2.HealthCheckResponse.SERVING:
