@@ -149,8 +149,10 @@ def test_a_drain_under_load_from_every_client_answers_every_call_and_cancels_non
 
     # Within the grace, with a second for the interpreter to exit.
     assert exited < GRACE + 1.0, exited
-    # The sidecar stopped serving only once its callers had gone quiet.
-    assert "drain_callers_still_calling" not in served.log()
+    if slow.delay < GRACE:
+        # It stopped serving only once its callers had gone quiet (with a slower store the
+        # calls' time can run out first: those still calling then were refused all the same).
+        assert "drain_callers_still_calling" not in served.log()
     # Each agent's one failure is the drain's refusal, as its own client classifies it; or,
     # for an agent that was silent (starved of CPU) past the quiet period and called after
     # the listener had closed, no listener: UNAVAILABLE without ErrorInfo, RETRYABLE. Never

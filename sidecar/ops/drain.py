@@ -42,6 +42,8 @@ from sidecar.fronts.grpc.interceptors import (
 # A caller that got SHUTTING_DOWN stops; this long without any call means they all have
 # (an agent busy between two calls for longer finds no listener: UNAVAILABLE, RETRYABLE).
 QUIET_SECONDS = 1.0
+# How long a call gRPC has accepted may take to reach the gate, on a busy event loop.
+SETTLE_SECONDS = 0.1
 # How long the calls cut at the end of the grace get to send their refusal.
 CUT_SECONDS = 1.0
 
@@ -115,7 +117,13 @@ class CallGate(RunActionsInterceptor):
             now = loop.time()
             silent = now - self._last_arrival
             if silent >= quiet and not self._running:
-                return True
+                # A call gRPC accepted a moment ago reaches the gate a few turns of the
+                # event loop later: give it those turns, and go on waiting if one came.
+                seen = self._last_arrival
+                await asyncio.sleep(SETTLE_SECONDS)
+                if self._last_arrival == seen and not self._running:
+                    return True
+                continue
             if now >= deadline:
                 return False
             await asyncio.sleep(min(max(quiet - silent, 0.01), deadline - now))

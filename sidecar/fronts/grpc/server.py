@@ -169,9 +169,9 @@ class Sidecar:
                 log.warning("drain_grace_ran_out", cut=await self.gate.cut())
         # Agents that are still calling get SHUTTING_DOWN and stop; once they are quiet,
         # grpc's server has no call left in its queue to cancel when it stops.
+        await self.health.enter_graceful_shutdown()
         if not await self.gate.wait_quiet(calls_deadline):
             log.warning("drain_callers_still_calling", refused=self.gate.refused)
-        await self.health.enter_graceful_shutdown()
 
         def left() -> float:
             return max(CLOSE_STEP_FLOOR_SECONDS, final - loop.time())
