@@ -163,6 +163,7 @@ class _Deriver:
             checkpoint=self.checkpoint,
             identity=identity,
             occurrence=occurrence,
+            scheme=ids.SCHEME_VERSION,  # the sidecars under test begin new runs on it
         )
         self.made[(write_type, identity)].add(made)
         return made
@@ -204,7 +205,10 @@ def _expect_op(
         set_value(want.artifacts[artifact_id][1], op.path, op.value)
     elif op.kind is OpKind.PROPOSE_EDIT:
         artifact_id = by_index[op.target]
-        made = derive(ids.WriteType.EDIT_PROPOSAL, ids.edit_identity(artifact_id, op.path))
+        identity = ids.edit_proposal_identity(
+            artifact_id, op.path, canonical.json_digest(op.value), scheme=ids.SCHEME_VERSION
+        )
+        made = derive(ids.WriteType.EDIT_PROPOSAL, identity)
         want.edit_proposals[made] = (artifact_id, op.path)
         want.edit_proposal_values[(artifact_id, op.path, canonical.canonical(op.value))] += 1
     elif op.kind is OpKind.THREAD:

@@ -2,7 +2,8 @@
 
 Run only when the scheme changes on purpose (and bump SCHEME_VERSION then):
 tests in every client language check their derivation against this file, and
-tests/rules/test_ids.py checks that the file still matches this code.
+tests/rules/test_ids.py checks that the file still matches this code. A new
+version adds vectors; the vectors of earlier versions never change.
 
 Beside the vectors, ``refusals`` lists inputs the sidecar refuses before it
 derives an id, each with the field its INVALID_ARGUMENT names; the field is
@@ -30,33 +31,30 @@ def _vector(
     identity_input: dict[str, Any],
     identity: ids.Identity,
     occurrence: int,
+    *,
+    scheme: int = 1,
+    scope: str = "",
 ) -> dict[str, Any]:
+    how = dict(
+        run_id=run_id,
+        checkpoint=checkpoint,
+        identity=identity,
+        occurrence=occurrence,
+        scope=scope,
+        scheme=scheme,
+    )
     return {
         "name": name,
+        "scheme_version": scheme,
         "write_type": write_type.value,
         "run_id": run_id,
+        "scope": scope,
         "checkpoint": checkpoint,
         "input": identity_input,
         "identity": list(identity),
         "occurrence": occurrence,
-        "material": canonical.canonical(
-            [
-                "actonce/derived-id",
-                ids.SCHEME_VERSION,
-                write_type.value,
-                run_id,
-                checkpoint,
-                list(identity),
-                occurrence,
-            ]
-        ).decode("utf-8"),
-        "id": ids.derive_id(
-            write_type,
-            run_id=run_id,
-            checkpoint=checkpoint,
-            identity=identity,
-            occurrence=occurrence,
-        ),
+        "material": ids.material(write_type, **how).decode("utf-8"),
+        "id": ids.derive_id(write_type, **how),
     }
 
 
@@ -187,6 +185,79 @@ def vectors() -> list[dict[str, Any]]:
             2,
         )
     )
+    return out + version_2_vectors()
+
+
+def _digest(text: str, field: str) -> str:
+    return canonical.json_digest(canonical.parse_json(text, field))
+
+
+def version_2_vectors() -> list[dict[str, Any]]:
+    """An edit proposal keyed to its value too, and scoped attempts."""
+    out = []
+    for name, value_json, occurrence in [
+        ("edit by proposal, version 2: the value is part of it", '"high"', 0),
+        ("edit by proposal, version 2: another value is another proposal", '"urgent"', 0),
+        ("edit by proposal, version 2: the same value again in the attempt", '"high"', 1),
+        (
+            "edit by proposal, version 2: a value in another spelling",
+            '{"level": 2.0, "by": "ops"}',
+            0,
+        ),
+    ]:
+        identity = ids.edit_proposal_identity(
+            "art_abc", "/priority", _digest(value_json, "value_json"), scheme=2
+        )
+        out.append(
+            _vector(
+                name,
+                ids.WriteType.EDIT_PROPOSAL,
+                "run-42",
+                "cp-7",
+                {"artifact_id": "art_abc", "path": "/priority", "value_json": value_json},
+                identity,
+                occurrence,
+                scheme=2,
+            )
+        )
+    data_json = '{"title":"Disk full","severity":2}'
+    create = ids.create_identity("ticket", _digest(data_json, "data_json"))
+    notice = ids.post_identity("thr_xyz", canonical.text_digest("Ticket filed."))
+    args_json = '{"to":"ops@example.com","amount":10}'
+    step = ids.step_identity("send_email", _digest(args_json, "args_json"))
+    edit = ids.edit_identity("art_abc", "/status")
+    proposal = ids.edit_proposal_identity(
+        "art_abc", "/priority", _digest('"high"', "value_json"), scheme=2
+    )
+    cases: list[tuple[str, ids.WriteType, dict[str, str], ids.Identity, str]] = [
+        ("create, version 2, unscoped: its version-1 id", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json}, create, ""),
+        ("create by proposal, version 2, unscoped: its version-1 id",
+         ids.WriteType.CREATE_PROPOSAL, {"kind": "ticket", "data_json": data_json}, create, ""),
+        ("edit, version 2, unscoped: its version-1 id", ids.WriteType.EDIT,
+         {"artifact_id": "art_abc", "path": "/status"}, edit, ""),
+        ("create, scoped", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json}, create, "call_1"),
+        ("notice, scoped", ids.WriteType.NOTICE,
+         {"thread_id": "thr_xyz", "text": "Ticket filed."}, notice, "call_1"),
+        ("notice, the same write in another scope", ids.WriteType.NOTICE,
+         {"thread_id": "thr_xyz", "text": "Ticket filed."}, notice, "call_2"),
+        ("edit, scoped", ids.WriteType.EDIT,
+         {"artifact_id": "art_abc", "path": "/status"}, edit, "call_1"),
+        ("edit by proposal, scoped", ids.WriteType.EDIT_PROPOSAL,
+         {"artifact_id": "art_abc", "path": "/priority", "value_json": '"high"'}, proposal,
+         "call_1"),
+        ("thread, scoped", ids.WriteType.THREAD, {"title": "Incident 7"},
+         ids.thread_identity("Incident 7"), "call_1"),
+        ("step, scoped", ids.WriteType.STEP,
+         {"tool": "send_email", "args_json": args_json}, step, "call_1"),
+        ("step, scoped, a scope that is not ASCII", ids.WriteType.STEP,
+         {"tool": "send_email", "args_json": args_json}, step, "appel/é 1"),
+    ]  # fmt: skip
+    for name, write_type, raw, identity, scope in cases:
+        out.append(
+            _vector(name, write_type, "run-42", "cp-7", raw, identity, 0, scheme=2, scope=scope)
+        )
     return out
 
 
@@ -491,7 +562,10 @@ def refusals() -> list[dict[str, Any]]:
 def document() -> dict[str, Any]:
     return {
         "scheme_version": ids.SCHEME_VERSION,
-        "description": "Test vectors for actonce derived ids; see docs/derived-ids.md.",
+        "description": (
+            "Test vectors for actonce derived ids, versions 1 and 2 (each vector names its "
+            "scheme_version); see docs/derived-ids.md."
+        ),
         "vectors": vectors(),
         "refusals": refusals(),
     }
