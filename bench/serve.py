@@ -32,6 +32,9 @@ class NullLedger:
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         return []
 
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        return None
+
     async def ping(self) -> None:
         return None
 

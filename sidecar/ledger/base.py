@@ -23,7 +23,7 @@ class LedgerError(Exception):
 
 
 class FencedError(LedgerError):
-    """An intent of an attempt that a newer attempt of its run has fenced.
+    """An intent of an attempt that a newer attempt of its run and scope has fenced.
 
     Checked in the same transaction that would make the intent durable, so a
     fenced attempt's write never reaches the store, on any sidecar that
@@ -31,7 +31,7 @@ class FencedError(LedgerError):
     """
 
 
-# Events whose attempt must still be its run's newest for them to be written.
+# Events whose attempt must still be the newest of its (run, scope) to be written.
 FENCED_PHASES = frozenset({"intent", "step_begin"})
 
 
@@ -45,6 +45,7 @@ class Phase:
     READ = "read"  # a read, audited fail-soft
     STEP_BEGIN = "step_begin"
     STEP_END = "step_end"
+    STEP_ABORT = "step_abort"  # the agent declares a begun step's effect did not happen
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,14 @@ class AuditEvent:
     reason: str = ""
     failure_class: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    # The attempt's scope within its run; empty for an unscoped attempt.
+    scope: str = ""
 
 
 _EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
+# Fields added after ledgers existed: hashed only when set, so that every
+# event written before them keeps its hash and `audit verify` still passes.
+_HASHED_WHEN_SET = frozenset({"scope"})
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,11 @@ class StoredEvent:
 def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
     """The chain hash of an event: over its number, time, content and predecessor."""
     # The fields as asdict() gives them, without its deep copy: the JSON is the same.
-    content = {name: getattr(event, name) for name in _EVENT_FIELDS}
+    content = {
+        name: getattr(event, name)
+        for name in _EVENT_FIELDS
+        if name not in _HASHED_WHEN_SET or getattr(event, name)
+    }
     body = json.dumps(
         {"seq": seq, "ts": ts, **content},
         sort_keys=True,
@@ -109,12 +119,14 @@ def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
 
 
 def fenced(event: AuditEvent, newest_attempt: str | None) -> FencedError | None:
-    """The refusal of ``event`` if its attempt is no longer its run's newest."""
+    """The refusal of ``event`` if its attempt is no longer the newest of its
+    (run, scope); attempts of other scopes never fence it."""
     if event.phase not in FENCED_PHASES or newest_attempt in (None, event.attempt_id):
         return None
+    scope = f" scope {event.scope!r}" if event.scope else ""
     return FencedError(
-        f"attempt {event.attempt_id} of run {event.run_id} was fenced by a newer attempt "
-        f"{newest_attempt}"
+        f"attempt {event.attempt_id} of run {event.run_id}{scope} was fenced by a newer "
+        f"attempt {newest_attempt}"
     )
 
 
@@ -128,6 +140,11 @@ class AuditLedger(Protocol):
 
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         """Every event that names ``derived_id``, oldest first; LedgerError if unreadable."""
+        ...
+
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        """The begin event of the earliest attempt of (run, scope), or None when
+        the ledger holds none; LedgerError if unreadable."""
         ...
 
     async def ping(self) -> None:

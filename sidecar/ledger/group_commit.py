@@ -94,6 +94,9 @@ class GroupCommitLedger:
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         raise NotImplementedError
 
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        raise NotImplementedError
+
     async def ping(self) -> None:
         raise NotImplementedError
 

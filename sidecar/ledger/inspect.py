@@ -82,13 +82,24 @@ def list_runs(reader: LedgerReader, out: TextIO) -> int:
 
 
 def show_run(reader: LedgerReader, run_id: str, out: TextIO) -> int:
-    """A readable timeline of one run: attempts, writes, outcomes, refusals."""
-    shown = 0
+    """A readable timeline of one run: attempts, writes, outcomes, refusals.
+
+    A run whose attempts have scopes (a tool call's attempts, say) is shown as
+    one timeline per scope, the unscoped attempts first, then each scope in
+    the order it began.
+    """
+    by_scope: dict[str, list[StoredEvent]] = {"": []}
     for stored in reader.events(run_id=run_id):
-        out.write(_timeline_line(stored) + "\n")
-        shown += 1
+        by_scope.setdefault(stored.event.scope, []).append(stored)
+    shown = sum(len(events) for events in by_scope.values())
     if shown == 0:
         out.write(f"no events for run {run_id}\n")
+    scoped = len(by_scope) > 1
+    for scope, events in by_scope.items():
+        if scoped and events:
+            out.write(f"scope {scope!r}\n" if scope else "unscoped\n")
+        for stored in events:
+            out.write(_timeline_line(stored) + "\n")
     return shown
 
 
@@ -97,8 +108,10 @@ def _timeline_line(stored: StoredEvent) -> str:
     time = stored.ts[11:23]
     head = f"#{stored.seq:<6} {time}"
     if e.phase == "attempt_begin":
+        scope = f", scope {e.scope!r}" if e.scope else ""
+        scheme = f", id scheme {e.detail['id_scheme']}" if "id_scheme" in e.detail else ""
         return (f"{head} attempt {e.attempt_id} began (rule {e.rule}, checkpoint "
-                f"{e.checkpoint!r})")  # fmt: skip
+                f"{e.checkpoint!r}{scope}{scheme})")  # fmt: skip
     if e.phase == "attempt_end":
         d = e.detail
         return (f"{head} attempt {e.attempt_id} ended: applied {d.get('applied', 0)}, "
@@ -115,6 +128,8 @@ def _timeline_line(stored: StoredEvent) -> str:
         return f"{head}   {what}: {'began' if e.phase == 'step_begin' else 'intent'}"
     if e.phase == "step_end":
         return f"{head}   {what}: step ended"
+    if e.phase == "step_abort":
+        return f"{head}   {what}: step aborted ({e.detail.get('reason', '')!r})"
     if e.phase == "read":
         result = f"refused {e.reason}/{e.failure_class}" if e.reason else "read"
         return f"{head}   {what}: {result}"

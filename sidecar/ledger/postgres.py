@@ -36,7 +36,16 @@ from sidecar.ledger.base import (
     StoredEvent,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.schema import COLUMNS, chain, fenced_runs, row_to_event, tables
+from sidecar.ledger.schema import (
+    COLUMNS,
+    COLUMNS_UNMIGRATED,
+    MIGRATION_ADD_SCOPE,
+    chain,
+    fenced_keys,
+    newest_attempts,
+    row_to_event,
+    tables,
+)
 from sidecar.ops import pgbounds
 
 SCHEMA = (
@@ -51,7 +60,7 @@ INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT
 """
 )
 
-_INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join(['%s'] * 19)})"
+_INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join(['%s'] * 20)})"
 _CONNECT_TIMEOUT_SECONDS = 5
 # A health check, and the connection it may open, answer within this: readiness turns
 # NOT_SERVING within one probe period of the manifest's (5 s) when PostgreSQL does not.
@@ -89,7 +98,19 @@ def ensure_schema(dsn: str) -> None:
         # on CREATE TABLE IF NOT EXISTS, which is not atomic in PostgreSQL.
         conn.execute("SELECT pg_advisory_xact_lock(7263001)")
         conn.execute(SCHEMA.replace("{genesis}", GENESIS_HASH))
+        # A ledger written before scopes gains the column in place, under the
+        # same lock; earlier sidecars name their columns, so the default fills it.
+        if not _has_scope(conn):
+            conn.execute(MIGRATION_ADD_SCOPE)
         conn.commit()
+
+
+def _has_scope(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'audit_events' AND column_name = 'scope'"
+    ).fetchone()
+    return row is not None
 
 
 class PostgresLedger(GroupCommitLedger):
@@ -153,20 +174,34 @@ class PostgresLedger(GroupCommitLedger):
             seq, prev = int(head[0]), str(head[1])
             # One round trip for the newest attempt of every run the batch fences,
             # not one per intent.
-            runs = fenced_runs(events)
-            newest: dict[str, str] = {}
-            if runs:
+            keys = fenced_keys(events)
+            unscoped: list[tuple[object, object]] = []
+            scoped: list[tuple[object, object, object]] = []
+            if keys.runs:
                 cur.execute(
                     "SELECT run_id, attempt_id FROM audit_runs WHERE run_id = ANY(%s)",
-                    (runs,),
+                    (keys.runs,),
                 )
-                newest.update((str(r), str(a)) for r, a in cur.fetchall())
-            batch = chain(events, seq, prev, newest)
+                unscoped = [(r, a) for r, a in cur.fetchall()]
+            if keys.scoped:
+                cur.execute(
+                    "SELECT run_id, scope, attempt_id FROM audit_scopes WHERE run_id = ANY(%s)",
+                    (keys.scoped_runs,),
+                )
+                scoped = [(r, s, a) for r, s, a in cur.fetchall()]
+            batch = chain(events, seq, prev, newest_attempts(keys, unscoped, scoped))
             if batch.begun:
                 cur.executemany(
                     "INSERT INTO audit_runs (run_id, attempt_id) VALUES (%s, %s) "
                     "ON CONFLICT (run_id) DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
                     batch.begun,
+                )
+            if batch.begun_scoped:
+                cur.executemany(
+                    "INSERT INTO audit_scopes (run_id, scope, attempt_id) "
+                    "VALUES (%s, %s, %s) ON CONFLICT (run_id, scope) "
+                    "DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
+                    batch.begun_scoped,
                 )
             if batch.rows:
                 cur.executemany(_INSERT, batch.rows)
@@ -232,6 +267,15 @@ class PostgresLedger(GroupCommitLedger):
         )
         return [row_to_event(row) for row in rows]
 
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        rows = await asyncio.to_thread(
+            self._query,
+            f"SELECT {COLUMNS} FROM audit_events WHERE run_id = %s AND scope = %s "
+            "AND phase = 'attempt_begin' ORDER BY seq LIMIT 1",
+            (run_id, scope),
+        )
+        return row_to_event(rows[0]).event if rows else None
+
     async def ping(self) -> None:
         await asyncio.to_thread(self._query, "SELECT 1", seconds=PING_SECONDS)
 
@@ -250,6 +294,8 @@ class PostgresLedgerReader:
         # can write nothing.
         self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self._conn.read_only = True
+        # A ledger no sidecar has opened since scopes came is read as it is.
+        self._columns = COLUMNS if _has_scope(self._conn) else COLUMNS_UNMIGRATED
 
     def runs(self) -> list[RunSummary]:
         rows = self._conn.execute(
@@ -265,11 +311,12 @@ class PostgresLedgerReader:
         with self._conn.transaction(), self._conn.cursor(name="audit_events_scan") as cur:
             if run_id is None:
                 cur.execute(
-                    f"SELECT {COLUMNS} FROM audit_events WHERE seq > %s ORDER BY seq", (after,)
+                    f"SELECT {self._columns} FROM audit_events WHERE seq > %s ORDER BY seq",
+                    (after,),
                 )
             else:
                 cur.execute(
-                    f"SELECT {COLUMNS} FROM audit_events WHERE run_id = %s AND seq > %s "
+                    f"SELECT {self._columns} FROM audit_events WHERE run_id = %s AND seq > %s "
                     "ORDER BY seq",
                     (run_id, after),
                 )

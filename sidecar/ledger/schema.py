@@ -21,8 +21,17 @@ from sidecar.ledger.base import (
 
 COLUMNS = (
     "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
-    "request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash, hash"
+    "request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash, hash, "
+    "scope"
 )
+# A ledger not yet migrated has no scope column: its readers see every event unscoped.
+COLUMNS_UNMIGRATED = COLUMNS.removesuffix(", scope") + ", '' AS scope"
+
+# What `tables` adds to a ledger written before scopes, as idempotent statements
+# the backend runs when the column is missing. Earlier sidecars sharing the
+# ledger keep working: they name their columns, so the default fills scope,
+# and the unscoped attempts keep their fencing row in audit_runs.
+MIGRATION_ADD_SCOPE = "ALTER TABLE audit_events ADD COLUMN scope TEXT NOT NULL DEFAULT ''"
 
 
 def tables(seq_type: str) -> str:
@@ -47,7 +56,8 @@ CREATE TABLE IF NOT EXISTS audit_events (
     failure_class TEXT NOT NULL,
     detail TEXT NOT NULL,
     prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL
+    hash TEXT NOT NULL,
+    scope TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
 CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
@@ -56,9 +66,18 @@ CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
 CREATE INDEX IF NOT EXISTS audit_events_phase ON audit_events (phase, run_id, seq);
 CREATE INDEX IF NOT EXISTS audit_events_unknown ON audit_events (run_id)
     WHERE failure_class = 'UNKNOWN';
+-- The newest attempt of each run's unscoped attempts, and of each (run, scope):
+-- fencing is per (run, scope). Unscoped attempts keep the table they had before
+-- scopes, so that sidecars of both versions sharing a ledger fence each other.
 CREATE TABLE IF NOT EXISTS audit_runs (
     run_id TEXT PRIMARY KEY,
     attempt_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit_scopes (
+    run_id TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    attempt_id TEXT NOT NULL,
+    PRIMARY KEY (run_id, scope)
 );
 """
 
@@ -70,7 +89,7 @@ def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> t
         seq, ts, event.run_id, event.attempt_id, event.rpc, event.phase, event.rule,
         event.checkpoint, event.write_type, event.derived_id, event.request_id,
         event.occurrence, event.digest, event.outcome, event.reason, event.failure_class,
-        detail, prev, digest,
+        detail, prev, digest, event.scope,
     )  # fmt: skip
 
 
@@ -78,7 +97,7 @@ def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
     """Decode one ``audit_events`` row (in COLUMNS order)."""
     (seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id,
      request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash,
-     hash_) = row  # fmt: skip
+     hash_, scope) = row  # fmt: skip
     event = AuditEvent(
         run_id=str(run_id),
         attempt_id=str(attempt_id),
@@ -95,6 +114,7 @@ def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
         reason=str(reason),
         failure_class=str(failure_class),
         detail=json.loads(str(detail)),
+        scope=str(scope),
     )
     return StoredEvent(int(str(seq)), str(ts), event, str(prev_hash), str(hash_))
 
@@ -103,37 +123,82 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def fenced_runs(events: list[AuditEvent]) -> list[str]:
-    """The runs whose newest attempt a batch must read, to fence its intents."""
-    return sorted({e.run_id for e in events if e.phase in FENCED_PHASES})
+# A fencing key: the run, and the attempt's scope ("" for unscoped attempts).
+RunScope = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class FencedKeys:
+    """What a batch must read to fence its intents: unscoped runs, scoped pairs."""
+
+    runs: list[str]
+    scoped: list[RunScope]
+
+    @property
+    def scoped_runs(self) -> list[str]:
+        return sorted({run for run, _ in self.scoped})
+
+
+def fenced_keys(events: list[AuditEvent]) -> FencedKeys:
+    """The (run, scope) pairs whose newest attempt a batch must read, to fence its intents."""
+    keys = {(e.run_id, e.scope) for e in events if e.phase in FENCED_PHASES}
+    return FencedKeys(
+        runs=sorted(run for run, scope in keys if not scope),
+        scoped=sorted((run, scope) for run, scope in keys if scope),
+    )
+
+
+def newest_attempts(
+    keys: FencedKeys,
+    unscoped: list[tuple[object, object]],
+    scoped: list[tuple[object, object, object]],
+) -> dict[RunScope, str]:
+    """The newest attempt of each (run, scope) a batch fences, from the rows of
+    audit_runs (run, attempt) and audit_scopes (run, scope, attempt) it read."""
+    newest = {(str(run), ""): str(attempt) for run, attempt in unscoped}
+    wanted = set(keys.scoped)
+    for run, scope, attempt in scoped:
+        if (str(run), str(scope)) in wanted:
+            newest[(str(run), str(scope))] = str(attempt)
+    return newest
 
 
 @dataclass
 class ChainedBatch:
-    """A batch laid onto the chain: the rows to insert, the runs' new attempts,
-    each event's sequence number or refusal, and the chain's new head."""
+    """A batch laid onto the chain: the rows to insert, the new newest attempts
+    of unscoped runs and of scoped (run, scope) pairs, each event's sequence
+    number or refusal, and the chain's new head."""
 
     seq: int
     head: str
     rows: list[tuple[object, ...]] = field(default_factory=list)
     begun: list[tuple[str, str]] = field(default_factory=list)
+    begun_scoped: list[tuple[str, str, str]] = field(default_factory=list)
     results: list[int | LedgerError] = field(default_factory=list)
 
 
-def chain(events: list[AuditEvent], seq: int, head: str, newest: dict[str, str]) -> ChainedBatch:
+def chain(
+    events: list[AuditEvent], seq: int, head: str, newest: dict[RunScope, str]
+) -> ChainedBatch:
     """Number, timestamp and hash a batch onto the chain after (seq, head).
 
-    ``newest`` holds the newest attempt of each run the batch fences; an attempt
-    begun earlier in the same batch counts, as it would had each event been
-    written alone. A fenced intent is refused and takes no number.
+    ``newest`` holds the newest attempt of each (run, scope) the batch fences; an
+    attempt begun earlier in the same batch counts, as it would had each event
+    been written alone. A fenced intent is refused and takes no number. Each
+    scope fences alone: a new attempt of one scope, or an unscoped one, leaves
+    the attempts of every other scope of the run as they were.
     """
     out = ChainedBatch(seq, head)
     for event in events:
+        key = (event.run_id, event.scope)
         if event.phase == "attempt_begin":
-            out.begun.append((event.run_id, event.attempt_id))
-            newest[event.run_id] = event.attempt_id
+            if event.scope:
+                out.begun_scoped.append((event.run_id, event.scope, event.attempt_id))
+            else:
+                out.begun.append((event.run_id, event.attempt_id))
+            newest[key] = event.attempt_id
         elif event.phase in FENCED_PHASES:
-            refusal = fenced(event, newest.get(event.run_id))
+            refusal = fenced(event, newest.get(key))
             if refusal is not None:
                 out.results.append(refusal)
                 continue

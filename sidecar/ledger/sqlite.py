@@ -20,7 +20,16 @@ from sidecar.ledger.base import (
     StoredEvent,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.schema import COLUMNS, chain, fenced_runs, row_to_event, tables
+from sidecar.ledger.schema import (
+    COLUMNS,
+    COLUMNS_UNMIGRATED,
+    MIGRATION_ADD_SCOPE,
+    chain,
+    fenced_keys,
+    newest_attempts,
+    row_to_event,
+    tables,
+)
 
 SCHEMA = (
     tables("INTEGER")
@@ -34,7 +43,7 @@ INSERT OR IGNORE INTO audit_head (id, seq, hash) VALUES (1, 0, '{genesis}');
 """
 )
 
-_INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join('?' * 19)})"
+_INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join('?' * 20)})"
 
 
 def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
@@ -47,7 +56,26 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     # lose the last commits on power loss, which an audit ledger must not.
     conn.execute("PRAGMA synchronous = FULL")
     conn.executescript(SCHEMA.replace("{genesis}", GENESIS_HASH))
+    _migrate(conn)
     return conn
+
+
+def _has_scope(conn: sqlite3.Connection) -> bool:
+    return any(row[1] == "scope" for row in conn.execute("PRAGMA table_info(audit_events)"))
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    # A ledger written before scopes gains the column in place; the write lock
+    # keeps two sidecars opening the file together from both adding it.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not _has_scope(conn):
+            conn.execute(MIGRATION_ADD_SCOPE)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 class SqliteLedger(GroupCommitLedger):
@@ -71,22 +99,33 @@ class SqliteLedger(GroupCommitLedger):
             seq, prev = int(row[0]), str(row[1])
             # A few statements per batch, not a few per event: each statement hands the
             # interpreter back and forth with the event loop.
-            runs = fenced_runs(events)
-            newest: dict[str, str] = {}
-            if runs:
-                marks = ", ".join("?" * len(runs))
-                newest.update(
-                    conn.execute(
-                        f"SELECT run_id, attempt_id FROM audit_runs WHERE run_id IN ({marks})",
-                        runs,
-                    ).fetchall()
-                )
-            batch = chain(events, seq, prev, newest)
+            keys = fenced_keys(events)
+            unscoped: list[tuple[object, object]] = []
+            scoped: list[tuple[object, object, object]] = []
+            if keys.runs:
+                marks = ", ".join("?" * len(keys.runs))
+                unscoped = conn.execute(
+                    f"SELECT run_id, attempt_id FROM audit_runs WHERE run_id IN ({marks})",
+                    keys.runs,
+                ).fetchall()
+            if keys.scoped:
+                marks = ", ".join("?" * len(keys.scoped_runs))
+                scoped = conn.execute(
+                    f"SELECT run_id, scope, attempt_id FROM audit_scopes WHERE run_id IN ({marks})",
+                    keys.scoped_runs,
+                ).fetchall()
+            batch = chain(events, seq, prev, newest_attempts(keys, unscoped, scoped))
             if batch.begun:
                 conn.executemany(
                     "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) "
                     "ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id",
                     batch.begun,
+                )
+            if batch.begun_scoped:
+                conn.executemany(
+                    "INSERT INTO audit_scopes (run_id, scope, attempt_id) VALUES (?, ?, ?) "
+                    "ON CONFLICT (run_id, scope) DO UPDATE SET attempt_id = excluded.attempt_id",
+                    batch.begun_scoped,
                 )
             if batch.rows:
                 conn.executemany(_INSERT, batch.rows)
@@ -103,13 +142,12 @@ class SqliteLedger(GroupCommitLedger):
     def _close_backend(self) -> None:
         self._conn.close()
 
-    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+    async def _select(self, where: str, params: tuple[object, ...]) -> list[StoredEvent]:
         def query() -> list[StoredEvent]:
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000)
             try:
                 rows = conn.execute(
-                    f"SELECT {COLUMNS} FROM audit_events WHERE derived_id = ? ORDER BY seq",
-                    (derived_id,),
+                    f"SELECT {COLUMNS} FROM audit_events WHERE {where}", params
                 ).fetchall()
             finally:
                 conn.close()
@@ -119,6 +157,16 @@ class SqliteLedger(GroupCommitLedger):
             return await asyncio.to_thread(query)
         except sqlite3.Error as exc:
             raise LedgerError(f"ledger could not be read: {exc}") from exc
+
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        return await self._select("derived_id = ? ORDER BY seq", (derived_id,))
+
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        found = await self._select(
+            "run_id = ? AND scope = ? AND phase = 'attempt_begin' ORDER BY seq LIMIT 1",
+            (run_id, scope),
+        )
+        return found[0].event if found else None
 
     async def ping(self) -> None:
         def check() -> None:
@@ -141,6 +189,8 @@ class SqliteLedgerReader:
         if not path.exists():
             raise LedgerError(f"no ledger at {path}")
         self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # A ledger no sidecar has opened since scopes came is read as it is.
+        self._columns = COLUMNS if _has_scope(self._conn) else COLUMNS_UNMIGRATED
 
     def runs(self) -> list[RunSummary]:
         rows = self._conn.execute(
@@ -153,11 +203,12 @@ class SqliteLedgerReader:
     def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
         if run_id is None:
             rows = self._conn.execute(
-                f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? ORDER BY seq", (after,)
+                f"SELECT {self._columns} FROM audit_events WHERE seq > ? ORDER BY seq", (after,)
             )
         else:
             rows = self._conn.execute(
-                f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? AND seq > ? ORDER BY seq",
+                f"SELECT {self._columns} FROM audit_events WHERE run_id = ? AND seq > ? "
+                "ORDER BY seq",
                 (run_id, after),
             )
         for row in rows:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -14,9 +17,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from sidecar.ledger import inspect
+from sidecar.ledger import inspect, schema
 from sidecar.ledger.audit_command import open_reader
-from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, LedgerReader
+from sidecar.ledger.base import (
+    GENESIS_HASH,
+    AuditEvent,
+    FencedError,
+    LedgerError,
+    LedgerReader,
+    event_hash,
+)
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger, PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedger
@@ -270,3 +280,98 @@ def test_a_batch_whose_connection_is_lost_before_its_commit_is_written_again() -
         asyncio.run(go())
     finally:
         pg.drop_database(dsn)
+
+
+def _scoped(i: int, phase: str, attempt: str, scope: str) -> AuditEvent:
+    return dataclasses.replace(_event(i, phase, attempt=attempt), scope=scope)
+
+
+def test_fencing_is_per_run_and_scope_across_sidecars(ledger_backend: Backend) -> None:
+    async def go() -> None:
+        ledger = ledger_backend.open()
+        other = ledger_backend.open()
+        await ledger.append(_scoped(0, "attempt_begin", "a1", "call_1"))
+        await ledger.append(_scoped(1, "attempt_begin", "b1", "call_2"))
+        await ledger.append(_scoped(2, "attempt_begin", "u1", ""))
+        # Another sidecar begins a new attempt of call_1, and a new unscoped one.
+        await other.append(_scoped(3, "attempt_begin", "a2", "call_1"))
+        await other.append(_scoped(4, "attempt_begin", "u2", ""))
+        for fenced in (_scoped(5, "intent", "a1", "call_1"), _scoped(6, "intent", "u1", "")):
+            with pytest.raises(FencedError):
+                await ledger.append(fenced)
+        for i, attempt, scope in ((7, "b1", "call_2"), (8, "a2", "call_1"), (9, "u2", "")):
+            await ledger.append(_scoped(i, "intent", attempt, scope))
+        await ledger.close()
+        await other.close()
+
+    asyncio.run(go())
+    reader = ledger_backend.reader()
+    written = [(e.event.derived_id, e.event.scope) for e in reader.events()]
+    assert [d for d, _ in written] == ["art_0", "art_1", "art_2", "art_3", "art_4", "art_7",
+                                       "art_8", "art_9"]  # fmt: skip
+    assert dict(written)["art_7"] == "call_2"
+    assert inspect.verify(reader).intact
+    reader.close()
+
+
+# The ledger's table before scopes, as earlier sidecars made it.
+_EVENTS_BEFORE_SCOPES = """
+CREATE TABLE audit_events (
+    seq {seq} PRIMARY KEY, ts TEXT NOT NULL, run_id TEXT NOT NULL, attempt_id TEXT NOT NULL,
+    rpc TEXT NOT NULL, phase TEXT NOT NULL, rule TEXT NOT NULL, checkpoint TEXT NOT NULL,
+    write_type TEXT NOT NULL, derived_id TEXT NOT NULL, request_id TEXT NOT NULL,
+    occurrence INTEGER NOT NULL, digest TEXT NOT NULL, outcome TEXT NOT NULL,
+    reason TEXT NOT NULL, failure_class TEXT NOT NULL, detail TEXT NOT NULL,
+    prev_hash TEXT NOT NULL, hash TEXT NOT NULL
+)"""
+
+
+def _hash_before_scopes(seq: int, ts: str, event: AuditEvent, prev: str) -> str:
+    # How an earlier sidecar hashed an event: every field it had, nothing else.
+    content = {k: v for k, v in dataclasses.asdict(event).items() if k != "scope"}
+    body = json.dumps({"seq": seq, "ts": ts, **content}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True)  # fmt: skip
+    return hashlib.sha256((prev + body).encode("ascii")).hexdigest()
+
+
+def test_a_ledger_written_before_scopes_is_migrated_in_place_and_still_verifies(
+    ledger_backend: Backend,
+) -> None:
+    # An earlier sidecar's ledger: its table without the scope column, and its chain.
+    seq_type = "BIGINT" if ledger_backend.name == "postgres" else "INTEGER"
+    ledger_backend.sql(_EVENTS_BEFORE_SCOPES.format(seq=seq_type))
+    prev = GENESIS_HASH
+    for seq, event in enumerate(
+        [_event(0, "attempt_begin", attempt="old"), _event(1, "intent", attempt="old")], start=1
+    ):
+        ts = schema.now()
+        digest = _hash_before_scopes(seq, ts, event, prev)
+        assert digest == event_hash(seq, ts, event, prev)
+        row = schema.event_row(seq, ts, event, prev, digest)[:-1]  # no scope column then
+        ledger_backend.sql(
+            f"INSERT INTO audit_events VALUES ({', '.join('?' * len(row))})", tuple(row)
+        )
+        prev = digest
+    reader = ledger_backend.reader()  # a reader of a ledger not yet migrated
+    assert [e.event.scope for e in reader.events()] == ["", ""]
+    reader.close()
+
+    async def go() -> None:
+        ledger = ledger_backend.open()  # migrates
+        await ledger.append(_event(2, "outcome", attempt="old"))
+        await ledger.append(_scoped(3, "attempt_begin", "s1", "call_1"))
+        await ledger.append(_scoped(4, "intent", "s1", "call_1"))
+        await ledger.close()
+
+    ledger_backend.sql("CREATE TABLE audit_head (id INTEGER PRIMARY KEY, seq INTEGER, hash TEXT)"
+                       if ledger_backend.name == "sqlite" else
+                       "CREATE TABLE audit_head (id BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id), "
+                       "seq BIGINT NOT NULL, hash TEXT NOT NULL)")  # fmt: skip
+    ledger_backend.sql("INSERT INTO audit_head (id, seq, hash) VALUES (?, ?, ?)",
+                       (1 if ledger_backend.name == "sqlite" else True, 2, prev))  # fmt: skip
+    asyncio.run(go())
+    reader = ledger_backend.reader()
+    assert [(e.seq, e.event.scope) for e in reader.events()] == [
+        (1, ""), (2, ""), (3, ""), (4, "call_1"), (5, "call_1")]  # fmt: skip
+    assert inspect.verify(reader).intact
+    reader.close()
