@@ -114,6 +114,12 @@ def _http_url(text: str) -> str:
     return text
 
 
+def _id_scheme(text: str) -> int:
+    if text not in ("1", "2"):
+        raise ValueError("expected 1 or 2")
+    return int(text)
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -158,6 +164,9 @@ SERVE_SETTINGS: dict[str, Setting] = {
                            "(the token itself is never taken from a flag)"),
     "--audit-busy-timeout-ms": ("ACTONCE_AUDIT_BUSY_TIMEOUT_MS", _positive_int, 5000,
                                 "ms a ledger append waits for a locked ledger"),
+    "--id-scheme": ("ACTONCE_ID_SCHEME", _id_scheme, 2,
+                    "derived-id scheme version of new runs (1 or 2); a run keeps the one "
+                    "it began with"),
     "--attempt-idle-ttl": ("ACTONCE_ATTEMPT_IDLE_TTL", _positive_float, 3600.0,
                            "seconds after which an idle attempt is forgotten"),
     "--attempt-max-count": ("ACTONCE_ATTEMPT_MAX_COUNT", _positive_int, 10_000,
@@ -389,6 +398,7 @@ def config_from(values: dict[str, Any]) -> Config:
         attempt_idle_ttl_seconds=values["attempt_idle_ttl"],
         attempt_max_count=values["attempt_max_count"],
         attempt_max_mib=values["attempt_max_mib"],
+        id_scheme=values["id_scheme"],
         log_level=values["log_level"],
         log_format=values["log_format"],
         health_listen=values["health_listen"],

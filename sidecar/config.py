@@ -36,6 +36,8 @@ class Config:
     # Bounds on live attempts: past either, the least recently used are forgotten.
     attempt_max_count: int = 10_000
     attempt_max_mib: int = 48
+    # The derived-id scheme of a new run; a run the ledger knows keeps its own.
+    id_scheme: int = 2
     health_interval_seconds: float = 1.0
     log_level: str = "info"
     log_format: str = "auto"

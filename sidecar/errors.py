@@ -19,6 +19,8 @@ builds a status by hand: :func:`to_status` turns any of these into a
     ├── AttemptFenced            ATTEMPT_FENCED          RETRYABLE
     ├── InDoubt                  IN_DOUBT                UNKNOWN
     ├── UnknownStep              UNKNOWN_STEP            REFUSED
+    ├── StepEnded                STEP_ENDED              REFUSED
+    ├── StepAborted              STEP_ABORTED            REFUSED
     └── ShuttingDown             SHUTTING_DOWN           RETRYABLE
 """
 
@@ -201,6 +203,22 @@ class UnknownStep(ActonceError):
     """EndStep for a step this attempt did not begin."""
 
     reason = "UNKNOWN_STEP"
+    failure_class = FailureClass.REFUSED
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class StepEnded(ActonceError):
+    """AbortStep for a step that ended: its effect happened, it cannot be undone by word."""
+
+    reason = "STEP_ENDED"
+    failure_class = FailureClass.REFUSED
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class StepAborted(ActonceError):
+    """EndStep for a step that was aborted: its effect was declared not to have happened."""
+
+    reason = "STEP_ABORTED"
     failure_class = FailureClass.REFUSED
     code = grpc.StatusCode.FAILED_PRECONDITION
 

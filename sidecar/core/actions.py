@@ -30,6 +30,8 @@ from sidecar.errors import (
     LeaseExpired,
     RuleNotServed,
     SendNotAllowed,
+    StepAborted,
+    StepEnded,
     StoreRefused,
     UnknownStep,
 )
@@ -94,6 +96,9 @@ class Settings:
     # A write needs this much lease left: the store call's own deadline, so
     # that no write is still in flight when the queue hands the run on.
     store_timeout_seconds: float = 5.0
+    # The derived-id scheme of a (run, scope) the ledger has no attempt of; one
+    # it has keeps the scheme its first attempt began with.
+    id_scheme: int = ids.SCHEME_VERSION
 
 
 Perform = Callable[[str], Awaitable[WriteResult]]
@@ -138,20 +143,30 @@ class RunActions:
     # -- attempts -------------------------------------------------------------
 
     async def begin_attempt(
-        self, *, run_id: str, rule: str, checkpoint: str, lease_deadline: datetime | None
+        self,
+        *,
+        run_id: str,
+        rule: str,
+        checkpoint: str,
+        lease_deadline: datetime | None,
+        scope: str = "",
     ) -> Attempt:
         canonical.require_name(run_id, "run_id")
         canonical.require_name(rule, "rule")
         if self.settings.rules is not None and rule not in self.settings.rules:
             raise RuleNotServed(f"rule {rule!r} is not one this sidecar serves (--rules)")
+        if scope:
+            canonical.require_name(scope, "scope")
         if len(checkpoint.encode("utf-8", "surrogatepass")) > canonical.MAX_TEXT_BYTES:
             raise InvalidArgument("checkpoint", f"is longer than {canonical.MAX_TEXT_BYTES} bytes")
         canonical.require_no_nul(checkpoint, "checkpoint")
         if lease_deadline is not None and lease_deadline <= _now():
             raise InvalidArgument("lease_deadline", "is in the past")
+        id_scheme = await self._id_scheme(run_id, scope)
         attempt = self.attempts.begin(
-            run_id=run_id, rule=rule, checkpoint=checkpoint, lease_deadline=lease_deadline
-        )
+            run_id=run_id, rule=rule, checkpoint=checkpoint, lease_deadline=lease_deadline,
+            scope=scope, id_scheme=id_scheme,
+        )  # fmt: skip
         structlog.contextvars.bind_contextvars(run_id=run_id, attempt_id=attempt.attempt_id)
         try:
             await self.ledger.append(
@@ -162,7 +177,9 @@ class RunActions:
                     phase=Phase.ATTEMPT_BEGIN,
                     rule=rule,
                     checkpoint=checkpoint,
+                    scope=scope,
                     detail={
+                        "id_scheme": id_scheme,
                         **(
                             {"lease_deadline": lease_deadline.isoformat()} if lease_deadline else {}
                         ),
@@ -174,6 +191,26 @@ class RunActions:
             self.attempts.end(attempt.attempt_id)
             raise AuditPersistenceFailed(str(exc)) from exc
         return attempt
+
+    async def _id_scheme(self, run_id: str, scope: str) -> int:
+        # A run keeps the scheme its first attempt began with, so that a retry
+        # begun after an upgrade derives the ids the attempts before it did. A
+        # scope has no version-1 form: a scoped attempt derives version 2 at least.
+        try:
+            first = await self.ledger.first_attempt(run_id, scope)
+        except LedgerError as exc:
+            raise AuditPersistenceFailed(
+                f"the ledger could not be read to find the run's id scheme: {exc}"
+            ) from exc
+        if first is None:
+            return max(self.settings.id_scheme, 2) if scope else self.settings.id_scheme
+        recorded = first.detail.get("id_scheme", 1)  # attempts from before versions: 1
+        if recorded not in ids.SCHEME_VERSIONS:
+            raise AuditPersistenceFailed(
+                f"run {run_id} began under id scheme {recorded}, which this sidecar does "
+                "not know: a newer sidecar began it"
+            )
+        return int(recorded)
 
     async def end_attempt(self, attempt_id: str) -> AttemptCounts:
         ended = self.attempts.ended(attempt_id)
@@ -299,11 +336,16 @@ class RunActions:
                         )
                     raise _refused(refusal) from refusal
 
+        identity = (
+            ids.edit_proposal_identity(artifact_id, pointer, value_digest, scheme=attempt.id_scheme)
+            if propose
+            else ids.edit_identity(artifact_id, pointer)
+        )
         return await self._write(
             attempt,
             rpc="Edit",
             write_type=write_type,
-            identity=ids.edit_identity(artifact_id, pointer),
+            identity=identity,
             request_id=request_id,
             fingerprint=("Edit", artifact_id, pointer, value_digest, propose),
             digest=value_digest,
@@ -406,6 +448,7 @@ class RunActions:
         declared = effects.declared(effect)
         args_digest = canonical.digest(form)
         is_write = effects.is_write(declared)
+        identity = ids.step_identity(tool, args_digest)
 
         async def perform(step_id: str) -> WriteResult:
             try:
@@ -421,20 +464,21 @@ class RunActions:
             earlier = [e for e in history if e.event.attempt_id != attempt.attempt_id]
             ended = [e for e in earlier if e.event.phase == Phase.STEP_END]
             if ended:
-                attempt.steps[step_id] = StepState(tool, declared, ended=True)
+                attempt.steps[step_id] = StepState(tool, declared, ended=True, identity=identity)
                 result = str(ended[0].event.detail.get("result_json", ""))
                 return WriteResult(Outcome.ALREADY_APPLIED, id=step_id, result_json=result)
             # An operator's decision (actonce audit resolve) settles the begins before it.
             decided = pending.latest_decision(history)
             if decided is not None and decided.decision is pending.Decision.RAN:
-                attempt.steps[step_id] = StepState(tool, declared, ended=True)
+                attempt.steps[step_id] = StepState(tool, declared, ended=True, identity=identity)
                 return WriteResult(
                     Outcome.ALREADY_APPLIED, id=step_id, result_json=decided.result_json
                 )
+            # A try that was aborted, or refused before it ran, never acted.
             began = [
                 e
-                for e in earlier
-                if e.event.phase == Phase.STEP_BEGIN and (decided is None or e.seq > decided.seq)
+                for e in pending.tries_that_may_have_acted(earlier)
+                if decided is None or e.seq > decided.seq
             ]
             if began:
                 recorded = max(_recorded_effect(e.event) for e in began)
@@ -444,14 +488,14 @@ class RunActions:
                         "earlier attempt and never ended; it is not run again automatically",
                         metadata={"step_id": step_id, "tool": tool},
                     )
-            attempt.steps[step_id] = StepState(tool, declared)
+            attempt.steps[step_id] = StepState(tool, declared, identity=identity)
             return WriteResult(Outcome.APPLIED, id=step_id)
 
         return await self._write(
             attempt,
             rpc="BeginStep",
             write_type=ids.WriteType.STEP,
-            identity=ids.step_identity(tool, args_digest),
+            identity=identity,
             request_id=request_id,
             fingerprint=("BeginStep", tool, args_digest, int(declared)),
             digest=args_digest,
@@ -500,6 +544,12 @@ class RunActions:
             async with state.ending:
                 if state.ended:
                     result = WriteResult(Outcome.ALREADY_APPLIED, id=step_id)
+                elif state.aborted:
+                    raise StepAborted(
+                        f"step {step_id} was aborted: its effect was declared not to have "
+                        "happened, so it cannot end; begin it again to run it",
+                        metadata={"step_id": step_id},
+                    )
                 else:
                     await self._audit_step_end(attempt, state, step_id, form, result_digest,
                                                request_id)  # fmt: skip
@@ -535,6 +585,97 @@ class RunActions:
             if effects.is_write(effects.ToolEffect(state.effect)):
                 raise AuditPersistenceFailed(f"the step's end was not persisted: {exc}") from exc
             log.warning("step_end_audit_failed", error=str(exc))
+
+    async def abort_step(
+        self, *, attempt_id: str, step_id: str, reason: str, request_id: str
+    ) -> WriteResult:
+        """Record that a begun step's effect did not happen, so a later try may run it.
+
+        Audited like a step's end: fail-closed for a write step. The step gives
+        its occurrence back, as a write that failed before it could land does,
+        so that the same step begun again, now or by a retry, has the same id.
+        """
+        canonical.require_name(step_id, "step_id")
+        if len(reason.encode("utf-8", "surrogatepass")) > canonical.MAX_NAME_BYTES:
+            raise InvalidArgument("reason", f"is longer than {canonical.MAX_NAME_BYTES} bytes")
+        canonical.require_no_nul(reason, "reason")
+        _require_request_id(request_id)
+        attempt = self._attempt(attempt_id)
+        state = attempt.steps.get(step_id)
+        if state is None:
+            raise UnknownStep(
+                f"step {step_id} was not begun by attempt {attempt.attempt_id}",
+                metadata={"step_id": step_id},
+            )
+        if request_id:
+            claim = await attempt.claim(request_id, ("AbortStep", step_id, reason))
+            if claim.answer is not None:
+                log.info("request_replayed", request_id=request_id)
+                assert isinstance(claim.answer, WriteResult)
+                return claim.answer
+        return await self._to_the_end(
+            attempt, self._abort_step(attempt, state, step_id, reason, request_id)
+        )
+
+    async def _abort_step(
+        self, attempt: Attempt, state: StepState, step_id: str, reason: str, request_id: str
+    ) -> WriteResult:
+        # An abort and an end of one step exclude each other: whichever comes
+        # second finds the step settled.
+        try:
+            async with state.ending:
+                if state.ended:
+                    raise StepEnded(
+                        f"step {step_id} has ended: its effect happened and cannot be aborted",
+                        metadata={"step_id": step_id},
+                    )
+                if state.aborted:
+                    result = WriteResult(Outcome.ALREADY_APPLIED, id=step_id)
+                else:
+                    await self._audit_step_abort(attempt, state, step_id, reason, request_id)
+                    state.aborted = True
+                    occurrence = self._step_occurrence(attempt, step_id, state.identity)
+                    if occurrence is not None:
+                        attempt.occurrences.give_back(
+                            ids.WriteType.STEP, state.identity, occurrence
+                        )
+                    attempt.outcomes[Outcome.APPLIED] += 1
+                    result = WriteResult(Outcome.APPLIED, id=step_id)
+        except BaseException:
+            if request_id:
+                attempt.released(request_id)
+            raise
+        if request_id:
+            attempt.answered(request_id, result)
+        return result
+
+    async def _audit_step_abort(
+        self, attempt: Attempt, state: StepState, step_id: str, reason: str, request_id: str
+    ) -> None:
+        try:
+            await self.ledger.append(
+                self._event(
+                    attempt, "AbortStep", Phase.STEP_ABORT, write_type=ids.WriteType.STEP.value,
+                    derived_id=step_id, request_id=request_id,
+                    detail={"tool": state.tool, "reason": reason},
+                )
+            )  # fmt: skip
+        except LedgerError as exc:
+            if effects.is_write(effects.ToolEffect(state.effect)):
+                raise AuditPersistenceFailed(f"the step's abort was not persisted: {exc}") from exc
+            log.warning("step_abort_audit_failed", error=str(exc))
+
+    @staticmethod
+    def _step_occurrence(attempt: Attempt, step_id: str, identity: ids.Identity) -> int | None:
+        # The step's id names its occurrence: the one among those taken that derives it.
+        for occurrence in attempt.occurrences.taken(ids.WriteType.STEP, identity):
+            if step_id == ids.derive_id(
+                ids.WriteType.STEP, run_id=attempt.run_id, checkpoint=attempt.checkpoint,
+                identity=identity, occurrence=occurrence, scope=attempt.scope,
+                scheme=attempt.id_scheme,
+            ):  # fmt: skip
+                return occurrence
+        return None
 
     # -- reads ----------------------------------------------------------------
 
@@ -606,6 +747,8 @@ class RunActions:
             checkpoint=attempt.checkpoint,
             identity=identity,
             occurrence=occurrence,
+            scope=attempt.scope,
+            scheme=attempt.id_scheme,
         )
         structlog.contextvars.bind_contextvars(derived_id=derived)
         base = dict(
@@ -791,6 +934,7 @@ class RunActions:
             phase=phase,
             rule=attempt.rule,
             checkpoint=attempt.checkpoint,
+            scope=attempt.scope,
             **fields,
         )
 

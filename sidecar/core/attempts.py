@@ -81,6 +81,9 @@ class Occurrences:
     def give_back(self, write_type: WriteType, identity: Identity, occurrence: int) -> None:
         self._taken.get((write_type, identity), set()).discard(occurrence)
 
+    def taken(self, write_type: WriteType, identity: Identity) -> frozenset[int]:
+        return frozenset(self._taken.get((write_type, identity), ()))
+
 
 @dataclass
 class _Request:
@@ -103,13 +106,15 @@ class Claim:
 
 @dataclass
 class StepState:
-    """A step this attempt began: its effect, and whether it ended."""
+    """A step this attempt began: its effect, and whether it ended or was aborted."""
 
     tool: str
     effect: int
     ended: bool = False
     # Two EndSteps of one step at once: the second waits, then finds it ended.
     ending: asyncio.Lock = field(default_factory=asyncio.Lock)
+    aborted: bool = False
+    identity: Identity = ()
 
 
 @dataclass
@@ -121,6 +126,11 @@ class Attempt:
     rule: str
     checkpoint: str
     lease_deadline: datetime | None = None
+    # The attempt's part of its run (a tool call's id, say): fencing and ids
+    # are per (run, scope); empty for an unscoped attempt.
+    scope: str = ""
+    # The derived-id scheme version the attempt derives with (rules.ids).
+    id_scheme: int = 1
     occurrences: Occurrences = field(default_factory=Occurrences)
     outcomes: Counter[str] = field(default_factory=Counter)
     last_used: float = field(default_factory=time.monotonic)
@@ -214,7 +224,14 @@ class AttemptRegistry:
         return self._bytes
 
     def begin(
-        self, *, run_id: str, rule: str, checkpoint: str, lease_deadline: datetime | None
+        self,
+        *,
+        run_id: str,
+        rule: str,
+        checkpoint: str,
+        lease_deadline: datetime | None,
+        scope: str = "",
+        id_scheme: int = 1,
     ) -> Attempt:
         self.expire()
         attempt = Attempt(
@@ -223,6 +240,8 @@ class AttemptRegistry:
             rule=rule,
             checkpoint=checkpoint,
             lease_deadline=lease_deadline,
+            scope=scope,
+            id_scheme=id_scheme,
         )
         attempt.charge = self._charge_for(attempt)
         self._attempts[attempt.attempt_id] = attempt

@@ -131,6 +131,25 @@ def recorded_effect(event: AuditEvent) -> effects.ToolEffect:
     return effects.effect_for(str(event.detail.get("tool", "")))
 
 
+def tries_that_may_have_acted(events: Sequence[StoredEvent]) -> list[StoredEvent]:
+    """The begins, among one step's events, of tries that may have acted.
+
+    A try is one attempt's begin of the step; its attempt closes it by aborting
+    the step (AbortStep: the effect did not happen), and the sidecar closes it
+    by refusing the begin (IN_DOUBT, fenced, ...), since the tool was then never
+    called. An attempt that begins the step again after aborting it opens a new
+    try. An ended step is settled before this is asked.
+    """
+    tries: dict[str, StoredEvent] = {}
+    for stored in events:
+        event = stored.event
+        if event.phase == Phase.STEP_BEGIN:
+            tries[event.attempt_id] = stored
+        elif event.phase == Phase.STEP_ABORT or (event.phase == Phase.OUTCOME and event.reason):
+            tries.pop(event.attempt_id, None)
+    return list(tries.values())
+
+
 def pending_item(events: Sequence[StoredEvent]) -> PendingItem | None:
     """What, if anything, one id's events (oldest first) leave to a person."""
     if not events:
@@ -149,7 +168,7 @@ def _step_in_doubt(
 ) -> PendingItem | None:
     if any(e.event.phase == Phase.STEP_END for e in events):
         return None  # an attempt ended it: later attempts get its result
-    began = [e for e in since if e.event.phase == Phase.STEP_BEGIN]
+    began = tries_that_may_have_acted(since)
     if not began:
         return None
     if max(recorded_effect(e.event) for e in began) is not effects.ToolEffect.NON_IDEMPOTENT_WRITE:

@@ -24,6 +24,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("BeginAttempt", {"run_id": "r\0", "rule": "triage", "checkpoint": "c"}, "run_id"),
     ("BeginAttempt", {"run_id": "r", "rule": "tri\0age", "checkpoint": "c"}, "rule"),
     ("BeginAttempt", {"run_id": "r", "rule": "triage", "checkpoint": "\0"}, "checkpoint"),
+    ("BeginAttempt", {"run_id": "r", "rule": "triage", "scope": "call\0"}, "scope"),
     ("Create", {"kind": "k\0", "data_json": "{}"}, "kind"),
     ("Create", {"kind": "k", "data_json": "{}", "request_id": "rq\0"}, "request_id"),
     ("Edit", {"artifact_id": "art\0", "path": "/a", "value_json": "1"}, "artifact_id"),
@@ -34,6 +35,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("Read", {"thread_id": "thr_\0"}, "thread_id"),
     ("BeginStep", {"tool": "t\0", "args_json": "{}"}, "tool"),
     ("EndStep", {"step_id": "stp_\0", "result_json": "{}"}, "step_id"),
+    ("AbortStep", {"step_id": "stp_\0", "reason": "refused"}, "step_id"),
+    ("AbortStep", {"step_id": "stp_x", "reason": "refused\0"}, "reason"),
 ]
 
 

@@ -324,6 +324,7 @@ async def create_server(
             send_allowlist=config.send_allowlist,
             rules=config.rules,
             store_timeout_seconds=config.store_timeout_seconds,
+            id_scheme=config.id_scheme,
         ),
     )
     # Outermost first: metrics see every call, the gate's refusals included.

@@ -83,8 +83,11 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
                 rule=request.rule,
                 checkpoint=request.checkpoint,
                 lease_deadline=deadline,
+                scope=request.scope,
             )
-            return pb.BeginAttemptResponse(attempt_id=attempt.attempt_id)
+            return pb.BeginAttemptResponse(
+                attempt_id=attempt.attempt_id, id_scheme_version=attempt.id_scheme
+            )
 
         return await _answer(context, call())
 
@@ -230,3 +233,17 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
             ),
         )
         return pb.EndStepResponse(outcome=_OUTCOMES[result.outcome])
+
+    async def AbortStep(
+        self, request: pb.AbortStepRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AbortStepResponse:
+        result = await _answer(
+            context,
+            self.actions.abort_step(
+                attempt_id=request.attempt_id,
+                step_id=request.step_id,
+                reason=request.reason,
+                request_id=request.request_id,
+            ),
+        )
+        return pb.AbortStepResponse(outcome=_OUTCOMES[result.outcome])

@@ -73,6 +73,11 @@ class RunActionsServiceStub:
     """
     EndStep: _grpc.UnaryUnaryMultiCallable[_run_actions_pb2.EndStepRequest, _run_actions_pb2.EndStepResponse]
     """EndStep audits the end of a step with the tool's result."""
+    AbortStep: _grpc.UnaryUnaryMultiCallable[_run_actions_pb2.AbortStepRequest, _run_actions_pb2.AbortStepResponse]
+    """AbortStep declares that a begun step's effect did not happen: the call
+    was refused before it acted, or never made (interrupted before it). It is
+    audited like EndStep, and a later attempt may run the step again.
+    """
 
 @_typing.type_check_only
 class RunActionsServiceAsyncStub(RunActionsServiceStub):
@@ -118,6 +123,11 @@ class RunActionsServiceAsyncStub(RunActionsServiceStub):
     """
     EndStep: _aio.UnaryUnaryMultiCallable[_run_actions_pb2.EndStepRequest, _run_actions_pb2.EndStepResponse]  # type: ignore[assignment]
     """EndStep audits the end of a step with the tool's result."""
+    AbortStep: _aio.UnaryUnaryMultiCallable[_run_actions_pb2.AbortStepRequest, _run_actions_pb2.AbortStepResponse]  # type: ignore[assignment]
+    """AbortStep declares that a begun step's effect did not happen: the call
+    was refused before it acted, or never made (interrupted before it). It is
+    audited like EndStep, and a later attempt may run the step again.
+    """
 
 class RunActionsServiceServicer(metaclass=_abc_1.ABCMeta):
     """RunActionsService is what an agent calls, through its sidecar, to act on the
@@ -226,5 +236,16 @@ class RunActionsServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_run_actions_pb2.EndStepResponse, _abc.Awaitable[_run_actions_pb2.EndStepResponse]]:
         """EndStep audits the end of a step with the tool's result."""
+
+    @_abc_1.abstractmethod
+    def AbortStep(
+        self,
+        request: _run_actions_pb2.AbortStepRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_run_actions_pb2.AbortStepResponse, _abc.Awaitable[_run_actions_pb2.AbortStepResponse]]:
+        """AbortStep declares that a begun step's effect did not happen: the call
+        was refused before it acted, or never made (interrupted before it). It is
+        audited like EndStep, and a later attempt may run the step again.
+        """
 
 def add_RunActionsServiceServicer_to_server(servicer: RunActionsServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -34,6 +34,13 @@ type BeginAttemptRequest struct {
 	// When the queue's lease on the run ends; writes the lease would not
 	// outlast are refused before they act. Unset: no lease.
 	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=lease_deadline,json=leaseDeadline,proto3" json:"lease_deadline,omitempty"`
+	// The attempt's part of the run, stable across the run's retries (a tool
+	// call's id, for example); empty for an unscoped attempt. Fencing is per
+	// (run, scope): a new attempt fences only the older attempts of its own
+	// scope, never another scope's nor the unscoped ones, and an unscoped
+	// attempt fences only unscoped ones. The scope is part of every id the
+	// attempt derives, so the same write in two scopes is two writes.
+	Scope         string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -96,13 +103,24 @@ func (x *BeginAttemptRequest) GetLeaseDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *BeginAttemptRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
 // BeginAttemptResponse carries the id every later call of the attempt names.
 type BeginAttemptResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Opaque id of this attempt.
-	AttemptId     string `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AttemptId string `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	// The derived-id scheme version the attempt's ids follow
+	// (docs/derived-ids.md). A run keeps the version its first attempt of the
+	// same scope began with; a new run gets the sidecar's configured version.
+	IdSchemeVersion int32 `protobuf:"varint,2,opt,name=id_scheme_version,json=idSchemeVersion,proto3" json:"id_scheme_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BeginAttemptResponse) Reset() {
@@ -140,6 +158,13 @@ func (x *BeginAttemptResponse) GetAttemptId() string {
 		return x.AttemptId
 	}
 	return ""
+}
+
+func (x *BeginAttemptResponse) GetIdSchemeVersion() int32 {
+	if x != nil {
+		return x.IdSchemeVersion
+	}
+	return 0
 }
 
 // CreateRequest makes an artifact of a kind with JSON data.
@@ -1457,22 +1482,143 @@ func (x *EndStepResponse) GetOutcome() Outcome {
 	return Outcome_OUTCOME_UNSPECIFIED
 }
 
+// AbortStepRequest declares that a begun step's effect did not happen.
+type AbortStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt the step began in.
+	AttemptId string `protobuf:"bytes,1,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
+	// The id BeginStep returned.
+	StepId string `protobuf:"bytes,2,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// Why the effect did not happen, for the operator (at most 512 bytes).
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Client-chosen id of this one call (AIP-155).
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortStepRequest) Reset() {
+	*x = AbortStepRequest{}
+	mi := &file_actonce_v1_run_actions_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortStepRequest) ProtoMessage() {}
+
+func (x *AbortStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_actonce_v1_run_actions_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortStepRequest.ProtoReflect.Descriptor instead.
+func (*AbortStepRequest) Descriptor() ([]byte, []int) {
+	return file_actonce_v1_run_actions_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AbortStepRequest) GetAttemptId() string {
+	if x != nil {
+		return x.AttemptId
+	}
+	return ""
+}
+
+func (x *AbortStepRequest) GetStepId() string {
+	if x != nil {
+		return x.StepId
+	}
+	return ""
+}
+
+func (x *AbortStepRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AbortStepRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// AbortStepResponse acknowledges a durable abort.
+type AbortStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// APPLIED, or ALREADY_APPLIED when the step had already been aborted.
+	Outcome       Outcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=actonce.v1.Outcome" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortStepResponse) Reset() {
+	*x = AbortStepResponse{}
+	mi := &file_actonce_v1_run_actions_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortStepResponse) ProtoMessage() {}
+
+func (x *AbortStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_actonce_v1_run_actions_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortStepResponse.ProtoReflect.Descriptor instead.
+func (*AbortStepResponse) Descriptor() ([]byte, []int) {
+	return file_actonce_v1_run_actions_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *AbortStepResponse) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_UNSPECIFIED
+}
+
 var File_actonce_v1_run_actions_proto protoreflect.FileDescriptor
 
 const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"\n" +
 	"\x1cactonce/v1/run_actions.proto\x12\n" +
-	"actonce.v1\x1a\x16actonce/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
+	"actonce.v1\x1a\x16actonce/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x01\n" +
 	"\x13BeginAttemptRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\tR\n" +
 	"checkpoint\x12A\n" +
-	"\x0elease_deadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\"5\n" +
+	"\x0elease_deadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\x14\n" +
+	"\x05scope\x18\x05 \x01(\tR\x05scope\"a\n" +
 	"\x14BeginAttemptResponse\x12\x1d\n" +
 	"\n" +
-	"attempt_id\x18\x01 \x01(\tR\tattemptId\"\x98\x01\n" +
+	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12*\n" +
+	"\x11id_scheme_version\x18\x02 \x01(\x05R\x0fidSchemeVersion\"\x98\x01\n" +
 	"\rCreateRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x12\n" +
@@ -1578,7 +1724,16 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"@\n" +
 	"\x0fEndStepResponse\x12-\n" +
-	"\aoutcome\x18\x01 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome2\x97\x06\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome\"\x81\x01\n" +
+	"\x10AbortStepRequest\x12\x1d\n" +
+	"\n" +
+	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x17\n" +
+	"\astep_id\x18\x02 \x01(\tR\x06stepId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"B\n" +
+	"\x11AbortStepResponse\x12-\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome2\xe1\x06\n" +
 	"\x11RunActionsService\x12Q\n" +
 	"\fBeginAttempt\x12\x1f.actonce.v1.BeginAttemptRequest\x1a .actonce.v1.BeginAttemptResponse\x12?\n" +
 	"\x06Create\x12\x19.actonce.v1.CreateRequest\x1a\x1a.actonce.v1.CreateResponse\x129\n" +
@@ -1591,7 +1746,8 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"EndAttempt\x12\x1d.actonce.v1.EndAttemptRequest\x1a\x1e.actonce.v1.EndAttemptResponse\x12N\n" +
 	"\vExtendLease\x12\x1e.actonce.v1.ExtendLeaseRequest\x1a\x1f.actonce.v1.ExtendLeaseResponse\x12H\n" +
 	"\tBeginStep\x12\x1c.actonce.v1.BeginStepRequest\x1a\x1d.actonce.v1.BeginStepResponse\x12B\n" +
-	"\aEndStep\x12\x1a.actonce.v1.EndStepRequest\x1a\x1b.actonce.v1.EndStepResponseBc\n" +
+	"\aEndStep\x12\x1a.actonce.v1.EndStepRequest\x1a\x1b.actonce.v1.EndStepResponse\x12H\n" +
+	"\tAbortStep\x12\x1c.actonce.v1.AbortStepRequest\x1a\x1d.actonce.v1.AbortStepResponseBc\n" +
 	"\x0edev.actonce.v1B\x0fRunActionsProtoP\x01Z>github.com/actonce/actonce/clients/go/gen/actonce/v1;actoncev1b\x06proto3"
 
 var (
@@ -1606,7 +1762,7 @@ func file_actonce_v1_run_actions_proto_rawDescGZIP() []byte {
 	return file_actonce_v1_run_actions_proto_rawDescData
 }
 
-var file_actonce_v1_run_actions_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_actonce_v1_run_actions_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_actonce_v1_run_actions_proto_goTypes = []any{
 	(*BeginAttemptRequest)(nil),   // 0: actonce.v1.BeginAttemptRequest
 	(*BeginAttemptResponse)(nil),  // 1: actonce.v1.BeginAttemptResponse
@@ -1630,53 +1786,58 @@ var file_actonce_v1_run_actions_proto_goTypes = []any{
 	(*BeginStepResponse)(nil),     // 19: actonce.v1.BeginStepResponse
 	(*EndStepRequest)(nil),        // 20: actonce.v1.EndStepRequest
 	(*EndStepResponse)(nil),       // 21: actonce.v1.EndStepResponse
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
-	(Outcome)(0),                  // 23: actonce.v1.Outcome
-	(*Artifact)(nil),              // 24: actonce.v1.Artifact
-	(*Message)(nil),               // 25: actonce.v1.Message
-	(ToolEffect)(0),               // 26: actonce.v1.ToolEffect
+	(*AbortStepRequest)(nil),      // 22: actonce.v1.AbortStepRequest
+	(*AbortStepResponse)(nil),     // 23: actonce.v1.AbortStepResponse
+	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(Outcome)(0),                  // 25: actonce.v1.Outcome
+	(*Artifact)(nil),              // 26: actonce.v1.Artifact
+	(*Message)(nil),               // 27: actonce.v1.Message
+	(ToolEffect)(0),               // 28: actonce.v1.ToolEffect
 }
 var file_actonce_v1_run_actions_proto_depIdxs = []int32{
-	22, // 0: actonce.v1.BeginAttemptRequest.lease_deadline:type_name -> google.protobuf.Timestamp
-	23, // 1: actonce.v1.CreateResponse.outcome:type_name -> actonce.v1.Outcome
-	23, // 2: actonce.v1.EditResponse.outcome:type_name -> actonce.v1.Outcome
-	23, // 3: actonce.v1.NoticeResponse.outcome:type_name -> actonce.v1.Outcome
-	23, // 4: actonce.v1.CreateThreadResponse.outcome:type_name -> actonce.v1.Outcome
-	23, // 5: actonce.v1.SendResponse.outcome:type_name -> actonce.v1.Outcome
-	24, // 6: actonce.v1.ReadResponse.artifact:type_name -> actonce.v1.Artifact
-	25, // 7: actonce.v1.ReadResponse.messages:type_name -> actonce.v1.Message
-	22, // 8: actonce.v1.ExtendLeaseRequest.lease_deadline:type_name -> google.protobuf.Timestamp
-	22, // 9: actonce.v1.ExtendLeaseResponse.lease_deadline:type_name -> google.protobuf.Timestamp
-	26, // 10: actonce.v1.BeginStepRequest.effect:type_name -> actonce.v1.ToolEffect
-	23, // 11: actonce.v1.BeginStepResponse.outcome:type_name -> actonce.v1.Outcome
-	23, // 12: actonce.v1.EndStepResponse.outcome:type_name -> actonce.v1.Outcome
-	0,  // 13: actonce.v1.RunActionsService.BeginAttempt:input_type -> actonce.v1.BeginAttemptRequest
-	2,  // 14: actonce.v1.RunActionsService.Create:input_type -> actonce.v1.CreateRequest
-	4,  // 15: actonce.v1.RunActionsService.Edit:input_type -> actonce.v1.EditRequest
-	6,  // 16: actonce.v1.RunActionsService.Notice:input_type -> actonce.v1.NoticeRequest
-	8,  // 17: actonce.v1.RunActionsService.CreateThread:input_type -> actonce.v1.CreateThreadRequest
-	10, // 18: actonce.v1.RunActionsService.Send:input_type -> actonce.v1.SendRequest
-	12, // 19: actonce.v1.RunActionsService.Read:input_type -> actonce.v1.ReadRequest
-	14, // 20: actonce.v1.RunActionsService.EndAttempt:input_type -> actonce.v1.EndAttemptRequest
-	16, // 21: actonce.v1.RunActionsService.ExtendLease:input_type -> actonce.v1.ExtendLeaseRequest
-	18, // 22: actonce.v1.RunActionsService.BeginStep:input_type -> actonce.v1.BeginStepRequest
-	20, // 23: actonce.v1.RunActionsService.EndStep:input_type -> actonce.v1.EndStepRequest
-	1,  // 24: actonce.v1.RunActionsService.BeginAttempt:output_type -> actonce.v1.BeginAttemptResponse
-	3,  // 25: actonce.v1.RunActionsService.Create:output_type -> actonce.v1.CreateResponse
-	5,  // 26: actonce.v1.RunActionsService.Edit:output_type -> actonce.v1.EditResponse
-	7,  // 27: actonce.v1.RunActionsService.Notice:output_type -> actonce.v1.NoticeResponse
-	9,  // 28: actonce.v1.RunActionsService.CreateThread:output_type -> actonce.v1.CreateThreadResponse
-	11, // 29: actonce.v1.RunActionsService.Send:output_type -> actonce.v1.SendResponse
-	13, // 30: actonce.v1.RunActionsService.Read:output_type -> actonce.v1.ReadResponse
-	15, // 31: actonce.v1.RunActionsService.EndAttempt:output_type -> actonce.v1.EndAttemptResponse
-	17, // 32: actonce.v1.RunActionsService.ExtendLease:output_type -> actonce.v1.ExtendLeaseResponse
-	19, // 33: actonce.v1.RunActionsService.BeginStep:output_type -> actonce.v1.BeginStepResponse
-	21, // 34: actonce.v1.RunActionsService.EndStep:output_type -> actonce.v1.EndStepResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	24, // 0: actonce.v1.BeginAttemptRequest.lease_deadline:type_name -> google.protobuf.Timestamp
+	25, // 1: actonce.v1.CreateResponse.outcome:type_name -> actonce.v1.Outcome
+	25, // 2: actonce.v1.EditResponse.outcome:type_name -> actonce.v1.Outcome
+	25, // 3: actonce.v1.NoticeResponse.outcome:type_name -> actonce.v1.Outcome
+	25, // 4: actonce.v1.CreateThreadResponse.outcome:type_name -> actonce.v1.Outcome
+	25, // 5: actonce.v1.SendResponse.outcome:type_name -> actonce.v1.Outcome
+	26, // 6: actonce.v1.ReadResponse.artifact:type_name -> actonce.v1.Artifact
+	27, // 7: actonce.v1.ReadResponse.messages:type_name -> actonce.v1.Message
+	24, // 8: actonce.v1.ExtendLeaseRequest.lease_deadline:type_name -> google.protobuf.Timestamp
+	24, // 9: actonce.v1.ExtendLeaseResponse.lease_deadline:type_name -> google.protobuf.Timestamp
+	28, // 10: actonce.v1.BeginStepRequest.effect:type_name -> actonce.v1.ToolEffect
+	25, // 11: actonce.v1.BeginStepResponse.outcome:type_name -> actonce.v1.Outcome
+	25, // 12: actonce.v1.EndStepResponse.outcome:type_name -> actonce.v1.Outcome
+	25, // 13: actonce.v1.AbortStepResponse.outcome:type_name -> actonce.v1.Outcome
+	0,  // 14: actonce.v1.RunActionsService.BeginAttempt:input_type -> actonce.v1.BeginAttemptRequest
+	2,  // 15: actonce.v1.RunActionsService.Create:input_type -> actonce.v1.CreateRequest
+	4,  // 16: actonce.v1.RunActionsService.Edit:input_type -> actonce.v1.EditRequest
+	6,  // 17: actonce.v1.RunActionsService.Notice:input_type -> actonce.v1.NoticeRequest
+	8,  // 18: actonce.v1.RunActionsService.CreateThread:input_type -> actonce.v1.CreateThreadRequest
+	10, // 19: actonce.v1.RunActionsService.Send:input_type -> actonce.v1.SendRequest
+	12, // 20: actonce.v1.RunActionsService.Read:input_type -> actonce.v1.ReadRequest
+	14, // 21: actonce.v1.RunActionsService.EndAttempt:input_type -> actonce.v1.EndAttemptRequest
+	16, // 22: actonce.v1.RunActionsService.ExtendLease:input_type -> actonce.v1.ExtendLeaseRequest
+	18, // 23: actonce.v1.RunActionsService.BeginStep:input_type -> actonce.v1.BeginStepRequest
+	20, // 24: actonce.v1.RunActionsService.EndStep:input_type -> actonce.v1.EndStepRequest
+	22, // 25: actonce.v1.RunActionsService.AbortStep:input_type -> actonce.v1.AbortStepRequest
+	1,  // 26: actonce.v1.RunActionsService.BeginAttempt:output_type -> actonce.v1.BeginAttemptResponse
+	3,  // 27: actonce.v1.RunActionsService.Create:output_type -> actonce.v1.CreateResponse
+	5,  // 28: actonce.v1.RunActionsService.Edit:output_type -> actonce.v1.EditResponse
+	7,  // 29: actonce.v1.RunActionsService.Notice:output_type -> actonce.v1.NoticeResponse
+	9,  // 30: actonce.v1.RunActionsService.CreateThread:output_type -> actonce.v1.CreateThreadResponse
+	11, // 31: actonce.v1.RunActionsService.Send:output_type -> actonce.v1.SendResponse
+	13, // 32: actonce.v1.RunActionsService.Read:output_type -> actonce.v1.ReadResponse
+	15, // 33: actonce.v1.RunActionsService.EndAttempt:output_type -> actonce.v1.EndAttemptResponse
+	17, // 34: actonce.v1.RunActionsService.ExtendLease:output_type -> actonce.v1.ExtendLeaseResponse
+	19, // 35: actonce.v1.RunActionsService.BeginStep:output_type -> actonce.v1.BeginStepResponse
+	21, // 36: actonce.v1.RunActionsService.EndStep:output_type -> actonce.v1.EndStepResponse
+	23, // 37: actonce.v1.RunActionsService.AbortStep:output_type -> actonce.v1.AbortStepResponse
+	26, // [26:38] is the sub-list for method output_type
+	14, // [14:26] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_actonce_v1_run_actions_proto_init() }
@@ -1695,7 +1856,7 @@ func file_actonce_v1_run_actions_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_actonce_v1_run_actions_proto_rawDesc), len(file_actonce_v1_run_actions_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	RunActionsService_ExtendLease_FullMethodName  = "/actonce.v1.RunActionsService/ExtendLease"
 	RunActionsService_BeginStep_FullMethodName    = "/actonce.v1.RunActionsService/BeginStep"
 	RunActionsService_EndStep_FullMethodName      = "/actonce.v1.RunActionsService/EndStep"
+	RunActionsService_AbortStep_FullMethodName    = "/actonce.v1.RunActionsService/AbortStep"
 )
 
 // RunActionsServiceClient is the client API for RunActionsService service.
@@ -71,6 +72,10 @@ type RunActionsServiceClient interface {
 	BeginStep(ctx context.Context, in *BeginStepRequest, opts ...grpc.CallOption) (*BeginStepResponse, error)
 	// EndStep audits the end of a step with the tool's result.
 	EndStep(ctx context.Context, in *EndStepRequest, opts ...grpc.CallOption) (*EndStepResponse, error)
+	// AbortStep declares that a begun step's effect did not happen: the call
+	// was refused before it acted, or never made (interrupted before it). It is
+	// audited like EndStep, and a later attempt may run the step again.
+	AbortStep(ctx context.Context, in *AbortStepRequest, opts ...grpc.CallOption) (*AbortStepResponse, error)
 }
 
 type runActionsServiceClient struct {
@@ -191,6 +196,16 @@ func (c *runActionsServiceClient) EndStep(ctx context.Context, in *EndStepReques
 	return out, nil
 }
 
+func (c *runActionsServiceClient) AbortStep(ctx context.Context, in *AbortStepRequest, opts ...grpc.CallOption) (*AbortStepResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortStepResponse)
+	err := c.cc.Invoke(ctx, RunActionsService_AbortStep_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RunActionsServiceServer is the server API for RunActionsService service.
 // All implementations must embed UnimplementedRunActionsServiceServer
 // for forward compatibility.
@@ -230,6 +245,10 @@ type RunActionsServiceServer interface {
 	BeginStep(context.Context, *BeginStepRequest) (*BeginStepResponse, error)
 	// EndStep audits the end of a step with the tool's result.
 	EndStep(context.Context, *EndStepRequest) (*EndStepResponse, error)
+	// AbortStep declares that a begun step's effect did not happen: the call
+	// was refused before it acted, or never made (interrupted before it). It is
+	// audited like EndStep, and a later attempt may run the step again.
+	AbortStep(context.Context, *AbortStepRequest) (*AbortStepResponse, error)
 	mustEmbedUnimplementedRunActionsServiceServer()
 }
 
@@ -272,6 +291,9 @@ func (UnimplementedRunActionsServiceServer) BeginStep(context.Context, *BeginSte
 }
 func (UnimplementedRunActionsServiceServer) EndStep(context.Context, *EndStepRequest) (*EndStepResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EndStep not implemented")
+}
+func (UnimplementedRunActionsServiceServer) AbortStep(context.Context, *AbortStepRequest) (*AbortStepResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortStep not implemented")
 }
 func (UnimplementedRunActionsServiceServer) mustEmbedUnimplementedRunActionsServiceServer() {}
 func (UnimplementedRunActionsServiceServer) testEmbeddedByValue()                           {}
@@ -492,6 +514,24 @@ func _RunActionsService_EndStep_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RunActionsService_AbortStep_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortStepRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RunActionsServiceServer).AbortStep(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RunActionsService_AbortStep_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RunActionsServiceServer).AbortStep(ctx, req.(*AbortStepRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RunActionsService_ServiceDesc is the grpc.ServiceDesc for RunActionsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -542,6 +582,10 @@ var RunActionsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EndStep",
 			Handler:    _RunActionsService_EndStep_Handler,
+		},
+		{
+			MethodName: "AbortStep",
+			Handler:    _RunActionsService_AbortStep_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

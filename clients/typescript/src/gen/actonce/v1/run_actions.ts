@@ -37,13 +37,30 @@ export interface BeginAttemptRequest {
    * When the queue's lease on the run ends; writes the lease would not
    * outlast are refused before they act. Unset: no lease.
    */
-  leaseDeadline: Date | undefined;
+  leaseDeadline:
+    | Date
+    | undefined;
+  /**
+   * The attempt's part of the run, stable across the run's retries (a tool
+   * call's id, for example); empty for an unscoped attempt. Fencing is per
+   * (run, scope): a new attempt fences only the older attempts of its own
+   * scope, never another scope's nor the unscoped ones, and an unscoped
+   * attempt fences only unscoped ones. The scope is part of every id the
+   * attempt derives, so the same write in two scopes is two writes.
+   */
+  scope: string;
 }
 
 /** BeginAttemptResponse carries the id every later call of the attempt names. */
 export interface BeginAttemptResponse {
   /** Opaque id of this attempt. */
   attemptId: string;
+  /**
+   * The derived-id scheme version the attempt's ids follow
+   * (docs/derived-ids.md). A run keeps the version its first attempt of the
+   * same scope began with; a new run gets the sidecar's configured version.
+   */
+  idSchemeVersion: number;
 }
 
 /** CreateRequest makes an artifact of a kind with JSON data. */
@@ -259,8 +276,26 @@ export interface EndStepResponse {
   outcome: Outcome;
 }
 
+/** AbortStepRequest declares that a begun step's effect did not happen. */
+export interface AbortStepRequest {
+  /** The attempt the step began in. */
+  attemptId: string;
+  /** The id BeginStep returned. */
+  stepId: string;
+  /** Why the effect did not happen, for the operator (at most 512 bytes). */
+  reason: string;
+  /** Client-chosen id of this one call (AIP-155). */
+  requestId: string;
+}
+
+/** AbortStepResponse acknowledges a durable abort. */
+export interface AbortStepResponse {
+  /** APPLIED, or ALREADY_APPLIED when the step had already been aborted. */
+  outcome: Outcome;
+}
+
 function createBaseBeginAttemptRequest(): BeginAttemptRequest {
-  return { runId: "", rule: "", checkpoint: "", leaseDeadline: undefined };
+  return { runId: "", rule: "", checkpoint: "", leaseDeadline: undefined, scope: "" };
 }
 
 export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
@@ -276,6 +311,9 @@ export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
     }
     if (message.leaseDeadline !== undefined) {
       Timestamp.encode(toTimestamp(message.leaseDeadline), writer.uint32(34).fork()).join();
+    }
+    if (message.scope !== "") {
+      writer.uint32(42).string(message.scope);
     }
     return writer;
   },
@@ -325,6 +363,14 @@ export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
             message.leaseDeadline = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.scope = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -346,18 +392,22 @@ export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
     message.rule = object.rule ?? "";
     message.checkpoint = object.checkpoint ?? "";
     message.leaseDeadline = object.leaseDeadline ?? undefined;
+    message.scope = object.scope ?? "";
     return message;
   },
 };
 
 function createBaseBeginAttemptResponse(): BeginAttemptResponse {
-  return { attemptId: "" };
+  return { attemptId: "", idSchemeVersion: 0 };
 }
 
 export const BeginAttemptResponse: MessageFns<BeginAttemptResponse> = {
   encode(message: BeginAttemptResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.attemptId !== "") {
       writer.uint32(10).string(message.attemptId);
+    }
+    if (message.idSchemeVersion !== 0) {
+      writer.uint32(16).int32(message.idSchemeVersion);
     }
     return writer;
   },
@@ -383,6 +433,14 @@ export const BeginAttemptResponse: MessageFns<BeginAttemptResponse> = {
             message.attemptId = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.idSchemeVersion = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -401,6 +459,7 @@ export const BeginAttemptResponse: MessageFns<BeginAttemptResponse> = {
   fromPartial<I extends Exact<DeepPartial<BeginAttemptResponse>, I>>(object: I): BeginAttemptResponse {
     const message = createBaseBeginAttemptResponse();
     message.attemptId = object.attemptId ?? "";
+    message.idSchemeVersion = object.idSchemeVersion ?? 0;
     return message;
   },
 };
@@ -1987,6 +2046,152 @@ export const EndStepResponse: MessageFns<EndStepResponse> = {
   },
 };
 
+function createBaseAbortStepRequest(): AbortStepRequest {
+  return { attemptId: "", stepId: "", reason: "", requestId: "" };
+}
+
+export const AbortStepRequest: MessageFns<AbortStepRequest> = {
+  encode(message: AbortStepRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.attemptId !== "") {
+      writer.uint32(10).string(message.attemptId);
+    }
+    if (message.stepId !== "") {
+      writer.uint32(18).string(message.stepId);
+    }
+    if (message.reason !== "") {
+      writer.uint32(26).string(message.reason);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(34).string(message.requestId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AbortStepRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAbortStepRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.attemptId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.stepId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<AbortStepRequest>, I>>(base?: I): AbortStepRequest {
+    return AbortStepRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AbortStepRequest>, I>>(object: I): AbortStepRequest {
+    const message = createBaseAbortStepRequest();
+    message.attemptId = object.attemptId ?? "";
+    message.stepId = object.stepId ?? "";
+    message.reason = object.reason ?? "";
+    message.requestId = object.requestId ?? "";
+    return message;
+  },
+};
+
+function createBaseAbortStepResponse(): AbortStepResponse {
+  return { outcome: 0 };
+}
+
+export const AbortStepResponse: MessageFns<AbortStepResponse> = {
+  encode(message: AbortStepResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.outcome !== 0) {
+      writer.uint32(8).int32(message.outcome);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AbortStepResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAbortStepResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.outcome = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<AbortStepResponse>, I>>(base?: I): AbortStepResponse {
+    return AbortStepResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AbortStepResponse>, I>>(object: I): AbortStepResponse {
+    const message = createBaseAbortStepResponse();
+    message.outcome = object.outcome ?? 0;
+    return message;
+  },
+};
+
 /**
  * RunActionsService is what an agent calls, through its sidecar, to act on the
  * artifact store. Every write lands once however often the run is retried:
@@ -2125,6 +2330,20 @@ export const RunActionsServiceService = {
     responseSerialize: (value: EndStepResponse): Buffer => Buffer.from(EndStepResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): EndStepResponse => EndStepResponse.decode(value),
   },
+  /**
+   * AbortStep declares that a begun step's effect did not happen: the call
+   * was refused before it acted, or never made (interrupted before it). It is
+   * audited like EndStep, and a later attempt may run the step again.
+   */
+  abortStep: {
+    path: "/actonce.v1.RunActionsService/AbortStep" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: AbortStepRequest): Buffer => Buffer.from(AbortStepRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AbortStepRequest => AbortStepRequest.decode(value),
+    responseSerialize: (value: AbortStepResponse): Buffer => Buffer.from(AbortStepResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AbortStepResponse => AbortStepResponse.decode(value),
+  },
 } as const;
 
 export interface RunActionsServiceServer extends UntypedServiceImplementation {
@@ -2165,6 +2384,12 @@ export interface RunActionsServiceServer extends UntypedServiceImplementation {
   beginStep: handleUnaryCall<BeginStepRequest, BeginStepResponse>;
   /** EndStep audits the end of a step with the tool's result. */
   endStep: handleUnaryCall<EndStepRequest, EndStepResponse>;
+  /**
+   * AbortStep declares that a begun step's effect did not happen: the call
+   * was refused before it acted, or never made (interrupted before it). It is
+   * audited like EndStep, and a later attempt may run the step again.
+   */
+  abortStep: handleUnaryCall<AbortStepRequest, AbortStepResponse>;
 }
 
 export interface RunActionsServiceClient extends Client {
@@ -2349,6 +2574,26 @@ export interface RunActionsServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: EndStepResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * AbortStep declares that a begun step's effect did not happen: the call
+   * was refused before it acted, or never made (interrupted before it). It is
+   * audited like EndStep, and a later attempt may run the step again.
+   */
+  abortStep(
+    request: AbortStepRequest,
+    callback: (error: ServiceError | null, response: AbortStepResponse) => void,
+  ): ClientUnaryCall;
+  abortStep(
+    request: AbortStepRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: AbortStepResponse) => void,
+  ): ClientUnaryCall;
+  abortStep(
+    request: AbortStepRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: AbortStepResponse) => void,
   ): ClientUnaryCall;
 }
 

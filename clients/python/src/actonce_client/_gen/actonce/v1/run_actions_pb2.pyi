@@ -31,12 +31,21 @@ class BeginAttemptRequest(_message.Message):
     RULE_FIELD_NUMBER: _builtins.int
     CHECKPOINT_FIELD_NUMBER: _builtins.int
     LEASE_DEADLINE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run's id, the same for every attempt of the run."""
     rule: _builtins.str
     """The rule (automation) the run belongs to. Checked against the send allowlist."""
     checkpoint: _builtins.str
     """The run's last checkpoint, an opaque string; empty for a run's start."""
+    scope: _builtins.str
+    """The attempt's part of the run, stable across the run's retries (a tool
+    call's id, for example); empty for an unscoped attempt. Fencing is per
+    (run, scope): a new attempt fences only the older attempts of its own
+    scope, never another scope's nor the unscoped ones, and an unscoped
+    attempt fences only unscoped ones. The scope is part of every id the
+    attempt derives, so the same write in two scopes is two writes.
+    """
     @_builtins.property
     def lease_deadline(self) -> _timestamp_pb2.Timestamp:
         """When the queue's lease on the run ends; writes the lease would not
@@ -50,10 +59,11 @@ class BeginAttemptRequest(_message.Message):
         rule: _builtins.str = ...,
         checkpoint: _builtins.str = ...,
         lease_deadline: _timestamp_pb2.Timestamp | None = ...,
+        scope: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_deadline", b"lease_deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "lease_deadline", b"lease_deadline", "rule", b"rule", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "lease_deadline", b"lease_deadline", "rule", b"rule", "run_id", b"run_id", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -66,16 +76,23 @@ class BeginAttemptResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    ID_SCHEME_VERSION_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     """Opaque id of this attempt."""
+    id_scheme_version: _builtins.int
+    """The derived-id scheme version the attempt's ids follow
+    (docs/derived-ids.md). A run keeps the version its first attempt of the
+    same scope began with; a new run gets the sidecar's configured version.
+    """
     def __init__(
         self,
         *,
         attempt_id: _builtins.str = ...,
+        id_scheme_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "id_scheme_version", b"id_scheme_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -696,3 +713,59 @@ class EndStepResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EndStepResponse: _TypeAlias = EndStepResponse  # noqa: Y015
+
+@_typing.final
+class AbortStepRequest(_message.Message):
+    """AbortStepRequest declares that a begun step's effect did not happen."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPT_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    attempt_id: _builtins.str
+    """The attempt the step began in."""
+    step_id: _builtins.str
+    """The id BeginStep returned."""
+    reason: _builtins.str
+    """Why the effect did not happen, for the operator (at most 512 bytes)."""
+    request_id: _builtins.str
+    """Client-chosen id of this one call (AIP-155)."""
+    def __init__(
+        self,
+        *,
+        attempt_id: _builtins.str = ...,
+        step_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "reason", b"reason", "request_id", b"request_id", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortStepRequest: _TypeAlias = AbortStepRequest  # noqa: Y015
+
+@_typing.final
+class AbortStepResponse(_message.Message):
+    """AbortStepResponse acknowledges a durable abort."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    outcome: _types_pb2.Outcome.ValueType
+    """APPLIED, or ALREADY_APPLIED when the step had already been aborted."""
+    def __init__(
+        self,
+        *,
+        outcome: _types_pb2.Outcome.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortStepResponse: _TypeAlias = AbortStepResponse  # noqa: Y015

@@ -97,6 +97,11 @@ class RunActionsServiceStub:
                 request_serializer=actonce_dot_v1_dot_run__actions__pb2.EndStepRequest.SerializeToString,
                 response_deserializer=actonce_dot_v1_dot_run__actions__pb2.EndStepResponse.FromString,
                 _registered_method=True)
+        self.AbortStep = channel.unary_unary(
+                '/actonce.v1.RunActionsService/AbortStep',
+                request_serializer=actonce_dot_v1_dot_run__actions__pb2.AbortStepRequest.SerializeToString,
+                response_deserializer=actonce_dot_v1_dot_run__actions__pb2.AbortStepResponse.FromString,
+                _registered_method=True)
 
 
 class RunActionsServiceServicer:
@@ -191,6 +196,15 @@ class RunActionsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AbortStep(self, request, context):
+        """AbortStep declares that a begun step's effect did not happen: the call
+        was refused before it acted, or never made (interrupted before it). It is
+        audited like EndStep, and a later attempt may run the step again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunActionsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -248,6 +262,11 @@ def add_RunActionsServiceServicer_to_server(servicer, server):
                     servicer.EndStep,
                     request_deserializer=actonce_dot_v1_dot_run__actions__pb2.EndStepRequest.FromString,
                     response_serializer=actonce_dot_v1_dot_run__actions__pb2.EndStepResponse.SerializeToString,
+            ),
+            'AbortStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortStep,
+                    request_deserializer=actonce_dot_v1_dot_run__actions__pb2.AbortStepRequest.FromString,
+                    response_serializer=actonce_dot_v1_dot_run__actions__pb2.AbortStepResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -554,6 +573,33 @@ class RunActionsService:
             '/actonce.v1.RunActionsService/EndStep',
             actonce_dot_v1_dot_run__actions__pb2.EndStepRequest.SerializeToString,
             actonce_dot_v1_dot_run__actions__pb2.EndStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/actonce.v1.RunActionsService/AbortStep',
+            actonce_dot_v1_dot_run__actions__pb2.AbortStepRequest.SerializeToString,
+            actonce_dot_v1_dot_run__actions__pb2.AbortStepResponse.FromString,
             options,
             channel_credentials,
             insecure,

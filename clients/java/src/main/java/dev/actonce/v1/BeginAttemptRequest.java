@@ -35,6 +35,7 @@ private static final long serialVersionUID = 0L;
     runId_ = "";
     rule_ = "";
     checkpoint_ = "";
+    scope_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -238,6 +239,63 @@ private static final long serialVersionUID = 0L;
     return leaseDeadline_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : leaseDeadline_;
   }
 
+  public static final int SCOPE_FIELD_NUMBER = 5;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object scope_ = "";
+  /**
+   * <pre>
+   * The attempt's part of the run, stable across the run's retries (a tool
+   * call's id, for example); empty for an unscoped attempt. Fencing is per
+   * (run, scope): a new attempt fences only the older attempts of its own
+   * scope, never another scope's nor the unscoped ones, and an unscoped
+   * attempt fences only unscoped ones. The scope is part of every id the
+   * attempt derives, so the same write in two scopes is two writes.
+   * </pre>
+   *
+   * <code>string scope = 5;</code>
+   * @return The scope.
+   */
+  @java.lang.Override
+  public java.lang.String getScope() {
+    java.lang.Object ref = scope_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      scope_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The attempt's part of the run, stable across the run's retries (a tool
+   * call's id, for example); empty for an unscoped attempt. Fencing is per
+   * (run, scope): a new attempt fences only the older attempts of its own
+   * scope, never another scope's nor the unscoped ones, and an unscoped
+   * attempt fences only unscoped ones. The scope is part of every id the
+   * attempt derives, so the same write in two scopes is two writes.
+   * </pre>
+   *
+   * <code>string scope = 5;</code>
+   * @return The bytes for scope.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getScopeBytes() {
+    java.lang.Object ref = scope_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      scope_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -264,6 +322,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(4, getLeaseDeadline());
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(scope_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 5, scope_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -280,6 +341,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(4, getLeaseDeadline());
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(scope_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(5, scope_);
     }
     return size;
   }
@@ -316,6 +380,8 @@ private static final long serialVersionUID = 0L;
       if (!getLeaseDeadline()
           .equals(other.getLeaseDeadline())) return false;
     }
+    if (!getScope()
+        .equals(other.getScope())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -337,6 +403,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + LEASE_DEADLINE_FIELD_NUMBER;
       hash = (53 * hash) + getLeaseDeadline().hashCode();
     }
+    hash = (37 * hash) + SCOPE_FIELD_NUMBER;
+    hash = (53 * hash) + getScope().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -486,6 +554,7 @@ private static final long serialVersionUID = 0L;
         leaseDeadlineBuilder_.dispose();
         leaseDeadlineBuilder_ = null;
       }
+      scope_ = "";
       return this;
     }
 
@@ -535,6 +604,9 @@ private static final long serialVersionUID = 0L;
             : leaseDeadlineBuilder_.build();
         to_bitField0_ |= 0x00000001;
       }
+      if (((from_bitField0_ & 0x00000010) != 0)) {
+        result.scope_ = scope_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -567,6 +639,11 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasLeaseDeadline()) {
         mergeLeaseDeadline(other.getLeaseDeadline());
+      }
+      if (!other.getScope().isEmpty()) {
+        scope_ = other.scope_;
+        bitField0_ |= 0x00000010;
+        onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -616,6 +693,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000008;
               break;
             } // case 34
+            case 42: {
+              scope_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000010;
+              break;
+            } // case 42
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1073,6 +1155,123 @@ private static final long serialVersionUID = 0L;
         leaseDeadline_ = null;
       }
       return leaseDeadlineBuilder_;
+    }
+
+    private java.lang.Object scope_ = "";
+    /**
+     * <pre>
+     * The attempt's part of the run, stable across the run's retries (a tool
+     * call's id, for example); empty for an unscoped attempt. Fencing is per
+     * (run, scope): a new attempt fences only the older attempts of its own
+     * scope, never another scope's nor the unscoped ones, and an unscoped
+     * attempt fences only unscoped ones. The scope is part of every id the
+     * attempt derives, so the same write in two scopes is two writes.
+     * </pre>
+     *
+     * <code>string scope = 5;</code>
+     * @return The scope.
+     */
+    public java.lang.String getScope() {
+      java.lang.Object ref = scope_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        scope_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The attempt's part of the run, stable across the run's retries (a tool
+     * call's id, for example); empty for an unscoped attempt. Fencing is per
+     * (run, scope): a new attempt fences only the older attempts of its own
+     * scope, never another scope's nor the unscoped ones, and an unscoped
+     * attempt fences only unscoped ones. The scope is part of every id the
+     * attempt derives, so the same write in two scopes is two writes.
+     * </pre>
+     *
+     * <code>string scope = 5;</code>
+     * @return The bytes for scope.
+     */
+    public com.google.protobuf.ByteString
+        getScopeBytes() {
+      java.lang.Object ref = scope_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        scope_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The attempt's part of the run, stable across the run's retries (a tool
+     * call's id, for example); empty for an unscoped attempt. Fencing is per
+     * (run, scope): a new attempt fences only the older attempts of its own
+     * scope, never another scope's nor the unscoped ones, and an unscoped
+     * attempt fences only unscoped ones. The scope is part of every id the
+     * attempt derives, so the same write in two scopes is two writes.
+     * </pre>
+     *
+     * <code>string scope = 5;</code>
+     * @param value The scope to set.
+     * @return This builder for chaining.
+     */
+    public Builder setScope(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      scope_ = value;
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The attempt's part of the run, stable across the run's retries (a tool
+     * call's id, for example); empty for an unscoped attempt. Fencing is per
+     * (run, scope): a new attempt fences only the older attempts of its own
+     * scope, never another scope's nor the unscoped ones, and an unscoped
+     * attempt fences only unscoped ones. The scope is part of every id the
+     * attempt derives, so the same write in two scopes is two writes.
+     * </pre>
+     *
+     * <code>string scope = 5;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearScope() {
+      scope_ = getDefaultInstance().getScope();
+      bitField0_ = (bitField0_ & ~0x00000010);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The attempt's part of the run, stable across the run's retries (a tool
+     * call's id, for example); empty for an unscoped attempt. Fencing is per
+     * (run, scope): a new attempt fences only the older attempts of its own
+     * scope, never another scope's nor the unscoped ones, and an unscoped
+     * attempt fences only unscoped ones. The scope is part of every id the
+     * attempt derives, so the same write in two scopes is two writes.
+     * </pre>
+     *
+     * <code>string scope = 5;</code>
+     * @param value The bytes for scope to set.
+     * @return This builder for chaining.
+     */
+    public Builder setScopeBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      scope_ = value;
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:actonce.v1.BeginAttemptRequest)

@@ -99,4 +99,34 @@ public interface BeginAttemptRequestOrBuilder extends
    * <code>.google.protobuf.Timestamp lease_deadline = 4;</code>
    */
   com.google.protobuf.TimestampOrBuilder getLeaseDeadlineOrBuilder();
+
+  /**
+   * <pre>
+   * The attempt's part of the run, stable across the run's retries (a tool
+   * call's id, for example); empty for an unscoped attempt. Fencing is per
+   * (run, scope): a new attempt fences only the older attempts of its own
+   * scope, never another scope's nor the unscoped ones, and an unscoped
+   * attempt fences only unscoped ones. The scope is part of every id the
+   * attempt derives, so the same write in two scopes is two writes.
+   * </pre>
+   *
+   * <code>string scope = 5;</code>
+   * @return The scope.
+   */
+  java.lang.String getScope();
+  /**
+   * <pre>
+   * The attempt's part of the run, stable across the run's retries (a tool
+   * call's id, for example); empty for an unscoped attempt. Fencing is per
+   * (run, scope): a new attempt fences only the older attempts of its own
+   * scope, never another scope's nor the unscoped ones, and an unscoped
+   * attempt fences only unscoped ones. The scope is part of every id the
+   * attempt derives, so the same write in two scopes is two writes.
+   * </pre>
+   *
+   * <code>string scope = 5;</code>
+   * @return The bytes for scope.
+   */
+  com.google.protobuf.ByteString
+      getScopeBytes();
 }

@@ -100,6 +100,23 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int ID_SCHEME_VERSION_FIELD_NUMBER = 2;
+  private int idSchemeVersion_ = 0;
+  /**
+   * <pre>
+   * The derived-id scheme version the attempt's ids follow
+   * (docs/derived-ids.md). A run keeps the version its first attempt of the
+   * same scope began with; a new run gets the sidecar's configured version.
+   * </pre>
+   *
+   * <code>int32 id_scheme_version = 2;</code>
+   * @return The idSchemeVersion.
+   */
+  @java.lang.Override
+  public int getIdSchemeVersion() {
+    return idSchemeVersion_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -117,12 +134,19 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(attemptId_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 1, attemptId_);
     }
+    if (idSchemeVersion_ != 0) {
+      output.writeInt32(2, idSchemeVersion_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
     int size = 0;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(attemptId_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(1, attemptId_);
+    }
+    if (idSchemeVersion_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeInt32Size(2, idSchemeVersion_);
     }
     return size;
   }
@@ -150,6 +174,8 @@ private static final long serialVersionUID = 0L;
 
     if (!getAttemptId()
         .equals(other.getAttemptId())) return false;
+    if (getIdSchemeVersion()
+        != other.getIdSchemeVersion()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -163,6 +189,8 @@ private static final long serialVersionUID = 0L;
     hash = (19 * hash) + getDescriptor().hashCode();
     hash = (37 * hash) + ATTEMPT_ID_FIELD_NUMBER;
     hash = (53 * hash) + getAttemptId().hashCode();
+    hash = (37 * hash) + ID_SCHEME_VERSION_FIELD_NUMBER;
+    hash = (53 * hash) + getIdSchemeVersion();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -299,6 +327,7 @@ private static final long serialVersionUID = 0L;
       super.clear();
       bitField0_ = 0;
       attemptId_ = "";
+      idSchemeVersion_ = 0;
       return this;
     }
 
@@ -335,6 +364,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000001) != 0)) {
         result.attemptId_ = attemptId_;
       }
+      if (((from_bitField0_ & 0x00000002) != 0)) {
+        result.idSchemeVersion_ = idSchemeVersion_;
+      }
     }
 
     @java.lang.Override
@@ -353,6 +385,9 @@ private static final long serialVersionUID = 0L;
         attemptId_ = other.attemptId_;
         bitField0_ |= 0x00000001;
         onChanged();
+      }
+      if (other.getIdSchemeVersion() != 0) {
+        setIdSchemeVersion(other.getIdSchemeVersion());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -385,6 +420,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000001;
               break;
             } // case 10
+            case 16: {
+              idSchemeVersion_ = input.readInt32();
+              bitField0_ |= 0x00000002;
+              break;
+            } // case 16
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -490,6 +530,56 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       attemptId_ = value;
       bitField0_ |= 0x00000001;
+      onChanged();
+      return this;
+    }
+
+    private int idSchemeVersion_ ;
+    /**
+     * <pre>
+     * The derived-id scheme version the attempt's ids follow
+     * (docs/derived-ids.md). A run keeps the version its first attempt of the
+     * same scope began with; a new run gets the sidecar's configured version.
+     * </pre>
+     *
+     * <code>int32 id_scheme_version = 2;</code>
+     * @return The idSchemeVersion.
+     */
+    @java.lang.Override
+    public int getIdSchemeVersion() {
+      return idSchemeVersion_;
+    }
+    /**
+     * <pre>
+     * The derived-id scheme version the attempt's ids follow
+     * (docs/derived-ids.md). A run keeps the version its first attempt of the
+     * same scope began with; a new run gets the sidecar's configured version.
+     * </pre>
+     *
+     * <code>int32 id_scheme_version = 2;</code>
+     * @param value The idSchemeVersion to set.
+     * @return This builder for chaining.
+     */
+    public Builder setIdSchemeVersion(int value) {
+
+      idSchemeVersion_ = value;
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The derived-id scheme version the attempt's ids follow
+     * (docs/derived-ids.md). A run keeps the version its first attempt of the
+     * same scope began with; a new run gets the sidecar's configured version.
+     * </pre>
+     *
+     * <code>int32 id_scheme_version = 2;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearIdSchemeVersion() {
+      bitField0_ = (bitField0_ & ~0x00000002);
+      idSchemeVersion_ = 0;
       onChanged();
       return this;
     }

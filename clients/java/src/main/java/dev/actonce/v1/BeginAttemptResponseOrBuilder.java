@@ -29,4 +29,16 @@ public interface BeginAttemptResponseOrBuilder extends
    */
   com.google.protobuf.ByteString
       getAttemptIdBytes();
+
+  /**
+   * <pre>
+   * The derived-id scheme version the attempt's ids follow
+   * (docs/derived-ids.md). A run keeps the version its first attempt of the
+   * same scope began with; a new run gets the sidecar's configured version.
+   * </pre>
+   *
+   * <code>int32 id_scheme_version = 2;</code>
+   * @return The idSchemeVersion.
+   */
+  int getIdSchemeVersion();
 }

@@ -136,6 +136,16 @@ public final class RunActionsProto extends com.google.protobuf.GeneratedFile {
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_actonce_v1_EndStepResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_actonce_v1_AbortStepRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_actonce_v1_AbortStepRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_actonce_v1_AbortStepResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_actonce_v1_AbortStepResponse_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -147,78 +157,85 @@ public final class RunActionsProto extends com.google.protobuf.GeneratedFile {
     java.lang.String[] descriptorData = {
       "\n\034actonce/v1/run_actions.proto\022\nactonce." +
       "v1\032\026actonce/v1/types.proto\032\037google/proto" +
-      "buf/timestamp.proto\"{\n\023BeginAttemptReque" +
-      "st\022\016\n\006run_id\030\001 \001(\t\022\014\n\004rule\030\002 \001(\t\022\022\n\nchec" +
-      "kpoint\030\003 \001(\t\0222\n\016lease_deadline\030\004 \001(\0132\032.g" +
-      "oogle.protobuf.Timestamp\"*\n\024BeginAttempt" +
-      "Response\022\022\n\nattempt_id\030\001 \001(\t\"i\n\rCreateRe" +
-      "quest\022\022\n\nattempt_id\030\001 \001(\t\022\014\n\004kind\030\002 \001(\t\022" +
-      "\021\n\tdata_json\030\003 \001(\t\022\017\n\007propose\030\004 \001(\010\022\022\n\nr" +
-      "equest_id\030\005 \001(\t\"S\n\016CreateResponse\022\n\n\002id\030" +
-      "\001 \001(\t\022$\n\007outcome\030\002 \001(\0162\023.actonce.v1.Outc" +
-      "ome\022\017\n\007version\030\003 \001(\003\"}\n\013EditRequest\022\022\n\na" +
-      "ttempt_id\030\001 \001(\t\022\023\n\013artifact_id\030\002 \001(\t\022\014\n\004" +
-      "path\030\003 \001(\t\022\022\n\nvalue_json\030\004 \001(\t\022\017\n\007propos" +
-      "e\030\005 \001(\010\022\022\n\nrequest_id\030\006 \001(\t\"Z\n\014EditRespo" +
-      "nse\022$\n\007outcome\030\001 \001(\0162\023.actonce.v1.Outcom" +
-      "e\022\017\n\007version\030\002 \001(\003\022\023\n\013proposal_id\030\003 \001(\t\"" +
-      "X\n\rNoticeRequest\022\022\n\nattempt_id\030\001 \001(\t\022\021\n\t" +
-      "thread_id\030\002 \001(\t\022\014\n\004text\030\003 \001(\t\022\022\n\nrequest" +
-      "_id\030\004 \001(\t\"J\n\016NoticeResponse\022\022\n\nmessage_i" +
-      "d\030\001 \001(\t\022$\n\007outcome\030\002 \001(\0162\023.actonce.v1.Ou" +
-      "tcome\"L\n\023CreateThreadRequest\022\022\n\nattempt_" +
-      "id\030\001 \001(\t\022\r\n\005title\030\002 \001(\t\022\022\n\nrequest_id\030\003 " +
-      "\001(\t\"O\n\024CreateThreadResponse\022\021\n\tthread_id" +
-      "\030\001 \001(\t\022$\n\007outcome\030\002 \001(\0162\023.actonce.v1.Out" +
-      "come\"V\n\013SendRequest\022\022\n\nattempt_id\030\001 \001(\t\022" +
-      "\021\n\tthread_id\030\002 \001(\t\022\014\n\004text\030\003 \001(\t\022\022\n\nrequ" +
-      "est_id\030\004 \001(\t\"H\n\014SendResponse\022\022\n\nmessage_" +
+      "buf/timestamp.proto\"\212\001\n\023BeginAttemptRequ" +
+      "est\022\016\n\006run_id\030\001 \001(\t\022\014\n\004rule\030\002 \001(\t\022\022\n\nche" +
+      "ckpoint\030\003 \001(\t\0222\n\016lease_deadline\030\004 \001(\0132\032." +
+      "google.protobuf.Timestamp\022\r\n\005scope\030\005 \001(\t" +
+      "\"E\n\024BeginAttemptResponse\022\022\n\nattempt_id\030\001" +
+      " \001(\t\022\031\n\021id_scheme_version\030\002 \001(\005\"i\n\rCreat" +
+      "eRequest\022\022\n\nattempt_id\030\001 \001(\t\022\014\n\004kind\030\002 \001" +
+      "(\t\022\021\n\tdata_json\030\003 \001(\t\022\017\n\007propose\030\004 \001(\010\022\022" +
+      "\n\nrequest_id\030\005 \001(\t\"S\n\016CreateResponse\022\n\n\002" +
       "id\030\001 \001(\t\022$\n\007outcome\030\002 \001(\0162\023.actonce.v1.O" +
-      "utcome\"W\n\013ReadRequest\022\022\n\nattempt_id\030\001 \001(" +
-      "\t\022\025\n\013artifact_id\030\002 \001(\tH\000\022\023\n\tthread_id\030\003 " +
-      "\001(\tH\000B\010\n\006target\"]\n\014ReadResponse\022&\n\010artif" +
-      "act\030\001 \001(\0132\024.actonce.v1.Artifact\022%\n\010messa" +
-      "ges\030\002 \003(\0132\023.actonce.v1.Message\"\'\n\021EndAtt" +
-      "emptRequest\022\022\n\nattempt_id\030\001 \001(\t\"_\n\022EndAt" +
-      "temptResponse\022\017\n\007applied\030\001 \001(\003\022\027\n\017alread" +
-      "y_applied\030\002 \001(\003\022\017\n\007skipped\030\003 \001(\003\022\016\n\006fail" +
-      "ed\030\004 \001(\003\"\\\n\022ExtendLeaseRequest\022\022\n\nattemp" +
-      "t_id\030\001 \001(\t\0222\n\016lease_deadline\030\002 \001(\0132\032.goo" +
-      "gle.protobuf.Timestamp\"I\n\023ExtendLeaseRes" +
-      "ponse\0222\n\016lease_deadline\030\001 \001(\0132\032.google.p" +
-      "rotobuf.Timestamp\"\203\001\n\020BeginStepRequest\022\022" +
-      "\n\nattempt_id\030\001 \001(\t\022\014\n\004tool\030\002 \001(\t\022&\n\006effe" +
-      "ct\030\003 \001(\0162\026.actonce.v1.ToolEffect\022\021\n\targs" +
-      "_json\030\004 \001(\t\022\022\n\nrequest_id\030\005 \001(\t\"_\n\021Begin" +
-      "StepResponse\022\017\n\007step_id\030\001 \001(\t\022$\n\007outcome" +
-      "\030\002 \001(\0162\023.actonce.v1.Outcome\022\023\n\013result_js" +
-      "on\030\003 \001(\t\"^\n\016EndStepRequest\022\022\n\nattempt_id" +
-      "\030\001 \001(\t\022\017\n\007step_id\030\002 \001(\t\022\023\n\013result_json\030\003" +
-      " \001(\t\022\022\n\nrequest_id\030\004 \001(\t\"7\n\017EndStepRespo" +
-      "nse\022$\n\007outcome\030\001 \001(\0162\023.actonce.v1.Outcom" +
-      "e2\227\006\n\021RunActionsService\022Q\n\014BeginAttempt\022" +
-      "\037.actonce.v1.BeginAttemptRequest\032 .acton" +
-      "ce.v1.BeginAttemptResponse\022?\n\006Create\022\031.a" +
-      "ctonce.v1.CreateRequest\032\032.actonce.v1.Cre" +
-      "ateResponse\0229\n\004Edit\022\027.actonce.v1.EditReq" +
-      "uest\032\030.actonce.v1.EditResponse\022?\n\006Notice" +
-      "\022\031.actonce.v1.NoticeRequest\032\032.actonce.v1" +
-      ".NoticeResponse\022Q\n\014CreateThread\022\037.actonc" +
-      "e.v1.CreateThreadRequest\032 .actonce.v1.Cr" +
-      "eateThreadResponse\0229\n\004Send\022\027.actonce.v1." +
-      "SendRequest\032\030.actonce.v1.SendResponse\0229\n" +
-      "\004Read\022\027.actonce.v1.ReadRequest\032\030.actonce" +
-      ".v1.ReadResponse\022K\n\nEndAttempt\022\035.actonce" +
-      ".v1.EndAttemptRequest\032\036.actonce.v1.EndAt" +
-      "temptResponse\022N\n\013ExtendLease\022\036.actonce.v" +
-      "1.ExtendLeaseRequest\032\037.actonce.v1.Extend" +
-      "LeaseResponse\022H\n\tBeginStep\022\034.actonce.v1." +
-      "BeginStepRequest\032\035.actonce.v1.BeginStepR" +
-      "esponse\022B\n\007EndStep\022\032.actonce.v1.EndStepR" +
-      "equest\032\033.actonce.v1.EndStepResponseBc\n\016d" +
-      "ev.actonce.v1B\017RunActionsProtoP\001Z>github" +
-      ".com/actonce/actonce/clients/go/gen/acto" +
-      "nce/v1;actoncev1b\006proto3"
+      "utcome\022\017\n\007version\030\003 \001(\003\"}\n\013EditRequest\022\022" +
+      "\n\nattempt_id\030\001 \001(\t\022\023\n\013artifact_id\030\002 \001(\t\022" +
+      "\014\n\004path\030\003 \001(\t\022\022\n\nvalue_json\030\004 \001(\t\022\017\n\007pro" +
+      "pose\030\005 \001(\010\022\022\n\nrequest_id\030\006 \001(\t\"Z\n\014EditRe" +
+      "sponse\022$\n\007outcome\030\001 \001(\0162\023.actonce.v1.Out" +
+      "come\022\017\n\007version\030\002 \001(\003\022\023\n\013proposal_id\030\003 \001" +
+      "(\t\"X\n\rNoticeRequest\022\022\n\nattempt_id\030\001 \001(\t\022" +
+      "\021\n\tthread_id\030\002 \001(\t\022\014\n\004text\030\003 \001(\t\022\022\n\nrequ" +
+      "est_id\030\004 \001(\t\"J\n\016NoticeResponse\022\022\n\nmessag" +
+      "e_id\030\001 \001(\t\022$\n\007outcome\030\002 \001(\0162\023.actonce.v1" +
+      ".Outcome\"L\n\023CreateThreadRequest\022\022\n\nattem" +
+      "pt_id\030\001 \001(\t\022\r\n\005title\030\002 \001(\t\022\022\n\nrequest_id" +
+      "\030\003 \001(\t\"O\n\024CreateThreadResponse\022\021\n\tthread" +
+      "_id\030\001 \001(\t\022$\n\007outcome\030\002 \001(\0162\023.actonce.v1." +
+      "Outcome\"V\n\013SendRequest\022\022\n\nattempt_id\030\001 \001" +
+      "(\t\022\021\n\tthread_id\030\002 \001(\t\022\014\n\004text\030\003 \001(\t\022\022\n\nr" +
+      "equest_id\030\004 \001(\t\"H\n\014SendResponse\022\022\n\nmessa" +
+      "ge_id\030\001 \001(\t\022$\n\007outcome\030\002 \001(\0162\023.actonce.v" +
+      "1.Outcome\"W\n\013ReadRequest\022\022\n\nattempt_id\030\001" +
+      " \001(\t\022\025\n\013artifact_id\030\002 \001(\tH\000\022\023\n\tthread_id" +
+      "\030\003 \001(\tH\000B\010\n\006target\"]\n\014ReadResponse\022&\n\010ar" +
+      "tifact\030\001 \001(\0132\024.actonce.v1.Artifact\022%\n\010me" +
+      "ssages\030\002 \003(\0132\023.actonce.v1.Message\"\'\n\021End" +
+      "AttemptRequest\022\022\n\nattempt_id\030\001 \001(\t\"_\n\022En" +
+      "dAttemptResponse\022\017\n\007applied\030\001 \001(\003\022\027\n\017alr" +
+      "eady_applied\030\002 \001(\003\022\017\n\007skipped\030\003 \001(\003\022\016\n\006f" +
+      "ailed\030\004 \001(\003\"\\\n\022ExtendLeaseRequest\022\022\n\natt" +
+      "empt_id\030\001 \001(\t\0222\n\016lease_deadline\030\002 \001(\0132\032." +
+      "google.protobuf.Timestamp\"I\n\023ExtendLease" +
+      "Response\0222\n\016lease_deadline\030\001 \001(\0132\032.googl" +
+      "e.protobuf.Timestamp\"\203\001\n\020BeginStepReques" +
+      "t\022\022\n\nattempt_id\030\001 \001(\t\022\014\n\004tool\030\002 \001(\t\022&\n\006e" +
+      "ffect\030\003 \001(\0162\026.actonce.v1.ToolEffect\022\021\n\ta" +
+      "rgs_json\030\004 \001(\t\022\022\n\nrequest_id\030\005 \001(\t\"_\n\021Be" +
+      "ginStepResponse\022\017\n\007step_id\030\001 \001(\t\022$\n\007outc" +
+      "ome\030\002 \001(\0162\023.actonce.v1.Outcome\022\023\n\013result" +
+      "_json\030\003 \001(\t\"^\n\016EndStepRequest\022\022\n\nattempt" +
+      "_id\030\001 \001(\t\022\017\n\007step_id\030\002 \001(\t\022\023\n\013result_jso" +
+      "n\030\003 \001(\t\022\022\n\nrequest_id\030\004 \001(\t\"7\n\017EndStepRe" +
+      "sponse\022$\n\007outcome\030\001 \001(\0162\023.actonce.v1.Out" +
+      "come\"[\n\020AbortStepRequest\022\022\n\nattempt_id\030\001" +
+      " \001(\t\022\017\n\007step_id\030\002 \001(\t\022\016\n\006reason\030\003 \001(\t\022\022\n" +
+      "\nrequest_id\030\004 \001(\t\"9\n\021AbortStepResponse\022$" +
+      "\n\007outcome\030\001 \001(\0162\023.actonce.v1.Outcome2\341\006\n" +
+      "\021RunActionsService\022Q\n\014BeginAttempt\022\037.act" +
+      "once.v1.BeginAttemptRequest\032 .actonce.v1" +
+      ".BeginAttemptResponse\022?\n\006Create\022\031.actonc" +
+      "e.v1.CreateRequest\032\032.actonce.v1.CreateRe" +
+      "sponse\0229\n\004Edit\022\027.actonce.v1.EditRequest\032" +
+      "\030.actonce.v1.EditResponse\022?\n\006Notice\022\031.ac" +
+      "tonce.v1.NoticeRequest\032\032.actonce.v1.Noti" +
+      "ceResponse\022Q\n\014CreateThread\022\037.actonce.v1." +
+      "CreateThreadRequest\032 .actonce.v1.CreateT" +
+      "hreadResponse\0229\n\004Send\022\027.actonce.v1.SendR" +
+      "equest\032\030.actonce.v1.SendResponse\0229\n\004Read" +
+      "\022\027.actonce.v1.ReadRequest\032\030.actonce.v1.R" +
+      "eadResponse\022K\n\nEndAttempt\022\035.actonce.v1.E" +
+      "ndAttemptRequest\032\036.actonce.v1.EndAttempt" +
+      "Response\022N\n\013ExtendLease\022\036.actonce.v1.Ext" +
+      "endLeaseRequest\032\037.actonce.v1.ExtendLease" +
+      "Response\022H\n\tBeginStep\022\034.actonce.v1.Begin" +
+      "StepRequest\032\035.actonce.v1.BeginStepRespon" +
+      "se\022B\n\007EndStep\022\032.actonce.v1.EndStepReques" +
+      "t\032\033.actonce.v1.EndStepResponse\022H\n\tAbortS" +
+      "tep\022\034.actonce.v1.AbortStepRequest\032\035.acto" +
+      "nce.v1.AbortStepResponseBc\n\016dev.actonce." +
+      "v1B\017RunActionsProtoP\001Z>github.com/actonc" +
+      "e/actonce/clients/go/gen/actonce/v1;acto" +
+      "ncev1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -231,13 +248,13 @@ public final class RunActionsProto extends com.google.protobuf.GeneratedFile {
     internal_static_actonce_v1_BeginAttemptRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_actonce_v1_BeginAttemptRequest_descriptor,
-        new java.lang.String[] { "RunId", "Rule", "Checkpoint", "LeaseDeadline", });
+        new java.lang.String[] { "RunId", "Rule", "Checkpoint", "LeaseDeadline", "Scope", });
     internal_static_actonce_v1_BeginAttemptResponse_descriptor =
       getDescriptor().getMessageType(1);
     internal_static_actonce_v1_BeginAttemptResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_actonce_v1_BeginAttemptResponse_descriptor,
-        new java.lang.String[] { "AttemptId", });
+        new java.lang.String[] { "AttemptId", "IdSchemeVersion", });
     internal_static_actonce_v1_CreateRequest_descriptor =
       getDescriptor().getMessageType(2);
     internal_static_actonce_v1_CreateRequest_fieldAccessorTable = new
@@ -357,6 +374,18 @@ public final class RunActionsProto extends com.google.protobuf.GeneratedFile {
     internal_static_actonce_v1_EndStepResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_actonce_v1_EndStepResponse_descriptor,
+        new java.lang.String[] { "Outcome", });
+    internal_static_actonce_v1_AbortStepRequest_descriptor =
+      getDescriptor().getMessageType(22);
+    internal_static_actonce_v1_AbortStepRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_actonce_v1_AbortStepRequest_descriptor,
+        new java.lang.String[] { "AttemptId", "StepId", "Reason", "RequestId", });
+    internal_static_actonce_v1_AbortStepResponse_descriptor =
+      getDescriptor().getMessageType(23);
+    internal_static_actonce_v1_AbortStepResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_actonce_v1_AbortStepResponse_descriptor,
         new java.lang.String[] { "Outcome", });
     descriptor.resolveAllFeaturesImmutable();
     dev.actonce.v1.TypesProto.getDescriptor();

@@ -361,6 +361,37 @@ public final class RunActionsServiceGrpc {
     return getEndStepMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.actonce.v1.AbortStepRequest,
+      dev.actonce.v1.AbortStepResponse> getAbortStepMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "AbortStep",
+      requestType = dev.actonce.v1.AbortStepRequest.class,
+      responseType = dev.actonce.v1.AbortStepResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.actonce.v1.AbortStepRequest,
+      dev.actonce.v1.AbortStepResponse> getAbortStepMethod() {
+    io.grpc.MethodDescriptor<dev.actonce.v1.AbortStepRequest, dev.actonce.v1.AbortStepResponse> getAbortStepMethod;
+    if ((getAbortStepMethod = RunActionsServiceGrpc.getAbortStepMethod) == null) {
+      synchronized (RunActionsServiceGrpc.class) {
+        if ((getAbortStepMethod = RunActionsServiceGrpc.getAbortStepMethod) == null) {
+          RunActionsServiceGrpc.getAbortStepMethod = getAbortStepMethod =
+              io.grpc.MethodDescriptor.<dev.actonce.v1.AbortStepRequest, dev.actonce.v1.AbortStepResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "AbortStep"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.actonce.v1.AbortStepRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.actonce.v1.AbortStepResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new RunActionsServiceMethodDescriptorSupplier("AbortStep"))
+              .build();
+        }
+      }
+    }
+    return getAbortStepMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -546,6 +577,18 @@ public final class RunActionsServiceGrpc {
         io.grpc.stub.StreamObserver<dev.actonce.v1.EndStepResponse> responseObserver) {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getEndStepMethod(), responseObserver);
     }
+
+    /**
+     * <pre>
+     * AbortStep declares that a begun step's effect did not happen: the call
+     * was refused before it acted, or never made (interrupted before it). It is
+     * audited like EndStep, and a later attempt may run the step again.
+     * </pre>
+     */
+    default void abortStep(dev.actonce.v1.AbortStepRequest request,
+        io.grpc.stub.StreamObserver<dev.actonce.v1.AbortStepResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getAbortStepMethod(), responseObserver);
+    }
   }
 
   /**
@@ -716,6 +759,19 @@ public final class RunActionsServiceGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getEndStepMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * AbortStep declares that a begun step's effect did not happen: the call
+     * was refused before it acted, or never made (interrupted before it). It is
+     * audited like EndStep, and a later attempt may run the step again.
+     * </pre>
+     */
+    public void abortStep(dev.actonce.v1.AbortStepRequest request,
+        io.grpc.stub.StreamObserver<dev.actonce.v1.AbortStepResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getAbortStepMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -856,6 +912,18 @@ public final class RunActionsServiceGrpc {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getEndStepMethod(), getCallOptions(), request);
     }
+
+    /**
+     * <pre>
+     * AbortStep declares that a begun step's effect did not happen: the call
+     * was refused before it acted, or never made (interrupted before it). It is
+     * audited like EndStep, and a later attempt may run the step again.
+     * </pre>
+     */
+    public dev.actonce.v1.AbortStepResponse abortStep(dev.actonce.v1.AbortStepRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getAbortStepMethod(), getCallOptions(), request);
+    }
   }
 
   /**
@@ -995,6 +1063,18 @@ public final class RunActionsServiceGrpc {
     public dev.actonce.v1.EndStepResponse endStep(dev.actonce.v1.EndStepRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getEndStepMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * AbortStep declares that a begun step's effect did not happen: the call
+     * was refused before it acted, or never made (interrupted before it). It is
+     * audited like EndStep, and a later attempt may run the step again.
+     * </pre>
+     */
+    public dev.actonce.v1.AbortStepResponse abortStep(dev.actonce.v1.AbortStepRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getAbortStepMethod(), getCallOptions(), request);
     }
   }
 
@@ -1147,6 +1227,19 @@ public final class RunActionsServiceGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getEndStepMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * AbortStep declares that a begun step's effect did not happen: the call
+     * was refused before it acted, or never made (interrupted before it). It is
+     * audited like EndStep, and a later attempt may run the step again.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.actonce.v1.AbortStepResponse> abortStep(
+        dev.actonce.v1.AbortStepRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getAbortStepMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_BEGIN_ATTEMPT = 0;
@@ -1160,6 +1253,7 @@ public final class RunActionsServiceGrpc {
   private static final int METHODID_EXTEND_LEASE = 8;
   private static final int METHODID_BEGIN_STEP = 9;
   private static final int METHODID_END_STEP = 10;
+  private static final int METHODID_ABORT_STEP = 11;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1221,6 +1315,10 @@ public final class RunActionsServiceGrpc {
         case METHODID_END_STEP:
           serviceImpl.endStep((dev.actonce.v1.EndStepRequest) request,
               (io.grpc.stub.StreamObserver<dev.actonce.v1.EndStepResponse>) responseObserver);
+          break;
+        case METHODID_ABORT_STEP:
+          serviceImpl.abortStep((dev.actonce.v1.AbortStepRequest) request,
+              (io.grpc.stub.StreamObserver<dev.actonce.v1.AbortStepResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -1317,6 +1415,13 @@ public final class RunActionsServiceGrpc {
               dev.actonce.v1.EndStepRequest,
               dev.actonce.v1.EndStepResponse>(
                 service, METHODID_END_STEP)))
+        .addMethod(
+          getAbortStepMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.actonce.v1.AbortStepRequest,
+              dev.actonce.v1.AbortStepResponse>(
+                service, METHODID_ABORT_STEP)))
         .build();
   }
 
@@ -1376,6 +1481,7 @@ public final class RunActionsServiceGrpc {
               .addMethod(getExtendLeaseMethod())
               .addMethod(getBeginStepMethod())
               .addMethod(getEndStepMethod())
+              .addMethod(getAbortStepMethod())
               .build();
         }
       }
