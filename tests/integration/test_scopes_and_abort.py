@@ -19,6 +19,7 @@ from sidecar.rules import canonical, ids
 from tests.conftest import MakeConfig
 from tests.faults.support import read_postgres_store, read_sqlite_store
 from tests.harness import RunningSidecar, ledger_locked, refusal, start_sidecar
+from tests.server.processes import run_cli
 
 APPLIED = types_pb2.OUTCOME_APPLIED
 ALREADY = types_pb2.OUTCOME_ALREADY_APPLIED
@@ -352,3 +353,20 @@ def test_an_abort_that_cannot_be_audited_fails_closed(
         assert _refused(lambda: _step(sc, _begin(sc, "run-l")))[1] == "IN_DOUBT"
     finally:
         sc.stop()
+
+
+def test_an_aborted_step_is_not_left_to_a_person(sidecar: RunningSidecar) -> None:
+    flags = (["--audit-dsn", sidecar.config.audit_dsn] if sidecar.config.audit_dsn
+             else ["--audit-db", str(sidecar.config.audit_path)])  # fmt: skip
+    attempt = _begin(sidecar, "run-op")
+    aborted = _step(sidecar, attempt).step_id
+    _abort(sidecar, attempt, aborted)
+    assert run_cli("audit", "pending", *flags).returncode == 0
+    in_doubt = _step(
+        sidecar, _begin(sidecar, "run-op2")
+    ).step_id  # begun, neither ended nor aborted
+    listed = run_cli("audit", "pending", *flags)
+    assert listed.returncode == 3
+    assert in_doubt in listed.stdout and aborted not in listed.stdout
+    shown = run_cli("audit", "show", "run-op", *flags)
+    assert f"AbortStep    {aborted}: step aborted ('connection refused')" in shown.stdout
