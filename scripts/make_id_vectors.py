@@ -275,10 +275,13 @@ def _long(repeat: str, times: int, prefix: str = "", suffix: str = "") -> dict[s
 
 
 def _sidecar_checks(write_type: ids.WriteType, run_id: str, checkpoint: str,
-                    given: dict[str, str]) -> None:  # fmt: skip
+                    given: dict[str, str], *, scheme: int = 1,
+                    scope: str = "") -> None:  # fmt: skip
     """The checks the sidecar makes before deriving an id, in its order: BeginAttempt's on
-    the run and checkpoint, then the write's own (sidecar/core/actions.py)."""
+    the run, scope and checkpoint, then the write's own (sidecar/core/actions.py)."""
     canonical.require_name(run_id, "run_id")
+    if scope:
+        canonical.require_name(scope, "scope")
     if len(checkpoint.encode("utf-8", "surrogatepass")) > canonical.MAX_TEXT_BYTES:
         raise InvalidArgument("checkpoint", f"is longer than {canonical.MAX_TEXT_BYTES} bytes")
     canonical.require_no_nul(checkpoint, "checkpoint")
@@ -289,6 +292,8 @@ def _sidecar_checks(write_type: ids.WriteType, run_id: str, checkpoint: str,
         case ids.WriteType.EDIT | ids.WriteType.EDIT_PROPOSAL:
             canonical.require_name(given["artifact_id"], "artifact_id")
             edits.normalize_path(given["path"])
+            if write_type is ids.WriteType.EDIT_PROPOSAL and scheme >= 2:
+                canonical.parse_canonical(given["value_json"], "value_json")
         case ids.WriteType.NOTICE | ids.WriteType.MESSAGE:
             canonical.require_name(given["thread_id"], "thread_id")
             canonical.require_text(given["text"], "text")
@@ -303,6 +308,32 @@ _CREATE = {"kind": "ticket", "data_json": '{"title":"Disk full"}'}
 _EDIT = {"artifact_id": "art_abc", "path": "/status"}
 _POST = {"thread_id": "thr_xyz", "text": "Ticket filed."}
 _STEP = {"tool": "send_email", "args_json": '{"to":"ops@example.com"}'}
+
+_PROPOSAL_V2 = {**_EDIT, "value_json": '"high"'}
+
+# Refusals of version 2's inputs: (name, write type, scope, input).
+_REFUSALS_V2: list[tuple[str, ids.WriteType, Any, dict[str, Any]]] = [
+    ("scope with a NUL", ids.WriteType.THREAD, "call\x001", {"title": "Incident 7"}),
+    ("scope over 512 bytes", ids.WriteType.NOTICE, _long("s", 513), _POST),
+    (
+        "value_json of an edit proposal not JSON",
+        ids.WriteType.EDIT_PROPOSAL,
+        "",
+        {**_PROPOSAL_V2, "value_json": '{"level":'},
+    ),
+    (
+        "value_json of an edit proposal with a duplicate key",
+        ids.WriteType.EDIT_PROPOSAL,
+        "call_1",
+        {**_PROPOSAL_V2, "value_json": '{"a":1,"a":2}'},
+    ),
+    (
+        "path of an edit proposal refused before its value",
+        ids.WriteType.EDIT_PROPOSAL,
+        "",
+        {**_PROPOSAL_V2, "path": "/items/-", "value_json": "{"},
+    ),
+]
 
 # (name, write type, run_id, checkpoint, input); each input is refused for one reason.
 _REFUSALS: list[tuple[str, ids.WriteType, Any, Any, dict[str, Any]]] = [
@@ -545,17 +576,23 @@ _REFUSALS: list[tuple[str, ids.WriteType, Any, Any, dict[str, Any]]] = [
 
 
 def refusals() -> list[dict[str, Any]]:
+    cases = [(*case, 1, "") for case in _REFUSALS] + [
+        (name, write_type, "run-42", "cp-7", given, 2, scope)
+        for name, write_type, scope, given in _REFUSALS_V2
+    ]
     out = []
-    for name, write_type, run_id, checkpoint, given in _REFUSALS:
+    for name, write_type, run_id, checkpoint, given, scheme, scope in cases:
         try:
             _sidecar_checks(write_type, _expand(run_id), _expand(checkpoint),
-                            {key: _expand(value) for key, value in given.items()})  # fmt: skip
+                            {key: _expand(value) for key, value in given.items()},
+                            scheme=scheme, scope=_expand(scope))  # fmt: skip
         except InvalidArgument as refused:
             field = refused.violations[0].field
         else:
             raise AssertionError(f"the sidecar accepts the refusal case {name!r}")
-        out.append({"name": name, "write_type": write_type.value, "run_id": run_id,
-                    "checkpoint": checkpoint, "input": given, "field": field})  # fmt: skip
+        out.append({"name": name, "scheme_version": scheme, "write_type": write_type.value,
+                    "run_id": run_id, "scope": scope, "checkpoint": checkpoint, "input": given,
+                    "field": field})  # fmt: skip
     return out
 
 
