@@ -139,7 +139,7 @@ def test_a_run_retried_across_languages_lands_every_write_once(
 
     # The ids are the ones the scheme derives, the same in every language.
     ticket_identity = create_identity("ticket", '{"title":"Disk full","severity":2}')
-    derive = dict(run_id=run_id, checkpoint="cp-3")
+    derive: dict[str, Any] = dict(run_id=run_id, checkpoint="cp-3")
     assert py_retry[0]["id"] == derive_id(WriteType.THREAD, identity=thread_identity("Incident 7"),
                                           occurrence=0, **derive)  # fmt: skip
     assert py_retry[1]["id"] == derive_id(WriteType.CREATE, identity=ticket_identity,

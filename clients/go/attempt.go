@@ -133,6 +133,7 @@ type Attempt struct {
 	client *Client
 	id     string
 	run    Run
+	scheme IDScheme
 }
 
 // ID is the sidecar's id of this attempt.
@@ -140,6 +141,10 @@ func (a *Attempt) ID() string { return a.id }
 
 // Run is the run this attempt belongs to.
 func (a *Attempt) Run() Run { return a.run }
+
+// IDScheme is the scheme version the sidecar derives this attempt's ids with,
+// and the attempt's scope: IDScheme().DeriveID gives the ids it will answer.
+func (a *Attempt) IDScheme() IDScheme { return a.scheme }
 
 // Create makes an artifact of kind with data, or proposes it with Propose().
 // data is marshalled with encoding/json; a json.RawMessage (for instance a
@@ -302,6 +307,26 @@ func (a *Attempt) EndStep(ctx context.Context, stepID string, result any, opts .
 		return 0, err
 	}
 	return outcomeOf(resp.GetOutcome()), nil
+}
+
+// AbortStep declares that a step begun with BeginStep did not act: the tool
+// refused before acting, or was never called. A later try may run it, under
+// the same step id. Only for what provably did not act; an ended step cannot
+// be aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED).
+func (a *Attempt) AbortStep(ctx context.Context, stepID, reason string, opts ...WriteOption) (Outcome, error) {
+	o := applyWrite(opts)
+	if o.propose {
+		return 0, errProposeOnly
+	}
+	ctx, cancel := a.client.deadline(ctx)
+	defer cancel()
+	resp, err := a.client.rpc.AbortStep(ctx, &actoncev1.AbortStepRequest{
+		AttemptId: a.id, StepId: stepID, Reason: reason, RequestId: o.requestID,
+	})
+	if err != nil {
+		return 0, fromRPC(err)
+	}
+	return resp.GetOutcome(), nil
 }
 
 // ExtendLease moves the attempt's lease deadline and returns the one in force.

@@ -108,11 +108,16 @@ type Run struct {
 	// LeaseDeadline is when the queue's lease on the run ends; zero for none.
 	// The sidecar refuses writes that the lease would not outlast.
 	LeaseDeadline time.Time
+	// Scope is the attempt's part of the run, stable across its retries (a
+	// tool call's id, say); empty for an unscoped attempt. Fencing and derived
+	// ids are per (run, scope): sibling scopes never fence each other, and the
+	// same write in two scopes is two writes.
+	Scope string
 }
 
 // Begin starts one try of run from its checkpoint.
 func (c *Client) Begin(ctx context.Context, run Run) (*Attempt, error) {
-	req := &actoncev1.BeginAttemptRequest{RunId: run.ID, Rule: run.Rule, Checkpoint: run.Checkpoint}
+	req := &actoncev1.BeginAttemptRequest{RunId: run.ID, Rule: run.Rule, Checkpoint: run.Checkpoint, Scope: run.Scope}
 	if !run.LeaseDeadline.IsZero() {
 		req.LeaseDeadline = timestamppb.New(run.LeaseDeadline)
 	}
@@ -120,7 +125,11 @@ func (c *Client) Begin(ctx context.Context, run Run) (*Attempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Attempt{client: c, id: resp.GetAttemptId(), run: run}, nil
+	version := int(resp.GetIdSchemeVersion())
+	if version == 0 {
+		version = 1 // a sidecar from before scheme versions derives version 1
+	}
+	return &Attempt{client: c, id: resp.GetAttemptId(), run: run, scheme: IDScheme{Version: version, Scope: run.Scope}}, nil
 }
 
 // invoke makes one unary call with the client's deadline. Its failure becomes

@@ -240,3 +240,63 @@ func TestCallsHaveADeadline(t *testing.T) {
 		t.Errorf("call with a 1ns timeout: %+v", e)
 	}
 }
+
+func TestScopedAttemptsKeepTheirOwnIDsAndDoNotFenceEachOther(t *testing.T) {
+	ctx := context.Background()
+	client := connect(t)
+	run := newRun("scopes")
+	thread := must[actonce.Write](t)(begin(t, client, run).CreateThread(ctx, "Tool calls"))
+	calls := []*actonce.Attempt{}
+	for _, scope := range []string{"call_1", "call_2"} {
+		scoped := run
+		scoped.Scope = scope
+		calls = append(calls, begin(t, client, scoped))
+	}
+	posted := []actonce.Write{}
+	for _, a := range calls {
+		w := must[actonce.Write](t)(a.Notice(ctx, thread.ID, "Charged."))
+		identity := must[[]string](t)(actonce.PostIdentity(thread.ID, "Charged."))
+		want := must[string](t)(a.IDScheme().DeriveID(actonce.WriteNotice, run.ID, run.Checkpoint, identity, 0))
+		if w.Outcome != actonce.OutcomeApplied || w.ID != want || a.IDScheme().Version != 2 {
+			t.Errorf("scope %s: %+v, want APPLIED %s (scheme %+v)", a.Run().Scope, w, want, a.IDScheme())
+		}
+		posted = append(posted, w)
+	}
+	if posted[0].ID == posted[1].ID {
+		t.Errorf("the same write in two scopes got one id %s", posted[0].ID)
+	}
+	// A new attempt of call_1 fences the older one only.
+	newer := run
+	newer.Scope = "call_1"
+	retry := begin(t, client, newer)
+	if _, err := calls[0].Notice(ctx, thread.ID, "late"); asError(t, err).Reason != "ATTEMPT_FENCED" {
+		t.Errorf("the older attempt of call_1 was not fenced: %v", err)
+	}
+	must[actonce.Write](t)(calls[1].Notice(ctx, thread.ID, "still on"))
+	if again := must[actonce.Write](t)(retry.Notice(ctx, thread.ID, "Charged.")); again.ID != posted[0].ID {
+		t.Errorf("retry of call_1 got %s, want %s", again.ID, posted[0].ID)
+	}
+}
+
+func TestAnAbortedStepRunsInALaterAttempt(t *testing.T) {
+	ctx := context.Background()
+	client := connect(t)
+	run := newRun("steps")
+	first := begin(t, client, run)
+	step := must[actonce.Step](t)(first.BeginStep(ctx, "charge_card", actonce.EffectNonIdempotentWrite, map[string]int{"amount": 10}))
+	if o := must[actonce.Outcome](t)(first.AbortStep(ctx, step.ID, "connection refused")); o != actonce.OutcomeApplied {
+		t.Errorf("abort outcome %v", o)
+	}
+	if _, err := first.EndStep(ctx, step.ID, map[string]bool{"charged": true}); asError(t, err).Reason != "STEP_ABORTED" {
+		t.Errorf("end after abort: %v", err)
+	}
+	retry := begin(t, client, run)
+	again := must[actonce.Step](t)(retry.BeginStep(ctx, "charge_card", actonce.EffectNonIdempotentWrite, map[string]int{"amount": 10}))
+	if again.ID != step.ID || again.Done() {
+		t.Errorf("retry step %+v, want %s to run", again, step.ID)
+	}
+	must[actonce.Outcome](t)(retry.EndStep(ctx, again.ID, map[string]bool{"charged": true}))
+	if _, err := retry.AbortStep(ctx, again.ID, "too late"); asError(t, err).Reason != "STEP_ENDED" {
+		t.Errorf("abort after end: %v", err)
+	}
+}

@@ -17,7 +17,21 @@ import (
 // every language to the same test vectors. An input the sidecar refuses is
 // refused here with the *Error the sidecar answers (INVALID_ARGUMENT, naming
 // the same field), before any id is derived from it.
-const SchemeVersion = 1
+//
+// SchemeVersion is the newest version. A run keeps the version it began with,
+// which the sidecar names when an attempt begins (Attempt.IDScheme). Version 2
+// keys an edit proposal to its value too and puts a scoped attempt's scope
+// into its ids; every other write keeps its version-1 id.
+const SchemeVersion = 2
+
+// IDScheme is what an attempt's ids depend on beyond the write itself: the
+// scheme version the sidecar derives them with, and the attempt's scope.
+type IDScheme struct {
+	// Version is 1 or 2.
+	Version int
+	// Scope is the attempt's scope, empty for an unscoped attempt (version 2 only).
+	Scope string
+}
 
 // WriteType is a kind of write; each has its own id space.
 type WriteType string
@@ -48,15 +62,27 @@ var prefixes = map[WriteType]string{
 const idChars = 26
 
 // DeriveID is the id of the occurrence-th write of identity (counted from 0)
-// in an attempt of run runID begun from checkpoint.
+// in an unscoped attempt of run runID begun from checkpoint, under scheme
+// version 1. IDScheme.DeriveID derives under any version and scope.
 func DeriveID(writeType WriteType, runID, checkpoint string, identity []string, occurrence int) (string, error) {
+	return IDScheme{Version: 1}.DeriveID(writeType, runID, checkpoint, identity, occurrence)
+}
+
+// DeriveID is the id of the occurrence-th write of identity (counted from 0)
+// in an attempt of run runID begun from checkpoint, with this version and scope.
+func (s IDScheme) DeriveID(writeType WriteType, runID, checkpoint string, identity []string, occurrence int) (string, error) {
 	if err := checkName(runID, "run_id"); err != nil {
 		return "", err
+	}
+	if s.Scope != "" {
+		if err := checkName(s.Scope, "scope"); err != nil {
+			return "", err
+		}
 	}
 	if err := checkCheckpoint(checkpoint); err != nil {
 		return "", err
 	}
-	material, err := idMaterial(writeType, runID, checkpoint, identity, occurrence)
+	material, err := s.idMaterial(writeType, runID, checkpoint, identity, occurrence)
 	if err != nil {
 		return "", err
 	}
@@ -66,15 +92,27 @@ func DeriveID(writeType WriteType, runID, checkpoint string, identity []string, 
 }
 
 // idMaterial is the RFC 8785 form of a JSON array, so that no choice of
-// strings can make two writes collide by concatenation.
-func idMaterial(writeType WriteType, runID, checkpoint string, identity []string, occurrence int) ([]byte, error) {
+// strings can make two writes collide by concatenation. Version 2 has a
+// material of its own only for a scoped attempt or an edit proposal; any other
+// write keeps its version-1 material.
+func (s IDScheme) idMaterial(writeType WriteType, runID, checkpoint string, identity []string, occurrence int) ([]byte, error) {
 	if _, ok := prefixes[writeType]; !ok {
 		return nil, fmt.Errorf("actonce: unknown write type %q", writeType)
 	}
 	if occurrence < 0 {
 		return nil, fmt.Errorf("actonce: occurrence counts from 0, got %d", occurrence)
 	}
-	array, err := json.Marshal([]any{"actonce/derived-id", SchemeVersion, string(writeType), runID, checkpoint, identity, occurrence})
+	if s.Version != 1 && s.Version != 2 {
+		return nil, fmt.Errorf("actonce: unknown id scheme version %d", s.Version)
+	}
+	if s.Version == 1 && s.Scope != "" {
+		return nil, fmt.Errorf("actonce: a scope has no version-1 form")
+	}
+	fields := []any{"actonce/derived-id", 1, string(writeType), runID, checkpoint, identity, occurrence}
+	if s.Version == 2 && (s.Scope != "" || writeType == WriteEditProposal) {
+		fields = []any{"actonce/derived-id", 2, string(writeType), runID, s.Scope, checkpoint, identity, occurrence}
+	}
+	array, err := json.Marshal(fields)
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +143,21 @@ func EditIdentity(artifactID, path string) ([]string, error) {
 		return nil, err
 	}
 	return []string{artifactID, normalized}, nil
+}
+
+// EditProposalIdentity identifies an edit proposal: artifact and normalized
+// path, and from scheme version 2 the digest of the value's canonical form (a
+// draft for review: another value is another proposal).
+func EditProposalIdentity(artifactID, path string, valueJSON []byte, version int) ([]string, error) {
+	identity, err := EditIdentity(artifactID, path)
+	if err != nil || version == 1 {
+		return identity, err
+	}
+	digest, err := jsonDigest(valueJSON, "value_json")
+	if err != nil {
+		return nil, err
+	}
+	return append(identity, digest), nil
 }
 
 // PostIdentity identifies a notice or message: thread and the digest of the

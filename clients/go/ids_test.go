@@ -34,8 +34,10 @@ func (t *text) UnmarshalJSON(raw []byte) error {
 
 type vector struct {
 	Name       string          `json:"name"`
+	Version    int             `json:"scheme_version"`
 	WriteType  WriteType       `json:"write_type"`
 	RunID      text            `json:"run_id"`
+	Scope      text            `json:"scope"`
 	Checkpoint text            `json:"checkpoint"`
 	Input      map[string]text `json:"input"`
 	Identity   []string        `json:"identity"`
@@ -80,6 +82,20 @@ func loadVectorFile(t *testing.T) vectorFile {
 	return file
 }
 
+func (v vector) scheme() IDScheme { return IDScheme{Version: v.Version, Scope: string(v.Scope)} }
+
+func TestVersionOneDeriveIDIsTheUnscopedVersionOneScheme(t *testing.T) {
+	for _, v := range loadVectors(t) {
+		if v.Version != 1 {
+			continue
+		}
+		id, err := DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), v.Identity, v.Occurrence)
+		if err != nil || id != v.ID {
+			t.Errorf("%s: DeriveID = %s, %v; want %s", v.Name, id, err, v.ID)
+		}
+	}
+}
+
 func identityOf(t *testing.T, v vector) []string {
 	t.Helper()
 	identity, err := deriveIdentity(t, v)
@@ -95,7 +111,9 @@ func deriveIdentity(t *testing.T, v vector) ([]string, error) {
 	switch v.WriteType {
 	case WriteCreate, WriteCreateProposal:
 		return CreateIdentity(in("kind"), []byte(in("data_json")))
-	case WriteEdit, WriteEditProposal:
+	case WriteEditProposal:
+		return EditProposalIdentity(in("artifact_id"), in("path"), []byte(in("value_json")), v.Version)
+	case WriteEdit:
 		return EditIdentity(in("artifact_id"), in("path"))
 	case WriteNotice, WriteMessage:
 		return PostIdentity(in("thread_id"), in("text"))
@@ -113,7 +131,7 @@ func TestInputsTheSidecarRefusesAreRefusedNamingItsField(t *testing.T) {
 		t.Run(v.Name, func(t *testing.T) {
 			identity, err := deriveIdentity(t, v)
 			if err == nil {
-				_, err = DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, 0)
+				_, err = v.scheme().DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, 0)
 			}
 			var e *Error
 			if !errors.As(err, &e) {
@@ -136,14 +154,14 @@ func TestDerivedIDVectors(t *testing.T) {
 			if !slices.Equal(identity, v.Identity) {
 				t.Errorf("identity = %q, want %q", identity, v.Identity)
 			}
-			material, err := idMaterial(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
+			material, err := v.scheme().idMaterial(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(material) != v.Material {
 				t.Errorf("material = %s, want %s", material, v.Material)
 			}
-			id, err := DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
+			id, err := v.scheme().DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
 			if err != nil {
 				t.Fatal(err)
 			}

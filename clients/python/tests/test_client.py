@@ -20,7 +20,7 @@ from actonce_client import (
     RawJSON,
     Write,
 )
-from actonce_client.ids import WriteType, create_identity, derive_id
+from actonce_client.ids import WriteType, create_identity, derive_id, post_identity
 
 
 def _run_id() -> str:
@@ -89,6 +89,50 @@ def test_a_finished_step_is_not_made_again(client: Client) -> None:
     retry = client.begin(run_id, "steps")
     again = retry.begin_step("charge_card", Effect.NON_IDEMPOTENT_WRITE, {"amount": 10})
     assert (again.id, again.done, again.result) == (step.id, True, {"charged": True})
+
+
+def test_scoped_attempts_keep_their_own_ids_and_do_not_fence_each_other(client: Client) -> None:
+    run_id = _run_id()
+    thread = client.begin(run_id, "scopes").create_thread("Tool calls").id
+    calls = [client.begin(run_id, "scopes", "cp-1", scope=s) for s in ("call_1", "call_2")]
+    assert [a.scope for a in calls] == ["call_1", "call_2"]
+    assert [a.id_scheme_version for a in calls] == [2, 2]
+    # The same notice from two tool calls: two writes, neither fenced by the other.
+    posted = [a.notice(thread, "Charged.") for a in calls]
+    assert [p.outcome for p in posted] == [Outcome.APPLIED, Outcome.APPLIED]
+    assert posted[0].id != posted[1].id
+    for attempt, write in zip(calls, posted, strict=True):
+        identity = post_identity(thread, "Charged.")
+        assert write.id == derive_id(
+            WriteType.NOTICE, run_id=run_id, checkpoint="cp-1", identity=identity,
+            occurrence=0, scope=attempt.scope, scheme=attempt.id_scheme_version,
+        )  # fmt: skip
+    # A new attempt of call_1 fences the old one only.
+    newer = client.begin(run_id, "scopes", "cp-1", scope="call_1")
+    with pytest.raises(ActonceError) as fenced:
+        calls[0].notice(thread, "late")
+    assert (fenced.value.reason, fenced.value.failure_class) == (
+        "ATTEMPT_FENCED", FailureClass.RETRYABLE)  # fmt: skip
+    assert calls[1].notice(thread, "still on").outcome is Outcome.APPLIED
+    assert newer.notice(thread, "Charged.").id == posted[0].id
+
+
+def test_an_aborted_step_runs_in_a_later_attempt(client: Client) -> None:
+    run_id = _run_id()
+    first = client.begin(run_id, "steps")
+    step = first.begin_step("charge_card", Effect.NON_IDEMPOTENT_WRITE, {"amount": 10})
+    assert first.abort_step(step.id, "connection refused") is Outcome.APPLIED
+    with pytest.raises(ActonceError) as refused:
+        first.end_step(step.id, {"charged": True})
+    assert (refused.value.reason, refused.value.failure_class) == (
+        "STEP_ABORTED", FailureClass.REFUSED)  # fmt: skip
+    retry = client.begin(run_id, "steps")
+    again = retry.begin_step("charge_card", Effect.NON_IDEMPOTENT_WRITE, {"amount": 10})
+    assert (again.id, again.done) == (step.id, False)
+    retry.end_step(again.id, {"charged": True})
+    with pytest.raises(ActonceError) as ended:
+        retry.abort_step(again.id, "too late")
+    assert ended.value.reason == "STEP_ENDED"
 
 
 def test_invalid_json_is_refused(client: Client) -> None:

@@ -55,6 +55,6 @@ def test_every_rpc_has_a_stub_method() -> None:
         "Notice": Attempt.notice, "CreateThread": Attempt.create_thread, "Send": Attempt.send,
         "Read": Attempt.read_artifact, "EndAttempt": Attempt.end,
         "ExtendLease": Attempt.extend_lease, "BeginStep": Attempt.begin_step,
-        "EndStep": Attempt.end_step,
+        "EndStep": Attempt.end_step, "AbortStep": Attempt.abort_step,
     }  # fmt: skip
     assert set(rpcs) == set(helpers), "an RPC the helper does not cover, or one that is gone"

@@ -28,7 +28,12 @@ def _identity(vector: dict[str, Any]) -> tuple[str, ...]:
     match ids.WriteType(vector["write_type"]):
         case ids.WriteType.CREATE | ids.WriteType.CREATE_PROPOSAL:
             return ids.create_identity(given["kind"], given["data_json"])
-        case ids.WriteType.EDIT | ids.WriteType.EDIT_PROPOSAL:
+        case ids.WriteType.EDIT_PROPOSAL:
+            return ids.edit_proposal_identity(
+                given["artifact_id"], given["path"], given.get("value_json", ""),
+                scheme=vector["scheme_version"],
+            )  # fmt: skip
+        case ids.WriteType.EDIT:
             return ids.edit_identity(given["artifact_id"], given["path"])
         case ids.WriteType.NOTICE | ids.WriteType.MESSAGE:
             return ids.post_identity(given["thread_id"], given["text"])
@@ -49,7 +54,7 @@ def test_vector(vector: dict[str, Any]) -> None:
     assert list(identity) == vector["identity"]
     kwargs: dict[str, Any] = dict(
         run_id=vector["run_id"], checkpoint=vector["checkpoint"], identity=identity,
-        occurrence=vector["occurrence"],
+        occurrence=vector["occurrence"], scope=vector["scope"], scheme=vector["scheme_version"],
     )  # fmt: skip
     write_type = ids.WriteType(vector["write_type"])
     assert ids.id_material(write_type, **kwargs).decode() == vector["material"]
@@ -63,6 +68,7 @@ def test_inputs_the_sidecar_refuses_are_refused_naming_its_field(refusal: dict[s
         ids.derive_id(
             ids.WriteType(refusal["write_type"]), run_id=expand(refusal["run_id"]),
             checkpoint=expand(refusal["checkpoint"]), identity=identity, occurrence=0,
+            scope=expand(refusal["scope"]), scheme=refusal["scheme_version"],
         )  # fmt: skip
     error = refused.value
     assert error.field == refusal["field"]

@@ -21,6 +21,7 @@ import {
 import { randomUUID } from "node:crypto";
 
 import { ActonceError, fromServiceError } from "./errors.js";
+import { type IdScheme, VERSION_1 } from "./ids.js";
 import { RunActionsServiceClient } from "./gen/actonce/v1/run_actions.js";
 import { Outcome as OutcomeCode, ToolEffect } from "./gen/actonce/v1/types.js";
 
@@ -100,6 +101,13 @@ export interface Run {
   checkpoint?: string;
   /** When the queue's lease on the run ends; writes it would not outlast are refused. */
   leaseDeadline?: Date;
+  /**
+   * The attempt's part of the run, stable across its retries (a tool call's id,
+   * say); "" (the default) for an unscoped attempt. Fencing and derived ids are
+   * per (run, scope): sibling scopes never fence each other, and the same write
+   * in two scopes is two writes.
+   */
+  scope?: string;
 }
 
 /** What a write made: the derived id of the artifact, proposal, thread or
@@ -190,8 +198,11 @@ export class Client {
       rule: run.rule,
       checkpoint: run.checkpoint ?? "",
       leaseDeadline: run.leaseDeadline,
+      scope: run.scope ?? "",
     });
-    return new Attempt(this, response.attemptId, run);
+    // A sidecar from before scheme versions answers none: it derives version 1.
+    const idScheme = { version: response.idSchemeVersion || 1, scope: run.scope ?? "" };
+    return new Attempt(this, response.attemptId, run, idScheme);
   }
 
   close(): void {
@@ -235,6 +246,8 @@ export class Attempt {
     readonly id: string,
     /** The run this attempt belongs to. */
     readonly run: Readonly<Run>,
+    /** The scheme version the sidecar derives this attempt's ids with, and its scope (ids.deriveId). */
+    readonly idScheme: IdScheme = VERSION_1,
   ) {}
 
   /** Make an artifact of kind holding data, or propose it. */
@@ -337,6 +350,22 @@ export class Attempt {
       stepId,
       resultJson: jsonText(result),
       requestId: newRequestIdUnless(options),
+    });
+    return outcome(r.outcome);
+  }
+
+  /**
+   * Declare that a step begun with beginStep did not act: the tool refused
+   * before acting, or was never called. A later try may run it, under the same
+   * step id. Only for what provably did not act; an ended step cannot be
+   * aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED).
+   */
+  async abortStep(stepId: string, reason = "", options: WriteOptions = {}): Promise<Outcome> {
+    const r = await this.client.call(this.client.rpc.abortStep, {
+      attemptId: this.id,
+      stepId,
+      reason,
+      requestId: requestId(options),
     });
     return outcome(r.outcome);
   }

@@ -1,6 +1,6 @@
 /**
- * Derived ids (docs/derived-ids.md, scheme version 1), as the sidecar derives
- * them. Deriving one here lets an agent know an id before the write; the
+ * Derived ids (docs/derived-ids.md, scheme versions 1 and 2), as the sidecar
+ * derives them. Deriving one here lets an agent know an id before the write; the
  * tests hold this module to the scheme's test vectors. An input the sidecar
  * refuses throws the ActonceError the sidecar answers (INVALID_ARGUMENT,
  * naming the same field), before any id is derived from it.
@@ -10,7 +10,25 @@ import { createHash } from "node:crypto";
 
 import { checkCheckpoint, checkJson, checkName, checkText, pointerTokens } from "./inputs.js";
 
-export const SCHEME_VERSION = 1;
+/**
+ * The newest version. A run keeps the version it began with, which the
+ * sidecar names when an attempt begins (Attempt.idScheme). Version 2 keys an
+ * edit proposal to its value too and puts a scoped attempt's scope into its
+ * ids; every other write keeps its version-1 id.
+ */
+export const SCHEME_VERSION = 2;
+
+/**
+ * What an attempt's ids depend on beyond the write itself: the scheme version
+ * the sidecar derives them with, and the attempt's scope (version 2 only).
+ */
+export interface IdScheme {
+  readonly version: number;
+  readonly scope?: string;
+}
+
+/** Version 1, unscoped: the scheme of an attempt begun before versions existed. */
+export const VERSION_1: IdScheme = { version: 1 };
 
 /** A type of write; each has its own id space. */
 export type WriteType =
@@ -39,7 +57,9 @@ const BASE32 = "abcdefghijklmnopqrstuvwxyz234567"; // RFC 4648, lowercased
 
 /**
  * What is hashed: the RFC 8785 form of a JSON array, so that no choice of
- * strings can make two writes collide by concatenation.
+ * strings can make two writes collide by concatenation. Version 2 has a
+ * material of its own only for a scoped attempt or an edit proposal; any
+ * other write keeps its version-1 material.
  */
 export function idMaterial(
   writeType: WriteType,
@@ -47,13 +67,25 @@ export function idMaterial(
   checkpoint: string,
   identity: readonly string[],
   occurrence: number,
+  scheme: IdScheme = VERSION_1,
 ): string {
   if (!Number.isSafeInteger(occurrence) || occurrence < 0) {
     throw new RangeError(`occurrence counts from 0, got ${occurrence}`);
   }
+  if (scheme.version !== 1 && scheme.version !== 2) {
+    throw new RangeError(`unknown id scheme version ${scheme.version}`);
+  }
+  const scope = scheme.scope ?? "";
   checkName(runId, "run_id");
+  if (scope !== "") {
+    if (scheme.version === 1) throw new RangeError("a scope has no version-1 form");
+    checkName(scope, "scope");
+  }
   checkCheckpoint(checkpoint);
-  return canonical(["actonce/derived-id", SCHEME_VERSION, writeType, runId, checkpoint, identity, occurrence]);
+  if (scheme.version === 1 || (scope === "" && writeType !== "edit_proposal")) {
+    return canonical(["actonce/derived-id", 1, writeType, runId, checkpoint, identity, occurrence]);
+  }
+  return canonical(["actonce/derived-id", 2, writeType, runId, scope, checkpoint, identity, occurrence]);
 }
 
 /** The id of the occurrence-th write (from 0) of identity in an attempt. */
@@ -63,8 +95,10 @@ export function deriveId(
   checkpoint: string,
   identity: readonly string[],
   occurrence: number,
+  scheme: IdScheme = VERSION_1,
 ): string {
-  const digest = createHash("sha256").update(idMaterial(writeType, runId, checkpoint, identity, occurrence)).digest();
+  const material = idMaterial(writeType, runId, checkpoint, identity, occurrence, scheme);
+  const digest = createHash("sha256").update(material).digest();
   return `${PREFIXES[writeType]}_${base32(digest).slice(0, ID_CHARS)}`;
 }
 
@@ -78,6 +112,17 @@ export function createIdentity(kind: string, dataJson: string): [string, string]
 export function editIdentity(artifactId: string, path: string): [string, string] {
   checkName(artifactId, "artifact_id");
   return [artifactId, normalizePath(path)];
+}
+
+/**
+ * An edit proposal is its artifact and normalized path, and from version 2
+ * the digest of the value it proposes (a draft for review: another value is
+ * another proposal).
+ */
+export function editProposalIdentity(artifactId: string, path: string, valueJson: string, version: number): string[] {
+  const identity = editIdentity(artifactId, path);
+  if (version === 1) return identity;
+  return [...identity, sha256(canonical(JSON.parse(checkJson(valueJson, "value_json"))))];
 }
 
 /** A notice or message is its thread and the digest of its exact text. */

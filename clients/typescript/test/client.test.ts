@@ -87,6 +87,44 @@ describe("against a live sidecar", () => {
     assert.deepEqual(await retry.end(), { applied: 0, alreadyApplied: 4, skipped: 1, failed: 0 });
   });
 
+  test("scoped attempts keep their own ids and do not fence each other", async () => {
+    const run = { runId: runId(), rule: "scopes", checkpoint: "cp-1" };
+    const thread = await (await client.begin(run)).createThread("Tool calls");
+    const calls = [
+      await client.begin({ ...run, scope: "call_1" }),
+      await client.begin({ ...run, scope: "call_2" }),
+    ];
+    const posted: Write[] = [];
+    for (const attempt of calls) {
+      assert.deepEqual(attempt.idScheme, { version: 2, scope: attempt.run.scope });
+      const write = await attempt.notice(thread.id, "Charged.");
+      const identity = ids.postIdentity(thread.id, "Charged.");
+      assert.equal(write.outcome, "APPLIED");
+      assert.equal(write.id, ids.deriveId("notice", run.runId, run.checkpoint, identity, 0, attempt.idScheme));
+      posted.push(write);
+    }
+    assert.notEqual(posted[0]!.id, posted[1]!.id);
+    // A new attempt of call_1 fences the older one only.
+    const newer = await client.begin({ ...run, scope: "call_1" });
+    assert.equal((await rejection(calls[0]!.notice(thread.id, "late"))).reason, "ATTEMPT_FENCED");
+    assert.equal((await calls[1]!.notice(thread.id, "still on")).outcome, "APPLIED");
+    assert.equal((await newer.notice(thread.id, "Charged.")).id, posted[0]!.id);
+  });
+
+  test("an aborted step runs in a later attempt", async () => {
+    const run = { runId: runId(), rule: "steps" };
+    const first = await client.begin(run);
+    const step = await first.beginStep("charge_card", "NON_IDEMPOTENT_WRITE", { amount: 10 });
+    assert.equal(await first.abortStep(step.id, "connection refused"), "APPLIED");
+    assert.equal((await rejection(first.endStep(step.id, { charged: true }))).reason, "STEP_ABORTED");
+    const retry = await client.begin(run);
+    const again = await retry.beginStep("charge_card", "NON_IDEMPOTENT_WRITE", { amount: 10 });
+    assert.equal(again.id, step.id);
+    assert.equal(again.done, false);
+    await retry.endStep(again.id, { charged: true });
+    assert.equal((await rejection(retry.abortStep(again.id, "too late"))).reason, "STEP_ENDED");
+  });
+
   test("invalid JSON is refused", async () => {
     const attempt = await client.begin({ runId: runId(), rule: "refusals" });
     const error = await rejection(attempt.create("ticket", rawJson("{")));

@@ -18,8 +18,10 @@ function expand(value: Text | undefined): string {
 
 interface Vector {
   name: string;
+  scheme_version: number;
   write_type: ids.WriteType;
   run_id: Text;
+  scope: Text;
   checkpoint: Text;
   input: Record<string, Text>;
   identity: string[];
@@ -35,6 +37,10 @@ const file = JSON.parse(readFileSync(join(REPO_DIR, "docs", "derived-id-vectors.
   refusals: Vector[];
 };
 
+function schemeOf(v: Vector): ids.IdScheme {
+  return { version: v.scheme_version, scope: expand(v.scope) };
+}
+
 function identityOf(v: Vector): string[] {
   const given = (key: string): string => {
     assert.ok(v.input[key] !== undefined, `${v.name}: no ${key}`);
@@ -44,8 +50,14 @@ function identityOf(v: Vector): string[] {
     case "create":
     case "create_proposal":
       return ids.createIdentity(given("kind"), given("data_json"));
-    case "edit":
     case "edit_proposal":
+      return ids.editProposalIdentity(
+        given("artifact_id"),
+        given("path"),
+        v.scheme_version === 1 ? "" : given("value_json"),
+        v.scheme_version,
+      );
+    case "edit":
       return ids.editIdentity(given("artifact_id"), given("path"));
     case "notice":
     case "message":
@@ -67,15 +79,19 @@ for (const v of file.vectors) {
     const identity = identityOf(v);
     assert.deepEqual(identity, v.identity);
     const [runId, checkpoint] = [expand(v.run_id), expand(v.checkpoint)];
-    assert.equal(ids.idMaterial(v.write_type, runId, checkpoint, identity, v.occurrence), v.material);
-    assert.equal(ids.deriveId(v.write_type, runId, checkpoint, identity, v.occurrence), v.id);
+    const scheme = schemeOf(v);
+    assert.equal(ids.idMaterial(v.write_type, runId, checkpoint, identity, v.occurrence, scheme), v.material);
+    assert.equal(ids.deriveId(v.write_type, runId, checkpoint, identity, v.occurrence, scheme), v.id);
+    if (v.scheme_version === 1) {
+      assert.equal(ids.deriveId(v.write_type, runId, checkpoint, identity, v.occurrence), v.id);
+    }
   });
 }
 
 for (const v of file.refusals) {
   test(`refused as the sidecar refuses it: ${v.name}`, () => {
     assert.throws(
-      () => ids.deriveId(v.write_type, expand(v.run_id), expand(v.checkpoint), identityOf(v), 0),
+      () => ids.deriveId(v.write_type, expand(v.run_id), expand(v.checkpoint), identityOf(v), 0, schemeOf(v)),
       (error: unknown) => {
         assert.ok(error instanceof ActonceError, String(error));
         assert.equal(error.code, status.INVALID_ARGUMENT);

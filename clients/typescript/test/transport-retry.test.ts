@@ -23,7 +23,7 @@ test("every call has a deadline; UNAVAILABLE is retried with the same request_id
   const draining: UntypedServiceImplementation = {
     beginAttempt: (call: Call<unknown>, done: (e: null, r: object) => void) => {
       deadlines.push(Number(call.getDeadline()));
-      done(null, { attemptId: "att_1" });
+      done(null, { attemptId: "att_1", idSchemeVersion: 1 });
     },
     create: (call: Call<{ requestId: string }>, done: (e: object | null, r?: object) => void) => {
       deadlines.push(Number(call.getDeadline()));

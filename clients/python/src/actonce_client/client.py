@@ -198,13 +198,23 @@ class Client:
         checkpoint: str = "",
         *,
         lease_deadline: datetime | None = None,
+        scope: str = "",
     ) -> Attempt:
-        """Start one try of a run from its last checkpoint ("" at the run's start)."""
-        request = pb.BeginAttemptRequest(run_id=run_id, rule=rule, checkpoint=checkpoint)
+        """Start one try of a run from its last checkpoint ("" at the run's start).
+
+        ``scope`` names the attempt's part of the run, stable across its retries
+        (a tool call's id, say): fencing and derived ids are per (run, scope), so
+        sibling scopes never fence each other and the same write in two scopes
+        is two writes.
+        """
+        request = pb.BeginAttemptRequest(
+            run_id=run_id, rule=rule, checkpoint=checkpoint, scope=scope
+        )
         if lease_deadline is not None:
             request.lease_deadline.CopyFrom(_timestamp(lease_deadline))
         response = self._call(self._stub.BeginAttempt, request)
-        return Attempt(self, response.attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint)
+        return Attempt(self, response.attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
+                       scope=scope, id_scheme_version=response.id_scheme_version or 1)  # fmt: skip
 
     def _call(self, method: Callable[..., T], request: Any, *, request_id: str = "") -> T:
         try:
@@ -240,13 +250,17 @@ class Attempt:
     first answer back instead of a second write."""
 
     def __init__(self, client: Client, attempt_id: str, *, run_id: str, rule: str,
-                 checkpoint: str) -> None:  # fmt: skip
+                 checkpoint: str, scope: str = "", id_scheme_version: int = 1) -> None:  # fmt: skip
         self._client = client
         self._stub = client._stub
         self.id = attempt_id
         self.run_id = run_id
         self.rule = rule
         self.checkpoint = checkpoint
+        self.scope = scope
+        # The derived-id scheme the sidecar derives this attempt's ids with
+        # (actonce_client.ids); a run keeps the version it began with.
+        self.id_scheme_version = id_scheme_version
 
     def create(
         self, kind: str, data: Any, *, propose: bool = False, request_id: str | None = None
@@ -360,6 +374,20 @@ class Attempt:
             request_id=rid,
         )  # fmt: skip
         return _outcome(response.outcome)
+
+    def abort_step(
+        self, step_id: str, reason: str = "", *, request_id: str | None = None
+    ) -> Outcome:
+        """Declare that a step begun with begin_step did not act: the tool refused
+        before acting, or was never called. A later try may run it, under the
+        same step id. Only for what provably did not act; an ended step cannot
+        be aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED)."""
+        response = self._client._call(
+            self._stub.AbortStep,
+            pb.AbortStepRequest(attempt_id=self.id, step_id=step_id, reason=reason,
+                                request_id=request_id or _fresh()),
+        )  # fmt: skip
+        return Outcome(response.outcome)
 
     def extend_lease(self, deadline: datetime) -> datetime:
         """Move the attempt's lease deadline; returns the one in force."""

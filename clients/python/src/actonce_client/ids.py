@@ -1,11 +1,12 @@
-"""Derived ids (docs/derived-ids.md, scheme version 1), as the sidecar derives them.
+"""Derived ids (docs/derived-ids.md, scheme versions 1 and 2), as the sidecar derives them.
 
 A write's id is a pure function of the scheme version, the write's type, the
-run, the attempt's checkpoint, what the write is (its identity) and its
-occurrence in the attempt. Deriving one here lets an agent know an id before
-the write; the tests hold this module to the scheme's test vectors. An input
-the sidecar refuses raises ``InvalidInput`` naming the field, as the sidecar's
-refusal does (``actonce_client.inputs``).
+run, the attempt's scope and checkpoint, what the write is (its identity) and
+its occurrence in the attempt. An attempt's version and scope are
+``Attempt.id_scheme_version`` and ``Attempt.scope``. Deriving one here lets an
+agent know an id before the write; the tests hold this module to the scheme's
+test vectors. An input the sidecar refuses raises ``InvalidInput`` naming the
+field, as the sidecar's refusal does (``actonce_client.inputs``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ import rfc8785
 
 from actonce_client import inputs
 
-SCHEME_VERSION = 1
+# The newest version; a run keeps the version it began with, which the sidecar
+# names when an attempt begins. Version 2 keys an edit proposal to its value
+# too and puts a scoped attempt's scope into its ids; every other write keeps
+# its version-1 id.
+SCHEME_VERSION = 2
+SCHEME_VERSIONS = (1, 2)
 _DOMAIN_TAG = "actonce/derived-id"
 _ID_CHARS = 26  # base32 characters: 130 bits of SHA-256
 
@@ -57,6 +63,8 @@ def derive_id(
     checkpoint: str,
     identity: Sequence[str],
     occurrence: int,
+    scope: str = "",
+    scheme: int = 1,
 ) -> str:
     """The id of the ``occurrence``-th write of ``identity`` (from 0) in an attempt."""
     digest = hashlib.sha256(
@@ -66,6 +74,8 @@ def derive_id(
             checkpoint=checkpoint,
             identity=identity,
             occurrence=occurrence,
+            scope=scope,
+            scheme=scheme,
         )
     ).digest()
     encoded = base64.b32encode(digest).decode("ascii").lower()[:_ID_CHARS]
@@ -79,17 +89,30 @@ def id_material(
     checkpoint: str,
     identity: Sequence[str],
     occurrence: int,
+    scope: str = "",
+    scheme: int = 1,
 ) -> bytes:
     """What is hashed: the RFC 8785 form of a JSON array, so that no choice of
-    strings can make two writes collide by concatenation."""
+    strings can make two writes collide by concatenation. Version 2 has a
+    material of its own only for a scoped attempt or an edit proposal; any
+    other write keeps its version-1 material."""
     if occurrence < 0:
         raise ValueError("occurrence counts from 0")
+    if scheme not in SCHEME_VERSIONS:
+        raise ValueError(f"unknown id scheme version {scheme}")
     inputs.name(run_id, "run_id")
+    if scope:
+        if scheme == 1:
+            raise ValueError("a scope has no version-1 form")
+        inputs.name(scope, "scope")
     inputs.checkpoint(checkpoint)
-    material: list[Any] = [
-        _DOMAIN_TAG, SCHEME_VERSION, write_type.value, run_id, checkpoint, list(identity),
-        occurrence,
-    ]  # fmt: skip
+    material: list[Any]
+    if scheme == 1 or (not scope and write_type is not WriteType.EDIT_PROPOSAL):
+        material = [_DOMAIN_TAG, 1, write_type.value, run_id, checkpoint, list(identity),
+                    occurrence]  # fmt: skip
+    else:
+        material = [_DOMAIN_TAG, 2, write_type.value, run_id, scope, checkpoint, list(identity),
+                    occurrence]  # fmt: skip
     return bytes(rfc8785.dumps(material))
 
 
@@ -103,6 +126,18 @@ def edit_identity(artifact_id: str, path: str) -> tuple[str, str]:
     """An edit is its artifact and normalized path, not its value."""
     inputs.name(artifact_id, "artifact_id")
     return (artifact_id, normalize_path(path))
+
+
+def edit_proposal_identity(
+    artifact_id: str, path: str, value_json: str, *, scheme: int
+) -> tuple[str, ...]:
+    """An edit proposal: its artifact and normalized path, and from version 2
+    the digest of the value it proposes (a draft for review: another value is
+    another proposal)."""
+    identity = edit_identity(artifact_id, path)
+    if scheme == 1:
+        return identity
+    return (*identity, _json_digest(value_json, "value_json"))
 
 
 def post_identity(thread_id: str, text: str) -> tuple[str, str]:

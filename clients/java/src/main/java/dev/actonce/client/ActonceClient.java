@@ -1,6 +1,7 @@
 package dev.actonce.client;
 
 import dev.actonce.v1.BeginAttemptRequest;
+import dev.actonce.v1.BeginAttemptResponse;
 import dev.actonce.v1.RunActionsServiceGrpc;
 import io.grpc.Context;
 import io.grpc.ManagedChannel;
@@ -83,10 +84,14 @@ public final class ActonceClient implements AutoCloseable {
         BeginAttemptRequest.newBuilder()
             .setRunId(run.runId())
             .setRule(run.rule())
-            .setCheckpoint(run.checkpoint());
+            .setCheckpoint(run.checkpoint())
+            .setScope(run.scope());
     run.leaseDeadline().ifPresent(d -> request.setLeaseDeadline(Attempt.timestamp(d)));
-    String attemptId = call(s -> s.beginAttempt(request.build())).getAttemptId();
-    return new Attempt(this, attemptId, run);
+    BeginAttemptResponse response = call(s -> s.beginAttempt(request.build()));
+    // A sidecar from before scheme versions answers none: it derives version 1.
+    int version = Math.max(response.getIdSchemeVersion(), 1);
+    return new Attempt(
+        this, response.getAttemptId(), run, new DerivedIds.IdScheme(version, run.scope()));
   }
 
   /**

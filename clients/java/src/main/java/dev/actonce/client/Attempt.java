@@ -1,6 +1,7 @@
 package dev.actonce.client;
 
 import com.google.protobuf.Timestamp;
+import dev.actonce.v1.AbortStepRequest;
 import dev.actonce.v1.BeginStepRequest;
 import dev.actonce.v1.BeginStepResponse;
 import dev.actonce.v1.CreateRequest;
@@ -33,11 +34,13 @@ public final class Attempt {
   private final ActonceClient client;
   private final String id;
   private final Run run;
+  private final DerivedIds.IdScheme idScheme;
 
-  Attempt(ActonceClient client, String id, Run run) {
+  Attempt(ActonceClient client, String id, Run run, DerivedIds.IdScheme idScheme) {
     this.client = client;
     this.id = id;
     this.run = run;
+    this.idScheme = idScheme;
   }
 
   /** The sidecar's id of this attempt. */
@@ -48,6 +51,15 @@ public final class Attempt {
   /** The run this attempt belongs to. */
   public Run run() {
     return run;
+  }
+
+  /**
+   * The scheme version the sidecar derives this attempt's ids with, and its scope: {@link
+   * DerivedIds#deriveId(DerivedIds.IdScheme, DerivedIds.WriteType, String, String, List, int)}
+   * gives the ids it will answer.
+   */
+  public DerivedIds.IdScheme idScheme() {
+    return idScheme;
   }
 
   /** Makes an artifact of {@code kind} holding {@code dataJson}, or proposes it. */
@@ -177,6 +189,23 @@ public final class Attempt {
             .setRequestId(o.requestId)
             .build();
     return Outcome.of(client.call(s -> s.endStep(request), o.requestId).getOutcome());
+  }
+
+  /**
+   * Declares that a step begun with {@link #beginStep} did not act: the tool refused before acting,
+   * or was never called. A later try may run it, under the same step id. Only for what provably
+   * did not act; an ended step cannot be aborted (STEP_ENDED), nor an aborted one ended
+   * (STEP_ABORTED).
+   */
+  public Outcome abortStep(String stepId, String reason, WriteOption... options) {
+    AbortStepRequest request =
+        AbortStepRequest.newBuilder()
+            .setAttemptId(id)
+            .setStepId(stepId)
+            .setReason(reason)
+            .setRequestId(Options.of(options, false).requestId)
+            .build();
+    return Outcome.of(client.call(s -> s.abortStep(request)).getOutcome());
   }
 
   /** Moves the attempt's lease deadline; returns the one in force. */

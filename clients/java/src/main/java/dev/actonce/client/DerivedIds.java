@@ -12,13 +12,18 @@ import java.util.Map;
 import org.erdtman.jcs.JsonCanonicalizer;
 
 /**
- * Derived ids (docs/derived-ids.md, scheme version 1), as the sidecar derives them. Deriving one
+ * Derived ids (docs/derived-ids.md, scheme versions 1 and 2), as the sidecar derives them. Deriving one
  * here lets an agent know an id before the write; the tests hold this class to the scheme's test
  * vectors. An input the sidecar refuses throws the {@link ActonceException} the sidecar answers
  * (INVALID_ARGUMENT, naming the same field), before any id is derived from it.
  */
 public final class DerivedIds {
-  public static final int SCHEME_VERSION = 1;
+  /**
+   * The newest version. A run keeps the version it began with, which the sidecar names when an
+   * attempt begins ({@link Attempt#idScheme()}). Version 2 keys an edit proposal to its value too
+   * and puts a scoped attempt's scope into its ids; every other write keeps its version-1 id.
+   */
+  public static final int SCHEME_VERSION = 2;
   private static final int ID_CHARS = 26; // base32 characters: 130 bits of SHA-256
   private static final String BASE32 = "abcdefghijklmnopqrstuvwxyz234567"; // RFC 4648, lowercased
 
@@ -45,30 +50,87 @@ public final class DerivedIds {
     }
   }
 
+  /**
+   * What an attempt's ids depend on beyond the write itself: the scheme version the sidecar derives
+   * them with, and the attempt's scope ("" for an unscoped attempt; version 2 only).
+   */
+  public record IdScheme(int version, String scope) {
+    /** Version 1, unscoped: the scheme of an attempt begun before versions existed. */
+    public static final IdScheme VERSION_1 = new IdScheme(1, "");
+
+    public IdScheme {
+      if (version != 1 && version != 2) {
+        throw new IllegalArgumentException("unknown id scheme version " + version);
+      }
+      if (scope == null) {
+        scope = "";
+      }
+      if (version == 1 && !scope.isEmpty()) {
+        throw new IllegalArgumentException("a scope has no version-1 form");
+      }
+    }
+  }
+
   private DerivedIds() {}
+
+  /**
+   * The id of the {@code occurrence}-th write (from 0) of {@code identity} in an unscoped attempt,
+   * under scheme version 1.
+   */
+  public static String deriveId(
+      WriteType type, String runId, String checkpoint, List<String> identity, int occurrence) {
+    return deriveId(IdScheme.VERSION_1, type, runId, checkpoint, identity, occurrence);
+  }
 
   /** The id of the {@code occurrence}-th write (from 0) of {@code identity} in an attempt. */
   public static String deriveId(
-      WriteType type, String runId, String checkpoint, List<String> identity, int occurrence) {
-    byte[] digest = sha256(material(type, runId, checkpoint, identity, occurrence));
+      IdScheme scheme,
+      WriteType type,
+      String runId,
+      String checkpoint,
+      List<String> identity,
+      int occurrence) {
+    byte[] digest = sha256(material(scheme, type, runId, checkpoint, identity, occurrence));
     return type.prefix + "_" + base32(digest).substring(0, ID_CHARS);
+  }
+
+  /** The material of an unscoped attempt's write under scheme version 1. */
+  public static String material(
+      WriteType type, String runId, String checkpoint, List<String> identity, int occurrence) {
+    return material(IdScheme.VERSION_1, type, runId, checkpoint, identity, occurrence);
   }
 
   /**
    * What is hashed: the RFC 8785 form of a JSON array, so that no choice of strings can make two
-   * writes collide by concatenation.
+   * writes collide by concatenation. Version 2 has a material of its own only for a scoped attempt
+   * or an edit proposal; any other write keeps its version-1 material.
    */
   public static String material(
-      WriteType type, String runId, String checkpoint, List<String> identity, int occurrence) {
+      IdScheme scheme,
+      WriteType type,
+      String runId,
+      String checkpoint,
+      List<String> identity,
+      int occurrence) {
     if (occurrence < 0) {
       throw new IllegalArgumentException("occurrence counts from 0, got " + occurrence);
     }
     Inputs.name(runId, "run_id");
+    if (!scheme.scope().isEmpty()) {
+      Inputs.name(scheme.scope(), "scope");
+    }
     Inputs.checkpoint(checkpoint);
+    boolean own =
+        scheme.version() == 2
+            && (!scheme.scope().isEmpty() || type == WriteType.EDIT_PROPOSAL);
     List<String> items = new ArrayList<>();
     items.add(quote("actonce/derived-id"));
-    items.add(Integer.toString(SCHEME_VERSION));
-    for (String text : List.of(type.wireName(), runId, checkpoint)) {
+    items.add(own ? "2" : "1");
+    List<String> texts =
+        own
+            ? List.of(type.wireName(), runId, scheme.scope(), checkpoint)
+            : List.of(type.wireName(), runId, checkpoint);
+    for (String text : texts) {
       items.add(quote(text));
     }
     items.add("[" + String.join(",", identity.stream().map(DerivedIds::quote).toList()) + "]");
@@ -86,6 +148,23 @@ public final class DerivedIds {
   public static List<String> editIdentity(String artifactId, String path) {
     Inputs.name(artifactId, "artifact_id");
     return List.of(artifactId, normalizePath(path));
+  }
+
+  /**
+   * An edit proposal is its artifact and normalized path, and from version 2 the digest of the
+   * value it proposes (a draft for review: another value is another proposal).
+   */
+  public static List<String> editProposalIdentity(
+      String artifactId, String path, String valueJson, int version) {
+    List<String> identity = editIdentity(artifactId, path);
+    if (version == 1) {
+      return identity;
+    }
+    // The canonicalizer takes an object or an array only: a value may be a scalar, and an array's
+    // element is written as it would be alone (RFC 8785), so the one-element array is unwrapped.
+    String wrapped = canonical("[" + Inputs.json(valueJson, "value_json") + "]", "value_json");
+    String digest = hex(sha256(wrapped.substring(1, wrapped.length() - 1)));
+    return List.of(identity.get(0), identity.get(1), digest);
   }
 
   /** A notice or message is its thread and the digest of its exact text. */

@@ -12,13 +12,23 @@ import java.util.Optional;
  * @param checkpoint the run's last checkpoint, "" at the run's start
  * @param leaseDeadline when the queue's lease on the run ends; writes it would not outlast are
  *     refused
+ * @param scope the attempt's part of the run, stable across its retries (a tool call's id, say);
+ *     "" for an unscoped attempt. Fencing and derived ids are per (run, scope): sibling scopes
+ *     never fence each other, and the same write in two scopes is two writes.
  */
-public record Run(String runId, String rule, String checkpoint, Optional<Instant> leaseDeadline) {
+public record Run(
+    String runId, String rule, String checkpoint, Optional<Instant> leaseDeadline, String scope) {
   public Run {
     Objects.requireNonNull(runId, "runId");
     Objects.requireNonNull(rule, "rule");
     Objects.requireNonNull(checkpoint, "checkpoint");
     Objects.requireNonNull(leaseDeadline, "leaseDeadline");
+    Objects.requireNonNull(scope, "scope");
+  }
+
+  /** An unscoped run. */
+  public Run(String runId, String rule, String checkpoint, Optional<Instant> leaseDeadline) {
+    this(runId, rule, checkpoint, leaseDeadline, "");
   }
 
   /** A run with no lease deadline. */
@@ -28,6 +38,11 @@ public record Run(String runId, String rule, String checkpoint, Optional<Instant
 
   /** This run with a lease deadline. */
   public Run withLeaseDeadline(Instant deadline) {
-    return new Run(runId, rule, checkpoint, Optional.of(deadline));
+    return new Run(runId, rule, checkpoint, Optional.of(deadline), scope);
+  }
+
+  /** This run's attempt of one scope. */
+  public Run withScope(String scope) {
+    return new Run(runId, rule, checkpoint, leaseDeadline, scope);
   }
 }

@@ -105,6 +105,57 @@ class ActonceClientTest {
   }
 
   @Test
+  void scopedAttemptsKeepTheirOwnIdsAndDoNotFenceEachOther() {
+    Run run = newRun("scopes");
+    Write thread = client.begin(run).createThread("Tool calls");
+    List<Attempt> calls =
+        List.of(client.begin(run.withScope("call_1")), client.begin(run.withScope("call_2")));
+    List<String> ids = new java.util.ArrayList<>();
+    for (Attempt attempt : calls) {
+      assertEquals(new DerivedIds.IdScheme(2, attempt.run().scope()), attempt.idScheme());
+      Write posted = attempt.notice(thread.id(), "Charged.");
+      assertEquals(Outcome.APPLIED, posted.outcome());
+      String expected =
+          DerivedIds.deriveId(
+              attempt.idScheme(),
+              DerivedIds.WriteType.NOTICE,
+              run.runId(),
+              run.checkpoint(),
+              DerivedIds.postIdentity(thread.id(), "Charged."),
+              0);
+      assertEquals(expected, posted.id());
+      ids.add(posted.id());
+    }
+    assertNotEquals(ids.get(0), ids.get(1));
+    // A new attempt of call_1 fences the older one only.
+    Attempt newer = client.begin(run.withScope("call_1"));
+    ActonceException fenced =
+        assertThrows(ActonceException.class, () -> calls.get(0).notice(thread.id(), "late"));
+    assertEquals("ATTEMPT_FENCED", fenced.reason());
+    assertEquals(Outcome.APPLIED, calls.get(1).notice(thread.id(), "still on").outcome());
+    assertEquals(ids.get(0), newer.notice(thread.id(), "Charged.").id());
+  }
+
+  @Test
+  void anAbortedStepRunsInALaterAttempt() {
+    Run run = newRun("steps");
+    Attempt first = client.begin(run);
+    Step step = first.beginStep("charge_card", Effect.NON_IDEMPOTENT_WRITE, "{\"amount\":10}");
+    assertEquals(Outcome.APPLIED, first.abortStep(step.id(), "connection refused"));
+    ActonceException aborted =
+        assertThrows(ActonceException.class, () -> first.endStep(step.id(), "{}"));
+    assertEquals("STEP_ABORTED", aborted.reason());
+    Attempt retry = client.begin(run);
+    Step again = retry.beginStep("charge_card", Effect.NON_IDEMPOTENT_WRITE, "{\"amount\":10}");
+    assertEquals(step.id(), again.id());
+    assertFalse(again.done());
+    retry.endStep(again.id(), "{\"charged\":true}");
+    ActonceException ended =
+        assertThrows(ActonceException.class, () -> retry.abortStep(again.id(), "too late"));
+    assertEquals("STEP_ENDED", ended.reason());
+  }
+
+  @Test
   void invalidJsonIsRefused() {
     Attempt attempt = client.begin(newRun("refusals"));
     ActonceException e = assertThrows(ActonceException.class, () -> attempt.create("ticket", "{"));

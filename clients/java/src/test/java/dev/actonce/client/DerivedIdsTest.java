@@ -26,12 +26,23 @@ class DerivedIdsTest {
     return JsonParser.parseString(text).getAsJsonObject();
   }
 
-  private static List<String> identity(WriteType type, JsonObject input) {
+  private static DerivedIds.IdScheme scheme(JsonObject v) {
+    return new DerivedIds.IdScheme(v.get("scheme_version").getAsInt(), text(v, "scope"));
+  }
+
+  private static List<String> identity(WriteType type, JsonObject v) {
+    JsonObject input = v.getAsJsonObject("input");
+    int version = v.get("scheme_version").getAsInt();
     return switch (type) {
       case CREATE, CREATE_PROPOSAL ->
           DerivedIds.createIdentity(text(input, "kind"), text(input, "data_json"));
-      case EDIT, EDIT_PROPOSAL ->
-          DerivedIds.editIdentity(text(input, "artifact_id"), text(input, "path"));
+      case EDIT_PROPOSAL ->
+          DerivedIds.editProposalIdentity(
+              text(input, "artifact_id"),
+              text(input, "path"),
+              version == 1 ? "" : text(input, "value_json"),
+              version);
+      case EDIT -> DerivedIds.editIdentity(text(input, "artifact_id"), text(input, "path"));
       case NOTICE, MESSAGE -> DerivedIds.postIdentity(text(input, "thread_id"), text(input, "text"));
       case THREAD -> DerivedIds.threadIdentity(text(input, "title"));
       case STEP -> DerivedIds.stepIdentity(text(input, "tool"), text(input, "args_json"));
@@ -66,7 +77,7 @@ class DerivedIdsTest {
                     () -> {
                       WriteType type =
                           WriteType.valueOf(text(v, "write_type").toUpperCase(Locale.ROOT));
-                      List<String> identity = identity(type, v.getAsJsonObject("input"));
+                      List<String> identity = identity(type, v);
                       List<String> expected =
                           v.getAsJsonArray("identity").asList().stream()
                               .map(JsonElement::getAsString)
@@ -75,12 +86,20 @@ class DerivedIdsTest {
                       String runId = text(v, "run_id");
                       String checkpoint = text(v, "checkpoint");
                       int occurrence = v.get("occurrence").getAsInt();
+                      DerivedIds.IdScheme scheme = scheme(v);
                       assertEquals(
                           text(v, "material"),
-                          DerivedIds.material(type, runId, checkpoint, identity, occurrence));
+                          DerivedIds.material(
+                              scheme, type, runId, checkpoint, identity, occurrence));
                       assertEquals(
                           text(v, "id"),
-                          DerivedIds.deriveId(type, runId, checkpoint, identity, occurrence));
+                          DerivedIds.deriveId(
+                              scheme, type, runId, checkpoint, identity, occurrence));
+                      if (scheme.equals(DerivedIds.IdScheme.VERSION_1)) {
+                        assertEquals(
+                            text(v, "id"),
+                            DerivedIds.deriveId(type, runId, checkpoint, identity, occurrence));
+                      }
                     }));
   }
 
@@ -100,10 +119,11 @@ class DerivedIdsTest {
                               ActonceException.class,
                               () ->
                                   DerivedIds.deriveId(
+                                      scheme(v),
                                       type,
                                       text(v, "run_id"),
                                       text(v, "checkpoint"),
-                                      identity(type, v.getAsJsonObject("input")),
+                                      identity(type, v),
                                       0));
                       assertEquals(Status.Code.INVALID_ARGUMENT, e.code());
                       assertEquals("INVALID_ARGUMENT", e.reason());
