@@ -4,6 +4,8 @@ A pure function of the run's events (oldest first), so that the page, its
 JSON and the tests read the same thing. A write is one entry from its intent
 to its outcome; a step is one entry from its begin to its end; each entry
 belongs to the attempt that made it, numbered in the order the attempts began.
+A run's scoped attempts (a tool call's, say) are attempts of the same run: each
+shows its scope, and fences only the attempts of its own scope.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class AttemptView:
     began_ts: str
     checkpoint: str
     lease_deadline: str = ""
+    scope: str = ""
     ended_ts: str = ""
     counts: dict[str, int] = field(default_factory=dict)
     fenced_by: int = 0  # the number of the attempt that fenced it, if it never ended
@@ -87,7 +90,7 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
     entries: list[Entry] = []
     open_entries: dict[tuple[str, str], Entry] = {}
     rule = ""
-    newest: AttemptView | None = None
+    newest: dict[str, AttemptView] = {}  # by scope: fencing is per (run, scope)
     decided: dict[str, str] = {}  # id -> the latest decision on it so far
     for stored in events:
         e = stored.event
@@ -101,13 +104,15 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 stored.ts,
                 e.checkpoint,
                 lease_deadline=str(e.detail.get("lease_deadline", "")),
+                scope=e.scope,
             )
             attempts[e.attempt_id] = attempt
             entry = Entry("attempt_begin", stored.seq, stored.ts, attempt)
-            if newest is not None and not newest.ended_ts:
-                newest.fenced_by = attempt.number
-                entry.fences = newest.number
-            newest = attempt
+            older = newest.get(e.scope)
+            if older is not None and not older.ended_ts:
+                older.fenced_by = attempt.number
+                entry.fences = older.number
+            newest[e.scope] = attempt
             entries.append(entry)
             continue
         key = (e.attempt_id, e.derived_id)
@@ -169,6 +174,11 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 entry_or_none.ended_ts = stored.ts
                 entry_or_none.result_json = str(e.detail.get("result_json", ""))
                 entry_or_none.state = "ended"
+        elif e.phase == Phase.STEP_ABORT:
+            entry_or_none = open_entries.get(key)
+            if entry_or_none is not None:
+                entry_or_none.ended_ts = stored.ts
+                entry_or_none.state = "aborted"
         elif e.phase == Phase.READ:
             entries.append(
                 Entry(

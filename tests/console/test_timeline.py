@@ -92,3 +92,25 @@ def test_a_decided_step_shows_the_decision_and_no_longer_in_doubt() -> None:
         ("decision", "ran"),
     ]
     assert view.entries[-1].result_json == '{"ok":true}'
+
+
+def test_scoped_attempts_fence_only_their_own_scope_and_an_aborted_step_shows() -> None:
+    events = [
+        stored(1, "a1", "attempt_begin", scope="call_1"),
+        stored(2, "b1", "attempt_begin", scope="call_2"),
+        stored(3, "a1", "step_begin", "stp_1", rpc="BeginStep", detail=STEP, scope="call_1"),
+        stored(4, "a1", "outcome", "stp_1", rpc="BeginStep", outcome="OUTCOME_APPLIED"),
+        stored(5, "a1", "step_abort", "stp_1", rpc="AbortStep", scope="call_1"),
+        stored(6, "a2", "attempt_begin", scope="call_1"),
+    ]
+    view = build("run-1", events, set())
+    a1, b1, a2 = view.attempts
+    assert [(a.scope, a.fenced_by) for a in view.attempts] == [
+        ("call_1", a2.number),
+        ("call_2", 0),
+        ("call_1", 0),
+    ]
+    assert [e.fences for e in view.entries if e.kind == "attempt_begin"] == [0, 0, a1.number]
+    (step,) = [e for e in view.entries if e.kind == "step"]
+    assert step.state == "aborted"
+    assert b1.number == 2
