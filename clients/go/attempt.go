@@ -318,15 +318,13 @@ func (a *Attempt) AbortStep(ctx context.Context, stepID, reason string, opts ...
 	if o.propose {
 		return 0, errProposeOnly
 	}
-	ctx, cancel := a.client.deadline(ctx)
-	defer cancel()
-	resp, err := a.client.rpc.AbortStep(ctx, &actoncev1.AbortStepRequest{
+	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.AbortStep, &actoncev1.AbortStepRequest{
 		AttemptId: a.id, StepId: stepID, Reason: reason, RequestId: o.requestID,
 	})
 	if err != nil {
-		return 0, fromRPC(err)
+		return 0, err
 	}
-	return resp.GetOutcome(), nil
+	return outcomeOf(resp.GetOutcome()), nil
 }
 
 // ExtendLease moves the attempt's lease deadline and returns the one in force.

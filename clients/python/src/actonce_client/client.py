@@ -382,12 +382,14 @@ class Attempt:
         before acting, or was never called. A later try may run it, under the
         same step id. Only for what provably did not act; an ended step cannot
         be aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED)."""
+        rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.AbortStep,
             pb.AbortStepRequest(attempt_id=self.id, step_id=step_id, reason=reason,
-                                request_id=request_id or _fresh()),
+                                request_id=rid),
+            request_id=rid,
         )  # fmt: skip
-        return Outcome(response.outcome)
+        return _outcome(response.outcome)
 
     def extend_lease(self, deadline: datetime) -> datetime:
         """Move the attempt's lease deadline; returns the one in force."""

@@ -198,14 +198,15 @@ public final class Attempt {
    * (STEP_ABORTED).
    */
   public Outcome abortStep(String stepId, String reason, WriteOption... options) {
+    Options o = Options.of(options, false);
     AbortStepRequest request =
         AbortStepRequest.newBuilder()
             .setAttemptId(id)
             .setStepId(stepId)
             .setReason(reason)
-            .setRequestId(Options.of(options, false).requestId)
+            .setRequestId(o.requestId)
             .build();
-    return Outcome.of(client.call(s -> s.abortStep(request)).getOutcome());
+    return Outcome.of(client.call(s -> s.abortStep(request), o.requestId).getOutcome());
   }
 
   /** Moves the attempt's lease deadline; returns the one in force. */
