@@ -67,18 +67,18 @@ class MemoryLedger:
         self.trace = trace if trace is not None else Trace()
         self.events: list[StoredEvent] = []
         self.failing: set[str] = set()
-        self._newest: dict[str, str] = {}
+        self._newest: dict[tuple[str, str], str] = {}  # by (run, scope), as fencing is
 
     async def append(self, event: AuditEvent) -> int:
         if event.phase in self.failing:
             await self.trace.point(f"ledger.append {event.phase}")
             raise LedgerError("the ledger is failing")
-        refusal = fenced(event, self._newest.get(event.run_id))
+        refusal = fenced(event, self._newest.get((event.run_id, event.scope)))
         if refusal is not None:
             await self.trace.point(f"ledger.append {event.phase}")
             raise refusal
         if event.phase == Phase.ATTEMPT_BEGIN:
-            self._newest[event.run_id] = event.attempt_id
+            self._newest[(event.run_id, event.scope)] = event.attempt_id
         seq = len(self.events) + 1
         ts = datetime.now(UTC).isoformat()
         prev = self.events[-1].hash if self.events else GENESIS_HASH
@@ -90,6 +90,14 @@ class MemoryLedger:
         found = [e for e in self.events if e.event.derived_id == derived_id]
         await self.trace.point("ledger.events_for")
         return found
+
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        # Not a traced point: the write path's tests follow writes, not BeginAttempt.
+        for stored in self.events:
+            e = stored.event
+            if (e.run_id, e.scope, e.phase) == (run_id, scope, Phase.ATTEMPT_BEGIN):
+                return e
+        return None
 
     async def ping(self) -> None:
         return None
