@@ -361,12 +361,12 @@ export class Attempt {
    * aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED).
    */
   async abortStep(stepId: string, reason = "", options: WriteOptions = {}): Promise<Outcome> {
-    const requestId = newRequestIdUnless(options);
-    const r = await this.client.call(
-      this.client.rpc.abortStep,
-      { attemptId: this.id, stepId, reason, requestId },
-      requestId,
-    );
+    const r = await this.client.call(this.client.rpc.abortStep, {
+      attemptId: this.id,
+      stepId,
+      reason,
+      requestId: newRequestIdUnless(options),
+    });
     return outcome(r.outcome);
   }
 
