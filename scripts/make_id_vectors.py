@@ -35,14 +35,6 @@ def _vector(
     scheme: int = 1,
     scope: str = "",
 ) -> dict[str, Any]:
-    how = dict(
-        run_id=run_id,
-        checkpoint=checkpoint,
-        identity=identity,
-        occurrence=occurrence,
-        scope=scope,
-        scheme=scheme,
-    )
     return {
         "name": name,
         "scheme_version": scheme,
@@ -53,8 +45,24 @@ def _vector(
         "input": identity_input,
         "identity": list(identity),
         "occurrence": occurrence,
-        "material": ids.material(write_type, **how).decode("utf-8"),
-        "id": ids.derive_id(write_type, **how),
+        "material": ids.material(
+            write_type,
+            run_id=run_id,
+            checkpoint=checkpoint,
+            identity=identity,
+            occurrence=occurrence,
+            scope=scope,
+            scheme=scheme,
+        ).decode("utf-8"),
+        "id": ids.derive_id(
+            write_type,
+            run_id=run_id,
+            checkpoint=checkpoint,
+            identity=identity,
+            occurrence=occurrence,
+            scope=scope,
+            scheme=scheme,
+        ),
     }
 
 

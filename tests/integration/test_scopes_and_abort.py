@@ -11,13 +11,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from chaos.checker import read_postgres_store, read_sqlite_store
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.audit_command import open_reader
 from sidecar.ledger import inspect
+from sidecar.ledger.audit_command import open_reader
 from sidecar.rules import canonical, ids
 from tests.conftest import MakeConfig
-from tests.faults.support import read_postgres_store, read_sqlite_store
 from tests.harness import RunningSidecar, ledger_locked, refusal, start_sidecar
 from tests.server.processes import run_cli
 
@@ -42,7 +42,7 @@ def _artifact(sc: RunningSidecar) -> str:
 
 
 def _propose(sc: RunningSidecar, attempt: str, artifact: str, value: str) -> pb.EditResponse:
-    return sc.stub.Edit(
+    answer: pb.EditResponse = sc.stub.Edit(
         pb.EditRequest(
             attempt_id=attempt,
             artifact_id=artifact,
@@ -51,6 +51,7 @@ def _propose(sc: RunningSidecar, attempt: str, artifact: str, value: str) -> pb.
             propose=True,
         )
     )
+    return answer
 
 
 def _proposed_values(sc: RunningSidecar, artifact: str) -> list[str]:
@@ -66,7 +67,9 @@ def _proposed_values(sc: RunningSidecar, artifact: str) -> list[str]:
 
 
 def _notice(sc: RunningSidecar, attempt: str, thread: str, text: str) -> pb.NoticeResponse:
-    return sc.stub.Notice(pb.NoticeRequest(attempt_id=attempt, thread_id=thread, text=text))
+    request = pb.NoticeRequest(attempt_id=attempt, thread_id=thread, text=text)
+    answer: pb.NoticeResponse = sc.stub.Notice(request)
+    return answer
 
 
 def _thread(sc: RunningSidecar) -> str:
@@ -214,7 +217,7 @@ def test_the_same_write_in_two_scopes_is_two_writes_whatever_their_order(
 def test_a_scope_is_checked_like_a_name(sidecar: RunningSidecar) -> None:
     for scope in ("a\x00b", "x" * 513):
         code, reason, _ = _refused(
-            lambda s=scope: sidecar.stub.BeginAttempt(  # type: ignore[misc]
+            lambda s=scope: sidecar.stub.BeginAttempt(
                 pb.BeginAttemptRequest(run_id="r", rule="triage", scope=s)
             )
         )
@@ -247,12 +250,15 @@ def test_the_audit_keeps_one_run_with_its_scopes(sidecar: RunningSidecar) -> Non
 # -- AbortStep ------------------------------------------------------------------------------
 
 
-def _step(sc: RunningSidecar, attempt: str, effect: int = NON_IDEMPOTENT) -> pb.BeginStepResponse:
-    return sc.stub.BeginStep(
+def _step(
+    sc: RunningSidecar, attempt: str, effect: types_pb2.ToolEffect.ValueType = NON_IDEMPOTENT
+) -> pb.BeginStepResponse:
+    answer: pb.BeginStepResponse = sc.stub.BeginStep(
         pb.BeginStepRequest(
             attempt_id=attempt, tool="charge", effect=effect, args_json='{"amount": 10}'
         )
     )
+    return answer
 
 
 def _abort(sc: RunningSidecar, attempt: str, step_id: str, request_id: str = "") -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -65,16 +66,19 @@ def test_derived_id_vectors(vector: dict[str, object]) -> None:
             raw["tool"], canonical.json_digest(canonical.parse_json(raw["args_json"], "args_json"))
         )
     assert list(identity) == vector["identity"]
-    how = dict(
-        run_id=str(vector["run_id"]),
-        checkpoint=str(vector["checkpoint"]),
-        identity=identity,
-        occurrence=int(str(vector["occurrence"])),
-        scope=str(vector["scope"]),
-        scheme=int(str(vector["scheme_version"])),
-    )
-    assert ids.material(write_type, **how).decode("utf-8") == vector["material"]
-    assert ids.derive_id(write_type, **how) == vector["id"]
+    run_id, checkpoint = str(vector["run_id"]), str(vector["checkpoint"])
+    occurrence, scope = int(str(vector["occurrence"])), str(vector["scope"])
+    scheme = int(str(vector["scheme_version"]))
+    material = ids.material(
+        write_type, run_id=run_id, checkpoint=checkpoint, identity=identity,
+        occurrence=occurrence, scope=scope, scheme=scheme,
+    )  # fmt: skip
+    assert material.decode("utf-8") == vector["material"]
+    derived = ids.derive_id(
+        write_type, run_id=run_id, checkpoint=checkpoint, identity=identity,
+        occurrence=occurrence, scope=scope, scheme=scheme,
+    )  # fmt: skip
+    assert derived == vector["id"]
 
 
 def test_version_1_ids_never_change() -> None:
@@ -84,20 +88,20 @@ def test_version_1_ids_never_change() -> None:
 
 def test_version_2_keeps_every_unscoped_id_but_the_edit_proposals() -> None:
     for write_type in ids.WriteType:
-        how = dict(run_id="r", checkpoint="c", identity=("a", "b"), occurrence=1)
-        same = ids.derive_id(write_type, scheme=1, **how) == ids.derive_id(
-            write_type,
-            scheme=2,
-            **how,
-        )
+        how = functools.partial(
+            ids.derive_id, write_type, run_id="r", checkpoint="c", identity=("a", "b"),
+            occurrence=1,
+        )  # fmt: skip
+        same = how(scheme=1) == how(scheme=2)
         assert same is (write_type is not ids.WriteType.EDIT_PROPOSAL)
 
 
 def test_a_scope_makes_the_same_write_another_write_and_has_no_version_1_form() -> None:
-    how = dict(run_id="r", checkpoint="c", identity=("t",), occurrence=0, scheme=2)
-    unscoped = ids.derive_id(ids.WriteType.THREAD, **how)
-    first = ids.derive_id(ids.WriteType.THREAD, scope="call_1", **how)
-    second = ids.derive_id(ids.WriteType.THREAD, scope="call_2", **how)
+    how = functools.partial(
+        ids.derive_id, ids.WriteType.THREAD, run_id="r", checkpoint="c", identity=("t",),
+        occurrence=0, scheme=2,
+    )  # fmt: skip
+    unscoped, first, second = how(), how(scope="call_1"), how(scope="call_2")
     assert len({unscoped, first, second}) == 3
     with pytest.raises(ValueError):
         ids.derive_id(

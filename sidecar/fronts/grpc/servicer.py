@@ -235,7 +235,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
         return pb.EndStepResponse(outcome=_OUTCOMES[result.outcome])
 
     async def AbortStep(
-        self, request: pb.AbortStepRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AbortStepRequest, context: _Context
     ) -> pb.AbortStepResponse:
         result = await _answer(
             context,
