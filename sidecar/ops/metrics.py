@@ -304,6 +304,9 @@ class _TimedLedger:
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         return await self._inner.events_for(derived_id)
 
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        return await self._inner.first_attempt(run_id, scope)
+
     async def ping(self) -> None:
         await self._inner.ping()
 
