@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sidecar.config import DEFAULT_DATA_DIR, DEFAULT_LISTEN, Config
+from sidecar import defaults
+from sidecar.config import Config
 from sidecar.ops import logs
 
 
@@ -133,9 +134,9 @@ def _choice(*allowed: str) -> Callable[[str], str]:
 Setting = tuple[str, Callable[[str], Any], Any, str]
 
 SERVE_SETTINGS: dict[str, Setting] = {
-    "--listen": ("ACTONCE_LISTEN", _listen, DEFAULT_LISTEN,
+    "--listen": ("ACTONCE_LISTEN", _listen, defaults.LISTEN,
                  "where the sidecar listens: HOST:PORT or unix:PATH"),
-    "--data-dir": ("ACTONCE_DATA_DIR", Path, DEFAULT_DATA_DIR,
+    "--data-dir": ("ACTONCE_DATA_DIR", Path, defaults.DATA_DIR,
                    "folder for the embedded store and, by default, the ledger"),
     "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
                    "the audit ledger's SQLite file (default DATA_DIR/audit.db)"),
@@ -150,7 +151,7 @@ SERVE_SETTINGS: dict[str, Setting] = {
     "--rules": ("ACTONCE_RULES", _rules, None,
                 "comma-separated rules this sidecar serves; BeginAttempt for any other is "
                 "refused FORBIDDEN (default: any rule)"),
-    "--store-timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 5.0,
+    "--store-timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, defaults.STORE_TIMEOUT_SECONDS,
                         "seconds a store call may take"),
     "--store-tls-ca": ("ACTONCE_STORE_TLS_CA", _readable_file, None,
                        "PEM file of the CA that signed the external store's certificate: "
@@ -162,17 +163,19 @@ SERVE_SETTINGS: dict[str, Setting] = {
     "--store-token-file": ("ACTONCE_STORE_TOKEN_FILE", _readable_file, None,
                            "file holding the bearer token the external store expects "
                            "(the token itself is never taken from a flag)"),
-    "--audit-busy-timeout-ms": ("ACTONCE_AUDIT_BUSY_TIMEOUT_MS", _positive_int, 5000,
+    "--audit-busy-timeout-ms": ("ACTONCE_AUDIT_BUSY_TIMEOUT_MS", _positive_int,
+                                defaults.AUDIT_BUSY_TIMEOUT_MS,
                                 "ms a ledger append waits for a locked ledger"),
-    "--id-scheme": ("ACTONCE_ID_SCHEME", _id_scheme, 2,
+    "--id-scheme": ("ACTONCE_ID_SCHEME", _id_scheme, defaults.ID_SCHEME,
                     "derived-id scheme version of new runs (1 or 2); a run keeps the one "
                     "it began with"),
-    "--attempt-idle-ttl": ("ACTONCE_ATTEMPT_IDLE_TTL", _positive_float, 3600.0,
+    "--attempt-idle-ttl": ("ACTONCE_ATTEMPT_IDLE_TTL", _positive_float,
+                           defaults.ATTEMPT_IDLE_TTL_SECONDS,
                            "seconds after which an idle attempt is forgotten"),
-    "--attempt-max-count": ("ACTONCE_ATTEMPT_MAX_COUNT", _positive_int, 10_000,
+    "--attempt-max-count": ("ACTONCE_ATTEMPT_MAX_COUNT", _positive_int, defaults.ATTEMPT_MAX_COUNT,
                             "live attempts kept at most; past it the least recently used "
                             "is forgotten (its calls get UNKNOWN_ATTEMPT)"),
-    "--attempt-max-mib": ("ACTONCE_ATTEMPT_MAX_MIB", _positive_int, 48,
+    "--attempt-max-mib": ("ACTONCE_ATTEMPT_MAX_MIB", _positive_int, defaults.ATTEMPT_MAX_MIB,
                           "MiB that live attempts may take, approximately; past it the "
                           "least recently used are forgotten"),
     "--grace-period": ("ACTONCE_GRACE_PERIOD", _positive_float, 10.0,

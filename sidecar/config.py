@@ -9,16 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEFAULT_LISTEN = "127.0.0.1:50051"
-DEFAULT_DATA_DIR = Path(".actonce")
+from sidecar import defaults
 
 
 @dataclass
 class Config:
     """Everything `actonce serve` needs to start."""
 
-    listen: str = DEFAULT_LISTEN
-    data_dir: Path = DEFAULT_DATA_DIR
+    listen: str = defaults.LISTEN
+    data_dir: Path = defaults.DATA_DIR
     # The ledger's file, apart from the store's data; default data_dir/audit.db.
     audit_db: Path | None = None
     # A PostgreSQL ledger shared by many sidecars, instead of audit_db.
@@ -30,14 +29,14 @@ class Config:
     send_allowlist: frozenset[str] = field(default_factory=frozenset)
     # The rules this sidecar serves; None serves any rule.
     rules: frozenset[str] | None = None
-    store_timeout_seconds: float = 5.0
-    audit_busy_timeout_ms: int = 5000
-    attempt_idle_ttl_seconds: float = 3600.0
+    store_timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS
+    audit_busy_timeout_ms: int = defaults.AUDIT_BUSY_TIMEOUT_MS
+    attempt_idle_ttl_seconds: float = defaults.ATTEMPT_IDLE_TTL_SECONDS
     # Bounds on live attempts: past either, the least recently used are forgotten.
-    attempt_max_count: int = 10_000
-    attempt_max_mib: int = 48
+    attempt_max_count: int = defaults.ATTEMPT_MAX_COUNT
+    attempt_max_mib: int = defaults.ATTEMPT_MAX_MIB
     # The derived-id scheme of a new run; a run the ledger knows keeps its own.
-    id_scheme: int = 2
+    id_scheme: int = defaults.ID_SCHEME
     health_interval_seconds: float = 1.0
     log_level: str = "info"
     log_format: str = "auto"

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 import uvicorn
 
-from sidecar.config import DEFAULT_DATA_DIR
+from sidecar import defaults
 from sidecar.console.app import create_app
 from sidecar.console.chain import ChainWatch
 from sidecar.ledger.audit_command import open_reader
@@ -53,7 +53,7 @@ def run_console(values: dict[str, Any]) -> int:
             file=sys.stderr,
         )
         return 2
-    audit_db = values.get("audit_db") or DEFAULT_DATA_DIR / "audit.db"
+    audit_db = values.get("audit_db") or defaults.DATA_DIR / "audit.db"
     try:
         ledger = open_operator_ledger(audit_db, values.get("audit_dsn"))
     except LedgerError as exc:

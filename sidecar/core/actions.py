@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from sidecar import defaults
 from sidecar.core.attempts import Attempt, AttemptRegistry, Claim, StepState
 from sidecar.errors import (
     ActonceError,
@@ -95,7 +96,7 @@ class Settings:
     rules: Collection[str] | None = None
     # A write needs this much lease left: the store call's own deadline, so
     # that no write is still in flight when the queue hands the run on.
-    store_timeout_seconds: float = 5.0
+    store_timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS
     # The derived-id scheme of a (run, scope) the ledger has no attempt of; one
     # it has keeps the scheme its first attempt began with.
     id_scheme: int = ids.SCHEME_VERSION

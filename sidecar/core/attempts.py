@@ -24,13 +24,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sidecar import defaults
 from sidecar.errors import InvalidArgument, UnknownAttempt
 from sidecar.rules.ids import Identity, WriteType
 
-# An attempt nobody has called for this long is forgotten, so that memory
-# stays bounded when agents die without EndAttempt. Its later calls get
-# UNKNOWN_ATTEMPT, which is safe: the run is retried with a new attempt.
-DEFAULT_IDLE_TTL_SECONDS = 3600.0
 # How many ended attempts' answers are kept for a repeated EndAttempt (bounded
 # memory: the oldest are forgotten first).
 ENDED_REMEMBERED = 10_000
@@ -40,11 +37,6 @@ ENDED_REMEMBERED = 10_000
 # ledger's and gRPC's buffers), which the defaults below allow for.
 ATTEMPT_BYTES = 1024
 REQUEST_BYTES = 2560
-# Defaults that fit the Kubernetes manifest's 256 MiB limit, with room for the
-# process itself (about 60 MiB idle) and a flood of calls in flight
-# (bench/attempt_flood.py measures it; the README has its figures).
-DEFAULT_MAX_ATTEMPTS = 10_000
-DEFAULT_MAX_ATTEMPT_BYTES = 48 << 20
 
 # Why an attempt was forgotten before it ended.
 IDLE = "idle"
@@ -205,9 +197,9 @@ class AttemptRegistry:
     def __init__(
         self,
         *,
-        idle_ttl_seconds: float = DEFAULT_IDLE_TTL_SECONDS,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        max_bytes: int = DEFAULT_MAX_ATTEMPT_BYTES,
+        idle_ttl_seconds: float = defaults.ATTEMPT_IDLE_TTL_SECONDS,
+        max_attempts: int = defaults.ATTEMPT_MAX_COUNT,
+        max_bytes: int = defaults.ATTEMPT_MAX_MIB << 20,
         on_forget: ForgetHook | None = None,
     ) -> None:
         self._attempts: OrderedDict[str, Attempt] = OrderedDict()

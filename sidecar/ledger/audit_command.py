@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sidecar.config import DEFAULT_DATA_DIR
+from sidecar import defaults
 from sidecar.errors import InvalidArgument
 from sidecar.ledger import inspect
 from sidecar.ledger.base import LedgerError, LedgerReader
@@ -27,7 +27,7 @@ def open_reader(values: dict[str, Any]) -> LedgerReader:
         return PostgresLedgerReader(str(values["audit_dsn"]))
     from sidecar.ledger.sqlite import SqliteLedgerReader
 
-    path = values.get("audit_db") or DEFAULT_DATA_DIR / "audit.db"
+    path = values.get("audit_db") or defaults.DATA_DIR / "audit.db"
     return SqliteLedgerReader(Path(path))
 
 
@@ -78,7 +78,7 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
 
     try:
         ledger = open_operator_ledger(
-            values.get("audit_db") or DEFAULT_DATA_DIR / "audit.db",
+            values.get("audit_db") or defaults.DATA_DIR / "audit.db",
             values.get("audit_dsn"),
             read_only=command == "pending",
         )

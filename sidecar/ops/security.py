@@ -18,7 +18,8 @@ from pathlib import Path
 import grpc
 import structlog
 
-from sidecar.upstream.client import DEFAULT_STORE_TIMEOUT_SECONDS, GrpcStoreClient
+from sidecar import defaults
+from sidecar.upstream.client import GrpcStoreClient
 
 log = structlog.get_logger()
 
@@ -91,7 +92,7 @@ def connect_store(
     *,
     tls: StoreTls | None = None,
     token_file: Path | None = None,
-    timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS,
+    timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
 ) -> GrpcStoreClient:
     """A store client for ``target``: over TLS when ``tls`` is given, with the token if any."""
     metadata: list[tuple[str, str]] = []

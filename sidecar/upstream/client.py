@@ -20,13 +20,13 @@ from typing import Protocol
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
+from sidecar import defaults
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.rules.refusals import RefusalVocabulary
 
 STORE_DOMAIN = "store.actonce"
-DEFAULT_STORE_TIMEOUT_SECONDS = 5.0
 
 StoredArtifact = spb.StoredArtifact
 StoredMessage = spb.StoredMessage
@@ -184,7 +184,7 @@ class GrpcStoreClient:
         self,
         channel: grpc.aio.Channel,
         *,
-        timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS,
+        timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
         metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._channel = channel
@@ -194,7 +194,7 @@ class GrpcStoreClient:
 
     @classmethod
     def insecure(
-        cls, target: str, *, timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS
+        cls, target: str, *, timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS
     ) -> GrpcStoreClient:
         options = [
             ("grpc.max_receive_message_length", 16 << 20),

@@ -39,13 +39,13 @@ from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
+from sidecar import defaults
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ops import scheduling
 from sidecar.refstore import backend as store
 from sidecar.refstore.refusals import StoreRefusal
 from sidecar.refstore.wire import encode_artifact, encode_message
 from sidecar.upstream.client import (
-    DEFAULT_STORE_TIMEOUT_SECONDS,
     Refusal,
     StoredArtifact,
     StoredMessage,
@@ -150,7 +150,7 @@ class InProcessStoreClient:
         self,
         backend: store.StoreBackend,
         *,
-        timeout_seconds: float = DEFAULT_STORE_TIMEOUT_SECONDS,
+        timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
         workers: int = DEFAULT_WORKERS,
     ) -> None:
         self._backend = backend

@@ -22,10 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.checker import read_postgres_store, read_sqlite_store
+from sidecar import defaults
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar._gen.actonce.v1 import types_pb2
-from sidecar.config import DEFAULT_LISTEN, Config
+from sidecar.config import Config
 from tests.conftest import MakeConfig
 from tests.faults.support import ledger_lock, outcome_of, spawn_store
 from tests.harness import (
@@ -73,7 +74,7 @@ def _loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 
 
 def test_the_default_listener_is_loopback_only(tmp_path: Path) -> None:
-    assert DEFAULT_LISTEN.startswith("127.0.0.1:") and Config().listen == DEFAULT_LISTEN
+    assert defaults.LISTEN.startswith("127.0.0.1:") and Config().listen == defaults.LISTEN
     assert Config().health_listen is None and Config().metrics_listen is None
     # `actonce serve` with no --listen, as an operator starts it.
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
@@ -83,10 +84,10 @@ def test_the_default_listener_is_loopback_only(tmp_path: Path) -> None:
                                    env=env, stdout=out, stderr=out)  # fmt: skip
     try:
         try:
-            wait_serving(DEFAULT_LISTEN, process, timeout=20)
+            wait_serving(defaults.LISTEN, process, timeout=20)
         except RuntimeError:
             if "cannot start" in log.read_text():
-                pytest.skip(f"{DEFAULT_LISTEN} is taken by another server on this machine")
+                pytest.skip(f"{defaults.LISTEN} is taken by another server on this machine")
             raise
         listening = _listening(process.pid)
         assert listening, "the sidecar listens nowhere"

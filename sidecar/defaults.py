@@ -1,0 +1,30 @@
+"""The defaults of the sidecar's settings, each written once.
+
+The command line (:mod:`sidecar.cli`), the configuration (:mod:`sidecar.config`)
+and the parts that take a setting (the core, the store clients, the attempt
+registry) read them here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sidecar.rules import ids
+
+LISTEN = "127.0.0.1:50051"
+DATA_DIR = Path(".actonce")
+# Seconds a store call may take; a write also needs this much lease left.
+STORE_TIMEOUT_SECONDS = 5.0
+# Milliseconds a ledger append waits for a locked ledger.
+AUDIT_BUSY_TIMEOUT_MS = 5000
+# The derived-id scheme of new runs; a run keeps the one it began with.
+ID_SCHEME = ids.SCHEME_VERSION
+# An attempt nobody has called for this long is forgotten, so that memory
+# stays bounded when agents die without EndAttempt. Its later calls get
+# UNKNOWN_ATTEMPT, which is safe: the run is retried with a new attempt.
+ATTEMPT_IDLE_TTL_SECONDS = 3600.0
+# Bounds on live attempts that fit the Kubernetes manifest's 256 MiB limit, with
+# room for the process itself (about 60 MiB idle) and a flood of calls in flight
+# (bench/attempt_flood.py measures it; the README has its figures).
+ATTEMPT_MAX_COUNT = 10_000
+ATTEMPT_MAX_MIB = 48
