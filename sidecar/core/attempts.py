@@ -1,4 +1,4 @@
-"""Attempts: occurrence counts, request_id replay and the registry of live attempts.
+"""Live attempts: occurrence counts, request_id replay and the registry of attempts.
 
 An attempt lives in this process's memory only. Its occurrence counts are
 what make two identical writes distinct and a retry's ids equal, so an
@@ -22,10 +22,11 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sidecar import defaults
+from sidecar.core.types import AttemptCounts, Outcome, WriteResult
 from sidecar.errors import InvalidArgument, UnknownAttempt
+from sidecar.rules import effects
 from sidecar.rules.ids import Identity, WriteType
 
 # How many ended attempts' answers are kept for a repeated EndAttempt (bounded
@@ -81,7 +82,7 @@ class Occurrences:
 class _Request:
     fingerprint: Hashable
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    answer: Any = None
+    answer: WriteResult | None = None
     # The occurrence a call of this request took once its write may have landed
     # and whose outcome is unknown: a repeat makes that same write again.
     occurrence: int | None = None
@@ -92,7 +93,7 @@ class Claim:
     """What a call with a request_id may do: send the first answer again, or make
     the write, under ``occurrence`` when an earlier call of it may have landed."""
 
-    answer: Any = None
+    answer: WriteResult | None = None
     occurrence: int | None = None
 
 
@@ -101,12 +102,17 @@ class StepState:
     """A step this attempt began: its effect, and whether it ended or was aborted."""
 
     tool: str
-    effect: int
+    effect: effects.ToolEffect
     ended: bool = False
     # Two EndSteps of one step at once: the second waits, then finds it ended.
     ending: asyncio.Lock = field(default_factory=asyncio.Lock)
     aborted: bool = False
     identity: Identity = ()
+
+    @property
+    def is_write(self) -> bool:
+        """Whether the step writes: its audit then fails closed, else it is best effort."""
+        return effects.is_write(self.effect)
 
 
 @dataclass
@@ -124,11 +130,13 @@ class Attempt:
     # The derived-id scheme version the attempt derives with (rules.ids).
     id_scheme: int = 1
     occurrences: Occurrences = field(default_factory=Occurrences)
-    outcomes: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[Outcome] = field(default_factory=Counter)
+    # Writes that failed with an error the caller was given.
+    failed: int = 0
     last_used: float = field(default_factory=time.monotonic)
     steps: dict[str, StepState] = field(default_factory=dict)
     # Writes under way, also those whose caller gave up: EndAttempt counts them too.
-    writing: set[asyncio.Task[Any]] = field(default_factory=set)
+    writing: set[asyncio.Task[WriteResult]] = field(default_factory=set)
     _requests: dict[str, _Request] = field(default_factory=dict)
     # Tells the registry how the attempt's memory grows (request ids it holds).
     charge: Callable[[int], None] = field(default=_no_charge, repr=False, compare=False)
@@ -162,7 +170,7 @@ class Attempt:
             held.done = asyncio.Event()
             return Claim(occurrence=held.occurrence)
 
-    def answered(self, request_id: str, answer: Any) -> None:
+    def answered(self, request_id: str, answer: WriteResult) -> None:
         """Record the answer to a claimed request_id."""
         held = self._requests.get(request_id)
         if held is not None:
@@ -203,7 +211,7 @@ class AttemptRegistry:
         on_forget: ForgetHook | None = None,
     ) -> None:
         self._attempts: OrderedDict[str, Attempt] = OrderedDict()
-        self._ended: OrderedDict[str, Any] = OrderedDict()
+        self._ended: OrderedDict[str, AttemptCounts | None] = OrderedDict()
         self._idle_ttl = idle_ttl_seconds
         self._max_attempts = max_attempts
         self._max_bytes = max_bytes
@@ -255,17 +263,17 @@ class AttemptRegistry:
         self._attempts.move_to_end(attempt_id)
         return attempt
 
-    def end(self, attempt_id: str, summary: Any = None) -> Attempt:
-        """Forget an attempt; ``summary`` is what a repeated end gets back."""
+    def end(self, attempt_id: str, counts: AttemptCounts | None = None) -> Attempt:
+        """Forget an attempt; ``counts`` are what a repeated end gets back."""
         attempt = self.get(attempt_id)
         self._drop(attempt_id)
-        self._ended[attempt_id] = summary
+        self._ended[attempt_id] = counts
         while len(self._ended) > ENDED_REMEMBERED:
             self._ended.popitem(last=False)
         return attempt
 
-    def ended(self, attempt_id: str) -> Any | None:
-        """The summary an attempt ended with, while it is remembered.
+    def ended(self, attempt_id: str) -> AttemptCounts | None:
+        """The counts an attempt ended with, while it is remembered.
 
         An EndAttempt whose answer was lost on the wire is retried by the
         transport; it gets the same answer instead of UNKNOWN_ATTEMPT. Writes

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sidecar.core.actions import RunActions, Settings
+from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
+from sidecar.core.types import Settings
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
@@ -289,7 +290,7 @@ class MemoryStore:
 
 
 def run_actions(ledger: MemoryLedger, store: MemoryStore, **settings: Any) -> RunActions:
-    """RunActions over the fakes; ``settings`` as sidecar.core.actions.Settings takes them."""
+    """RunActions over the fakes; ``settings`` as sidecar.core.types.Settings takes them."""
     return RunActions(
         ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings)
     )

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.core.actions import Outcome, RunActions, WriteResult
+from sidecar.core.actions import RunActions
+from sidecar.core.types import Outcome, WriteResult
 from sidecar.ledger.base import Phase
 from sidecar.rules.effects import ToolEffect
 from tests.actions.fakes import MemoryLedger, MemoryStore, Trace, run_actions
@@ -179,7 +180,7 @@ KINDS: dict[str, Kind] = {
 
 # Where in the sidecar's code a caller can be waiting when it gives up: for the first
 # answer to its request_id, or for its write, which goes on without it.
-WAITING_SITES = frozenset({"before it began", "claim", "_to_the_end"})
+WAITING_SITES = frozenset({"before it began", "claim", "to_the_end"})
 
 # More turns than any write takes: a case that needs them is stuck.
 MAX_TURNS = 200

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from sidecar.core.actions import Outcome, RunActions
+from sidecar.core.actions import RunActions
+from sidecar.core.types import Outcome
 from sidecar.errors import InDoubt
 from sidecar.ledger.pending import Decision, decision_event
 from sidecar.rules.effects import ToolEffect

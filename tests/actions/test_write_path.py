@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sidecar.core import actions as actions_module
-from sidecar.core.actions import Outcome, RunActions, WriteResult
+from sidecar.core import leases
+from sidecar.core.actions import RunActions
+from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import AuditPersistenceFailed, LeaseExpired, StoreDeadlineExceeded
 from sidecar.ledger.base import Phase
 from sidecar.rules.effects import ToolEffect
@@ -31,7 +32,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(actions_module, "_now", lambda: clock.now)
+    monkeypatch.setattr(leases, "now", lambda: clock.now)
     return clock
 
 

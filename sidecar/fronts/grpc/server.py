@@ -26,8 +26,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar._gen.actonce.v1 import run_actions_pb2, run_actions_pb2_grpc
 from sidecar.config import Config
-from sidecar.core.actions import RunActions, Settings
+from sidecar.core.actions import RunActions
 from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry
+from sidecar.core.types import Settings
 from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecodingInterceptor
 from sidecar.fronts.grpc.servicer import RunActionsServicer
 from sidecar.ledger.base import AuditLedger

@@ -32,7 +32,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sidecar.core.actions import FRONT, RunActions
+from sidecar.core.actions import RunActions
+from sidecar.core.audit import FRONT
 from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownAttempt
 from sidecar.fronts.mcp import tools
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments

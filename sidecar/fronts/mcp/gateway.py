@@ -33,7 +33,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from sidecar.core.actions import Outcome, RunActions
+from sidecar.core.actions import RunActions
+from sidecar.core.types import Outcome
 from sidecar.errors import ActonceError, FailureClass, InvalidArgument
 from sidecar.fronts.mcp.settings import EFFECT_PREFIX, SEPARATOR, Upstream
 from sidecar.rules.effects import ToolEffect

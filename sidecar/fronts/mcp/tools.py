@@ -15,7 +15,8 @@ from typing import Any
 
 import mcp_types as types
 
-from sidecar.core.actions import ReadResult, RunActions, WriteResult
+from sidecar.core.actions import RunActions
+from sidecar.core.types import ReadResult, WriteResult
 from sidecar.errors import ActonceError, FailureClass, InvalidArgument
 
 # An MCP call has no request_id that survives a retry (each retried call carries a

@@ -1,0 +1,45 @@
+"""Leases: a write needs the store call's whole deadline left on its attempt's lease.
+
+A lease bounds the whole write, not its start: it is checked again before every
+store call, and each store call's deadline is no later than the lease's end.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sidecar.core.attempts import Attempt
+from sidecar.errors import InvalidArgument, LeaseExpired
+
+
+def now() -> datetime:
+    """The time leases are checked against (tests move it)."""
+    return datetime.now(UTC)
+
+
+def require_future(lease_deadline: datetime | None) -> None:
+    """A new lease deadline must still be ahead."""
+    if lease_deadline is not None and lease_deadline <= now():
+        raise InvalidArgument("lease_deadline", "is in the past")
+
+
+def check(attempt: Attempt, store_timeout: float) -> None:
+    """LeaseExpired, before acting, unless the lease outlasts a store call's deadline."""
+    if attempt.lease_deadline is None:
+        return
+    left = (attempt.lease_deadline - now()).total_seconds()
+    if left < store_timeout:
+        raise LeaseExpired(
+            f"the attempt's lease has {max(left, 0.0):.3f}s left, less than the store "
+            f"call's deadline of {store_timeout}s; refused before acting",
+            metadata={"lease_seconds_left": f"{max(left, 0.0):.3f}"},
+        )
+
+
+def store_deadline(attempt: Attempt, store_timeout: float) -> float:
+    """The deadline of a write's next store call, no later than the lease's end;
+    LeaseExpired, before the call, if the lease would not outlast it."""
+    check(attempt, store_timeout)
+    if attempt.lease_deadline is None:
+        return store_timeout
+    return min(store_timeout, (attempt.lease_deadline - now()).total_seconds())

@@ -1,0 +1,110 @@
+"""BeginAttempt, EndAttempt and ExtendLease: an attempt's life, audited.
+
+An attempt begins under the derived-id scheme its run began with, so that a
+retry begun after an upgrade derives the ids the attempts before it did; it ends
+once every write it made has ended, also those whose callers gave up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+import structlog
+
+from sidecar.core import leases
+from sidecar.core.attempts import Attempt, AttemptRegistry
+from sidecar.core.audit import Audit, event
+from sidecar.core.types import AttemptCounts, Outcome, Settings
+from sidecar.errors import AuditPersistenceFailed, InvalidArgument, RuleNotServed
+from sidecar.ledger.base import LedgerError, Phase
+from sidecar.rules import canonical, ids
+
+
+class Lifecycle:
+    """Begins and ends the attempts of ``attempts``."""
+
+    def __init__(self, attempts: AttemptRegistry, audit: Audit, settings: Settings) -> None:
+        self.attempts = attempts
+        self.audit = audit
+        self.settings = settings
+
+    async def begin(
+        self,
+        *,
+        run_id: str,
+        rule: str,
+        checkpoint: str,
+        lease_deadline: datetime | None,
+        scope: str,
+    ) -> Attempt:
+        self._validate(run_id, rule, checkpoint, scope)
+        leases.require_future(lease_deadline)
+        id_scheme = await self._id_scheme(run_id, scope)
+        attempt = self.attempts.begin(
+            run_id=run_id, rule=rule, checkpoint=checkpoint, lease_deadline=lease_deadline,
+            scope=scope, id_scheme=id_scheme,
+        )  # fmt: skip
+        structlog.contextvars.bind_contextvars(run_id=run_id, attempt_id=attempt.attempt_id)
+        detail: dict[str, object] = {"id_scheme": id_scheme}
+        if lease_deadline:
+            detail["lease_deadline"] = lease_deadline.isoformat()
+        try:
+            await self.audit.required(
+                event(attempt, "BeginAttempt", Phase.ATTEMPT_BEGIN, detail=detail)
+            )
+        except AuditPersistenceFailed:
+            self.attempts.end(attempt.attempt_id)
+            raise
+        return attempt
+
+    def _validate(self, run_id: str, rule: str, checkpoint: str, scope: str) -> None:
+        canonical.require_name(run_id, "run_id")
+        canonical.require_name(rule, "rule")
+        if self.settings.rules is not None and rule not in self.settings.rules:
+            raise RuleNotServed(f"rule {rule!r} is not one this sidecar serves (--rules)")
+        if scope:
+            canonical.require_name(scope, "scope")
+        if len(checkpoint.encode("utf-8", "surrogatepass")) > canonical.MAX_TEXT_BYTES:
+            raise InvalidArgument("checkpoint", f"is longer than {canonical.MAX_TEXT_BYTES} bytes")
+        canonical.require_no_nul(checkpoint, "checkpoint")
+
+    async def _id_scheme(self, run_id: str, scope: str) -> int:
+        # A run keeps the scheme its first attempt began with, so that a retry
+        # begun after an upgrade derives the ids the attempts before it did. A
+        # scope has no version-1 form: a scoped attempt derives version 2 at least.
+        try:
+            first = await self.audit.ledger.first_attempt(run_id, scope)
+        except LedgerError as exc:
+            raise AuditPersistenceFailed(
+                f"the ledger could not be read to find the run's id scheme: {exc}"
+            ) from exc
+        if first is None:
+            return max(self.settings.id_scheme, 2) if scope else self.settings.id_scheme
+        recorded = first.detail.get("id_scheme", 1)  # attempts from before versions: 1
+        if recorded not in ids.SCHEME_VERSIONS:
+            raise AuditPersistenceFailed(
+                f"run {run_id} began under id scheme {recorded}, which this sidecar does "
+                "not know: a newer sidecar began it"
+            )
+        return int(recorded)
+
+    async def end(self, attempt_id: str) -> AttemptCounts:
+        ended = self.attempts.ended(attempt_id)
+        if ended is not None:
+            return ended
+        attempt = self.attempts.get(attempt_id)
+        # Writes whose callers gave up are still the attempt's: count them too.
+        while attempt.writing:
+            await asyncio.wait(set(attempt.writing))
+        counts = AttemptCounts(
+            applied=attempt.outcomes[Outcome.APPLIED],
+            already_applied=attempt.outcomes[Outcome.ALREADY_APPLIED],
+            skipped=attempt.outcomes[Outcome.SKIPPED],
+            failed=attempt.failed,
+        )
+        await self.audit.required(
+            event(attempt, "EndAttempt", Phase.ATTEMPT_END, detail=counts.__dict__)
+        )
+        self.attempts.end(attempt_id, counts)
+        return counts

@@ -1,0 +1,45 @@
+"""Reads: an artifact, or a thread's messages. Their audit is best effort: a ledger
+failure is logged, and the read still answers."""
+
+from __future__ import annotations
+
+from sidecar.core import classify
+from sidecar.core.attempts import Attempt
+from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.types import ReadResult
+from sidecar.errors import ActonceError
+from sidecar.ledger.base import Phase
+from sidecar.upstream.client import Refusal, StoreClient
+
+
+class Reads:
+    """Read, audited best effort."""
+
+    def __init__(self, store: StoreClient, audit: Audit) -> None:
+        self.store = store
+        self.audit = audit
+
+    async def read(
+        self, attempt: Attempt, *, artifact_id: str | None, thread_id: str | None
+    ) -> ReadResult:
+        target = artifact_id if artifact_id is not None else (thread_id or "")
+        try:
+            result = await self._fetch(artifact_id, thread_id)
+        except ActonceError as error:
+            await self._audit(attempt, target, error)
+            raise
+        await self._audit(attempt, target, None)
+        return result
+
+    async def _fetch(self, artifact_id: str | None, thread_id: str | None) -> ReadResult:
+        if artifact_id is not None:
+            return ReadResult(artifact=await classify.get_artifact(self.store, artifact_id))
+        try:
+            messages = await self.store.list_messages(thread_id or "")
+        except Refusal as refusal:
+            raise classify.refused(refusal) from refusal
+        return ReadResult(messages=tuple(messages))
+
+    async def _audit(self, attempt: Attempt, target: str, error: ActonceError | None) -> None:
+        read = event(attempt, "Read", Phase.READ, Subject(derived_id=target), refused=error)
+        await self.audit.best_effort(read, lost="read_audit_failed")

@@ -1,0 +1,69 @@
+"""The core's own records: what a write answers, an attempt's counts, a read, the settings.
+
+Every front (gRPC, MCP) turns these into its protocol's answers; the core takes and
+returns nothing else. The store's records are the reference store's own
+(:mod:`sidecar.refstore.backend`): the gRPC store client decodes its messages into them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from sidecar import defaults
+from sidecar.upstream.client import StoredArtifact, StoredMessage
+
+
+class Outcome(enum.StrEnum):
+    """Mirrors actonce.v1.Outcome by name."""
+
+    APPLIED = "OUTCOME_APPLIED"
+    ALREADY_APPLIED = "OUTCOME_ALREADY_APPLIED"
+    SKIPPED = "OUTCOME_SKIPPED"
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a successful write answers."""
+
+    outcome: Outcome
+    id: str = ""
+    version: int = 0
+    proposal_id: str = ""
+    result_json: str = ""
+
+
+@dataclass(frozen=True)
+class AttemptCounts:
+    """An attempt's writes by outcome (EndAttempt)."""
+
+    applied: int
+    already_applied: int
+    skipped: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """An artifact, or a thread's messages."""
+
+    artifact: StoredArtifact | None = None
+    messages: Sequence[StoredMessage] = field(default_factory=tuple)
+
+
+@dataclass
+class Settings:
+    """The operator's choices that the rules consult."""
+
+    send_allowlist: Collection[str] = frozenset()
+    # The rules this sidecar serves (--rules); None serves any rule the agent names.
+    # Pinned by the operator, so that the send allowlist does not rest on the agent's
+    # word for which rule it runs.
+    rules: Collection[str] | None = None
+    # A write needs this much lease left: the store call's own deadline, so
+    # that no write is still in flight when the queue hands the run on.
+    store_timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS
+    # The derived-id scheme of a (run, scope) the ledger has no attempt of; one
+    # it has keeps the scheme its first attempt began with.
+    id_scheme: int = defaults.ID_SCHEME

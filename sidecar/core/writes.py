@@ -1,0 +1,248 @@
+"""The write path, in the phases every write goes through.
+
+1. **Claim or replay**: a request_id already answered in this attempt gets that
+   answer again; otherwise the call claims it.
+2. **Take the id**: the lease is checked, the write takes its occurrence, and its
+   id is derived.
+3. **Audit the intent**, fail closed: the store is not called without it.
+4. **Perform**: the write's own call to the store, classified.
+5. **Audit the outcome**, fail closed even though the write landed.
+6. **Answer, or release**: a write that succeeded answers its request_id; one that
+   failed gives its occurrence and request_id back, unless it may have landed.
+
+From the intent on, a write runs in a task of its own that goes on when its
+caller gives up (:meth:`WritePath.to_the_end`): cut off between its intent and its
+outcome, it would leave the store and the ledger in a state nobody knows. Steps
+take phases 1, 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+
+import structlog
+
+from sidecar.core import leases
+from sidecar.core.attempts import Attempt, Claim
+from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.types import Settings, WriteResult
+from sidecar.errors import (
+    ActonceError,
+    ArtifactArchived,
+    InDoubt,
+    InvalidArgument,
+    LeaseExpired,
+    StoreRefused,
+)
+from sidecar.ledger.base import AuditEvent, Phase
+from sidecar.rules import canonical, ids
+
+log = structlog.get_logger()
+
+Perform = Callable[[str], Awaitable[WriteResult]]
+
+# Failures that say the write did not land: refused before it acted, or by the
+# store. Any other failure once the store was called (a deadline, an unreachable
+# store, an outcome that could not be audited) leaves it unknown.
+NOTHING_LANDED = (LeaseExpired, StoreRefused, ArtifactArchived, InDoubt)
+
+
+@dataclass(frozen=True)
+class Write:
+    """What a write is: the call, the kind of write and what it is about."""
+
+    rpc: str
+    write_type: ids.WriteType
+    identity: ids.Identity
+    request_id: str
+    # What a repeat of the request must match (AIP-155): the call's own content.
+    fingerprint: Hashable
+    digest: str
+    detail: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class Landing:
+    """A write under way: the occurrence it took, its id, and how far it got."""
+
+    attempt: Attempt
+    write: Write
+    occurrence: int
+    derived_id: str
+    # An earlier call of its request_id may have landed it: it keeps its occurrence.
+    bound: bool
+    store_called: bool = False
+
+    @property
+    def subject(self) -> Subject:
+        write = self.write
+        return Subject(write.write_type.value, self.derived_id, write.request_id,
+                       self.occurrence, write.digest)  # fmt: skip
+
+
+class WritePath:
+    """The phases of a write, and the writes under way."""
+
+    def __init__(self, audit: Audit, settings: Settings) -> None:
+        self.audit = audit
+        self.settings = settings
+        self._under_way: set[asyncio.Task[WriteResult]] = set()
+
+    async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
+        """Make ``write`` in ``attempt``, phase by phase; ``perform`` calls the store."""
+        require_request_id(write.request_id)
+        claim = await claim_or_replay(attempt, write.request_id, write.fingerprint)
+        if claim.answer is not None:
+            return claim.answer
+        landing = self.take_id(attempt, write, claim)
+        return await self.to_the_end(attempt, self._land(landing, perform))
+
+    async def _land(self, landing: Landing, perform: Perform) -> WriteResult:
+        try:
+            await self._audit_intent(landing)
+            result = await self.perform(landing, perform)
+            await self._audit_outcome(landing, result)
+        except BaseException as error:  # a cancelled write, too, settles what it held
+            release(landing, error)
+            raise
+        return answered(landing, result)
+
+    def take_id(self, attempt: Attempt, write: Write, claim: Claim) -> Landing:
+        """Check the lease, take the write's occurrence (or the one its request_id
+        is bound to), derive its id."""
+        bound = claim.occurrence is not None
+        try:
+            leases.check(attempt, self.settings.store_timeout_seconds)
+        except ActonceError:
+            settle_failed(attempt, write, claim.occurrence, may_have_landed=bound)
+            raise
+        occurrence = claim.occurrence
+        if occurrence is None:
+            occurrence = attempt.occurrences.take(write.write_type, write.identity)
+        derived = derive(attempt, write.write_type, write.identity, occurrence)
+        structlog.contextvars.bind_contextvars(derived_id=derived)
+        return Landing(attempt, write, occurrence, derived, bound=bound)
+
+    async def _audit_intent(self, landing: Landing) -> None:
+        intent = event(landing.attempt, landing.write.rpc, Phase.INTENT, landing.subject,
+                       detail=landing.write.detail)  # fmt: skip
+        await self.audit.required(
+            intent, because="audit intent not persisted, the store was not called"
+        )
+
+    async def perform(self, landing: Landing, perform: Perform) -> WriteResult:
+        """Call the store; from here on the write may land. A failure is recorded
+        as the write's outcome, best effort: its intent is already durable."""
+        landing.store_called = True
+        try:
+            return await perform(landing.derived_id)
+        except ActonceError as error:
+            failure = event(landing.attempt, landing.write.rpc, Phase.OUTCOME, landing.subject,
+                            refused=error)  # fmt: skip
+            await self.audit.best_effort(failure, lost="audit_failure_record_lost")
+            raise
+
+    async def _audit_outcome(self, landing: Landing, result: WriteResult) -> None:
+        await self.audit.required(
+            outcome_event(landing, result),
+            because="the write landed but its audit outcome was not persisted",
+        )
+
+    async def to_the_end(self, attempt: Attempt, landing: Awaitable[WriteResult]) -> WriteResult:
+        """Await ``landing`` in a task of its own that goes on if the caller gives up.
+
+        A write cut off between its intent and its outcome would leave the store
+        and the ledger in a state nobody knows; run to its end, it settles its
+        request_id with an answer that a repeat gets.
+        """
+        task = asyncio.ensure_future(landing)
+        self._under_way.add(task)
+        attempt.writing.add(task)
+
+        def landed(done: asyncio.Task[WriteResult]) -> None:
+            self._under_way.discard(done)
+            attempt.writing.discard(done)
+            if not done.cancelled():
+                done.exception()  # its caller, if it gave up, never will look
+
+        task.add_done_callback(landed)
+        return await asyncio.shield(task)
+
+    async def settle(self) -> None:
+        """Wait until every write under way, also those whose callers gave up, has
+        ended: before the ledger and the store are closed."""
+        while self._under_way:
+            await asyncio.wait(set(self._under_way))
+
+
+async def claim_or_replay(attempt: Attempt, request_id: str, fingerprint: Hashable) -> Claim:
+    """The call's claim on ``request_id``, or the first answer to it (``claim.answer``).
+    A call without a request_id claims nothing."""
+    if not request_id:
+        return Claim()
+    claim = await attempt.claim(request_id, fingerprint)
+    if claim.answer is not None:
+        log.info("request_replayed", request_id=request_id)
+    return claim
+
+
+def derive(
+    attempt: Attempt, write_type: ids.WriteType, identity: ids.Identity, occurrence: int
+) -> str:
+    """The id of ``attempt``'s write of this type, identity and occurrence."""
+    return ids.derive_id(
+        write_type, run_id=attempt.run_id, checkpoint=attempt.checkpoint, identity=identity,
+        occurrence=occurrence, scope=attempt.scope, scheme=attempt.id_scheme,
+    )  # fmt: skip
+
+
+def outcome_event(landing: Landing, result: WriteResult) -> AuditEvent:
+    """The event of a write's outcome."""
+    return event(landing.attempt, landing.write.rpc, Phase.OUTCOME, landing.subject,
+                 outcome=result.outcome.value, detail={"version": result.version})  # fmt: skip
+
+
+def answered(landing: Landing, result: WriteResult) -> WriteResult:
+    """Count the write's outcome and answer its request_id with ``result``."""
+    attempt = landing.attempt
+    attempt.outcomes[result.outcome] += 1
+    if landing.write.request_id:
+        attempt.answered(landing.write.request_id, result)
+    log.info("write", outcome=result.outcome.value, occurrence=landing.occurrence)
+    return result
+
+
+def release(landing: Landing, error: BaseException) -> None:
+    """Settle what a write that failed with ``error`` held."""
+    if isinstance(error, ActonceError):
+        landing.attempt.failed += 1
+    acted = landing.store_called and not isinstance(error, NOTHING_LANDED)
+    settle_failed(landing.attempt, landing.write, landing.occurrence,
+                  may_have_landed=landing.bound or acted)  # fmt: skip
+
+
+def settle_failed(
+    attempt: Attempt, write: Write, occurrence: int | None, *, may_have_landed: bool
+) -> None:
+    """Settle what a write that failed held: its occurrence and its request_id.
+
+    A write with a request_id that may have landed keeps both: its occurrence is
+    its own for good, and a repeat of the request makes the same write again,
+    under the same id. Any other gives its occurrence back and releases its
+    request_id: made again, it is the same write, with the same id.
+    """
+    if may_have_landed and write.request_id and occurrence is not None:
+        attempt.unsettled(write.request_id, occurrence)
+        return
+    if occurrence is not None:
+        attempt.occurrences.give_back(write.write_type, write.identity, occurrence)
+    if write.request_id:
+        attempt.released(write.request_id)
+
+
+def require_request_id(request_id: str) -> None:
+    if len(request_id) > canonical.MAX_NAME_BYTES:
+        raise InvalidArgument("request_id", f"is longer than {canonical.MAX_NAME_BYTES}")
+    canonical.require_no_nul(request_id, "request_id")
