@@ -28,8 +28,9 @@ from sidecar.core.types import AttemptCounts, Outcome, ReadResult, Settings, Wri
 from sidecar.core.writes import Write, WritePath
 from sidecar.errors import ArtifactArchived, InvalidArgument, SendNotAllowed
 from sidecar.ledger.base import AuditLedger, Phase
+from sidecar.refstore.backend import StoredArtifact
 from sidecar.rules import canonical, edits, effects, ids, refusals
-from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact
+from sidecar.upstream.base import Refusal, StoreClient
 
 log = structlog.get_logger()
 

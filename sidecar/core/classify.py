@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import StoreRefused
+from sidecar.refstore.backend import StoredArtifact
 from sidecar.rules import refusals
-from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact
+from sidecar.upstream.base import Refusal, StoreClient
 
 
 def refused(refusal: Refusal) -> StoreRefused:

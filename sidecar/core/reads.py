@@ -9,7 +9,7 @@ from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.types import ReadResult
 from sidecar.errors import ActonceError
 from sidecar.ledger.base import Phase
-from sidecar.upstream.client import Refusal, StoreClient
+from sidecar.upstream.base import Refusal, StoreClient
 
 
 class Reads:

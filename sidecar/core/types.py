@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from sidecar import defaults
-from sidecar.upstream.client import StoredArtifact, StoredMessage
+from sidecar.refstore.backend import StoredArtifact, StoredMessage
 
 
 class Outcome(enum.StrEnum):

@@ -39,8 +39,9 @@ from sidecar.fronts.grpc.interceptors import (
     behavior_of,
 )
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, StoredEvent
+from sidecar.refstore.backend import StoredArtifact, StoredMessage
 from sidecar.rules.refusals import VERSION_CONFLICT
-from sidecar.upstream.client import Refusal, StoreClient, StoredArtifact, StoredMessage
+from sidecar.upstream.base import Refusal, StoreClient
 
 log = structlog.get_logger()
 

@@ -19,7 +19,7 @@ import grpc
 import structlog
 
 from sidecar import defaults
-from sidecar.upstream.client import GrpcStoreClient
+from sidecar.upstream.grpc import GrpcStoreClient
 
 log = structlog.get_logger()
 

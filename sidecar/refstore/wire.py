@@ -1,8 +1,7 @@
-"""The store's records as ArtifactStoreService messages.
+"""The store's records as ArtifactStoreService messages, for its gRPC servicer.
 
-One encoding for both ways the store is reached: its gRPC servicer answers with
-these messages, and the sidecar's in-process client hands the same messages to
-the sidecar, so that it cannot tell the embedded store from a remote one.
+The sidecar's gRPC store client decodes them back (sidecar.upstream.grpc); its
+in-process client passes the records through without this round trip.
 """
 
 from __future__ import annotations

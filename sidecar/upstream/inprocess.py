@@ -14,7 +14,7 @@ contract exactly:
   StoreUnavailable (the gRPC store answers those UNAVAILABLE or INTERNAL);
 - a call that outlasts the deadline becomes StoreDeadlineExceeded; as over gRPC, the
   write may still land, and a retry with the same derived id is safe;
-- answers are the contract's ``StoredArtifact`` / ``StoredMessage`` messages.
+- answers are the reference store's own records, passed through as they are.
 
 An external store (``--store-target``) and ``actonce store`` keep the gRPC path.
 
@@ -43,13 +43,9 @@ from sidecar import defaults
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ops import scheduling
 from sidecar.refstore import backend as store
+from sidecar.refstore.backend import StoredArtifact, StoredMessage
 from sidecar.refstore.refusals import StoreRefusal
-from sidecar.refstore.wire import encode_artifact, encode_message
-from sidecar.upstream.client import (
-    Refusal,
-    StoredArtifact,
-    StoredMessage,
-)
+from sidecar.upstream.base import Refusal
 
 log = structlog.get_logger()
 
@@ -195,22 +191,19 @@ class InProcessStoreClient:
     async def create_artifact(
         self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
     ) -> StoredArtifact:
-        return encode_artifact(
-            await self._call(
-                "CreateArtifact",
-                timeout,
-                self._backend.create_artifact,
-                artifact_id,
-                kind,
-                data_json,
-            )
+        return await self._call(
+            "CreateArtifact",
+            timeout,
+            self._backend.create_artifact,
+            artifact_id,
+            kind,
+            data_json,
         )
 
     async def get_artifact(
         self, artifact_id: str, *, timeout: float | None = None
     ) -> StoredArtifact:
-        artifact = await self._call("GetArtifact", timeout, self._backend.get_artifact, artifact_id)
-        return encode_artifact(artifact)
+        return await self._call("GetArtifact", timeout, self._backend.get_artifact, artifact_id)
 
     async def patch_artifact(
         self,
@@ -220,15 +213,13 @@ class InProcessStoreClient:
         *,
         timeout: float | None = None,
     ) -> StoredArtifact:
-        return encode_artifact(
-            await self._call(
-                "PatchArtifact",
-                timeout,
-                self._backend.patch_artifact,
-                artifact_id,
-                expected_version,
-                patch_json,
-            )
+        return await self._call(
+            "PatchArtifact",
+            timeout,
+            self._backend.patch_artifact,
+            artifact_id,
+            expected_version,
+            patch_json,
         )
 
     async def propose_create(
@@ -277,24 +268,21 @@ class InProcessStoreClient:
         request_turn: bool,
         timeout: float | None = None,
     ) -> StoredMessage:
-        return encode_message(
-            await self._call(
-                "PostMessage",
-                timeout,
-                self._backend.post_message,
-                message_id,
-                thread_id,
-                kind,
-                text,
-                request_turn=request_turn,
-            )
+        return await self._call(
+            "PostMessage",
+            timeout,
+            self._backend.post_message,
+            message_id,
+            thread_id,
+            kind,
+            text,
+            request_turn=request_turn,
         )
 
     async def list_messages(
         self, thread_id: str, *, timeout: float | None = None
     ) -> Sequence[StoredMessage]:
-        messages = await self._call("ListMessages", timeout, self._backend.list_messages, thread_id)
-        return [encode_message(message) for message in messages]
+        return await self._call("ListMessages", timeout, self._backend.list_messages, thread_id)
 
     async def ping(self) -> None:
         # Any answer from the store, a refusal included, proves it is there.

@@ -28,9 +28,9 @@ from sidecar.ledger.base import (
     event_hash,
     fenced,
 )
-from sidecar.refstore.backend import apply_patch, parse_patch
+from sidecar.refstore.backend import StoredArtifact, StoredMessage, apply_patch, parse_patch
 from sidecar.refstore.refusals import ARCHIVED, ID_USED, StoreRefusal
-from sidecar.upstream.client import Refusal, StoredArtifact, StoredMessage
+from sidecar.upstream.base import Refusal
 
 
 def _no_hook(name: str) -> None:
@@ -137,7 +137,7 @@ class MemoryStore:
 
     def seed_artifact(self, artifact_id: str, kind: str, data: dict[str, Any]) -> None:
         self.artifacts[artifact_id] = StoredArtifact(
-            id=artifact_id, kind=kind, version=1, data_json=json.dumps(data)
+            id=artifact_id, kind=kind, version=1, data_json=json.dumps(data), archived=False
         )
 
     async def create_artifact(
@@ -146,7 +146,9 @@ class MemoryStore:
         if artifact_id in self.artifacts:
             await self._point("create_artifact", timeout)
             raise _id_used("artifact", artifact_id)
-        made = StoredArtifact(id=artifact_id, kind=kind, version=1, data_json=data_json)
+        made = StoredArtifact(
+            id=artifact_id, kind=kind, version=1, data_json=data_json, archived=False
+        )
         self.artifacts[artifact_id] = made
         await self._point("create_artifact", timeout)
         return made
@@ -188,7 +190,7 @@ class MemoryStore:
             return _refusal(error)
         self.artifacts[artifact_id] = StoredArtifact(
             id=artifact_id, kind=found.kind, version=found.version + 1,
-            data_json=json.dumps(data, sort_keys=True),
+            data_json=json.dumps(data, sort_keys=True), archived=False,
         )  # fmt: skip
         return None
 

@@ -22,7 +22,7 @@ from grpc_status import rpc_status
 
 from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar.rules import refusals
-from sidecar.upstream.client import STORE_DOMAIN
+from sidecar.upstream.grpc import STORE_DOMAIN
 from tests.conftest import MakeConfig
 from tests.harness import RunningSidecar, refusal, start_sidecar, start_store
 from tests.server.scrape import scrape

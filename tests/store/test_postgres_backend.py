@@ -30,7 +30,7 @@ from sidecar.errors import FailureClass, StoreUnavailable
 from sidecar.refstore.backend import StoreUnavailableError
 from sidecar.refstore.postgres import SCHEMA_VERSION, PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
-from sidecar.upstream.client import GrpcStoreClient
+from sidecar.upstream.grpc import GrpcStoreClient
 from tests import pg
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,8 @@ from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.client import GrpcStoreClient, Refusal, StoreClient
+from sidecar.upstream.base import Refusal, StoreClient
+from sidecar.upstream.grpc import GrpcStoreClient
 from sidecar.upstream.inprocess import InProcessStoreClient
 from tests import pg
 from tests.harness import Loop

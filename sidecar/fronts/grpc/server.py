@@ -50,7 +50,7 @@ from sidecar.ops.probes import LIVENESS_SERVICE, create_health_server
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.client import StoreClient
+from sidecar.upstream.base import StoreClient
 from sidecar.upstream.inprocess import InProcessStoreClient
 
 log = structlog.get_logger()

@@ -21,7 +21,7 @@ from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome
 from sidecar.errors import ActonceError, InvalidArgument, to_status
-from sidecar.upstream.client import StoredArtifact
+from sidecar.refstore.backend import StoredArtifact
 
 log = structlog.get_logger()
 

@@ -1,6 +1,8 @@
-"""The store client: the interface the sidecar's rules call, and its gRPC backend.
+"""The store client over gRPC, for any ArtifactStoreService (``--store-target``).
 
-Every transport error is mapped in :func:`_map_errors` (httpx's
+Protobuf stops here: answers are decoded into the reference store's own records
+(:mod:`sidecar.refstore.backend`), which the rest of the sidecar takes. Every
+transport error is mapped in :func:`_map_errors` (httpx's
 ``map_httpcore_exceptions`` is the model): a refusal the store gives becomes
 a :class:`Refusal` carrying the store's code and states; a store that cannot
 be reached or does not answer in time becomes StoreUnavailable or
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Protocol
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
@@ -24,87 +25,11 @@ from sidecar import defaults
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
 from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.refstore.backend import StoredArtifact, StoredMessage
 from sidecar.rules.refusals import RefusalVocabulary
+from sidecar.upstream.base import Refusal
 
 STORE_DOMAIN = "store.actonce"
-
-StoredArtifact = spb.StoredArtifact
-StoredMessage = spb.StoredMessage
-
-
-class Refusal(Exception):
-    """The store refused a call: ``code`` is its refusal code, ``states`` the
-    states an INVALID_STATE names (``ID_USED``, ``ARCHIVED``, ...)."""
-
-    def __init__(self, code: str, message: str, states: frozenset[str] = frozenset()) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.states = states
-
-
-class StoreClient(Protocol):
-    """What the sidecar asks of an artifact store.
-
-    ``timeout`` is the call's deadline in seconds; None is the client's own. The
-    write path passes one no later than the attempt's lease ends.
-    """
-
-    async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> StoredArtifact: ...
-
-    async def get_artifact(
-        self, artifact_id: str, *, timeout: float | None = None
-    ) -> StoredArtifact: ...
-
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact: ...
-
-    async def propose_create(
-        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> None: ...
-
-    async def propose_patch(
-        self,
-        proposal_id: str,
-        artifact_id: str,
-        patch_json: str,
-        base_version: int,
-        *,
-        timeout: float | None = None,
-    ) -> None: ...
-
-    async def create_thread(
-        self, thread_id: str, title: str, *, timeout: float | None = None
-    ) -> None: ...
-
-    async def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool,
-        timeout: float | None = None,
-    ) -> StoredMessage: ...
-
-    async def list_messages(
-        self, thread_id: str, *, timeout: float | None = None
-    ) -> Sequence[StoredMessage]: ...
-
-    async def ping(self) -> None:
-        """Raise StoreUnavailable unless the store answers."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 # Store refusal codes that arrive without an ErrorInfo (from a proxy, say).
@@ -215,7 +140,7 @@ class GrpcStoreClient:
                 timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
-        return response.artifact
+        return _artifact(response.artifact)
 
     async def get_artifact(
         self, artifact_id: str, *, timeout: float | None = None
@@ -226,7 +151,7 @@ class GrpcStoreClient:
                 timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
-        return response.artifact
+        return _artifact(response.artifact)
 
     async def patch_artifact(
         self,
@@ -246,7 +171,7 @@ class GrpcStoreClient:
                 timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
-        return response.artifact
+        return _artifact(response.artifact)
 
     async def propose_create(
         self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
@@ -311,7 +236,7 @@ class GrpcStoreClient:
                 timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
-        return response.message
+        return _message(response.message)
 
     async def list_messages(
         self, thread_id: str, *, timeout: float | None = None
@@ -322,7 +247,7 @@ class GrpcStoreClient:
                 timeout=self._deadline(timeout),
                 metadata=self._metadata,
             )
-        return list(response.messages)
+        return [_message(message) for message in response.messages]
 
     async def ping(self) -> None:
         # Any answer from the store, a refusal included, proves it is there; but one
@@ -336,3 +261,23 @@ class GrpcStoreClient:
 
     async def close(self) -> None:
         await self._channel.close()
+
+
+def _artifact(artifact: spb.StoredArtifact) -> StoredArtifact:
+    return StoredArtifact(
+        id=artifact.id,
+        kind=artifact.kind,
+        version=artifact.version,
+        data_json=artifact.data_json,
+        archived=artifact.archived,
+    )
+
+
+def _message(message: spb.StoredMessage) -> StoredMessage:
+    return StoredMessage(
+        id=message.id,
+        thread_id=message.thread_id,
+        kind=message.kind,
+        text=message.text,
+        seq=message.seq,
+    )
