@@ -30,10 +30,10 @@ log = structlog.get_logger()
 # Most events a single commit carries; bounds a batch's latency under load.
 MAX_BATCH = 512
 
-# Hooks for metrics: called from the writer thread with (seconds, batch size)
-# after each commit, and with the batch size after each failed one.
+# The hook for metrics: called from the writer thread with (seconds, batch size)
+# after each commit. A failed append is counted where it is seen (the ledger's
+# wrapper in sidecar.ops.metrics), once per append.
 CommitHook = Callable[[float, int], None]
-FailureHook = Callable[[int], None]
 
 
 @dataclass
@@ -53,7 +53,6 @@ class GroupCommitLedger:
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._closed = False
         self.on_commit: CommitHook | None = None
-        self.on_failure: FailureHook | None = None
         self._writer = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
 
     def _start_writer(self) -> None:
@@ -122,8 +121,6 @@ class GroupCommitLedger:
             results = self._write_batch([p.event for p in batch])
         except Exception as exc:  # any failure of the batch fails each of its appends closed
             log.warning("audit_append_failed", error=str(exc), batch=len(batch))
-            if self.on_failure is not None:
-                self.on_failure(len(batch))
             error = LedgerError(f"audit event not persisted: {exc}")
             _wake([(pending, error) for pending in batch])
             return

@@ -1,14 +1,16 @@
 """Prometheus metrics of the sidecar, and the hooks that feed them.
 
 Nothing here is called from a handler or a rule. Every number comes from one of
-three places that sit around the domain code:
+the places that sit around the domain code, or from the core's own word:
 
 - :class:`MetricsInterceptor`, around every RunActionsService call: writes by RPC
   and outcome, refusals by reason and failure class, calls in flight, call latency.
 - :func:`instrument_ledger`, around the audit ledger: append latency and failures
   (and, through the group-commit hooks, commit latency and batch size).
 - :func:`instrument_store`, around the store client: store call latency by
-  operation and result, and the re-reads an edit makes after a VERSION_CONFLICT.
+  operation and result;
+- the core, which tells of each re-read an edit makes after a VERSION_CONFLICT
+  (``RunActions(on_reread=...)``, fed to ``version_conflict_rereads``).
 
 Each sidecar has its own registry, so that several in one process (tests) do not
 share counters; :class:`MetricsEndpoint` serves it as Prometheus text over HTTP.
@@ -17,7 +19,6 @@ share counters; :class:`MetricsEndpoint` serves it as Prometheus text over HTTP.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
@@ -40,7 +41,6 @@ from sidecar.fronts.grpc.interceptors import (
 )
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, StoredEvent
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
-from sidecar.rules.refusals import VERSION_CONFLICT
 from sidecar.upstream.base import Refusal, StoreClient
 
 log = structlog.get_logger()
@@ -318,7 +318,7 @@ class _TimedLedger:
 def instrument_ledger(ledger: AuditLedger, metrics: Metrics) -> AuditLedger:
     """``ledger`` with its appends timed and counted, and its group commits observed."""
     # The group-commit ledger offers hooks for what only its writer thread sees.
-    if hasattr(ledger, "on_commit") and hasattr(ledger, "on_failure"):
+    if hasattr(ledger, "on_commit"):
 
         def committed(seconds: float, events: int) -> None:
             metrics.audit_commit_seconds.observe(seconds)
@@ -329,12 +329,6 @@ def instrument_ledger(ledger: AuditLedger, metrics: Metrics) -> AuditLedger:
 
 
 # -- the store client ----------------------------------------------------------
-
-# The artifact whose last patch in this call the store refused with VERSION_CONFLICT.
-# Every gRPC call runs in a task of its own, so this is one call's own state.
-_conflicted: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "actonce_conflicted_artifact", default=None
-)
 
 
 def _result_of(error: BaseException) -> str:
@@ -379,11 +373,6 @@ class _TimedStore:
     async def get_artifact(
         self, artifact_id: str, *, timeout: float | None = None
     ) -> StoredArtifact:
-        # An edit re-reads the artifact after a version conflict, before trying again;
-        # a get of the artifact whose patch just conflicted, in the same call, is that.
-        if _conflicted.get() == artifact_id:
-            _conflicted.set(None)
-            self._metrics.version_conflict_rereads.inc()
         return await self._timed(
             "get_artifact", self._inner.get_artifact(artifact_id, timeout=timeout)
         )
@@ -396,14 +385,9 @@ class _TimedStore:
         *,
         timeout: float | None = None,
     ) -> StoredArtifact:
-        return await self._conflict_noted(
-            artifact_id,
-            self._timed(
-                "patch_artifact",
-                self._inner.patch_artifact(
-                    artifact_id, expected_version, patch_json, timeout=timeout
-                ),
-            ),
+        return await self._timed(
+            "patch_artifact",
+            self._inner.patch_artifact(artifact_id, expected_version, patch_json, timeout=timeout),
         )
 
     async def propose_create(
@@ -423,13 +407,10 @@ class _TimedStore:
         *,
         timeout: float | None = None,
     ) -> None:
-        await self._conflict_noted(
-            artifact_id,
-            self._timed(
-                "propose_patch",
-                self._inner.propose_patch(
-                    proposal_id, artifact_id, patch_json, base_version, timeout=timeout
-                ),
+        await self._timed(
+            "propose_patch",
+            self._inner.propose_patch(
+                proposal_id, artifact_id, patch_json, base_version, timeout=timeout
             ),
         )
 
@@ -469,15 +450,6 @@ class _TimedStore:
 
     async def close(self) -> None:
         await self._inner.close()
-
-    @staticmethod
-    async def _conflict_noted(artifact_id: str, call: Awaitable[_T]) -> _T:
-        try:
-            return await call
-        except Refusal as refusal:
-            if refusal.code == VERSION_CONFLICT:
-                _conflicted.set(artifact_id)
-            raise
 
 
 def instrument_store(store: StoreClient, metrics: Metrics) -> StoreClient:

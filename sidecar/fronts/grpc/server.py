@@ -327,6 +327,7 @@ async def create_server(
             store_timeout_seconds=config.store_timeout_seconds,
             id_scheme=config.id_scheme,
         ),
+        on_reread=metrics.version_conflict_rereads.inc,
     )
     # Outermost first: metrics see every call, the gate's refusals included.
     server = grpc.aio.server(
