@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from sidecar.ledger.base import Phase, StoredEvent
-from sidecar.ledger.pending import DECISION
 
 # Colours of the attempts' lanes, in order (the stylesheet's --lane-N).
 LANES = 6
@@ -193,7 +192,7 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                     state="refused" if e.reason else "read",
                 )
             )
-        elif e.phase == DECISION:
+        elif e.phase == Phase.DECISION:
             decided[e.derived_id] = str(e.detail.get("decision", ""))
             entries.append(
                 Entry(

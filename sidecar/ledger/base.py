@@ -31,10 +31,6 @@ class FencedError(LedgerError):
     """
 
 
-# Events whose attempt must still be the newest of its (run, scope) to be written.
-FENCED_PHASES = frozenset({"intent", "step_begin"})
-
-
 class Phase:
     """What an event records."""
 
@@ -46,6 +42,11 @@ class Phase:
     STEP_BEGIN = "step_begin"
     STEP_END = "step_end"
     STEP_ABORT = "step_abort"  # the agent declares a begun step's effect did not happen
+    DECISION = "decision"  # an operator's decision on what needs a person
+
+
+# Events whose attempt must still be the newest of its (run, scope) to be written.
+FENCED_PHASES = frozenset({Phase.INTENT, Phase.STEP_BEGIN})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TextIO
 
-from sidecar.ledger.base import GENESIS_HASH, LedgerReader, StoredEvent, event_hash
+from sidecar.ledger.base import GENESIS_HASH, LedgerReader, Phase, StoredEvent, event_hash
 
 # How often long scans report progress, in events.
 PROGRESS_EVERY = 5000
@@ -107,30 +107,30 @@ def _timeline_line(stored: StoredEvent) -> str:
     e = stored.event
     time = stored.ts[11:23]
     head = f"#{stored.seq:<6} {time}"
-    if e.phase == "attempt_begin":
+    if e.phase == Phase.ATTEMPT_BEGIN:
         scope = f", scope {e.scope!r}" if e.scope else ""
         scheme = f", id scheme {e.detail['id_scheme']}" if "id_scheme" in e.detail else ""
         return (f"{head} attempt {e.attempt_id} began (rule {e.rule}, checkpoint "
                 f"{e.checkpoint!r}{scope}{scheme})")  # fmt: skip
-    if e.phase == "attempt_end":
+    if e.phase == Phase.ATTEMPT_END:
         d = e.detail
         return (f"{head} attempt {e.attempt_id} ended: applied {d.get('applied', 0)}, "
                 f"already applied {d.get('already_applied', 0)}, skipped {d.get('skipped', 0)}, "
                 f"failed {d.get('failed', 0)}")  # fmt: skip
-    if e.phase == "decision":
+    if e.phase == Phase.DECISION:
         d = e.detail
         return (f"{head}   decision on {e.derived_id}: {d.get('decision')} by {d.get('by')} "
                 f"({d.get('reason')})")  # fmt: skip
     what = f"{e.rpc:<12} {e.derived_id or '-'}"
     if e.occurrence >= 0:
         what += f" (occurrence {e.occurrence})"
-    if e.phase in ("intent", "step_begin"):
-        return f"{head}   {what}: {'began' if e.phase == 'step_begin' else 'intent'}"
-    if e.phase == "step_end":
+    if e.phase in (Phase.INTENT, Phase.STEP_BEGIN):
+        return f"{head}   {what}: {'began' if e.phase == Phase.STEP_BEGIN else 'intent'}"
+    if e.phase == Phase.STEP_END:
         return f"{head}   {what}: step ended"
-    if e.phase == "step_abort":
+    if e.phase == Phase.STEP_ABORT:
         return f"{head}   {what}: step aborted ({e.detail.get('reason', '')!r})"
-    if e.phase == "read":
+    if e.phase == Phase.READ:
         result = f"refused {e.reason}/{e.failure_class}" if e.reason else "read"
         return f"{head}   {what}: {result}"
     if e.reason:

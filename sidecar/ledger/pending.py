@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 from sidecar.rules import effects
 
-# An audit event's phase for an operator's decision.
-DECISION = "decision"
 # The rpc field of a decision event: it is no call of the agent's.
 DECISION_RPC = "Resolve"
 STEP_WRITE_TYPE = "step"
@@ -105,7 +103,7 @@ class DecisionRefused(Exception):
 def latest_decision(events: Sequence[StoredEvent]) -> RecordedDecision | None:
     """The newest decision among one id's events, if any."""
     for stored in reversed(events):
-        if stored.event.phase == DECISION:
+        if stored.event.phase == Phase.DECISION:
             return decision_of(stored)
     return None
 
@@ -281,7 +279,7 @@ def decision_event(
         run_id=item.run_id,
         attempt_id=item.attempt_id,
         rpc=DECISION_RPC,
-        phase=DECISION,
+        phase=Phase.DECISION,
         rule=item.rule,
         checkpoint=source.checkpoint,
         write_type=item.write_type,

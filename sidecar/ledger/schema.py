@@ -14,6 +14,7 @@ from sidecar.ledger.base import (
     FENCED_PHASES,
     AuditEvent,
     LedgerError,
+    Phase,
     StoredEvent,
     event_hash,
     fenced,
@@ -191,7 +192,7 @@ def chain(
     out = ChainedBatch(seq, head)
     for event in events:
         key = (event.run_id, event.scope)
-        if event.phase == "attempt_begin":
+        if event.phase == Phase.ATTEMPT_BEGIN:
             if event.scope:
                 out.begun_scoped.append((event.run_id, event.scope, event.attempt_id))
             else:
