@@ -291,8 +291,15 @@ class MemoryStore:
         }
 
 
-def run_actions(ledger: MemoryLedger, store: MemoryStore, **settings: Any) -> RunActions:
+def run_actions(
+    ledger: MemoryLedger,
+    store: MemoryStore,
+    *,
+    on_reread: Callable[[], None] = lambda: None,
+    **settings: Any,
+) -> RunActions:
     """RunActions over the fakes; ``settings`` as sidecar.core.types.Settings takes them."""
     return RunActions(
-        ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings)
-    )
+        ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings),
+        on_reread=on_reread,
+    )  # fmt: skip
