@@ -246,7 +246,7 @@ class RunActions:
         await self._audit.best_effort(refusal, lost="audit_refusal_record_lost")
         raise error
 
-    # -- steps: the agent's own tools (docs/decisions: tool effects) ----------
+    # -- steps: the agent's own tools (docs/design.md, "Steps") --------------
 
     async def begin_step(
         self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str

@@ -2,8 +2,8 @@
 
 A step takes its id as a write does (claim or replay, take the id, release; see
 :mod:`sidecar.core.writes`), and audits itself by its declared effect: fail
-closed for a write step, best effort for a read-only one (docs/decisions,
-tool effects). Beginning a step asks the ledger whether an earlier attempt
+closed for a write step, best effort for a read-only one (docs/design.md,
+"Steps"). Beginning a step asks the ledger whether an earlier attempt
 already ended it (its result is answered again), or began a non-idempotent
 write and never ended it (in doubt: a person decides).
 """
