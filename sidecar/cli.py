@@ -3,6 +3,10 @@
 Every flag has an ``ACTONCE_*`` environment variable; a flag given on the
 command line wins. A malformed setting stops start-up with one line on
 stderr and exit code 2, never a traceback.
+
+Longer than most modules, on purpose: each command's flags are one table (flag,
+variable, parser, default, help) that a reader scans top to bottom, and the
+value parsers they name sit beside them.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ Pages are rendered on the server and work without JavaScript. Access:
 
 The console reads the ledger through OperatorLedger, whose queries page in SQL,
 and appends nothing but an operator's decisions; it is never on a write's path.
+
+Longer than most modules, on purpose: each page and its JSON twin are one route
+here, with the access rules beside them.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ the places that sit around the domain code, or from the core's own word:
 
 Each sidecar has its own registry, so that several in one process (tests) do not
 share counters; :class:`MetricsEndpoint` serves it as Prometheus text over HTTP.
+
+Longer than most modules, on purpose: every metric is declared in one place, and
+the timed ledger and store spell out each method of the interfaces they wrap, so
+that the type checker sees them keep those interfaces.
 """
 
 from __future__ import annotations

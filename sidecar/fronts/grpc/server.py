@@ -3,6 +3,10 @@
 Kept apart from ``main()`` so that tests start real servers on port 0. The
 embedded default runs the reference store in the same process and the
 ledger on a SQLite file; ``store_target`` points at an external store.
+
+Longer than most modules, on purpose: it is where every part is chosen and
+wired (ledger, store client, the core, interceptors, health, reflection, metrics,
+the MCP front) and where they are closed again in order, in one reading.
 """
 
 from __future__ import annotations
