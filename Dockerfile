@@ -25,6 +25,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml constraints.txt README.md ./
 COPY sidecar ./sidecar
+# The generated stubs (actonce_api): one copy, kept beside the Python client, packaged from there.
+COPY clients/python/src/actonce_api ./clients/python/src/actonce_api
 
 # constraints.txt pins every dependency to the versions the tests ran with. A network that
 # re-signs TLS can hand its CA in as the optional build secret `ca-bundle`; a secret mount is

@@ -30,13 +30,16 @@ $(BUF): package.json package-lock.json
 run: $(STAMP)
 	$(VENV)/bin/actonce serve
 
+# The generated Python stubs, one copy for the sidecar and the Python client.
+GEN_PY := clients/python/src/actonce_api
+
 gen: $(STAMP)
 	$(PY) scripts/gen_protos.py
 
 # Fails when the committed generated code is not what the script makes.
 check-gen: $(STAMP)
 	rm -rf .gen-check && $(PY) scripts/gen_protos.py .gen-check
-	diff -r --exclude=__pycache__ sidecar/_gen .gen-check || { rm -rf .gen-check; echo "sidecar/_gen is stale: run 'make gen'"; exit 1; }
+	diff -r --exclude=__pycache__ $(GEN_PY) .gen-check || { rm -rf .gen-check; echo "$(GEN_PY) is stale: run 'make gen'"; exit 1; }
 	rm -rf .gen-check
 
 # Lint, and no breaking change against the API as last released: the image of

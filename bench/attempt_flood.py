@@ -28,10 +28,10 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from tests.harness import HealthStub
 
 LIMIT_MIB = 256

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from tests import pg
 from tests.harness import free_port, wait_serving
 

@@ -20,11 +20,11 @@ import time
 
 import grpc
 import httpx2
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from tests.harness import free_port, wait_serving
 
 

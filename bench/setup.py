@@ -21,11 +21,10 @@ import secrets
 import shlex
 
 import grpc
-
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
 # The rule every bench attempt runs under; bench/serve.py puts it on the send allowlist.
 RULE = "bench"

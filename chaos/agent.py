@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 import grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from chaos.plan import Effect, Op, OpKind, RunPlan, Segment, render_json
 from chaos.processes import Killer
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 
 SERVICE = "actonce.v1.RunActionsService"
 # How long the agent waits for one answer: far above any healthy call, so that only a

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.config import Config
 from sidecar.fronts.grpc.server import Sidecar, create_server
 from sidecar.ops import logs

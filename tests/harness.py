@@ -22,14 +22,14 @@ from typing import Any, TypeVar
 
 import grpc
 import psycopg
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar.config import Config
 from sidecar.fronts.grpc.server import Sidecar, create_server
 from sidecar.ledger.audit_command import open_reader

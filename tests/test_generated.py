@@ -6,15 +6,15 @@ import re
 import tomllib
 from pathlib import Path
 
+from actonce_api.store.v1 import artifact_store_pb2
+from actonce_api.v1 import run_actions_pb2
 from packaging.specifiers import SpecifierSet
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2
-from sidecar._gen.actonce.v1 import run_actions_pb2
 from sidecar.fronts.grpc.servicer import RunActionsServicer
 from sidecar.refstore.servicer import ArtifactStoreServicer
 
 ROOT = Path(__file__).resolve().parents[1]
-GEN = ROOT / "sidecar" / "_gen"
+GEN = ROOT / "clients" / "python" / "src" / "actonce_api"
 
 
 def _requirement(name: str) -> SpecifierSet:

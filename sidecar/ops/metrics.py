@@ -29,11 +29,11 @@ from typing import Any, TypeVar, cast
 
 import grpc
 import structlog
+from actonce_api.v1 import types_pb2
 from google.rpc import error_details_pb2, status_pb2
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import start_http_server
 
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
 from sidecar.fronts.grpc.interceptors import (
     RUN_ACTIONS,

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import grpc
 import structlog
+from actonce_api.store.v1 import artifact_store_pb2 as pb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.ops import reflection
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend

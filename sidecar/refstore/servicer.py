@@ -16,11 +16,11 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import grpc
 import structlog
+from actonce_api.store.v1 import artifact_store_pb2 as pb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.refstore.backend import (
     StoreBackend,
     StoreUnavailableError,

@@ -6,7 +6,8 @@ in-process client passes the records through without this round trip.
 
 from __future__ import annotations
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
+from actonce_api.store.v1 import artifact_store_pb2 as pb
+
 from sidecar.refstore.backend import StoredArtifact, StoredMessage, StoredProposal
 
 

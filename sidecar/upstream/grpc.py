@@ -19,11 +19,11 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import grpc
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from sidecar import defaults
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
 from sidecar.rules.refusals import RefusalVocabulary

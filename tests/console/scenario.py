@@ -18,11 +18,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 from google.protobuf import timestamp_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.config import Config
 from tests.harness import free_port, spawn_sidecar
 from tests.server.processes import Served, start_cli

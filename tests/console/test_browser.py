@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from actonce_api.v1 import types_pb2
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from sidecar._gen.actonce.v1 import types_pb2
 from tests.console.scenario import RUN, TOKEN, finish_run, make_ledger, start_console
 from tests.harness import sidecar_config
 from tests.server.processes import run_cli

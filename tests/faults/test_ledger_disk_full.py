@@ -16,9 +16,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.ledger import inspect
 from sidecar.ledger.sqlite import SqliteLedgerReader
 from tests.faults.support import data, outcome_of

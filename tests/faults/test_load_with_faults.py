@@ -25,9 +25,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from tests.faults.support import data, spawn_store
 from tests.harness import refusal, sidecar_config, spawn_sidecar
 

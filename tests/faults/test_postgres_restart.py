@@ -23,11 +23,11 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 
 from chaos import pg as chaos_pg
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.config import Config
 from sidecar.ledger import inspect
 from sidecar.ledger.postgres import PostgresLedgerReader

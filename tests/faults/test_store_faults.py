@@ -16,12 +16,12 @@ from typing import Any
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.refstore.refusals import StoreRefusal, grpc_status_for
 from tests import pg
 from tests.conftest import MakeConfig

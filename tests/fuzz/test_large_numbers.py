@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.errors import InvalidArgument
 from sidecar.rules import canonical, edits
 from tests.harness import RunningSidecar

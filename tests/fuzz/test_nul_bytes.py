@@ -13,9 +13,9 @@ from typing import Any
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from tests.harness import RunningSidecar, refusal
 
 ATTEMPT = object()  # stands for the test's attempt id

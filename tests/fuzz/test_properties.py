@@ -18,15 +18,15 @@ from typing import Any
 
 import grpc
 import pytest
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 from google.protobuf import timestamp_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from chaos.checker import StoreSnapshot, read_postgres_store, read_sqlite_store
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.ledger.audit_command import open_reader
 from sidecar.rules.canonical import MAX_JSON_BYTES, MAX_NAME_BYTES, MAX_TEXT_BYTES
 from tests.harness import RunningSidecar, refusal

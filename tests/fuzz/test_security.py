@@ -18,14 +18,14 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.checker import read_postgres_store, read_sqlite_store
 from sidecar import defaults
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.config import Config
 from tests.conftest import MakeConfig
 from tests.faults.support import ledger_lock, outcome_of, spawn_store

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
 from google.protobuf.descriptor import FieldDescriptor
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from tests.harness import RunningSidecar, refusal
 
 SERVICE = pb.DESCRIPTOR.services_by_name["RunActionsService"]

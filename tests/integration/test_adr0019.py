@@ -11,10 +11,10 @@ from typing import Any
 
 import grpc
 import pytest
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from tests.harness import RunningSidecar, refusal
 
 APPLIED = types_pb2.OUTCOME_APPLIED

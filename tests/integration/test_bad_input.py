@@ -6,8 +6,8 @@ from typing import Any
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar.rules.canonical import MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_TEXT_BYTES
 from tests.harness import RunningSidecar, refusal
 

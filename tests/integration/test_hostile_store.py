@@ -16,11 +16,11 @@ from typing import Any
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from sidecar.rules import refusals
 from sidecar.upstream.grpc import STORE_DOMAIN
 from tests.conftest import MakeConfig

@@ -13,9 +13,9 @@ import threading
 from pathlib import Path
 
 import grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar.config import Config
 from tests.conftest import MakeConfig
 from tests.harness import spawn_sidecar

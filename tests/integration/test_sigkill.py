@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 from tests.conftest import MakeConfig

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from tests.conftest import MakeConfig
 from tests.harness import RunningSidecar, ledger_locked, refusal, start_sidecar
 

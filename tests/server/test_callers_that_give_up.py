@@ -17,12 +17,12 @@ from typing import Any
 
 import grpc
 import pytest
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from tests import pg
 from tests.harness import free_port
 from tests.server.processes import Served, start_cli, wait_for_status

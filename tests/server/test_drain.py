@@ -11,12 +11,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 from actonce_client import ActonceError, Client
 
 from chaos.checker import read_sqlite_store
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import Phase
 from tests.harness import refusal, start_store

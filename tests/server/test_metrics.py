@@ -12,9 +12,9 @@ from typing import Any, cast
 import grpc
 import pytest
 import structlog.testing
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.fronts.grpc.interceptors import Handler, behavior_of
 from tests.harness import (
     RunningSidecar,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
+
 from tests.harness import sidecar_config, start_sidecar
 from tests.server.scrape import scrape, value
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from tests.server.processes import start_cli, wait_for_status
 
 

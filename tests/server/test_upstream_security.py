@@ -18,11 +18,11 @@ from typing import Any
 import grpc
 import pytest
 import structlog
+from actonce_api.store.v1 import artifact_store_pb2 as spb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as spb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as spb_grpc
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.ops.security import connect_store, server_credentials
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend

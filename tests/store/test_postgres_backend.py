@@ -23,9 +23,9 @@ import grpc
 import psycopg
 import pytest
 import structlog
+from actonce_api.store.v1 import artifact_store_pb2 as pb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.errors import FailureClass, StoreUnavailable
 from sidecar.refstore.backend import StoreUnavailableError
 from sidecar.refstore.postgres import SCHEMA_VERSION, PostgresStoreBackend

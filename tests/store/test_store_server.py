@@ -22,12 +22,12 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 import structlog
+from actonce_api.store.v1 import artifact_store_pb2 as pb
+from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as pb
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.server import (
     MAX_MESSAGE_BYTES,

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 PACKAGE = Path(__file__).resolve().parents[1]
-GENERATED = PACKAGE / "src" / "actonce_client" / "_gen"
+GENERATED = PACKAGE / "src" / "actonce_api"
 
 
 def _lower_bound(name: str) -> Version:
@@ -46,7 +46,7 @@ def test_protobuf_bound_admits_the_generated_code(module: Path) -> None:
 
 
 def test_every_rpc_has_a_stub_method() -> None:
-    from actonce_client._gen.actonce.v1 import run_actions_pb2 as pb
+    from actonce_api.v1 import run_actions_pb2 as pb
     from actonce_client.client import Attempt, Client
 
     rpcs = pb.DESCRIPTOR.services_by_name["RunActionsService"].methods_by_name

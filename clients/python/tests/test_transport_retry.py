@@ -15,10 +15,10 @@ from concurrent import futures
 import grpc
 import pytest
 
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 from actonce_client import Client, Outcome
-from actonce_client._gen.actonce.v1 import run_actions_pb2 as pb
-from actonce_client._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from actonce_client._gen.actonce.v1 import types_pb2
 
 
 class DrainingFirst(pb_grpc.RunActionsServiceServicer):

@@ -15,11 +15,11 @@ from typing import Any, ClassVar, TypeAlias, cast
 
 import grpc
 import structlog
+from actonce_api.v1 import run_actions_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
-from sidecar._gen.actonce.v1 import run_actions_pb2
 from sidecar.errors import InvalidArgument, to_status
 
 log = structlog.get_logger()

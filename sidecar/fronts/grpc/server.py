@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 import grpc
 import structlog
+from actonce_api.v1 import run_actions_pb2, run_actions_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar._gen.actonce.v1 import run_actions_pb2, run_actions_pb2_grpc
 from sidecar.config import Config
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry

@@ -12,12 +12,12 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 from google.protobuf import timestamp_pb2
 from grpc_status import rpc_status
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
-from sidecar._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from sidecar._gen.actonce.v1 import types_pb2
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome
 from sidecar.errors import ActonceError, InvalidArgument, to_status

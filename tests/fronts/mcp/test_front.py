@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
 
-from sidecar._gen.actonce.v1 import run_actions_pb2 as pb
 from tests.conftest import MakeConfig
 from tests.fronts.mcp.clients import begin_over_http, call, list_tools
 from tests.harness import (

@@ -22,9 +22,9 @@ from typing import Any, Self, TypeVar
 import grpc
 from google.protobuf import timestamp_pb2
 
-from actonce_client._gen.actonce.v1 import run_actions_pb2 as pb
-from actonce_client._gen.actonce.v1 import run_actions_pb2_grpc as pb_grpc
-from actonce_client._gen.actonce.v1 import types_pb2
+from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 from actonce_client.errors import from_rpc_error
 
 DEFAULT_TIMEOUT = 10.0

@@ -4,7 +4,7 @@
 isort:skip_file
 """
 
-from sidecar._gen.actonce.v1 import types_pb2 as _types_pb2
+from actonce_api.v1 import types_pb2 as _types_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -23,7 +23,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from sidecar._gen.actonce.v1 import types_pb2 as actonce_dot_v1_dot_types__pb2
+from actonce_api.v1 import types_pb2 as actonce_dot_v1_dot_types__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 

@@ -4,7 +4,7 @@
 import grpc
 import warnings
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as actonce_dot_store_dot_v1_dot_artifact__store__pb2
+from actonce_api.store.v1 import artifact_store_pb2 as actonce_dot_store_dot_v1_dot_artifact__store__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

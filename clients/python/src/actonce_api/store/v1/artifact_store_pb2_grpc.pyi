@@ -4,7 +4,7 @@
 isort:skip_file
 """
 
-from sidecar._gen.actonce.store.v1 import artifact_store_pb2 as _artifact_store_pb2
+from actonce_api.store.v1 import artifact_store_pb2 as _artifact_store_pb2
 from collections import abc as _abc
 from grpc import aio as _aio
 import abc as _abc_1
