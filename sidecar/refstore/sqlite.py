@@ -16,14 +16,8 @@ finish commits for all, with one sync. No call answers before the commit that ma
 did, or what it read, durable; when that commit fails, or SQLite ends the transaction early,
 every call in it fails. One sync per call cost most of a write's time and CPU under load.
 
-Refusal order, the same in every write: the input is validated first (VALIDATION_FAILED), then
-every state that refuses the write is collected and reported together (INVALID_STATE with all
-of them: a caller counts a refusal as done only when ID_USED is the *only* state), then what is
-missing (NOT_FOUND), then the version (VERSION_CONFLICT), then whether a patch applies
-(PATCH_FAILED). Archiving an archived artifact is refused with INVALID_STATE {ARCHIVED} rather
-than accepted again: archived artifacts refuse every change, and archiving is one. A notice
-starts and steers no turn, so a turn request for one is refused (VALIDATION_FAILED), whether it
-is asked with the post or later.
+The rules (what each call checks, refuses and changes) are the shared ones in `sql`; this
+module supplies the file, its schema, and the group-committed transaction each call runs in.
 """
 
 from __future__ import annotations
@@ -35,24 +29,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
-from sidecar.refstore.backend import (
-    MESSAGE_KINDS,
-    ArtifactPage,
-    StoredArtifact,
-    StoredMessage,
-    StoredProposal,
-    StoredThread,
-    apply_patch,
-    compact_json,
-    decode_page_token,
-    encode_page_token,
-    page_size_for,
-    parse_document,
-    parse_patch,
-    proposal_for,
-    require_text,
-)
-from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+from sidecar.refstore.sql import Connection, Dialect, SqlStoreBackend
 
 __all__ = ["SCHEMA_VERSION", "SqliteStoreBackend"]
 
@@ -105,21 +82,11 @@ _SCHEMA = (
     "CREATE INDEX turn_requests_by_thread ON turn_requests (thread_id, n)",
 )
 
-_ArtifactRow = tuple[str, str, int, str, int]
-_MessageRow = tuple[str, str, str, str, int]
+# SQLite serializes writers (every call runs under BEGIN IMMEDIATE): no row locks to add.
+_DIALECT = Dialect(table_prefix="", placeholder="?", update_lock="", share_lock="")
 
 
-def _artifact(row: _ArtifactRow) -> StoredArtifact:
-    return StoredArtifact(
-        id=row[0], kind=row[1], version=row[2], data_json=row[3], archived=bool(row[4])
-    )
-
-
-def _message(row: _MessageRow) -> StoredMessage:
-    return StoredMessage(id=row[0], thread_id=row[1], kind=row[2], text=row[3], seq=row[4])
-
-
-class SqliteStoreBackend:
+class SqliteStoreBackend(SqlStoreBackend):
     """A `StoreBackend` on one SQLite file.
 
     One connection, guarded by a lock, serves every thread: SQLite serializes writers anyway,
@@ -128,6 +95,7 @@ class SqliteStoreBackend:
 
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000) -> None:
         """Open (creating it and its folder if missing) the database file at `path`."""
+        super().__init__(_DIALECT)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         # Group commit (see the module's docstring). Calls count themselves in before they
@@ -167,7 +135,7 @@ class SqliteStoreBackend:
         self._db.execute("PRAGMA foreign_keys=ON")
 
     def _migrate(self) -> None:
-        with self._write() as db:
+        with self._batched(savepoint=True) as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version == SCHEMA_VERSION:
                 return
@@ -180,17 +148,12 @@ class SqliteStoreBackend:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._batched(savepoint=True) as db:
-            yield db
-
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
+    def _transact(self, work: Callable[[Connection], _T], *, write: bool) -> _T:
         # A read joins the open transaction too: it sees the writes of the calls before it,
         # so it answers only once they are durable. Several statements see one snapshot.
-        with self._batched(savepoint=False) as db:
-            yield db
+        # A write gets a savepoint of its own, so that its refusal rolls back it alone.
+        with self._batched(savepoint=write) as db:
+            return work(db)
 
     @contextmanager
     def _batched(self, *, savepoint: bool) -> Iterator[sqlite3.Connection]:
@@ -310,262 +273,9 @@ class SqliteStoreBackend:
         self._batch_calls = 0
         self._turn.notify_all()
 
-    # Artifacts
-
-    def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
-        require_text(artifact_id, "artifact_id")
-        require_text(kind, "kind")
-        data = compact_json(parse_document(data_json, "data_json"))
-        with self._write() as db:
-            if _exists(db, "SELECT 1 FROM artifacts WHERE id = ?", artifact_id):
-                raise StoreRefusal(
-                    RefusalCode.INVALID_STATE, "artifact id is used", states={ID_USED}
-                )
-            db.execute(
-                "INSERT INTO artifacts (id, kind, version, data_json) VALUES (?, ?, 1, ?)",
-                (artifact_id, kind, data),
-            )
-        return StoredArtifact(id=artifact_id, kind=kind, version=1, data_json=data, archived=False)
-
-    def get_artifact(self, artifact_id: str) -> StoredArtifact:
-        with self._read() as db:
-            return _artifact(_get_artifact_row(db, artifact_id))
-
-    def patch_artifact(
-        self, artifact_id: str, expected_version: int, patch_json: str
-    ) -> StoredArtifact:
-        patch = parse_patch(patch_json)
-        with self._write() as db:
-            row = _get_artifact_row(db, artifact_id)
-            current = _artifact(row)
-            if current.archived:
-                raise StoreRefusal(
-                    RefusalCode.INVALID_STATE, "artifact is archived", states={ARCHIVED}
-                )
-            if current.version != expected_version:
-                raise StoreRefusal(
-                    RefusalCode.VERSION_CONFLICT,
-                    f"artifact is at version {current.version}, not {expected_version}",
-                )
-            # The stored text was written by compact_json from an object: it parses back as one.
-            stored = parse_document(current.data_json, "data_json")
-            data = compact_json(apply_patch(patch, stored))
-            version = current.version + 1
-            db.execute(
-                "UPDATE artifacts SET data_json = ?, version = ? WHERE id = ?",
-                (data, version, artifact_id),
-            )
-        return StoredArtifact(
-            id=artifact_id, kind=current.kind, version=version, data_json=data, archived=False
-        )
-
-    def archive_artifact(self, artifact_id: str) -> StoredArtifact:
-        with self._write() as db:
-            current = _artifact(_get_artifact_row(db, artifact_id))
-            if current.archived:
-                raise StoreRefusal(
-                    RefusalCode.INVALID_STATE, "artifact is already archived", states={ARCHIVED}
-                )
-            db.execute("UPDATE artifacts SET archived = 1 WHERE id = ?", (artifact_id,))
-        return StoredArtifact(
-            id=current.id,
-            kind=current.kind,
-            version=current.version,
-            data_json=current.data_json,
-            archived=True,
-        )
-
-    def list_artifacts(self, kind: str, page_size: int = 0, page_token: str = "") -> ArtifactPage:
-        require_text(kind, "kind")
-        size = page_size_for(page_size)
-        after = decode_page_token(kind, page_token)
-        with self._read() as db:
-            # One row beyond the page says whether there is a next page.
-            rows: list[_ArtifactRow] = db.execute(
-                "SELECT id, kind, version, data_json, archived FROM artifacts"
-                " WHERE kind = ? AND id > ? ORDER BY id LIMIT ?",
-                (kind, after if after is not None else "", size + 1),
-            ).fetchall()
-        artifacts = tuple(_artifact(row) for row in rows[:size])
-        token = encode_page_token(kind, artifacts[-1].id) if len(rows) > size else ""
-        return ArtifactPage(artifacts=artifacts, next_page_token=token)
-
-    # Proposals
-
-    def create_proposal(
-        self,
-        proposal_id: str,
-        *,
-        kind: str = "",
-        data_json: str = "",
-        artifact_id: str = "",
-        patch_json: str = "",
-        base_version: int = 0,
-    ) -> StoredProposal:
-        proposal = proposal_for(
-            proposal_id,
-            kind=kind,
-            data_json=data_json,
-            artifact_id=artifact_id,
-            patch_json=patch_json,
-            base_version=base_version,
-        )
-        is_edit = proposal.is_edit
-        kind, data_json = proposal.kind, proposal.data_json
-        patch_json = proposal.patch_json
-        with self._write() as db:
-            states: set[str] = set()
-            if _exists(db, "SELECT 1 FROM proposals WHERE id = ?", proposal_id):
-                states.add(ID_USED)
-            target: tuple[int] | None = None
-            if is_edit:
-                target = db.execute(
-                    "SELECT archived FROM artifacts WHERE id = ?", (artifact_id,)
-                ).fetchone()
-                if target is not None and target[0]:
-                    states.add(ARCHIVED)
-            if states:
-                raise StoreRefusal(
-                    RefusalCode.INVALID_STATE,
-                    "proposal refused: " + ", ".join(sorted(states)),
-                    states=states,
-                )
-            if is_edit and target is None:
-                raise StoreRefusal(RefusalCode.NOT_FOUND, "no such artifact")
-            db.execute(
-                "INSERT INTO proposals (id, kind, data_json, artifact_id, patch_json, base_version)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (proposal_id, kind, data_json, artifact_id, patch_json, base_version),
-            )
-        return proposal
-
-    def get_proposal(self, proposal_id: str) -> StoredProposal:
-        with self._read() as db:
-            row: tuple[str, str, str, str, str, int] | None = db.execute(
-                "SELECT id, kind, data_json, artifact_id, patch_json, base_version"
-                " FROM proposals WHERE id = ?",
-                (proposal_id,),
-            ).fetchone()
-        if row is None:
-            raise StoreRefusal(RefusalCode.NOT_FOUND, "no such proposal")
-        return StoredProposal(
-            id=row[0],
-            kind=row[1],
-            data_json=row[2],
-            artifact_id=row[3],
-            patch_json=row[4],
-            base_version=row[5],
-        )
-
-    # Threads and messages
-
-    def create_thread(self, thread_id: str, title: str) -> StoredThread:
-        require_text(thread_id, "thread_id")
-        require_text(title, "title")
-        with self._write() as db:
-            if _exists(db, "SELECT 1 FROM threads WHERE id = ?", thread_id):
-                raise StoreRefusal(RefusalCode.INVALID_STATE, "thread id is used", states={ID_USED})
-            db.execute("INSERT INTO threads (id, title) VALUES (?, ?)", (thread_id, title))
-        return StoredThread(id=thread_id, title=title)
-
-    def post_message(
-        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool = False
-    ) -> StoredMessage:
-        require_text(message_id, "message_id")
-        require_text(thread_id, "thread_id")
-        if kind not in MESSAGE_KINDS:
-            raise StoreRefusal(RefusalCode.VALIDATION_FAILED, "kind must be 'notice' or 'message'")
-        require_text(text, "text")
-        if request_turn and kind == "notice":
-            raise StoreRefusal(
-                RefusalCode.VALIDATION_FAILED,
-                "a notice starts no turn: request_turn needs a message",
-            )
-        with self._write() as db:
-            # The id first: a repeat of a post whose thread exists is "already done", and a used
-            # message id always belongs to an existing thread.
-            if _exists(db, "SELECT 1 FROM messages WHERE id = ?", message_id):
-                raise StoreRefusal(
-                    RefusalCode.INVALID_STATE, "message id is used", states={ID_USED}
-                )
-            if not _exists(db, "SELECT 1 FROM threads WHERE id = ?", thread_id):
-                raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")
-            seq: int = db.execute(
-                "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE thread_id = ?", (thread_id,)
-            ).fetchone()[0]
-            db.execute(
-                "INSERT INTO messages (id, thread_id, seq, kind, text) VALUES (?, ?, ?, ?, ?)",
-                (message_id, thread_id, seq, kind, text),
-            )
-            if request_turn:
-                # Same transaction as the message: no crash can leave a message untaken.
-                db.execute(
-                    "INSERT INTO turn_requests (message_id, thread_id) VALUES (?, ?)",
-                    (message_id, thread_id),
-                )
-        return StoredMessage(id=message_id, thread_id=thread_id, kind=kind, text=text, seq=seq)
-
-    def list_messages(self, thread_id: str) -> tuple[StoredMessage, ...]:
-        with self._read() as db:
-            _require_thread(db, thread_id)
-            rows: list[_MessageRow] = db.execute(
-                "SELECT id, thread_id, kind, text, seq FROM messages"
-                " WHERE thread_id = ? ORDER BY seq",
-                (thread_id,),
-            ).fetchall()
-        return tuple(_message(row) for row in rows)
-
-    def request_turn(self, message_id: str) -> bool:
-        with self._write() as db:
-            row: tuple[str, str] | None = db.execute(
-                "SELECT thread_id, kind FROM messages WHERE id = ?", (message_id,)
-            ).fetchone()
-            if row is None:
-                raise StoreRefusal(RefusalCode.NOT_FOUND, "no such message")
-            thread_id, kind = row
-            if kind == "notice":
-                raise StoreRefusal(
-                    RefusalCode.VALIDATION_FAILED,
-                    "a notice starts no turn: the message is a notice",
-                )
-            cursor = db.execute(
-                "INSERT INTO turn_requests (message_id, thread_id) VALUES (?, ?)"
-                " ON CONFLICT (message_id) DO NOTHING",
-                (message_id, thread_id),
-            )
-            return cursor.rowcount == 1
-
-    def list_turn_requests(self, thread_id: str) -> tuple[str, ...]:
-        with self._read() as db:
-            _require_thread(db, thread_id)
-            rows: list[tuple[str]] = db.execute(
-                "SELECT message_id FROM turn_requests WHERE thread_id = ? ORDER BY n",
-                (thread_id,),
-            ).fetchall()
-        return tuple(row[0] for row in rows)
-
     def close(self) -> None:
         with self._turn:
             # An open transaction commits first: its calls are waiting for their answers.
             while self._committing or self._batch_calls:
                 self._turn.wait()
             self._db.close()
-
-
-def _exists(db: sqlite3.Connection, query: str, key: str) -> bool:
-    return db.execute(query, (key,)).fetchone() is not None
-
-
-def _get_artifact_row(db: sqlite3.Connection, artifact_id: str) -> _ArtifactRow:
-    row: _ArtifactRow | None = db.execute(
-        "SELECT id, kind, version, data_json, archived FROM artifacts WHERE id = ?",
-        (artifact_id,),
-    ).fetchone()
-    if row is None:
-        raise StoreRefusal(RefusalCode.NOT_FOUND, "no such artifact")
-    return row
-
-
-def _require_thread(db: sqlite3.Connection, thread_id: str) -> None:
-    if not _exists(db, "SELECT 1 FROM threads WHERE id = ?", thread_id):
-        raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")

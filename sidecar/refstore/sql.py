@@ -1,0 +1,349 @@
+"""The reference store's rules on SQL, written once for both of its databases.
+
+`SqlStoreBackend` implements every `StoreBackend` call: what it validates, which rows it reads,
+which states refuse a write, how a version is checked and bumped, how a listing pages. A
+dialect (`sqlite`, `postgres`) supplies only what truly differs between the databases: how a
+call gets its connection and transaction (`_transact`), and the few words in which the
+statements of `queries` differ (table names, placeholder, row locks). As in DBOS's system
+database or Powertools' persistence layer, the base holds the rules and the dialect the
+primitives.
+
+Refusal order, the same in every write: the input is validated first (VALIDATION_FAILED), then
+every state that refuses the write is collected and reported together (INVALID_STATE with all
+of them: a caller counts a refusal as done only when ID_USED is the *only* state), then what is
+missing (NOT_FOUND), then the version (VERSION_CONFLICT), then whether a patch applies
+(PATCH_FAILED). Archiving an archived artifact is refused with INVALID_STATE {ARCHIVED} rather
+than accepted again: archived artifacts refuse every change, and archiving is one. A notice
+starts and steers no turn, so a turn request for one is refused (VALIDATION_FAILED), whether it
+is asked with the post or later.
+
+Each statement is written to be right whatever the database does with concurrent writers:
+
+- A create is `INSERT ... ON CONFLICT (id) DO NOTHING`: of two writers racing for one id, the
+  second finds the first's row (waiting for it to commit where the database lets both run), so
+  exactly one lands and the other is refused with ID_USED.
+- A change of an existing row (patch, archive) reads it with the dialect's update lock: the
+  version check and the update hold together, so a stale version never overwrites a newer one.
+- A post locks its thread row first: the thread's next `seq` is then computed by one writer at
+  a time. A turn request locks its thread too, so a thread's requests commit in the order their
+  keys were drawn and a reader never sees a later one before an earlier one.
+- A proposed edit holds its artifact with the dialect's share lock while it is recorded, so the
+  artifact cannot be archived between the check and the insert.
+
+Where a database serializes whole transactions (SQLite's `BEGIN IMMEDIATE`), its locks are
+empty words and the statements hold anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from sidecar.refstore.backend import (
+    MESSAGE_KINDS,
+    ArtifactPage,
+    StoredArtifact,
+    StoredMessage,
+    StoredProposal,
+    StoredThread,
+    apply_patch,
+    compact_json,
+    decode_page_token,
+    encode_page_token,
+    page_size_for,
+    parse_document,
+    parse_patch,
+    proposal_for,
+    require_text,
+)
+from sidecar.refstore.queries import Connection, Dialect, Queries
+from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+
+__all__ = ["Connection", "Dialect", "SqlStoreBackend"]
+
+_T = TypeVar("_T")
+
+
+class SqlStoreBackend:
+    """A `StoreBackend` whose rules are here and whose database a subclass supplies."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self._sql = Queries(dialect)
+
+    def _transact(self, work: Callable[[Connection], _T], *, write: bool) -> _T:
+        """Run `work` in one transaction and answer once what it did or read is durable."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # Artifacts
+
+    def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
+        require_text(artifact_id, "artifact_id")
+        require_text(kind, "kind")
+        data = compact_json(parse_document(data_json, "data_json"))
+
+        def work(db: Connection) -> None:
+            if not _inserted(db, self._sql.insert_artifact, (artifact_id, kind, data)):
+                raise _id_used("artifact")
+
+        self._transact(work, write=True)
+        return StoredArtifact(id=artifact_id, kind=kind, version=1, data_json=data, archived=False)
+
+    def get_artifact(self, artifact_id: str) -> StoredArtifact:
+        return self._transact(lambda db: self._artifact(db, artifact_id, lock=False), write=False)
+
+    def patch_artifact(
+        self, artifact_id: str, expected_version: int, patch_json: str
+    ) -> StoredArtifact:
+        patch = parse_patch(patch_json)
+
+        def work(db: Connection) -> StoredArtifact:
+            current = self._artifact(db, artifact_id, lock=True)
+            if current.archived:
+                raise StoreRefusal(
+                    RefusalCode.INVALID_STATE, "artifact is archived", states={ARCHIVED}
+                )
+            if current.version != expected_version:
+                raise StoreRefusal(
+                    RefusalCode.VERSION_CONFLICT,
+                    f"artifact is at version {current.version}, not {expected_version}",
+                )
+            # The stored text was written by compact_json from an object: it parses back as one.
+            stored = parse_document(current.data_json, "data_json")
+            data = compact_json(apply_patch(patch, stored))
+            version = current.version + 1
+            db.execute(self._sql.patch_artifact, (data, version, artifact_id))
+            return StoredArtifact(
+                id=artifact_id, kind=current.kind, version=version, data_json=data, archived=False
+            )
+
+        return self._transact(work, write=True)
+
+    def archive_artifact(self, artifact_id: str) -> StoredArtifact:
+        def work(db: Connection) -> StoredArtifact:
+            current = self._artifact(db, artifact_id, lock=True)
+            if current.archived:
+                raise StoreRefusal(
+                    RefusalCode.INVALID_STATE, "artifact is already archived", states={ARCHIVED}
+                )
+            db.execute(self._sql.archive_artifact, (artifact_id,))
+            return StoredArtifact(
+                id=current.id,
+                kind=current.kind,
+                version=current.version,
+                data_json=current.data_json,
+                archived=True,
+            )
+
+        return self._transact(work, write=True)
+
+    def list_artifacts(self, kind: str, page_size: int = 0, page_token: str = "") -> ArtifactPage:
+        require_text(kind, "kind")
+        size = page_size_for(page_size)
+        after = decode_page_token(kind, page_token)
+        params = (kind, after if after is not None else "", size + 1)
+        rows: list[tuple[Any, ...]] = self._transact(
+            lambda db: db.execute(self._sql.artifact_page, params).fetchall(), write=False
+        )
+        artifacts = tuple(_artifact(row) for row in rows[:size])
+        token = encode_page_token(kind, artifacts[-1].id) if len(rows) > size else ""
+        return ArtifactPage(artifacts=artifacts, next_page_token=token)
+
+    # Proposals
+
+    def create_proposal(
+        self,
+        proposal_id: str,
+        *,
+        kind: str = "",
+        data_json: str = "",
+        artifact_id: str = "",
+        patch_json: str = "",
+        base_version: int = 0,
+    ) -> StoredProposal:
+        proposal = proposal_for(
+            proposal_id,
+            kind=kind,
+            data_json=data_json,
+            artifact_id=artifact_id,
+            patch_json=patch_json,
+            base_version=base_version,
+        )
+
+        def work(db: Connection) -> None:
+            states: set[str] = set()
+            target = None
+            if proposal.is_edit:
+                target = _row(db, self._sql.proposal_target, proposal.artifact_id)
+                if target is not None and target[0]:
+                    states.add(ARCHIVED)
+            if states or (proposal.is_edit and target is None):
+                # Refused either way; the states must all be reported (ID_USED alone would
+                # read as "already done"), and a used id goes before a missing artifact.
+                if _row(db, self._sql.proposal_used, proposal.id) is not None:
+                    states.add(ID_USED)
+                if states:
+                    raise StoreRefusal(
+                        RefusalCode.INVALID_STATE,
+                        "proposal refused: " + ", ".join(sorted(states)),
+                        states=states,
+                    )
+                raise StoreRefusal(RefusalCode.NOT_FOUND, "no such artifact")
+            params = (
+                proposal.id,
+                proposal.kind,
+                proposal.data_json,
+                proposal.artifact_id,
+                proposal.patch_json,
+                proposal.base_version,
+            )
+            if not _inserted(db, self._sql.insert_proposal, params):
+                raise StoreRefusal(
+                    RefusalCode.INVALID_STATE, "proposal refused: ID_USED", states={ID_USED}
+                )
+
+        self._transact(work, write=True)
+        return proposal
+
+    def get_proposal(self, proposal_id: str) -> StoredProposal:
+        row = self._transact(lambda db: _row(db, self._sql.proposal, proposal_id), write=False)
+        if row is None:
+            raise StoreRefusal(RefusalCode.NOT_FOUND, "no such proposal")
+        return StoredProposal(
+            id=row[0],
+            kind=row[1],
+            data_json=row[2],
+            artifact_id=row[3],
+            patch_json=row[4],
+            base_version=row[5],
+        )
+
+    # Threads and messages
+
+    def create_thread(self, thread_id: str, title: str) -> StoredThread:
+        require_text(thread_id, "thread_id")
+        require_text(title, "title")
+
+        def work(db: Connection) -> None:
+            if not _inserted(db, self._sql.insert_thread, (thread_id, title)):
+                raise _id_used("thread")
+
+        self._transact(work, write=True)
+        return StoredThread(id=thread_id, title=title)
+
+    def post_message(
+        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool = False
+    ) -> StoredMessage:
+        require_text(message_id, "message_id")
+        require_text(thread_id, "thread_id")
+        if kind not in MESSAGE_KINDS:
+            raise StoreRefusal(RefusalCode.VALIDATION_FAILED, "kind must be 'notice' or 'message'")
+        require_text(text, "text")
+        if request_turn and kind == "notice":
+            raise StoreRefusal(
+                RefusalCode.VALIDATION_FAILED,
+                "a notice starts no turn: request_turn needs a message",
+            )
+
+        def work(db: Connection) -> int:
+            # The id first: a repeat of a post whose thread exists is "already done", and a used
+            # message id always belongs to an existing thread.
+            if _row(db, self._sql.message_used, message_id) is not None:
+                raise _id_used("message")
+            if _row(db, self._sql.thread_for_update, thread_id) is None:
+                raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")
+            (seq,) = db.execute(self._sql.next_seq, (thread_id,)).fetchone()
+            if not _inserted(
+                db, self._sql.insert_message, (message_id, thread_id, seq, kind, text)
+            ):
+                # Another writer took the id after the check above (it posted to another
+                # thread, whose lock this one does not hold).
+                raise _id_used("message")
+            if request_turn:
+                # Same transaction as the message: no crash can leave a message untaken.
+                db.execute(self._sql.insert_turn_request, (message_id, thread_id))
+            return int(seq)
+
+        seq = self._transact(work, write=True)
+        return StoredMessage(id=message_id, thread_id=thread_id, kind=kind, text=text, seq=seq)
+
+    def list_messages(self, thread_id: str) -> tuple[StoredMessage, ...]:
+        def work(db: Connection) -> list[tuple[Any, ...]]:
+            self._require_thread(db, thread_id)
+            rows: list[tuple[Any, ...]] = db.execute(self._sql.messages, (thread_id,)).fetchall()
+            return rows
+
+        return tuple(_message(row) for row in self._transact(work, write=False))
+
+    def request_turn(self, message_id: str) -> bool:
+        def work(db: Connection) -> bool:
+            row = _row(db, self._sql.message_turn, message_id)
+            if row is None:
+                raise StoreRefusal(RefusalCode.NOT_FOUND, "no such message")
+            thread_id, kind = row
+            if kind == "notice":
+                raise StoreRefusal(
+                    RefusalCode.VALIDATION_FAILED,
+                    "a notice starts no turn: the message is a notice",
+                )
+            # One writer per thread at a time, so the keys are drawn in commit order.
+            _row(db, self._sql.thread_for_update, thread_id)
+            return _inserted(db, self._sql.insert_turn_request, (message_id, thread_id))
+
+        return self._transact(work, write=True)
+
+    def list_turn_requests(self, thread_id: str) -> tuple[str, ...]:
+        def work(db: Connection) -> list[tuple[Any, ...]]:
+            self._require_thread(db, thread_id)
+            rows: list[tuple[Any, ...]] = db.execute(
+                self._sql.turn_requests, (thread_id,)
+            ).fetchall()
+            return rows
+
+        return tuple(row[0] for row in self._transact(work, write=False))
+
+    # Row access shared by the calls above
+
+    def _artifact(self, db: Connection, artifact_id: str, *, lock: bool) -> StoredArtifact:
+        query = self._sql.artifact_for_update if lock else self._sql.artifact
+        row = _row(db, query, artifact_id)
+        if row is None:
+            raise StoreRefusal(RefusalCode.NOT_FOUND, "no such artifact")
+        return _artifact(row)
+
+    def _require_thread(self, db: Connection, thread_id: str) -> None:
+        if _row(db, self._sql.thread, thread_id) is None:
+            raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")
+
+
+def _id_used(what: str) -> StoreRefusal:
+    return StoreRefusal(RefusalCode.INVALID_STATE, f"{what} id is used", states={ID_USED})
+
+
+def _row(db: Connection, query: str, key: str) -> tuple[Any, ...] | None:
+    """The row `query` finds by `key`, or None.
+
+    require_text keeps NUL out of every stored id, and PostgreSQL would reject it as a query
+    parameter: a key holding one names nothing, on every database alike.
+    """
+    if "\0" in key:
+        return None
+    row: tuple[Any, ...] | None = db.execute(query, (key,)).fetchone()
+    return row
+
+
+def _inserted(db: Connection, query: str, params: Sequence[object]) -> bool:
+    """Run an `INSERT ... ON CONFLICT DO NOTHING`; False when the row was there already."""
+    return db.execute(query, params).rowcount == 1
+
+
+def _artifact(row: Sequence[Any]) -> StoredArtifact:
+    return StoredArtifact(
+        id=row[0], kind=row[1], version=row[2], data_json=row[3], archived=bool(row[4])
+    )
+
+
+def _message(row: Sequence[Any]) -> StoredMessage:
+    return StoredMessage(id=row[0], thread_id=row[1], kind=row[2], text=row[3], seq=row[4])
