@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Never, TypeVar
 
 import grpc
 import structlog
@@ -39,7 +39,9 @@ from sidecar.fronts.grpc.interceptors import (
     RUN_ACTIONS,
     Behavior,
     Context,
+    ForwardingContext,
     Handler,
+    Metadata,
     RunActionsInterceptor,
     behavior_of,
 )
@@ -210,36 +212,29 @@ class _CallRecord:
         metrics.in_flight.labels(rpc).dec()
         metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - self.started)
 
-    def refused(
-        self, code: Any, trailing: grpc.aio.Metadata | Sequence[tuple[str, Any]] | None
-    ) -> None:
+    def refused(self, code: grpc.StatusCode | int | None, trailing: Metadata | None) -> None:
+        # grpc.aio's context answers code() with the status's number, not its enum.
         if not isinstance(code, grpc.StatusCode):
             code = _code_from_int(int(code)) if code is not None else grpc.StatusCode.UNKNOWN
         self.finish(code, "failed", error_info_of(trailing))
 
 
-class _CountingContext:
+class _CountingContext(ForwardingContext):
     """The call's context, with its aborts counted before their status is sent."""
 
     def __init__(self, context: Context, record: _CallRecord) -> None:
-        self._context = context
+        super().__init__(context)
         self._record = record
 
-    async def abort_with_status(self, status: grpc.Status) -> None:
+    async def abort_with_status(self, status: grpc.Status) -> Never:
         self._record.refused(status.code, status.trailing_metadata)
-        await self._context.abort_with_status(status)
+        await super().abort_with_status(status)
 
     async def abort(
-        self,
-        code: grpc.StatusCode,
-        details: str = "",
-        trailing_metadata: Sequence[tuple[str, Any]] = (),
-    ) -> None:
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
+    ) -> Never:
         self._record.refused(code, trailing_metadata)
-        await self._context.abort(code, details, trailing_metadata)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
+        await super().abort(code, details, trailing_metadata)
 
 
 class MetricsInterceptor(RunActionsInterceptor):
@@ -256,7 +251,7 @@ class MetricsInterceptor(RunActionsInterceptor):
         async def counted(request: Any, context: Context) -> Any:
             record = _CallRecord(metrics, rpc, is_write)
             try:
-                response = await inner(request, cast(Any, _CountingContext(context, record)))
+                response = await inner(request, _CountingContext(context, record))
             except asyncio.CancelledError:
                 # The caller went away, or the drain's grace ran out: no refusal was
                 # given, and whether a write landed is for its audit events to say.

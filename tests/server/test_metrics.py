@@ -7,7 +7,8 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Never
+from unittest.mock import create_autospec
 
 import grpc
 import pytest
@@ -15,7 +16,7 @@ import structlog.testing
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import types_pb2
 
-from sidecar.fronts.grpc.interceptors import Handler, behavior_of
+from sidecar.fronts.grpc.interceptors import ForwardingContext, Handler, behavior_of
 from tests.harness import (
     RunningSidecar,
     RunningStore,
@@ -308,10 +309,14 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
         )
         return got or 0.0
 
-    class SendingContext:
-        """Stands in for grpc's context: its abort is where the caller would get the status."""
+    class SendingContext(ForwardingContext):
+        """Stands in for grpc's context: its abort is where the caller would get the status.
+        Nothing else of it is called."""
 
-        async def abort_with_status(self, status: grpc.Status) -> None:
+        def __init__(self) -> None:
+            super().__init__(create_autospec(grpc.aio.ServicerContext, instance=True))
+
+        async def abort_with_status(self, status: grpc.Status) -> Never:
             seen_when_sent.append(refusals())
             raise grpc.aio.AbortError("sent")
 
@@ -329,7 +334,7 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
         handler = await MetricsInterceptor(metrics).intercept_service(continuation, Details())
         with pytest.raises(grpc.aio.AbortError):
             assert handler is not None
-            await behavior_of(handler)(pb.CreateRequest(), cast(Any, SendingContext()))
+            await behavior_of(handler)(pb.CreateRequest(), SendingContext())
 
     asyncio.run(call())
 

@@ -6,12 +6,15 @@ with fresh log context bound to the RPC and the attempt, so that every line a
 call logs names them. RequestDecodingInterceptor parses each request itself, so
 that one that does not parse is refused as bad input like any other. The call
 gate (sidecar.ops.drain) and the metrics (sidecar.ops.metrics) are two more.
+ForwardingContext is the call's context handed on whole, for an interceptor that
+watches some of its methods (the metrics count aborts as they are sent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeAlias, cast
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Never, TypeAlias, TypeGuard
 
 import grpc
 import structlog
@@ -22,6 +25,10 @@ from grpc_status import rpc_status
 
 from sidecar.errors import InvalidArgument, to_status
 
+if TYPE_CHECKING:
+    # The type grpc's stubs give a done callback; it exists only in the stubs.
+    from grpc.aio import _DoneCallback
+
 log = structlog.get_logger()
 
 RUN_ACTIONS = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
@@ -31,6 +38,7 @@ Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 Behavior: TypeAlias = Callable[[Any, Context], Awaitable[Any]]
 # Generic only in grpc's type stubs, so named as a string.
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+Metadata: TypeAlias = grpc.aio.Metadata | Sequence[tuple[str, str | bytes]]
 
 
 def behavior_of(handler: Handler) -> Behavior:
@@ -38,11 +46,94 @@ def behavior_of(handler: Handler) -> Behavior:
 
     grpc's type stubs describe a handler's behaviour as the synchronous server's (a plain
     function of a ``grpc.ServicerContext``); on a ``grpc.aio`` server it is a coroutine
-    function of the asyncio context. This is the one place that says so.
+    function of the asyncio context. This is the one place that says so, and it checks.
     """
     behavior = handler.unary_unary
-    assert behavior is not None, "RunActionsService calls are all unary"
-    return cast(Behavior, behavior)
+    if not _served_by_asyncio(behavior):
+        raise TypeError(f"{behavior!r} is not a unary coroutine function of a grpc.aio call")
+    return behavior
+
+
+def _served_by_asyncio(behavior: object) -> TypeGuard[Behavior]:
+    # Whether it takes the asyncio context cannot be seen at run time; that it is a
+    # coroutine function can, and a synchronous server's behaviour never is one.
+    return inspect.iscoroutinefunction(behavior)
+
+
+class ForwardingContext(grpc.aio.ServicerContext[Any, Any]):
+    """A call's context that hands every method to the call's own; a subclass overrides
+    the ones it watches."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
+    ) -> Never:
+        await self._context.abort(code, details, trailing_metadata)
+
+    async def abort_with_status(self, status: grpc.Status) -> Never:
+        await self._context.abort_with_status(status)
+
+    async def read(self) -> Any:
+        return await self._context.read()
+
+    async def write(self, message: Any) -> None:
+        await self._context.write(message)
+
+    async def send_initial_metadata(self, initial_metadata: Metadata) -> None:
+        await self._context.send_initial_metadata(initial_metadata)
+
+    def add_done_callback(self, callback: _DoneCallback[Any, Any]) -> None:
+        self._context.add_done_callback(callback)
+
+    def set_trailing_metadata(self, trailing_metadata: Metadata) -> None:
+        self._context.set_trailing_metadata(trailing_metadata)
+
+    def invocation_metadata(self) -> grpc.aio.Metadata | None:
+        return self._context.invocation_metadata()
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._context.set_code(code)
+
+    def set_details(self, details: str) -> None:
+        self._context.set_details(details)
+
+    def set_compression(self, compression: grpc.Compression) -> None:
+        self._context.set_compression(compression)
+
+    def disable_next_message_compression(self) -> None:
+        self._context.disable_next_message_compression()
+
+    def peer(self) -> str:
+        return self._context.peer()
+
+    def peer_identities(self) -> Iterable[bytes] | None:
+        return self._context.peer_identities()
+
+    def peer_identity_key(self) -> str | None:
+        return self._context.peer_identity_key()
+
+    def auth_context(self) -> Mapping[str, Iterable[bytes]]:
+        return self._context.auth_context()
+
+    def time_remaining(self) -> float:
+        return self._context.time_remaining()
+
+    def trailing_metadata(self) -> grpc.aio.Metadata:
+        return self._context.trailing_metadata()
+
+    def code(self) -> grpc.StatusCode:
+        return self._context.code()
+
+    def details(self) -> str:
+        return self._context.details()
+
+    def cancelled(self) -> bool:
+        return self._context.cancelled()
+
+    def done(self) -> bool:
+        return self._context.done()
 
 
 class RunActionsInterceptor(grpc.aio.ServerInterceptor):
