@@ -13,9 +13,14 @@ SEND_RULE = "allowed-sender"
 
 
 @pytest.fixture(scope="session")
-def target() -> Iterator[str]:
+def sidecar() -> Iterator[LocalSidecar]:
     with LocalSidecar(send_allowlist=[SEND_RULE]) as sidecar:
-        yield sidecar.target
+        yield sidecar
+
+
+@pytest.fixture(scope="session")
+def target(sidecar: LocalSidecar) -> str:
+    return sidecar.target
 
 
 @pytest.fixture

@@ -1,0 +1,112 @@
+"""What the framework integrations share: one tool call's attempt, and its steps.
+
+An agent framework runs each tool call of a model turn on its own, and retries
+it on its own (a node's retry policy, a runner that runs a tool again). Each
+run of a tool call begins a fresh attempt of the queue's run, scoped to the tool
+call's id: sibling tool calls never fence each other, a retry of one fences only
+its own earlier try, and its writes derive the ids its earlier try derived
+(docs/derived-ids.md, "Scopes").
+
+A tool that calls a system of its own (a card processor, a ticketing API)
+brackets that call as a step with :meth:`ToolCall.step`: the sidecar records
+that the call began and what it returned, hands the result back to a later try
+instead of calling again, and hands the step's id to the call as the
+idempotency key of the downstream API.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from actonce_client.client import Attempt, Effect
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One try of one tool call: its attempt, and the steps it brackets.
+
+    A tool declares a parameter of this type (any name); the integration passes
+    it, and the model never sees it.
+    """
+
+    attempt: Attempt
+    """The attempt this try of the tool call writes with."""
+    tool_call_id: str
+    """The framework's id of the tool call: the attempt's scope."""
+    interrupts: tuple[type[BaseException], ...] = ()
+    """What the framework raises to pause the run before a step acted (LangGraph's
+    ``interrupt()``): such a step is aborted, and runs when the run resumes."""
+
+    def step(
+        self,
+        tool: str,
+        args: Any,
+        call: Callable[[str], T],
+        *,
+        effect: Effect = Effect.NON_IDEMPOTENT_WRITE,
+        not_made: tuple[type[BaseException], ...] = (),
+    ) -> T:
+        """``call(idempotency_key)``, made at most once across the run's tries.
+
+        ``tool`` and ``args`` name the call (with the scope and checkpoint, they
+        derive the step's id, which is the idempotency key handed to ``call``).
+        When an earlier try ended the step, its recorded result is returned and
+        ``call`` is not made. ``call``'s result is recorded, so it must be JSON.
+
+        ``not_made`` lists the errors ``call`` raises only when it provably did
+        not act (a connection refused before the request was sent, a refusal
+        the downstream API answers before charging): the step is aborted and a
+        later try makes it. Any other error leaves the step begun: a later try
+        of a NON_IDEMPOTENT_WRITE is refused as IN_DOUBT (for a person to decide),
+        while an IDEMPOTENT_WRITE, whose downstream API honours the key, is made
+        again with the same key.
+        """
+        begun = self.attempt.begin_step(tool, effect, args)
+        if begun.done:
+            return cast(T, begun.result)
+        try:
+            result = call(begun.id)
+        except self.interrupts:
+            self.attempt.abort_step(begun.id, "interrupted before the call")
+            raise
+        except not_made as error:
+            self.attempt.abort_step(begun.id, f"not made: {type(error).__name__}")
+            raise
+        self.attempt.end_step(begun.id, result)
+        return result
+
+
+def context_parameter(func: Callable[..., Any]) -> tuple[str, inspect.Signature]:
+    """The name of ``func``'s ToolCall parameter, and its signature without it,
+    every annotation resolved (so that a wrapper defined elsewhere can carry it)."""
+    hints = typing.get_type_hints(func, include_extras=True)
+    signature = inspect.signature(func)
+    found = [name for name in signature.parameters if hints.get(name) is ToolCall]
+    if len(found) != 1:
+        raise TypeError(f"{func.__qualname__} must take exactly one parameter of type ToolCall")
+    parameters = [
+        p.replace(annotation=hints.get(p.name, p.annotation))
+        for p in signature.parameters.values()
+        if p.name != found[0]
+    ]
+    return found[0], signature.replace(
+        parameters=parameters, return_annotation=hints.get("return", signature.return_annotation)
+    )
+
+
+def annotations_of(signature: inspect.Signature) -> dict[str, Any]:
+    """``__annotations__`` for a function of ``signature``."""
+    found = {
+        name: p.annotation
+        for name, p in signature.parameters.items()
+        if p.annotation is not inspect.Parameter.empty
+    }
+    if signature.return_annotation is not inspect.Signature.empty:
+        found["return"] = signature.return_annotation
+    return found
