@@ -1,7 +1,8 @@
 """The operator's queries over a ledger: pending items, decisions, runs by page.
 
-Written once over both SQL backends: the queries are here, in one dialect of
-SQL with ``?`` placeholders; each backend (:class:`SqliteOperatorLedger`,
+Written once over both SQL backends: the queries are here (or in
+:mod:`sidecar.ledger.sql`, those the sidecar's ledger asks too), in one dialect
+of SQL with ``?`` placeholders; each backend (:class:`SqliteOperatorLedger`,
 :class:`PostgresOperatorLedger`) supplies the primitives: run a statement,
 and hold the chain's head locked for a transaction that appends. Every query
 pages or narrows in SQL through the ledger's indexes; none reads the ledger
@@ -20,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecar.ledger.base import GENESIS_HASH, LedgerError, StoredEvent
+from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, StoredEvent
 from sidecar.ledger.pending import Decision, PendingItem, decision_event, pending_item
 from sidecar.ledger.schema import COLUMNS, chain, row_to_event
+from sidecar.ledger.sql import POSTGRES, RUN_SUMMARY, SQLITE, Queries, marks, phase
 
 # Ids per statement when reading many ids' events: well under both backends' limits.
 _CHUNK = 500
@@ -80,7 +82,7 @@ class RunsPage:
 class OperatorLedger:
     """The queries; a backend subclass supplies ``_fetch``, ``_execute`` and ``_locked_head``."""
 
-    _head_row = "id = 1"  # the WHERE clause naming the chain's head row
+    _queries: Queries  # the statements in the backend's words
 
     # -- primitives a backend supplies -------------------------------------------
 
@@ -103,7 +105,7 @@ class OperatorLedger:
 
     def _sql(self, sql: str) -> str:
         """A statement in the backend's placeholder style."""
-        return sql
+        return self._queries.sql(sql)
 
     # -- pending and decisions ----------------------------------------------------
 
@@ -128,15 +130,15 @@ class OperatorLedger:
         narrow = " AND b.run_id = ?" if run_id is not None else ""
         sql = f"""
 SELECT b.derived_id FROM audit_events b
- WHERE b.phase = 'step_begin'{narrow}
+ WHERE b.phase = {phase(Phase.STEP_BEGIN)}{narrow}
    AND NOT EXISTS (SELECT 1 FROM audit_events o
-                    WHERE o.derived_id = b.derived_id AND o.phase = 'step_end')
+                    WHERE o.derived_id = b.derived_id AND o.phase = {phase(Phase.STEP_END)})
 UNION
 SELECT b.derived_id FROM audit_events b
- WHERE b.phase = 'intent'{narrow}
+ WHERE b.phase = {phase(Phase.INTENT)}{narrow}
    AND NOT EXISTS (SELECT 1 FROM audit_events o
                     WHERE o.derived_id = b.derived_id AND o.attempt_id = b.attempt_id
-                      AND o.phase = 'outcome' AND o.seq > b.seq)
+                      AND o.phase = {phase(Phase.OUTCOME)} AND o.seq > b.seq)
 UNION
 SELECT b.derived_id FROM audit_events b
  WHERE b.failure_class = 'UNKNOWN'{narrow}
@@ -158,14 +160,7 @@ SELECT b.derived_id FROM audit_events b
         by_id: dict[str, list[StoredEvent]] = {}
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            rows = self._fetch(
-                self._sql(
-                    f"SELECT {COLUMNS} FROM audit_events WHERE derived_id IN ({marks}) ORDER BY seq"
-                ),
-                chunk,
-            )
-            for row in rows:
+            for row in self._fetch(self._queries.events_of(len(chunk)), chunk):
                 stored = row_to_event(row)
                 by_id.setdefault(stored.event.derived_id, []).append(stored)
         return by_id
@@ -192,14 +187,8 @@ SELECT b.derived_id FROM audit_events b
                 digest=digest,
             )  # fmt: skip
             batch = chain([event], seq, head, {})
-            marks = ", ".join("?" * len(batch.rows[0]))
-            self._execute_many(
-                self._sql(f"INSERT INTO audit_events ({COLUMNS}) VALUES ({marks})"), batch.rows
-            )
-            self._execute_many(
-                self._sql(f"UPDATE audit_head SET seq = ?, hash = ? WHERE {self._head_row}"),
-                [(batch.seq, batch.head)],
-            )
+            self._execute_many(self._queries.insert_event, batch.rows)
+            self._execute_many(self._queries.set_head, [(batch.seq, batch.head)])
         return self.event(batch.seq)
 
     def event(self, seq: int) -> StoredEvent:
@@ -223,7 +212,7 @@ SELECT b.derived_id FROM audit_events b
         ``pending_runs`` (run -> items pending) marks runs, and narrows to them
         when ``filters.pending_only``.
         """
-        where = ["b.phase = 'attempt_begin'"]
+        where = [f"b.phase = {phase(Phase.ATTEMPT_BEGIN)}"]
         params: list[object] = []
         if filters.run_id:
             where.append("b.run_id LIKE ? ESCAPE '\\'")
@@ -241,7 +230,7 @@ SELECT b.derived_id FROM audit_events b
             test = "o.reason <> ''" if filters.outcome == "failed" else "o.outcome = ?"
             where.append(
                 "EXISTS (SELECT 1 FROM audit_events o WHERE o.run_id = b.run_id "
-                f"AND o.phase = 'outcome' AND {test})"
+                f"AND o.phase = {phase(Phase.OUTCOME)} AND {test})"
             )
             if filters.outcome != "failed":
                 params.append(OUTCOMES[filters.outcome])
@@ -249,7 +238,7 @@ SELECT b.derived_id FROM audit_events b
             runs = sorted((pending_runs or {}).keys())
             if not runs:
                 return RunsPage([], offset, limit, False)
-            where.append(f"b.run_id IN ({', '.join('?' * len(runs))})")
+            where.append(f"b.run_id IN ({marks(len(runs))})")
             params.extend(runs)
         sql = (
             "SELECT b.run_id, MAX(b.seq) AS newest FROM audit_events b "
@@ -265,13 +254,10 @@ SELECT b.derived_id FROM audit_events b
     def _summaries(self, run_ids: Sequence[str]) -> list[RunRow]:
         if not run_ids:
             return []
-        marks = ", ".join("?" * len(run_ids))
+        of_runs = f"run_id IN ({marks(len(run_ids))})"
         found: dict[str, RunRow] = {}
         for r in self._fetch(
-            self._sql(
-                "SELECT run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), "
-                f"MAX(ts) FROM audit_events WHERE run_id IN ({marks}) GROUP BY run_id"
-            ),
+            self._sql(f"SELECT {RUN_SUMMARY} FROM audit_events WHERE {of_runs} GROUP BY run_id"),
             run_ids,
         ):
             found[str(r[0])] = RunRow(str(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]),
@@ -280,7 +266,7 @@ SELECT b.derived_id FROM audit_events b
         for run_id, outcome, failed, count in self._fetch(
             self._sql(
                 "SELECT run_id, outcome, CASE WHEN reason <> '' THEN 1 ELSE 0 END, COUNT(*) "
-                f"FROM audit_events WHERE run_id IN ({marks}) AND phase = 'outcome' "
+                f"FROM audit_events WHERE {of_runs} AND phase = {phase(Phase.OUTCOME)} "
                 "GROUP BY run_id, outcome, CASE WHEN reason <> '' THEN 1 ELSE 0 END"
             ),
             run_ids,
@@ -294,11 +280,7 @@ SELECT b.derived_id FROM audit_events b
     def run_events(self, run_id: str, *, after: int = 0, limit: int = 2000) -> list[StoredEvent]:
         """One run's events in order, a page at a time (from after ``after``)."""
         rows = self._fetch(
-            self._sql(
-                f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? AND seq > ? "
-                "ORDER BY seq LIMIT ?"
-            ),
-            [run_id, after, limit],
+            self._queries.events(COLUMNS, of_run=True, limit=True), [run_id, after, limit]
         )
         return [row_to_event(row) for row in rows]
 
@@ -306,7 +288,7 @@ SELECT b.derived_id FROM audit_events b
         return int(self._fetch("SELECT COUNT(*) FROM audit_runs")[0][0])
 
     def head(self) -> tuple[int, str]:
-        rows = self._fetch(f"SELECT seq, hash FROM audit_head WHERE {self._head_row}")
+        rows = self._fetch(self._queries.head)
         return (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS_HASH)
 
 
@@ -346,6 +328,8 @@ class PendingTracker:
 class SqliteOperatorLedger(OperatorLedger):
     """The queries on a ledger file. Opened read-write: decisions append to it."""
 
+    _queries = Queries(SQLITE)
+
     def __init__(self, path: Path, *, busy_timeout_ms: int = 5000, read_only: bool = False) -> None:
         from sidecar.ledger.sqlite import connect
 
@@ -384,7 +368,7 @@ class SqliteOperatorLedger(OperatorLedger):
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+                    row = conn.execute(self._queries.lock_head).fetchone()
                     yield int(row[0]), str(row[1])
                     conn.execute("COMMIT")
                 except BaseException:
@@ -409,7 +393,7 @@ class SqliteOperatorLedger(OperatorLedger):
 class PostgresOperatorLedger(OperatorLedger):
     """The queries on a PostgreSQL ledger shared by many sidecars."""
 
-    _head_row = "id"
+    _queries = Queries(POSTGRES)
 
     def __init__(self, dsn: str, *, read_only: bool = False, lock_timeout_ms: int = 5000) -> None:
         import psycopg
@@ -443,10 +427,6 @@ class PostgresOperatorLedger(OperatorLedger):
                 raise LedgerError(f"cannot reach the PostgreSQL ledger: {exc}") from exc
         return self._conn
 
-    def _sql(self, sql: str) -> str:
-        # LIKE's escape character is the only backslash in these statements.
-        return sql.replace("?", "%s")
-
     def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
@@ -464,7 +444,7 @@ class PostgresOperatorLedger(OperatorLedger):
             conn = self._connection()
             try:
                 with conn.transaction():
-                    row = conn.execute("SELECT seq, hash FROM audit_head WHERE id FOR UPDATE")
+                    row = conn.execute(self._queries.lock_head)
                     head = row.fetchone()
                     assert head is not None
                     yield int(head[0]), str(head[1])

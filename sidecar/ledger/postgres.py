@@ -28,24 +28,15 @@ from typing import Any
 import psycopg
 import structlog
 
-from sidecar.ledger.base import (
-    GENESIS_HASH,
-    AuditEvent,
-    LedgerError,
-    RunSummary,
-    StoredEvent,
-)
-from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
 from sidecar.ledger.schema import (
     COLUMNS,
     COLUMNS_UNMIGRATED,
     MIGRATION_ADD_SCOPE,
-    chain,
-    fenced_keys,
-    newest_attempts,
     row_to_event,
     tables,
 )
+from sidecar.ledger.sql import POSTGRES, SqlLedger, SqlLedgerReader, append
 from sidecar.ops import pgbounds
 
 SCHEMA = (
@@ -60,7 +51,6 @@ INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT
 """
 )
 
-_INSERT = f"INSERT INTO audit_events ({COLUMNS}) VALUES ({', '.join(['%s'] * 20)})"
 _CONNECT_TIMEOUT_SECONDS = 5
 # A health check, and the connection it may open, answer within this: readiness turns
 # NOT_SERVING within one probe period of the manifest's (5 s) when PostgreSQL does not.
@@ -113,7 +103,7 @@ def _has_scope(conn: psycopg.Connection[Any]) -> bool:
     return row is not None
 
 
-class PostgresLedger(GroupCommitLedger):
+class PostgresLedger(SqlLedger):
     """An AuditLedger on a PostgreSQL database shared by many sidecars."""
 
     def __init__(self, dsn: str, *, lock_timeout_ms: int = 5000) -> None:
@@ -121,7 +111,7 @@ class PostgresLedger(GroupCommitLedger):
         # whether PostgreSQL answers or not. The server's own lock timeout fires a
         # little earlier, so that a ledger merely locked fails the batch there, before
         # any of its appenders gives up, and no event is written after its write failed.
-        super().__init__(append_timeout_seconds=lock_timeout_ms / 1000)
+        super().__init__(POSTGRES, append_timeout_seconds=lock_timeout_ms / 1000)
         self.dsn = dsn
         self._lock_timeout_ms = max(1, lock_timeout_ms - min(250, lock_timeout_ms // 5))
         try:
@@ -148,8 +138,12 @@ class PostgresLedger(GroupCommitLedger):
             conn = self._writer_conn()
             committing = False
             try:
-                with self._watchdog.bound(conn, self._batch_seconds), conn.transaction():
-                    results = self._write_in(conn, events)
+                with (
+                    self._watchdog.bound(conn, self._batch_seconds),
+                    conn.transaction(),
+                    conn.cursor() as cur,
+                ):
+                    results = append(cur, self._sql, events)
                     committing = True
                 return results
             except psycopg.Error as exc:
@@ -163,53 +157,6 @@ class PostgresLedger(GroupCommitLedger):
                     raise
                 log.info("audit_batch_written_again", error=str(exc), batch=len(events))
         raise AssertionError("unreachable")
-
-    def _write_in(
-        self, conn: psycopg.Connection[Any], events: list[AuditEvent]
-    ) -> list[int | LedgerError]:
-        with conn.cursor() as cur:
-            cur.execute("SELECT seq, hash FROM audit_head WHERE id FOR UPDATE")
-            head = cur.fetchone()
-            assert head is not None
-            seq, prev = int(head[0]), str(head[1])
-            # One round trip for the newest attempt of every run the batch fences,
-            # not one per intent.
-            keys = fenced_keys(events)
-            unscoped: list[tuple[object, object]] = []
-            scoped: list[tuple[object, object, object]] = []
-            if keys.runs:
-                cur.execute(
-                    "SELECT run_id, attempt_id FROM audit_runs WHERE run_id = ANY(%s)",
-                    (keys.runs,),
-                )
-                unscoped = [(r, a) for r, a in cur.fetchall()]
-            if keys.scoped:
-                cur.execute(
-                    "SELECT run_id, scope, attempt_id FROM audit_scopes WHERE run_id = ANY(%s)",
-                    (keys.scoped_runs,),
-                )
-                scoped = [(r, s, a) for r, s, a in cur.fetchall()]
-            batch = chain(events, seq, prev, newest_attempts(keys, unscoped, scoped))
-            if batch.begun:
-                cur.executemany(
-                    "INSERT INTO audit_runs (run_id, attempt_id) VALUES (%s, %s) "
-                    "ON CONFLICT (run_id) DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
-                    batch.begun,
-                )
-            if batch.begun_scoped:
-                cur.executemany(
-                    "INSERT INTO audit_scopes (run_id, scope, attempt_id) "
-                    "VALUES (%s, %s, %s) ON CONFLICT (run_id, scope) "
-                    "DO UPDATE SET attempt_id = EXCLUDED.attempt_id",
-                    batch.begun_scoped,
-                )
-            if batch.rows:
-                cur.executemany(_INSERT, batch.rows)
-                cur.execute(
-                    "UPDATE audit_head SET seq = %s, hash = %s WHERE id",
-                    (batch.seq, batch.head),
-                )
-            return batch.results
 
     def _drop_writer(self) -> None:
         if self._conn is not None:
@@ -228,8 +175,8 @@ class PostgresLedger(GroupCommitLedger):
             finally:
                 self._read_lock.release()
 
-    def _query(
-        self, sql: str, params: tuple[object, ...] = (), *, seconds: float = READ_SECONDS
+    def _read(
+        self, query: str, params: tuple[object, ...] = (), *, seconds: float = READ_SECONDS
     ) -> list[tuple[Any, ...]]:
         # Every step bounded: the lock (another read may be stuck), the connection,
         # and the query itself, so that a read never holds its thread for long.
@@ -245,7 +192,7 @@ class PostgresLedger(GroupCommitLedger):
                 )
             left = max(0.1, seconds - (time.monotonic() - started))
             with self._watchdog.bound(self._reader, left):
-                return list(self._reader.execute(sql, params).fetchall())
+                return list(self._reader.execute(query, params).fetchall())
         except psycopg.Error as exc:
             self._drop_reader()
             raise LedgerError(f"ledger could not be read: {exc}") from exc
@@ -259,77 +206,33 @@ class PostgresLedger(GroupCommitLedger):
             finally:
                 self._reader = None
 
-    async def events_for(self, derived_id: str) -> list[StoredEvent]:
-        rows = await asyncio.to_thread(
-            self._query,
-            f"SELECT {COLUMNS} FROM audit_events WHERE derived_id = %s ORDER BY seq",
-            (derived_id,),
-        )
-        return [row_to_event(row) for row in rows]
-
-    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
-        rows = await asyncio.to_thread(
-            self._query,
-            f"SELECT {COLUMNS} FROM audit_events WHERE run_id = %s AND scope = %s "
-            "AND phase = 'attempt_begin' ORDER BY seq LIMIT 1",
-            (run_id, scope),
-        )
-        return row_to_event(rows[0]).event if rows else None
-
     async def ping(self) -> None:
-        await asyncio.to_thread(self._query, "SELECT 1", seconds=PING_SECONDS)
+        await asyncio.to_thread(self._read, "SELECT 1", seconds=PING_SECONDS)
 
 
-class PostgresLedgerReader:
+class PostgresLedgerReader(SqlLedgerReader[psycopg.Connection[Any]]):
     """Read-only access to a PostgreSQL ledger for ``actonce audit``."""
 
     def __init__(self, dsn: str) -> None:
         try:
-            self._conn = psycopg.connect(
-                dsn, connect_timeout=_CONNECT_TIMEOUT_SECONDS, autocommit=True
-            )
+            conn = psycopg.connect(dsn, connect_timeout=_CONNECT_TIMEOUT_SECONDS, autocommit=True)
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
         # Every transaction this reader opens (a snapshot, a scan) reads one snapshot and
         # can write nothing.
-        self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        self._conn.read_only = True
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
         # A ledger no sidecar has opened since scopes came is read as it is.
-        self._columns = COLUMNS if _has_scope(self._conn) else COLUMNS_UNMIGRATED
-
-    def runs(self) -> list[RunSummary]:
-        rows = self._conn.execute(
-            "SELECT run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), MAX(ts) "
-            "FROM audit_events GROUP BY run_id ORDER BY MAX(seq) DESC"
-        ).fetchall()
-        return [RunSummary(str(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]))
-                for r in rows]  # fmt: skip
+        super().__init__(conn, POSTGRES, COLUMNS if _has_scope(conn) else COLUMNS_UNMIGRATED)
 
     def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
         # A server-side cursor streams a large ledger instead of loading it whole;
         # it lives in a transaction of its own.
+        query, params = self._events_query(run_id, after)
         with self._conn.transaction(), self._conn.cursor(name="audit_events_scan") as cur:
-            if run_id is None:
-                cur.execute(
-                    f"SELECT {self._columns} FROM audit_events WHERE seq > %s ORDER BY seq",
-                    (after,),
-                )
-            else:
-                cur.execute(
-                    f"SELECT {self._columns} FROM audit_events WHERE run_id = %s AND seq > %s "
-                    "ORDER BY seq",
-                    (run_id, after),
-                )
+            cur.execute(query, params)
             for row in cur:
                 yield row_to_event(row)
-
-    def count(self) -> int:
-        row = self._conn.execute("SELECT COUNT(*) FROM audit_events").fetchone()
-        return int(row[0]) if row else 0
-
-    def head(self) -> tuple[int, str]:
-        row = self._conn.execute("SELECT seq, hash FROM audit_head WHERE id").fetchone()
-        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

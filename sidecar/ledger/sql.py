@@ -1,0 +1,229 @@
+"""The audit ledger's SQL, each statement written once for SQLite and PostgreSQL.
+
+A statement is written here with ``?`` placeholders; :class:`Queries` puts it in one
+database's words (its placeholder, the WHERE clause that names the chain's head row, the
+lock an append takes on that row). Phases are named by :class:`~sidecar.ledger.base.Phase`,
+never spelled again in SQL. :func:`append` is the one way a batch joins the chain, on
+either database; :class:`SqlLedger` and :class:`SqlLedgerReader` hold what the sidecar's
+ledger and ``actonce audit``'s reader ask of it the same way on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from sidecar.ledger.base import (
+    GENESIS_HASH,
+    AuditEvent,
+    LedgerError,
+    Phase,
+    RunSummary,
+    StoredEvent,
+)
+from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.schema import COLUMNS, chain, fenced_keys, newest_attempts, row_to_event
+
+__all__ = [
+    "POSTGRES",
+    "RUN_SUMMARY",
+    "SQLITE",
+    "Dialect",
+    "Queries",
+    "SqlLedger",
+    "SqlLedgerReader",
+    "append",
+    "marks",
+    "phase",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """The words of SQL in which the ledger's databases differ."""
+
+    placeholder: str
+    head_row: str  # the WHERE clause that names the chain's one head row
+    head_lock: str  # what an append adds to its read of the head, to hold it until commit
+
+
+# SQLite's BEGIN IMMEDIATE already holds the whole file for the writer.
+SQLITE = Dialect(placeholder="?", head_row="id = 1", head_lock="")
+# Batches from several sidecars serialize on the head row.
+POSTGRES = Dialect(placeholder="%s", head_row="id", head_lock=" FOR UPDATE")
+
+# A run's summary, as `audit runs` and the console's runs page show it.
+RUN_SUMMARY = "run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), MAX(ts)"
+
+
+def phase(name: str) -> str:
+    """A phase as an SQL literal: ``f"phase = {phase(Phase.INTENT)}"``.
+
+    A literal, not a parameter: the planner then matches the statement to the index
+    on (phase, run_id, seq) as it did when the names were written out.
+    """
+    return f"'{name}'"
+
+
+def marks(count: int) -> str:
+    """``count`` placeholders, comma-separated, written ``?`` like every statement here."""
+    return ", ".join("?" * count)
+
+
+class Queries:
+    """The ledger's statements in one dialect's words."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.head = f"SELECT seq, hash FROM audit_head WHERE {dialect.head_row}"
+        self.lock_head = self.head + dialect.head_lock
+        self.set_head = self.sql(
+            f"UPDATE audit_head SET seq = ?, hash = ? WHERE {dialect.head_row}"
+        )
+        self.insert_event = self.sql(
+            f"INSERT INTO audit_events ({COLUMNS}) VALUES ({marks(len(COLUMNS.split(',')))})"
+        )
+        self.begin_run = self.sql(
+            "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) "
+            "ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id"
+        )
+        self.begin_scope = self.sql(
+            "INSERT INTO audit_scopes (run_id, scope, attempt_id) VALUES (?, ?, ?) "
+            "ON CONFLICT (run_id, scope) DO UPDATE SET attempt_id = excluded.attempt_id"
+        )
+        self.events_for = self.events_of(1)
+        self.first_attempt = self.sql(
+            f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? AND scope = ? "
+            f"AND phase = {phase(Phase.ATTEMPT_BEGIN)} ORDER BY seq LIMIT 1"
+        )
+        self.runs = f"SELECT {RUN_SUMMARY} FROM audit_events GROUP BY run_id ORDER BY MAX(seq) DESC"
+        self.count = "SELECT COUNT(*) FROM audit_events"
+
+    def sql(self, text: str) -> str:
+        """A statement written with ``?`` placeholders, in this dialect's."""
+        return text.replace("?", self.dialect.placeholder)
+
+    def events_of(self, ids: int) -> str:
+        """The events of ``ids`` derived ids, in order."""
+        return self.sql(
+            f"SELECT {COLUMNS} FROM audit_events WHERE derived_id IN ({marks(ids)}) ORDER BY seq"
+        )
+
+    def events(self, columns: str, *, of_run: bool, limit: bool = False) -> str:
+        """Events after a sequence number (``of_run``: of one run), in order, ``columns``
+        of them; parameters ``[run_id,] after[, limit]``."""
+        where = "run_id = ? AND seq > ?" if of_run else "seq > ?"
+        text = f"SELECT {columns} FROM audit_events WHERE {where} ORDER BY seq"
+        return self.sql(text + (" LIMIT ?" if limit else ""))
+
+    def newest_attempts(self, runs: int, *, scoped: bool) -> str:
+        """The newest attempt of ``runs`` runs' unscoped attempts, or of their scopes."""
+        if scoped:
+            return self.sql(
+                "SELECT run_id, scope, attempt_id FROM audit_scopes "
+                f"WHERE run_id IN ({marks(runs)})"
+            )
+        return self.sql(
+            f"SELECT run_id, attempt_id FROM audit_runs WHERE run_id IN ({marks(runs)})"
+        )
+
+
+class Cursor(Protocol):
+    """What :func:`append` needs of a connection or cursor inside its transaction."""
+
+    def execute(self, query: str, params: Sequence[Any] = (), /) -> Any: ...
+
+    def executemany(self, query: str, params: Sequence[Sequence[Any]], /) -> Any: ...
+
+
+def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | LedgerError]:
+    """Lay ``events`` onto the chain inside the caller's transaction: per event, its
+    sequence number, or the error that refused that event alone (a fenced intent)."""
+    # The chain's head is a row of its own, read (and, where the dialect says, locked)
+    # inside the transaction: it lets `audit verify` tell a ledger whose last events were
+    # deleted from one that simply ends there.
+    head = db.execute(sql.lock_head).fetchone()
+    seq, prev = int(head[0]), str(head[1])
+    # One statement per table for the newest attempts the batch fences, not one per
+    # intent: each statement hands the interpreter back and forth with the event loop.
+    keys = fenced_keys(events)
+    unscoped: list[tuple[object, object]] = []
+    scoped: list[tuple[object, object, object]] = []
+    if keys.runs:
+        query = sql.newest_attempts(len(keys.runs), scoped=False)
+        unscoped = [(run, attempt) for run, attempt in db.execute(query, keys.runs).fetchall()]
+    if keys.scoped:
+        query = sql.newest_attempts(len(keys.scoped_runs), scoped=True)
+        scoped = [(r, s, a) for r, s, a in db.execute(query, keys.scoped_runs).fetchall()]
+    batch = chain(events, seq, prev, newest_attempts(keys, unscoped, scoped))
+    if batch.begun:
+        db.executemany(sql.begin_run, batch.begun)
+    if batch.begun_scoped:
+        db.executemany(sql.begin_scope, batch.begun_scoped)
+    if batch.rows:
+        db.executemany(sql.insert_event, batch.rows)
+        db.execute(sql.set_head, (batch.seq, batch.head))
+    return batch.results
+
+
+class SqlLedger(GroupCommitLedger):
+    """The sidecar's ledger on SQL: its reads written once; a backend supplies ``_read``
+    and the transaction each batch is written in (``_write_batch``)."""
+
+    def __init__(self, dialect: Dialect, *, append_timeout_seconds: float | None = None) -> None:
+        super().__init__(append_timeout_seconds=append_timeout_seconds)
+        self._sql = Queries(dialect)
+
+    def _read(self, query: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        """Rows of a read, in a worker thread; LedgerError when the ledger does not answer."""
+        raise NotImplementedError
+
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        rows = await asyncio.to_thread(self._read, self._sql.events_for, (derived_id,))
+        return [row_to_event(row) for row in rows]
+
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        rows = await asyncio.to_thread(self._read, self._sql.first_attempt, (run_id, scope))
+        return row_to_event(rows[0]).event if rows else None
+
+
+class Connection(Protocol):
+    def execute(self, query: str, params: Sequence[Any] = (), /) -> Any: ...
+
+
+_C = TypeVar("_C", bound=Connection)
+
+
+class SqlLedgerReader(Generic[_C]):
+    """What ``actonce audit`` reads of a ledger, the same way on both databases; a backend
+    opens the connection and streams the events (``events``)."""
+
+    def __init__(self, conn: _C, dialect: Dialect, columns: str) -> None:
+        self._conn = conn
+        self._sql = Queries(dialect)
+        # The columns a ledger no sidecar has migrated yet can answer.
+        self._columns = columns
+
+    def _events_query(self, run_id: str | None, after: int) -> tuple[str, tuple[object, ...]]:
+        query = self._sql.events(self._columns, of_run=run_id is not None)
+        return query, ((run_id, after) if run_id is not None else (after,))
+
+    def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
+        query, params = self._events_query(run_id, after)
+        for row in self._conn.execute(query, params):
+            yield row_to_event(row)
+
+    def runs(self) -> list[RunSummary]:
+        rows = self._conn.execute(self._sql.runs).fetchall()
+        return [RunSummary(str(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]))
+                for r in rows]  # fmt: skip
+
+    def count(self) -> int:
+        row = self._conn.execute(self._sql.count).fetchone()
+        return int(row[0]) if row else 0
+
+    def head(self) -> tuple[int, str]:
+        row = self._conn.execute(self._sql.head).fetchone()
+        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
