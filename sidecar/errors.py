@@ -34,6 +34,8 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from sidecar.store_codes import STATUS_CODES, RefusalCode
+
 DOMAIN = "actonce"
 
 
@@ -114,7 +116,7 @@ class AuditPersistenceFailed(ActonceError):
 
 class StoreRefused(ActonceError):
     """The store refused the write; reason is the store's own code, and the
-    status code follows it (STORE_REFUSAL_CODES)."""
+    status code follows it (the contract's table, sidecar.store_codes)."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -130,7 +132,7 @@ class StoreRefused(ActonceError):
             message,
             reason=reason,
             failure_class=failure_class,
-            code=STORE_REFUSAL_CODES.get(reason, grpc.StatusCode.FAILED_PRECONDITION),
+            code=STATUS_CODES.get(reason, grpc.StatusCode.FAILED_PRECONDITION),
             metadata=metadata,
         )
 
@@ -152,9 +154,9 @@ class StoreDeadlineExceeded(ActonceError):
 
 
 class ArtifactArchived(ActonceError):
-    """An edit of an archived artifact, refused before it is tried."""
+    """An edit of an archived artifact, refused before it is tried, as the store would."""
 
-    reason = "INVALID_STATE"
+    reason = RefusalCode.INVALID_STATE.value
     failure_class = FailureClass.PERMANENT
     code = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -162,7 +164,7 @@ class ArtifactArchived(ActonceError):
 class SendNotAllowed(ActonceError):
     """Send from a rule that the operator's allowlist does not name."""
 
-    reason = "FORBIDDEN"
+    reason = RefusalCode.FORBIDDEN.value
     failure_class = FailureClass.PERMANENT
     code = grpc.StatusCode.PERMISSION_DENIED
 
@@ -170,7 +172,7 @@ class SendNotAllowed(ActonceError):
 class RuleNotServed(ActonceError):
     """BeginAttempt for a rule the operator did not pin this sidecar to (``--rules``)."""
 
-    reason = "FORBIDDEN"
+    reason = RefusalCode.FORBIDDEN.value
     failure_class = FailureClass.PERMANENT
     code = grpc.StatusCode.PERMISSION_DENIED
 
@@ -230,16 +232,6 @@ class ShuttingDown(ActonceError):
     failure_class = FailureClass.RETRYABLE
     code = grpc.StatusCode.UNAVAILABLE
 
-
-# The status code a store refusal reaches the agent with, by the store's code.
-STORE_REFUSAL_CODES: dict[str, grpc.StatusCode] = {
-    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
-    "VERSION_CONFLICT": grpc.StatusCode.ABORTED,
-    "VALIDATION_FAILED": grpc.StatusCode.INVALID_ARGUMENT,
-    "PATCH_FAILED": grpc.StatusCode.FAILED_PRECONDITION,
-    "FORBIDDEN": grpc.StatusCode.PERMISSION_DENIED,
-    "INVALID_STATE": grpc.StatusCode.FAILED_PRECONDITION,
-}
 
 _CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: int(code.value[0]) for code in grpc.StatusCode}
 

@@ -1,7 +1,8 @@
 """Refusals of the reference store, and how they travel over gRPC.
 
-The store refuses a write or a read with one exception, carrying the contract's refusal code as
-data rather than as a subclass, so that the one table below decides the status code:
+The store refuses a write or a read with one exception, carrying the contract's refusal code
+(`sidecar.store_codes`, where the contract's words are spelled) as data rather than as a
+subclass, so that the contract's one table decides the status code:
 
     Exception
     └── StoreRefusal(code, message, *, states)
@@ -19,13 +20,15 @@ exactly {ID_USED} maps to ALREADY_EXISTS and every other INVALID_STATE to FAILED
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
+from sidecar.store_codes import ARCHIVED, ID_USED, STATUS_CODES, RefusalCode
+from sidecar.store_codes import STORE_DOMAIN as DOMAIN
 
 __all__ = [
     "ARCHIVED",
@@ -37,24 +40,6 @@ __all__ = [
     "status_code_for",
     "status_proto_for",
 ]
-
-DOMAIN = "store.actonce"
-
-# States of an INVALID_STATE refusal. The contract leaves the set open (PROPOSAL_CLOSED, ...);
-# these are the ones this store reports.
-ID_USED = "ID_USED"
-ARCHIVED = "ARCHIVED"
-
-
-class RefusalCode(enum.StrEnum):
-    """The contract's refusal codes; each is also the ErrorInfo reason."""
-
-    NOT_FOUND = "NOT_FOUND"
-    VERSION_CONFLICT = "VERSION_CONFLICT"
-    VALIDATION_FAILED = "VALIDATION_FAILED"
-    PATCH_FAILED = "PATCH_FAILED"
-    FORBIDDEN = "FORBIDDEN"
-    INVALID_STATE = "INVALID_STATE"
 
 
 class StoreRefusal(Exception):
@@ -89,23 +74,13 @@ class StoreRefusal(Exception):
         return f"StoreRefusal({self.code!r}, {self.message!r}, states={sorted(self.states)!r})"
 
 
-# The one table from refusal code to status code. INVALID_STATE is FAILED_PRECONDITION here and
-# becomes ALREADY_EXISTS in `status_code_for` when its only state is ID_USED.
-_STATUS_CODES: dict[RefusalCode, grpc.StatusCode] = {
-    RefusalCode.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    RefusalCode.VERSION_CONFLICT: grpc.StatusCode.ABORTED,
-    RefusalCode.VALIDATION_FAILED: grpc.StatusCode.INVALID_ARGUMENT,
-    RefusalCode.PATCH_FAILED: grpc.StatusCode.FAILED_PRECONDITION,
-    RefusalCode.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
-    RefusalCode.INVALID_STATE: grpc.StatusCode.FAILED_PRECONDITION,
-}
-
-
 def status_code_for(refusal: StoreRefusal) -> grpc.StatusCode:
-    """The gRPC status code a refusal travels with."""
+    """The gRPC status code a refusal travels with: the contract's table
+    (`sidecar.store_codes`), but ALREADY_EXISTS for an INVALID_STATE whose only state is
+    ID_USED."""
     if refusal.code is RefusalCode.INVALID_STATE and refusal.states == {ID_USED}:
         return grpc.StatusCode.ALREADY_EXISTS
-    return _STATUS_CODES[refusal.code]
+    return STATUS_CODES[refusal.code]
 
 
 def status_proto_for(refusal: StoreRefusal) -> status_pb2.Status:

@@ -18,34 +18,29 @@ import threading
 from collections.abc import Set
 
 from sidecar.errors import FailureClass
+from sidecar.store_codes import ARCHIVED as ARCHIVED
+from sidecar.store_codes import ID_USED, RefusalCode
 
-NOT_FOUND = "NOT_FOUND"
-VERSION_CONFLICT = "VERSION_CONFLICT"
-VALIDATION_FAILED = "VALIDATION_FAILED"
-PATCH_FAILED = "PATCH_FAILED"
-FORBIDDEN = "FORBIDDEN"
-INVALID_STATE = "INVALID_STATE"
-
-ID_USED = "ID_USED"
-ARCHIVED = "ARCHIVED"
+# The code the core acts on itself (it re-reads and edits again), under the rule's name.
+VERSION_CONFLICT = RefusalCode.VERSION_CONFLICT
 
 # A VERSION_CONFLICT re-reads the artifact and edits again this many times
 # within the attempt before the attempt fails to be retried.
 VERSION_CONFLICT_REREADS = 3
 
 _CLASSES: dict[str, FailureClass] = {
-    NOT_FOUND: FailureClass.REFUSED,
-    VALIDATION_FAILED: FailureClass.REFUSED,
-    PATCH_FAILED: FailureClass.REFUSED,
-    VERSION_CONFLICT: FailureClass.RETRYABLE,
-    FORBIDDEN: FailureClass.PERMANENT,
-    INVALID_STATE: FailureClass.PERMANENT,
+    RefusalCode.NOT_FOUND: FailureClass.REFUSED,
+    RefusalCode.VALIDATION_FAILED: FailureClass.REFUSED,
+    RefusalCode.PATCH_FAILED: FailureClass.REFUSED,
+    RefusalCode.VERSION_CONFLICT: FailureClass.RETRYABLE,
+    RefusalCode.FORBIDDEN: FailureClass.PERMANENT,
+    RefusalCode.INVALID_STATE: FailureClass.PERMANENT,
 }
 
 
 def is_used_id_only(code: str, states: Set[str]) -> bool:
     """True when the refusal says only that the derived id is used."""
-    return code == INVALID_STATE and set(states) == {ID_USED}
+    return code == RefusalCode.INVALID_STATE and set(states) == {ID_USED}
 
 
 def failure_class(code: str) -> FailureClass:

@@ -27,18 +27,17 @@ from sidecar import defaults
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
 from sidecar.rules.refusals import RefusalVocabulary
+from sidecar.store_codes import STORE_DOMAIN as STORE_DOMAIN
+from sidecar.store_codes import RefusalCode
 from sidecar.upstream.base import Refusal
-
-STORE_DOMAIN = "store.actonce"
-
 
 # Store refusal codes that arrive without an ErrorInfo (from a proxy, say).
 _BARE_CODES = {
-    grpc.StatusCode.NOT_FOUND: "NOT_FOUND",
-    grpc.StatusCode.PERMISSION_DENIED: "FORBIDDEN",
-    grpc.StatusCode.UNAUTHENTICATED: "FORBIDDEN",
-    grpc.StatusCode.INVALID_ARGUMENT: "VALIDATION_FAILED",
-    grpc.StatusCode.ABORTED: "VERSION_CONFLICT",
+    grpc.StatusCode.NOT_FOUND: RefusalCode.NOT_FOUND.value,
+    grpc.StatusCode.PERMISSION_DENIED: RefusalCode.FORBIDDEN.value,
+    grpc.StatusCode.UNAUTHENTICATED: RefusalCode.FORBIDDEN.value,
+    grpc.StatusCode.INVALID_ARGUMENT: RefusalCode.VALIDATION_FAILED.value,
+    grpc.StatusCode.ABORTED: RefusalCode.VERSION_CONFLICT.value,
 }
 _UNREACHABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -255,7 +254,7 @@ class GrpcStoreClient:
         try:
             await self.get_artifact("actonce-health-probe")
         except Refusal as refusal:
-            if refusal.code == "FORBIDDEN":
+            if refusal.code == RefusalCode.FORBIDDEN:
                 raise StoreUnavailable(f"the store refuses this sidecar: {refusal}") from None
             return
 
