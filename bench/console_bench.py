@@ -1,6 +1,6 @@
 """The console over a large ledger: runs-page and run-page latency (`make bench-console`).
 
-A generator lays down a ledger of valid, chained events in seconds (the same
+bench.ledger_gen lays down a ledger of valid, chained events in seconds (the same
 chain() and rows the sidecar writes, in large transactions): runs of a few
 attempts each, writes as intent and outcome, retries that find their writes
 already applied, steps, a few steps in doubt. Then ``actonce console`` serves
@@ -11,7 +11,6 @@ prints median and 95th-percentile latencies. Not a timed test: figures only.
 from __future__ import annotations
 
 import argparse
-import random
 import sqlite3
 import statistics
 import subprocess
@@ -19,133 +18,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-from sidecar.ledger import schema
-from sidecar.ledger.base import GENESIS_HASH, AuditEvent, Phase
+from bench.ledger_gen import generate
 from sidecar.ledger.operator import open_operator_ledger
-from sidecar.ledger.sqlite import connect
 from tests.harness import free_port
-
-RULES = ("triage", "billing", "pager", "digest")
-_INSERT = f"INSERT INTO audit_events ({schema.COLUMNS}) VALUES ({', '.join('?' * 19)})"
-
-
-class _Clock:
-    """Event times a few milliseconds apart, from a day ago: chain() stamps now()."""
-
-    def __init__(self) -> None:
-        self.at = datetime.now(UTC) - timedelta(days=1)
-
-    def __call__(self) -> str:
-        self.at += timedelta(microseconds=random.randint(300, 9000))
-        return self.at.isoformat(timespec="microseconds")
-
-
-def _run_events(n: int, rng: random.Random) -> list[AuditEvent]:
-    run_id = f"run-{n:06d}"
-    rule = RULES[n % len(RULES)]
-    events: list[AuditEvent] = []
-    writes = [(f"art_{n:06d}_{w}", "Create", "create") for w in range(rng.randint(2, 5))]
-    writes.append((f"ntc_{n:06d}", "Notice", "notice"))
-    attempts = 2 if rng.random() < 0.3 else 1
-    for a in range(1, attempts + 1):
-        attempt = f"{run_id}.a{a}"
-        base: dict[str, Any] = {
-            "run_id": run_id,
-            "attempt_id": attempt,
-            "rule": rule,
-            "checkpoint": "cp-0",
-        }
-        events.append(AuditEvent(rpc="BeginAttempt", phase=Phase.ATTEMPT_BEGIN, **base))
-        outcome = "OUTCOME_APPLIED" if a == 1 else "OUTCOME_ALREADY_APPLIED"
-        for derived, rpc, write_type in writes:
-            common: dict[str, Any] = dict(
-                rpc=rpc,
-                write_type=write_type,
-                derived_id=derived,
-                occurrence=0,
-                digest=f"{rng.getrandbits(256):064x}",
-                **base,
-            )
-            events.append(AuditEvent(phase=Phase.INTENT, **common))
-            events.append(AuditEvent(phase=Phase.OUTCOME, outcome=outcome, **common))
-        in_doubt = n % 400 == 7  # a few steps stay in doubt: the pages that need a person
-        if a == 1 and (in_doubt or rng.random() < 0.2):
-            step: dict[str, Any] = dict(
-                rpc="BeginStep",
-                write_type="step",
-                derived_id=f"stp_{n:06d}",
-                occurrence=0,
-                digest="0" * 64,
-                detail={"tool": "charge_card", "effect": "NON_IDEMPOTENT_WRITE"},
-                **base,
-            )
-            events.append(AuditEvent(phase=Phase.STEP_BEGIN, **step))
-            events.append(AuditEvent(phase=Phase.OUTCOME, outcome="OUTCOME_APPLIED", **step))
-            if not in_doubt:
-                events.append(
-                    AuditEvent(
-                        rpc="EndStep",
-                        phase=Phase.STEP_END,
-                        write_type="step",
-                        derived_id=f"stp_{n:06d}",
-                        occurrence=0,
-                        digest="1" * 64,
-                        detail={"tool": "charge_card", "result_json": '{"ok":true}'},
-                        **base,
-                    )
-                )
-        events.append(
-            AuditEvent(
-                rpc="EndAttempt",
-                phase=Phase.ATTEMPT_END,
-                detail={
-                    "applied": len(writes) if a == 1 else 0,
-                    "already_applied": 0 if a == 1 else len(writes),
-                    "skipped": 0,
-                    "failed": 0,
-                },
-                **base,
-            )
-        )
-    return events
-
-
-def generate(path: Path, count: int, seed: int = 7) -> int:
-    """Write a ledger of at least ``count`` valid chained events to ``path``."""
-    rng = random.Random(seed)
-    conn = connect(path, busy_timeout_ms=5000)
-    conn.execute("PRAGMA synchronous = OFF")  # a generator, not a ledger in service
-    clock = _Clock()
-    original = schema.now
-    schema.now = clock  # chain() stamps each event; give them a day's spread
-    try:
-        seq, head, written, n = 0, GENESIS_HASH, 0, 0
-        while written < count:
-            batch: list[AuditEvent] = []
-            while len(batch) < 5000 and written + len(batch) < count:
-                batch.extend(_run_events(n, rng))
-                n += 1
-            chained = schema.chain(batch, seq, head, {})
-            conn.execute("BEGIN")
-            conn.executemany(_INSERT, chained.rows)
-            conn.executemany(
-                "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) ON CONFLICT (run_id) "
-                "DO UPDATE SET attempt_id = excluded.attempt_id",
-                chained.begun,
-            )
-            conn.execute(
-                "UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (chained.seq, chained.head)
-            )
-            conn.execute("COMMIT")
-            seq, head, written = chained.seq, chained.head, written + len(chained.rows)
-    finally:
-        schema.now = original
-        conn.close()
-    return written
 
 
 def _get(url: str) -> float:

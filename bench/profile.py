@@ -84,6 +84,28 @@ def summarize(path: Path, top: int = 25) -> str:
     return "\n".join(out)
 
 
+# What `make bench` profiles for its report: (name, scenario, concurrency).
+REPORT_PROFILES = (("c1-notice", "notice", 1), ("saturated-notice", "notice", 32))
+
+
+def for_report(ghz: Path, plan: run.Plan, work: Path) -> None:
+    """cProfile the audited SQLite sidecar under Notice, one call at a time and saturated:
+    ``profile-*.pstats`` and their text summaries in the report's folder."""
+    for name, scenario, concurrency in REPORT_PROFILES:
+        stats = plan.out / f"profile-{name}.pstats"
+        target = run.start_target("sqlite-profiled", work, extra=["--cprofile", str(stats)])
+        try:
+            env = run.prepare(target)
+            run.measure(ghz, scenario, target, env, seconds=plan.warmup_seconds,
+                        concurrency=concurrency)  # fmt: skip
+            run.measure(ghz, scenario, target, env, seconds=plan.c1_seconds,
+                        concurrency=concurrency)  # fmt: skip
+        finally:
+            target.stop()
+        if stats.exists():
+            plan.profiles[name] = stats.with_suffix(".txt").name
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default="notice", choices=sorted(run.SIDECAR_SCENARIOS))

@@ -16,6 +16,17 @@ Targets (each a real server process pinned to one core, ghz pinned to the other)
   nothing: the most any RPC of that process can do.
 
 Scenarios are the ghz config files in bench/ghz/ (see bench/setup.py to run one by hand).
+The run has parts, each a function that fills the Plan and that ``--parts`` selects:
+
+- ``saturation``: every scenario at concurrency 32 on every target (above);
+- ``c1``: concurrency 1, what an agent making one write after another feels: Notice, Create
+  and Edit against Health/Check on the same process, each SQLite sidecar target, three
+  alternated rounds, the scenarios' order rotated too; the report gives the p50 and p99
+  each write adds over the floor;
+- ``half-rate`` (below);
+- ``growth``: calls/s and p99 of Notice with 1 to 100,000 live attempts, and on an empty
+  ledger against a large one made by bench/ledger_gen.py (bench/growth.py).
+
 Targets alternate round by round, in a rotated order, so that the machine's drift falls on
 all of them alike; the report gives medians. A last phase runs Notice at half the audited
 sidecar's saturating rate on the sidecar and on the store alone, for the latency it adds.
@@ -56,8 +67,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SERVER_CORE = 0
 LOAD_CORE = 1
 
-# The last commit before the speed work of the load-test issue: the "before" target.
-BEFORE_REF = "94a21417d59796c1ddc1e9dd1a2a8ff979a54e76"
+# The "before" target's code: the commit before the latest speed work, so that each change
+# is measured beside what it replaced, in the same run. `--before-ref` (or BENCH_BEFORE_REF)
+# names another commit.
+BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "94a21417d59796c1ddc1e9dd1a2a8ff979a54e76")
 
 SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
 STORE_SCENARIOS = ("create", "storm", "notice", "read")
@@ -70,6 +83,10 @@ SIDECAR_TARGETS = (
 )
 ALL_TARGETS = ("store", "store-postgres", *SIDECAR_TARGETS)
 SMOKE_TARGETS = ("store", "sqlite-unaudited", "sqlite-audited")
+# Concurrency 1: the floor and the audited writes, on each SQLite sidecar in the run.
+C1_SCENARIOS = ("health", "notice", "create", "edit")
+C1_TARGETS = ("sqlite-before", "sqlite-audited")
+PARTS = ("saturation", "c1", "half-rate", "growth", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
     # An edit that still meets a newer version after three re-reads is refused
@@ -169,12 +186,21 @@ def protoset(work: Path) -> Path:
     return out
 
 
-def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) -> Target:
-    """Start the server ``name`` with its data under ``work`` and wait until it serves."""
+def start_target(
+    name: str,
+    work: Path,
+    *,
+    dsns: tuple[str, str] | None = None,
+    data: Path | None = None,
+    extra: Sequence[str] = (),
+) -> Target:
+    """Start the server ``name`` with its data under ``work`` (or in ``data``, made
+    beforehand) and wait until it serves; ``extra`` flags go to the server's command."""
     port = free_port()
     listen = f"127.0.0.1:{port}"
-    data = work / f"{name}-{time.monotonic_ns()}"
-    serve = [sys.executable, str(ROOT / "bench" / "serve.py"), "--listen", listen,
+    data = data or work / f"{name}-{time.monotonic_ns()}"
+    # As a module: run as a script, bench/profile.py would shadow the standard library's.
+    serve = [sys.executable, "-m", "bench.serve", "--listen", listen,
              "--data-dir", str(data), "--log-level", "info"]  # fmt: skip
     actonce = [sys.executable, "-m", "sidecar.cli"]
     backend, _, mode = name.partition("-")
@@ -188,6 +214,8 @@ def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) 
         args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     elif mode == "unaudited":
         args, kind = [*serve, "--unaudited"], "sidecar"
+    elif mode == "profiled":  # audited, under cProfile (bench/profile.py names the file)
+        args, kind = serve, "sidecar"
     elif mode == "before":
         args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     else:
@@ -198,7 +226,7 @@ def start_target(name: str, work: Path, *, dsns: tuple[str, str] | None = None) 
         args += ["--audit-dsn", dsns[0], "--store-dsn", dsns[1]]
     before = mode == "before"
     process = subprocess.Popen(
-        [*pin(SERVER_CORE), *args],
+        [*pin(SERVER_CORE), *args, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=_server_env(before_code(work) if before else ROOT),
@@ -338,9 +366,20 @@ class Plan:
     warmup_seconds: float = 1.0
     min_total: int = 200
     out: Path = OUT
+    parts: Sequence[str] = PARTS
+    c1_seconds: float = 3.0
+    c1_rounds: int = 3
+    # The growth part's sizes (bench/growth.py): live attempts, and the large ledger's events.
+    growth_attempts: Sequence[int] = (1, 1_000, 10_000, 100_000)
+    growth_events: int = 1_000_000
     results: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
     storms: dict[str, list[dict[str, int]]] = field(default_factory=dict)
     half_rate: dict[str, list[Measured]] = field(default_factory=dict)
+    half_rate_calls: int | None = None
+    # Concurrency 1: scenario -> target -> one result per round.
+    c1: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
+    growth: dict[str, Any] = field(default_factory=dict)
+    profiles: dict[str, str] = field(default_factory=dict)
 
 
 def run_target(ghz: Path, plan: Plan, target: Target) -> None:
@@ -379,10 +418,51 @@ def run_target(ghz: Path, plan: Plan, target: Target) -> None:
         record("health", measure(ghz, "health", target, env, seconds=plan.seconds), "floor")
 
 
-def run_half_rate(ghz: Path, plan: Plan, work: Path) -> int:
+def run_saturation(ghz: Path, plan: Plan, work: Path) -> None:
+    """Every scenario on every target at concurrency 32, targets alternated round by round."""
+    dsns = postgres_dsns(plan.targets)
+    for round_ in range(plan.rounds):
+        # Rotated each round, so that no target always runs first or last.
+        order = list(plan.targets[round_:]) + list(plan.targets[:round_])
+        for name in order:
+            target = start_target(name, work, dsns=dsns.get(name))
+            try:
+                run_target(ghz, plan, target)
+            finally:
+                target.stop()
+            notice = plan.results.get("notice", {}).get(name, [])
+            rps = f"{notice[-1].rps:7.0f} notice/s" if notice else ""
+            print(f"round {round_ + 1}/{plan.rounds} {name:<20} {rps}", flush=True)
+
+
+def run_c1(ghz: Path, plan: Plan, work: Path) -> None:
+    """Concurrency 1: Health/Check, Notice, Create and Edit on each SQLite sidecar target,
+    one call at a time, in alternated rounds (targets and scenarios both rotated)."""
+    targets = [t for t in C1_TARGETS if t in plan.targets]
+    for round_ in range(plan.c1_rounds):
+        for name in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
+            target = start_target(name, work)
+            try:
+                env = prepare(target)
+                measure(ghz, "notice", target, env, seconds=plan.warmup_seconds, concurrency=1)
+                shift = round_ % len(C1_SCENARIOS)
+                for scenario in C1_SCENARIOS[shift:] + C1_SCENARIOS[:shift]:
+                    env["BENCH_NONCE"] = secrets.token_hex(6)
+                    result = measure(ghz, scenario, target, env, seconds=plan.c1_seconds,
+                                     concurrency=1)  # fmt: skip
+                    plan.c1.setdefault(scenario, {}).setdefault(name, []).append(result)
+            finally:
+                target.stop()
+            p50 = {s: r[-1].p50 for s, by in plan.c1.items() for t, r in by.items() if t == name}
+            print(f"c1 round {round_ + 1}/{plan.c1_rounds} {name:<16} p50 ms "
+                  + " ".join(f"{s} {v:.2f}" for s, v in p50.items()), flush=True)  # fmt: skip
+
+
+def run_half_rate(ghz: Path, plan: Plan, work: Path) -> None:
     """Notice at half the audited sidecar's saturating rate, on it and on the store alone."""
     saturating = statistics.median(r.rps for r in plan.results["notice"]["sqlite-audited"])
     rate = max(10, round(saturating / 2))
+    plan.half_rate_calls = rate
     for _ in range(max(1, plan.rounds)):
         for name in ("store", "sqlite-audited"):
             target = start_target(name, work)
@@ -394,7 +474,6 @@ def run_half_rate(ghz: Path, plan: Plan, work: Path) -> int:
             finally:
                 target.stop()
             plan.half_rate.setdefault(name, []).append(result)
-    return rate
 
 
 def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
@@ -467,7 +546,7 @@ def _median(results: list[Measured]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def collect(plan: Plan, ghz: Path, rate: int | None, started: float) -> dict[str, Any]:
+def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
     return {
         "machine": machine(ghz),
         "settings": {
@@ -475,6 +554,10 @@ def collect(plan: Plan, ghz: Path, rate: int | None, started: float) -> dict[str
             "rounds": plan.rounds,
             "concurrency": plan.concurrency,
             "targets": list(plan.targets),
+            "parts": list(plan.parts),
+            "before_ref": BEFORE_REF,
+            "c1_seconds": plan.c1_seconds,
+            "c1_rounds": plan.c1_rounds,
             "wall_seconds": round(time.monotonic() - started, 1),
         },
         "expected_refusals": {
@@ -487,59 +570,83 @@ def collect(plan: Plan, ghz: Path, rate: int | None, started: float) -> dict[str
         },
         "storm_outcomes": plan.storms,
         "half_rate": {
-            "rate": rate,
+            "rate": plan.half_rate_calls,
             "targets": {name: _median(results) for name, results in plan.half_rate.items()},
         },
+        "c1": {
+            scenario: {name: _median(results) for name, results in by_target.items()}
+            for scenario, by_target in plan.c1.items()
+        },
+        "growth": plan.growth,
+        "profiles": plan.profiles,
     }
 
 
+def run_parts(ghz: Path, plan: Plan, work: Path) -> None:
+    """Each part the plan names, in order; a part needing targets the plan lacks is skipped."""
+    from bench import growth, profile
+
+    for part in plan.parts:
+        if part == "saturation":
+            run_saturation(ghz, plan, work)
+        elif part == "c1" and any(t in plan.targets for t in C1_TARGETS):
+            run_c1(ghz, plan, work)
+        elif part == "half-rate" and "notice" in plan.results and "store" in plan.targets:
+            run_half_rate(ghz, plan, work)
+        elif part == "growth" and "sqlite-audited" in plan.targets:
+            growth.run(ghz, plan, work)
+        elif part == "profile" and "sqlite-audited" in plan.targets:
+            profile.for_report(ghz, plan, work)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    global BEFORE_REF
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per scenario and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--targets", default=",".join(ALL_TARGETS))
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"of {', '.join(PARTS)}")
+    parser.add_argument("--before-ref", default=BEFORE_REF, help="sqlite-before's commit")
+    parser.add_argument(
+        "--growth-events",
+        type=int,
+        default=Plan.growth_events,
+        help="events in the growth part's large ledger (10,000,000 for the goal)",
+    )
     parser.add_argument("--smoke", action="store_true", help="a few seconds: `make test`")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    BEFORE_REF = args.before_ref
     started = time.monotonic()
     if args.smoke:
-        plan = Plan(seconds=0.4, rounds=1, targets=SMOKE_TARGETS, warmup_seconds=0.2,
-                    min_total=100, out=args.out or OUT / "smoke")  # fmt: skip
+        # Every part but the profile, each as short as still answers: the smoke checks
+        # answers, not speed.
+        plan = Plan(seconds=0.3, rounds=1, targets=SMOKE_TARGETS, warmup_seconds=0.2,
+                    min_total=100, out=args.out or OUT / "smoke", c1_seconds=0.2, c1_rounds=1,
+                    parts=[p for p in PARTS if p != "profile"], growth_attempts=(1, 100),
+                    growth_events=2_000)  # fmt: skip
     else:
         targets = [t for t in args.targets.split(",") if t]
-        unknown = sorted(set(targets) - set(ALL_TARGETS))
+        parts = [p for p in args.parts.split(",") if p]
+        unknown = sorted(set(targets) - set(ALL_TARGETS)) + sorted(set(parts) - set(PARTS))
         if unknown:
-            parser.error(f"unknown targets {unknown}; known: {', '.join(ALL_TARGETS)}")
-        plan = Plan(seconds=args.seconds, rounds=args.rounds, targets=targets,
-                    out=args.out or OUT)  # fmt: skip
+            parser.error(f"unknown targets or parts {unknown}; known: "
+                         f"{', '.join(ALL_TARGETS)}; {', '.join(PARTS)}")  # fmt: skip
+        plan = Plan(seconds=args.seconds, rounds=args.rounds, targets=targets, parts=parts,
+                    growth_events=args.growth_events, out=args.out or OUT)  # fmt: skip
     ghz = ghz_binary()
     # The driver's own work (setup calls, parsing) stays off the servers' core.
     if pin(LOAD_CORE):
         os.sched_setaffinity(0, {LOAD_CORE})
-    dsns = postgres_dsns(plan.targets)
-    rate: int | None = None
-    with tempfile.TemporaryDirectory(prefix="actonce-bench-") as tmp:
-        work = Path(tmp)
-        for round_ in range(plan.rounds):
-            # Rotated each round, so that no target always runs first or last.
-            order = list(plan.targets[round_:]) + list(plan.targets[:round_])
-            for name in order:
-                target = start_target(name, work, dsns=dsns.get(name))
-                try:
-                    run_target(ghz, plan, target)
-                finally:
-                    target.stop()
-                notice = plan.results.get("notice", {}).get(name, [])
-                rps = f"{notice[-1].rps:7.0f} notice/s" if notice else ""
-                print(f"round {round_ + 1}/{plan.rounds} {name:<20} {rps}", flush=True)
-        if "store" in plan.targets and "sqlite-audited" in plan.targets:
-            rate = run_half_rate(ghz, plan, work)
-    data = collect(plan, ghz, rate, started)
     plan.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="actonce-bench-") as tmp:
+        run_parts(ghz, plan, Path(tmp))
+    data = collect(plan, ghz, started)
     (plan.out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
     problems = report.write(data, plan.out)
     print((plan.out / "report.md").read_text())
-    print(f"wrote {plan.out.relative_to(ROOT)}/report.json, report.md and plots "
+    print(report.goals_text(data))
+    print(f"wrote {plan.out}/report.json, report.md and plots "
           f"in {time.monotonic() - started:.0f} s")  # fmt: skip
     for problem in problems:
         print(f"problem: {problem}", file=sys.stderr)

@@ -3,14 +3,22 @@
 `--unaudited` swaps the ledger for one that persists nothing, to measure what
 audit costs. It exists only in this benchmark script: the `actonce` command
 has no such switch, so no production deployment can turn audit off.
+
+`--cprofile PATH` runs the sidecar under cProfile, every thread of its own (the event
+loop, the ledger's writer, the store's batch thread) with a profiler apiece, and writes
+their merged statistics to PATH (pstats) when it stops, with a text summary beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
+import io
+import pstats
 import signal
+import threading
 from pathlib import Path
 
 from sidecar.config import Config
@@ -42,6 +50,48 @@ class NullLedger:
         return None
 
 
+class ThreadProfiles:
+    """A cProfile profiler per thread, started from now on, and one for the caller's."""
+
+    def __init__(self) -> None:
+        self.profiles: list[tuple[str, cProfile.Profile]] = []
+        original = threading.Thread.run
+        profiles = self.profiles
+
+        def run(thread: threading.Thread) -> None:
+            profile = cProfile.Profile()
+            profiles.append((thread.name, profile))
+            profile.enable()
+            try:
+                original(thread)
+            finally:
+                profile.disable()
+
+        threading.Thread.run = run  # type: ignore[method-assign,assignment]
+        self.main = cProfile.Profile()
+        self.profiles.append(("event loop", self.main))
+        self.main.enable()
+
+    def write(self, path: Path) -> None:
+        self.main.disable()
+        merged = pstats.Stats(self.main)
+        loop_only = io.StringIO()
+        pstats.Stats(self.main, stream=loop_only).sort_stats("cumulative").print_stats(40)
+        for _, profile in self.profiles[1:]:
+            if profile.getstats():
+                merged.add(profile)
+        merged.dump_stats(path)
+        text = io.StringIO()
+        merged.stream = text  # type: ignore[attr-defined]
+        merged.sort_stats("tottime").print_stats(40)
+        path.with_suffix(".txt").write_text(
+            "# Every thread, by own time\n"
+            + text.getvalue()
+            + "\n# The event loop's thread, by cumulative time\n"
+            + loop_only.getvalue()
+        )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--listen", required=True)
@@ -51,7 +101,9 @@ async def main() -> None:
     parser.add_argument("--store-target")
     parser.add_argument("--unaudited", action="store_true")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--cprofile", type=Path, help="profile every thread; stats to this file")
     args = parser.parse_args()
+    profiles = ThreadProfiles() if args.cprofile else None
     logs.configure(args.log_level, "json")
     config = Config(
         listen=args.listen,
@@ -70,6 +122,8 @@ async def main() -> None:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     await sidecar.stop(1.0)
+    if profiles is not None:
+        profiles.write(args.cprofile)
 
 
 if __name__ == "__main__":
