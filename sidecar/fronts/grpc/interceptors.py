@@ -137,7 +137,14 @@ class ForwardingContext(grpc.aio.ServicerContext[Any, Any]):
 
 
 class RunActionsInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps each RunActionsService call in :meth:`wrap`; other services pass as they are."""
+    """Wraps each RunActionsService call in :meth:`wrap`; other services pass as they are.
+
+    The wrapped handler of a method is built once and kept: what it does per call is
+    decided when the call runs (the gate checks whether it is closed then), and the
+    handler below it is the same for every call of the method, since every interceptor
+    of the chain keeps its own. Built per call, the four interceptors' closures and
+    handlers cost each call a few percent of the sidecar's CPU for nothing.
+    """
 
     # True when the wrapped behaviour takes the request's bytes and parses them itself.
     RAW_REQUESTS: ClassVar[bool] = False
@@ -147,15 +154,22 @@ class RunActionsInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Handler | None:
+        method = handler_call_details.method
+        wrapped: dict[str, Handler] = self.__dict__.setdefault("_wrapped", {})
+        found = wrapped.get(method)
+        if found is not None:
+            return found
         handler = await continuation(handler_call_details)
-        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
+        service, _, rpc = str(method).lstrip("/").rpartition("/")
         if handler is None or handler.unary_unary is None or service != RUN_ACTIONS.full_name:
             return handler
-        return grpc.unary_unary_rpc_method_handler(
+        built: Handler = grpc.unary_unary_rpc_method_handler(
             self.wrap(rpc, handler),
             request_deserializer=None if self.RAW_REQUESTS else handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        wrapped[method] = built
+        return built
 
     def wrap(self, rpc: str, handler: Handler) -> Behavior:
         """The behaviour that runs around ``handler.unary_unary`` for calls of ``rpc``."""
