@@ -255,6 +255,12 @@ def c1_section(data: dict[str, Any]) -> list[str]:
             lines.append(f"| {scenario} | {LABELS[target]} | {entry['p50_ms']:.2f} | "
                          f"{entry['p99_ms']:.2f} | {cells[0]} | {cells[1]} | "
                          f"{entry['rps']:,.0f} |")  # fmt: skip
+    disk = data.get("fsync_ms") or {}
+    if disk.get("p50") is not None:
+        lines += ["", f"The disk under it: a 4 KiB write and fsync took {disk['p50']:.2f} ms at "
+                  f"p50 and {disk['p99']:.2f} ms at p99 (measured before each round, in the "
+                  "servers' folder); a write waits for three commits in turn (its intent, the "
+                  "store's, its outcome), each with its own sync."]  # fmt: skip
     return [*lines, "", "![concurrency 1](c1.png)"]
 
 

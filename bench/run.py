@@ -173,7 +173,11 @@ def before_code(work: Path) -> Path:
 
 
 def protoset(work: Path) -> Path:
-    """The API's descriptors, imports included, for ghz to call a server without reflection."""
+    """The API's descriptors, imports included, and grpc.health.v1's, for ghz to call a
+    server without reflection."""
+    from google.protobuf import descriptor_pb2
+    from grpc_health.v1 import health_pb2
+
     out = work / "actonce.protoset"
     if not out.exists():
         protos = sorted(str(p.relative_to(ROOT / "protos")) for p in
@@ -183,6 +187,9 @@ def protoset(work: Path) -> Path:
              "--include_imports", f"--descriptor_set_out={out}", *protos],
             check=True, cwd=ROOT,
         )  # fmt: skip
+        files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+        health_pb2.DESCRIPTOR.CopyToProto(files.file.add())
+        out.write_bytes(files.SerializeToString())
     return out
 
 
@@ -380,6 +387,8 @@ class Plan:
     c1: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
     growth: dict[str, Any] = field(default_factory=dict)
     profiles: dict[str, str] = field(default_factory=dict)
+    # The disk's fsync p50 and p99 (ms), once per concurrency-1 round.
+    fsync: list[tuple[float, float]] = field(default_factory=list)
 
 
 def run_target(ghz: Path, plan: Plan, target: Target) -> None:
@@ -435,11 +444,31 @@ def run_saturation(ghz: Path, plan: Plan, work: Path) -> None:
             print(f"round {round_ + 1}/{plan.rounds} {name:<20} {rps}", flush=True)
 
 
+def fsync_ms(directory: Path, count: int = 200) -> tuple[float, float]:
+    """p50 and p99 of a 4 KiB write and fsync in ``directory``: the disk's own floor under
+    each of a write's three commits."""
+    path = directory / f"fsync-{time.monotonic_ns()}"
+    took: list[float] = []
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        for _ in range(count):
+            os.write(fd, b"x" * 4096)
+            started = time.perf_counter()
+            os.fsync(fd)
+            took.append((time.perf_counter() - started) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    took.sort()
+    return took[len(took) // 2], took[min(len(took) - 1, len(took) * 99 // 100)]
+
+
 def run_c1(ghz: Path, plan: Plan, work: Path) -> None:
     """Concurrency 1: Health/Check, Notice, Create and Edit on each SQLite sidecar target,
     one call at a time, in alternated rounds (targets and scenarios both rotated)."""
     targets = [t for t in C1_TARGETS if t in plan.targets]
     for round_ in range(plan.c1_rounds):
+        plan.fsync.append(fsync_ms(work))
         for name in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
             target = start_target(name, work)
             try:
@@ -579,6 +608,10 @@ def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
         },
         "growth": plan.growth,
         "profiles": plan.profiles,
+        "fsync_ms": {
+            "p50": statistics.median(f[0] for f in plan.fsync) if plan.fsync else None,
+            "p99": statistics.median(f[1] for f in plan.fsync) if plan.fsync else None,
+        },
     }
 
 
