@@ -301,7 +301,10 @@ def ghz_command(
     if total is not None:
         command += ["-n", str(total)]
     elif seconds is not None:
-        command += ["-z", f"{seconds:g}s"]
+        # "wait": the calls in flight when the time is up finish. ghz's default for a
+        # config without it (create.json's) closes the connection under them, and they
+        # come back Unavailable from ghz itself.
+        command += ["-z", f"{seconds:g}s", "--duration-stop", "wait"]
     if rate is not None:
         command += ["--rps", str(rate)]
     if concurrency is not None:
