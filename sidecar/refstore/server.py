@@ -23,7 +23,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar.ops import reflection
 from sidecar.refstore.backend import StoreBackend
-from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.servicer import ArtifactStoreServicer
 from sidecar.refstore.sqlite import SqliteStoreBackend
 
@@ -102,6 +101,9 @@ def open_store_backend(data_dir: Path | None = None, *, dsn: str | None = None) 
     reached (the caller fails to start rather than serve a store with no database).
     """
     if dsn:
+        # Imported here: psycopg takes about half of a SQLite sidecar's start-up otherwise.
+        from sidecar.refstore.postgres import PostgresStoreBackend
+
         return PostgresStoreBackend(dsn)
     if data_dir is None:
         raise ValueError("the store needs a data folder or a PostgreSQL DSN")
