@@ -313,10 +313,27 @@ def build_parser() -> argparse.ArgumentParser:
         ("verify", "check the hash chain; exit 1 naming the first bad event"),
         ("pending", "what needs a person, newest first; exit 3 when anything is pending"),
         ("resolve", "record a person's decision on a pending step or write"),
+        ("prune", "export the oldest events to a file, then remove them from the ledger"),
     ]:
         sub = audit_commands.add_parser(name, help=text)
         if name == "show":
             sub.add_argument("run_id", help="the run to show")
+        if name == "verify":
+            sub.add_argument(
+                "--with-export", action="append", type=Path, default=[], metavar="PATH",
+                help="an export `audit prune` wrote, verified with the ledger as one chain; "
+                "repeat it for every prune since the first event",
+            )  # fmt: skip
+        if name == "prune":
+            sub.add_argument(
+                "--before", required=True, metavar="TIME",
+                help="remove events older than this: an ISO 8601 time (UTC unless it says) "
+                "or an age such as 90d or 12h; pending items and their runs are kept",
+            )  # fmt: skip
+            sub.add_argument(
+                "--export", required=True, type=Path, metavar="PATH",
+                help="a new file that receives what is removed, as `audit export` writes it",
+            )  # fmt: skip
         if name == "pending":
             sub.add_argument("--json", action="store_true", help="one JSON object a line")
         if name == "resolve":
@@ -436,7 +453,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             values = _resolve(args, AUDIT_SETTINGS)
             from sidecar.ledger.audit_command import run_audit
 
-            for key in ("json", "item_id", "decision", "result_json", "by", "reason"):
+            for key in ("json", "item_id", "decision", "result_json", "by", "reason",
+                        "with_export", "before", "export"):  # fmt: skip
                 values[key] = getattr(args, key, None)
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
         elif args.command == "console":

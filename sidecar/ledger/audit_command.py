@@ -1,9 +1,10 @@
-"""``actonce audit list|show|export|verify|pending|resolve``: the ledger for operators.
+"""``actonce audit list|show|export|verify|pending|resolve|prune``: the ledger for operators.
 
 Exit codes: 0 when the command did what it was asked (``verify``: the chain is
 intact; ``pending``: nothing is pending), 1 when ``verify`` found a bad event or
-``resolve`` was refused, 2 when the ledger cannot be read, 3 when ``pending``
-found something that needs a person (so that cron and alerting can use it).
+``resolve`` or ``prune`` was refused, 2 when the ledger cannot be read, 3 when
+``pending`` found something that needs a person, or ``prune`` kept events back
+because of it (so that cron and alerting can use it).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ PENDING_FOUND = 3
 def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
     if command in ("pending", "resolve"):
         return run_operator(command, values)
+    if command == "prune":
+        return run_prune(values)
     try:
         reader = open_reader(values)
     except LedgerError as exc:
@@ -55,20 +58,70 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         elif command == "export":
             inspect.export(reader, sys.stdout, _progress)
         elif command == "verify":
-            verdict = inspect.verify(reader, _progress)
+            verdict = inspect.verify(reader, _progress, values.get("with_export") or ())
             if not verdict.intact:
                 print(
                     f"ledger TAMPERED: first bad event #{verdict.first_bad}: {verdict.problem} "
                     f"({verdict.checked} events before it are intact)"
                 )
                 return 1
-            print(f"ledger intact: {verdict.checked} events, hash chain verified")
+            print(f"ledger intact: {verdict.checked} events, hash chain verified{_span(verdict)}")
         return 0
     except Exception as exc:  # a ledger that cannot be read is not a traceback for the operator
         print(f"actonce: error: cannot read the ledger: {exc}", file=sys.stderr)
         return 2
     finally:
         reader.close()
+
+
+def _span(verdict: inspect.Verdict) -> str:
+    if verdict.exported:
+        return (f" ({verdict.exported} in the exports, {verdict.checked - verdict.exported} "
+                f"in the ledger, from event #{verdict.after + 1})")  # fmt: skip
+    if verdict.after:
+        return f" from the checkpoint after event #{verdict.after} (earlier events were pruned)"
+    return ""
+
+
+def run_prune(values: dict[str, Any]) -> int:
+    """``prune``: export the oldest events, then remove them; see sidecar.ledger.retention."""
+    from sidecar.ledger.retention import PruneRefused, open_retention, parse_before
+
+    try:
+        before = parse_before(str(values["before"]))
+    except ValueError as exc:
+        print(f"actonce: error: --before {exc}", file=sys.stderr)
+        return 2
+    export = Path(values["export"])
+    try:
+        ledger = open_retention(
+            values.get("audit_db") or defaults.DATA_DIR / "audit.db", values.get("audit_dsn")
+        )
+    except LedgerError as exc:
+        print(f"actonce: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = ledger.prune(before, export, _progress)
+    except PruneRefused as exc:
+        print(f"actonce: refused: {exc}", file=sys.stderr)
+        return 1
+    except (LedgerError, OSError) as exc:
+        print(f"actonce: error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        ledger.close()
+    if result.cut > result.after:
+        print(f"pruned events #{result.after + 1} to #{result.cut} ({result.exported} events), "
+              f"exported to {export}; the ledger's chain now begins after #{result.cut} "
+              f"(hash {result.hash})")  # fmt: skip
+    else:
+        print(f"nothing to prune before {values['before']}: {export} is empty")
+    if result.holds:
+        print(f"kept events #{result.cut + 1} to #{result.requested}, older than --before, "
+              "because:")  # fmt: skip
+        for hold in result.holds:
+            print(f"    #{hold.seq}: {hold.why}")
+    return PENDING_FOUND if result.held_by_pending else 0
 
 
 def run_operator(command: str, values: dict[str, Any]) -> int:

@@ -176,6 +176,11 @@ class LedgerReader(Protocol):
         """The chain's head as the ledger recorded it: last sequence number and hash."""
         ...
 
+    def checkpoint(self) -> tuple[int, str]:
+        """Where the chain the ledger holds begins: the sequence number and hash of the
+        last event the newest prune removed, or (0, GENESIS_HASH) if none was."""
+        ...
+
     def snapshot(self) -> AbstractContextManager[None]:
         """Within it, every read sees the ledger as it was at one moment, whatever is
         appended meanwhile: the chain and its recorded head then agree on a live ledger."""

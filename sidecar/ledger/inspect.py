@@ -7,11 +7,21 @@ These read through a LedgerReader and write text to a stream, so that
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import TextIO
 
-from sidecar.ledger.base import GENESIS_HASH, LedgerReader, Phase, StoredEvent, event_hash
+from sidecar.ledger.base import (
+    GENESIS_HASH,
+    AuditEvent,
+    LedgerReader,
+    Phase,
+    StoredEvent,
+    event_hash,
+)
+
+_EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
 
 # How often long scans report progress, in events.
 PROGRESS_EVERY = 5000
@@ -21,55 +31,126 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class Verdict:
-    """The result of walking a ledger's hash chain."""
+    """The result of walking a ledger's hash chain (and the exports before it)."""
 
     intact: bool
     checked: int
     first_bad: int | None = None
     problem: str = ""
+    # The chain was walked from the event after this one: the ledger's checkpoint
+    # (0 when it was never pruned), or what the first export follows.
+    after: int = 0
+    # How many of ``checked`` came from exports rather than the ledger.
+    exported: int = 0
 
 
-def verify(reader: LedgerReader, progress: Progress | None = None) -> Verdict:
-    """Walk the chain from the first event; name the first event that does not fit.
+@dataclass
+class _Chain:
+    """A walk along the chain: the next sequence number and hash each event must link to."""
+
+    expected: int
+    prev: str
+    checked: int = 0
+
+    def take(self, stored: StoredEvent) -> tuple[int, str] | None:
+        """The first bad event and why, if ``stored`` does not follow the chain so far."""
+        if stored.seq != self.expected:
+            return self.expected, (f"event {self.expected} is missing: the next event is "
+                                   f"{stored.seq} (deleted or renumbered)")  # fmt: skip
+        if stored.prev_hash != self.prev:
+            return stored.seq, ("it does not link to the event before it (an event was "
+                                "deleted, inserted or reordered)")  # fmt: skip
+        if event_hash(stored.seq, stored.ts, stored.event, self.prev) != stored.hash:
+            return stored.seq, "its content does not match its hash (the event was edited)"
+        self.prev = stored.hash
+        self.expected += 1
+        self.checked += 1
+        return None
+
+
+def verify(
+    reader: LedgerReader, progress: Progress | None = None, exports: Sequence[Path] = ()
+) -> Verdict:
+    """Walk the chain from the ledger's checkpoint; name the first event that does not fit.
 
     An edited event no longer matches its own hash; a deleted, inserted or
     reordered one breaks the numbering or its successor's link; events deleted
     from the end leave the chain shorter than its recorded head. The chain and
     the head are read in one snapshot: a batch committed between two reads would
     otherwise look like events deleted from the end of a live ledger.
+
+    A pruned ledger's chain begins after its checkpoint, the last event the newest
+    prune removed. With ``exports`` (what ``audit prune`` wrote, in any order), the
+    walk goes through them first, and the ledger must go on exactly where they end:
+    the exports and the ledger verify as one chain.
     """
     with reader.snapshot():
-        return _walk(reader, progress)
+        after, prev = reader.checkpoint()
+        if not exports:
+            return _walk_ledger(reader, _Chain(after + 1, prev), after, 0, progress)
+        walked = _walk_exports(exports)
+        if isinstance(walked, Verdict):
+            return walked
+        chain, first = walked
+        if (chain.expected - 1, chain.prev) != (after, prev):
+            where = f"after event {after}" if after else "at the first event (never pruned)"
+            return Verdict(False, chain.checked, chain.expected,
+                           f"the exports end at event {chain.expected - 1} but the ledger's "
+                           f"chain begins {where}: an export is missing, or is not of this "
+                           "ledger", after=first)  # fmt: skip
+        return _walk_ledger(reader, chain, first, chain.checked, progress)
 
 
-def _walk(reader: LedgerReader, progress: Progress | None) -> Verdict:
-    total = reader.count()
-    expected, prev, checked = 1, GENESIS_HASH, 0
-    for stored in reader.events():
-        if stored.seq != expected:
-            return Verdict(False, checked, expected,
-                           f"event {expected} is missing: the next event is {stored.seq} "
-                           "(deleted or renumbered)")  # fmt: skip
-        if stored.prev_hash != prev:
-            return Verdict(False, checked, stored.seq,
-                           "it does not link to the event before it (an event was deleted, "
-                           "inserted or reordered)")  # fmt: skip
-        if event_hash(stored.seq, stored.ts, stored.event, prev) != stored.hash:
-            problem = "its content does not match its hash (the event was edited)"
-            return Verdict(False, checked, stored.seq, problem)
-        prev = stored.hash
-        expected += 1
-        checked += 1
-        if progress is not None and checked % PROGRESS_EVERY == 0:
-            progress(checked, total)
+def _walk_ledger(
+    reader: LedgerReader, chain: _Chain, after: int, exported: int, progress: Progress | None
+) -> Verdict:
+    total = reader.count() + exported
+    for stored in reader.events(after=chain.expected - 1):
+        bad = chain.take(stored)
+        if bad is not None:
+            return Verdict(False, chain.checked, bad[0], bad[1], after, exported)
+        if progress is not None and chain.checked % PROGRESS_EVERY == 0:
+            progress(chain.checked, total)
     head_seq, head_hash = reader.head()
-    if (head_seq, head_hash) != (checked, prev):
-        return Verdict(False, checked, checked + 1,
-                       f"the chain ends at event {checked} but the ledger's head records "
-                       f"event {head_seq} (events were deleted from the end)")  # fmt: skip
+    last = chain.expected - 1
+    if (head_seq, head_hash) != (last, chain.prev):
+        return Verdict(False, chain.checked, chain.expected,
+                       f"the chain ends at event {last} but the ledger's head records "
+                       f"event {head_seq} (events were deleted from the end)",
+                       after, exported)  # fmt: skip
     if progress is not None:
-        progress(checked, total)
-    return Verdict(True, checked)
+        progress(chain.checked, total)
+    return Verdict(True, chain.checked, after=after, exported=exported)
+
+
+def _walk_exports(exports: Sequence[Path]) -> tuple[_Chain, int] | Verdict:
+    """Walk the exports in the order of their first events: the chain they make and
+    the event it follows, or the verdict naming the first event that does not fit."""
+    starts: list[tuple[int, Path]] = []
+    for path in exports:
+        first = next(_read_export(path), None)
+        if first is not None:  # a prune that removed nothing exported nothing
+            starts.append((first.seq, path))
+    if not starts:
+        return Verdict(False, 0, None, "the exports hold no event")
+    starts.sort()
+    begin = next(_read_export(starts[0][1]))
+    after = begin.seq - 1
+    # An export from the first event links to the genesis hash; a later one to its
+    # predecessor's hash, which only an earlier export (or trust) vouches for.
+    chain = _Chain(begin.seq, GENESIS_HASH if begin.seq == 1 else begin.prev_hash)
+    for _start, path in starts:
+        try:
+            for stored in _read_export(path):
+                bad = chain.take(stored)
+                if bad is not None:
+                    return Verdict(False, chain.checked, bad[0], f"in the export {path}: {bad[1]}",
+                                   after, chain.checked)  # fmt: skip
+        except ValueError as exc:
+            return Verdict(False, chain.checked, chain.expected,
+                           f"the export {path} is not what `audit export` writes: {exc}",
+                           after, chain.checked)  # fmt: skip
+    return chain, after
 
 
 def list_runs(reader: LedgerReader, out: TextIO) -> int:
@@ -138,14 +219,39 @@ def _timeline_line(stored: StoredEvent) -> str:
     return f"{head}   {what}: {e.outcome.removeprefix('OUTCOME_')}"
 
 
+def export_line(stored: StoredEvent) -> str:
+    """One event as ``audit export`` writes it: a JSON line, chain fields included."""
+    line = {"seq": stored.seq, "ts": stored.ts, **asdict(stored.event),
+            "prev_hash": stored.prev_hash, "hash": stored.hash}  # fmt: skip
+    return json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def parse_export_line(line: str) -> StoredEvent:
+    """An event back from its export line; ValueError if the line is not one."""
+    try:
+        fields_ = json.loads(line)
+        event = AuditEvent(**{name: fields_[name] for name in _EVENT_FIELDS if name in fields_})
+        return StoredEvent(int(fields_["seq"]), str(fields_["ts"]), event,
+                           str(fields_["prev_hash"]), str(fields_["hash"]))  # fmt: skip
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"a line is not an event: {exc}") from exc
+
+
+def _read_export(path: Path) -> Iterator[StoredEvent]:
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield parse_export_line(line)
+
+
 def export(reader: LedgerReader, out: TextIO, progress: Progress | None = None) -> int:
-    """Every event as one JSON line, chain fields included, in sequence order."""
+    """Every event the ledger holds as one JSON line, in sequence order: from its
+    checkpoint on, for a pruned ledger (``audit prune`` exported the rest)."""
     total = reader.count()
     written = 0
-    for stored in reader.events():
-        line = {"seq": stored.seq, "ts": stored.ts, **asdict(stored.event),
-                "prev_hash": stored.prev_hash, "hash": stored.hash}  # fmt: skip
-        out.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+    after, _hash = reader.checkpoint()
+    for stored in reader.events(after=after):
+        out.write(export_line(stored))
         written += 1
         if progress is not None and written % PROGRESS_EVERY == 0:
             progress(written, total)

@@ -33,6 +33,7 @@ from sidecar.ledger.schema import (
     COLUMNS,
     COLUMNS_UNMIGRATED,
     MIGRATION_ADD_SCOPE,
+    checkpoints_table,
     row_to_event,
     tables,
 )
@@ -41,6 +42,7 @@ from sidecar.ops import pgbounds
 
 SCHEMA = (
     tables("BIGINT")
+    + checkpoints_table("BIGINT")
     + """
 CREATE TABLE IF NOT EXISTS audit_head (
     id BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id),
@@ -233,6 +235,10 @@ class PostgresLedgerReader(SqlLedgerReader[psycopg.Connection[Any]]):
             cur.execute(query, params)
             for row in cur:
                 yield row_to_event(row)
+
+    def _has_checkpoints(self) -> bool:
+        found = self._conn.execute("SELECT to_regclass('audit_checkpoints')").fetchone()
+        return found is not None and found[0] is not None
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -83,6 +83,28 @@ CREATE TABLE IF NOT EXISTS audit_scopes (
 """
 
 
+def checkpoints_table(seq_type: str) -> str:
+    """DDL of the prunes' checkpoints: one row per prune, naming the last event it removed.
+
+    The newest row is the ledger's checkpoint: ``audit verify`` walks the chain from
+    its hash. A table of its own, created if missing, so that a ledger written
+    before pruning gains it in place and sidecars of any version share the ledger.
+    """
+    return f"""
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    seq {seq_type} PRIMARY KEY,
+    hash TEXT NOT NULL,
+    pruned_at TEXT NOT NULL,
+    cut_before TEXT NOT NULL,
+    events {seq_type} NOT NULL
+);
+"""
+
+
+# The ledger's checkpoint: the last event removed by the newest prune.
+CHECKPOINT_QUERY = "SELECT seq, hash FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
+
+
 def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:
     """An event as the row both SQL backends store (in COLUMNS order)."""
     detail = json.dumps(event.detail, sort_keys=True, separators=(",", ":"))

@@ -24,7 +24,14 @@ from sidecar.ledger.base import (
     StoredEvent,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.schema import COLUMNS, chain, fenced_keys, newest_attempts, row_to_event
+from sidecar.ledger.schema import (
+    CHECKPOINT_QUERY,
+    COLUMNS,
+    chain,
+    fenced_keys,
+    newest_attempts,
+    row_to_event,
+)
 
 __all__ = [
     "POSTGRES",
@@ -227,3 +234,16 @@ class SqlLedgerReader(Generic[_C]):
     def head(self) -> tuple[int, str]:
         row = self._conn.execute(self._sql.head).fetchone()
         return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    def checkpoint(self) -> tuple[int, str]:
+        # A ledger no sidecar has opened since pruning came has no checkpoints table,
+        # and was never pruned.
+        if not self._has_checkpoints():
+            return 0, GENESIS_HASH
+        row = self._conn.execute(CHECKPOINT_QUERY).fetchone()
+        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    def _has_checkpoints(self) -> bool:
+        """Whether the ledger has its checkpoints table; without touching it, which on
+        PostgreSQL would end the snapshot's transaction when it is missing."""
+        raise NotImplementedError

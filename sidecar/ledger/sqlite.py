@@ -14,11 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
-from sidecar.ledger.schema import COLUMNS, COLUMNS_UNMIGRATED, MIGRATION_ADD_SCOPE, tables
+from sidecar.ledger.schema import (
+    COLUMNS,
+    COLUMNS_UNMIGRATED,
+    MIGRATION_ADD_SCOPE,
+    checkpoints_table,
+    tables,
+)
 from sidecar.ledger.sql import SQLITE, SqlLedger, SqlLedgerReader, append
 
 SCHEMA = (
     tables("INTEGER")
+    + checkpoints_table("INTEGER")
     + """
 CREATE TABLE IF NOT EXISTS audit_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -120,6 +127,11 @@ class SqliteLedgerReader(SqlLedgerReader[sqlite3.Connection]):
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         # A ledger no sidecar has opened since scopes came is read as it is.
         super().__init__(conn, SQLITE, COLUMNS if _has_scope(conn) else COLUMNS_UNMIGRATED)
+
+    def _has_checkpoints(self) -> bool:
+        return bool(self._conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_checkpoints'"
+        ).fetchone())  # fmt: skip
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

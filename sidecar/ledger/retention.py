@@ -1,0 +1,361 @@
+"""``actonce audit prune``: remove the oldest part of a ledger and keep its chain verifiable.
+
+A prune removes a prefix of the chain, the events after the ledger's checkpoint up to
+a cut, and never what a person or a run may still need. The cut is the last event
+before ``--before``, moved back as far as these rules ask:
+
+- before the first event of a run with anything pending (a step in doubt, a write
+  without an outcome, one that failed UNKNOWN: sidecar.ledger.pending), so that
+  ``audit pending`` and ``audit resolve`` still find every event of it;
+- before the first event of a run that has events after the cut: a run is removed
+  whole or not at all, so that a run still going on keeps its first attempt (its id
+  scheme) and its ended steps (their results), and ``audit show`` shows it whole.
+
+What is kept because of a pending item is said, and the command exits 3, as
+``audit pending`` does; the safe part before it is pruned all the same.
+
+In order: the plan and the export read one snapshot of the ledger; the export is
+written to a new file and fsync'd, and the chain it holds is walked from the
+checkpoint (a ledger that is not intact is not pruned); only then is the new
+checkpoint recorded (the last removed event's number and hash, in
+``audit_checkpoints``) and the events deleted. ``audit verify`` walks the chain
+from the checkpoint; the exports and the ledger verify as one chain.
+
+Sidecars go on appending meanwhile: they write only events after the head, and
+never the checkpoints table. On PostgreSQL the whole prune is one REPEATABLE READ
+transaction, with the checkpoints table locked so that two prunes run one after the
+other. On SQLite the checkpoint is recorded in a short write transaction (refused if
+another prune moved it since the plan), then the events are deleted in small
+batches, each its own short transaction, so that no append waits for more than one
+batch. Verify reads only what follows the checkpoint, so a deletion cut short leaves
+a ledger that verifies, and the next prune removes the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sidecar.ledger.base import GENESIS_HASH, LedgerError
+from sidecar.ledger.inspect import _Chain, export_line
+from sidecar.ledger.operator import OperatorLedger, PostgresOperatorLedger, SqliteOperatorLedger
+from sidecar.ledger.schema import CHECKPOINT_QUERY, COLUMNS, row_to_event
+
+# Events one SQLite transaction deletes: a few milliseconds of the write lock.
+DELETE_BATCH = 2000
+
+Progress = Callable[[int, int], None]
+
+_AGE = re.compile(r"^(\d+)([dh])$")
+
+
+def parse_before(text: str, now: datetime | None = None) -> datetime:
+    """``--before``: an ISO 8601 date or time (UTC unless it says otherwise), or an age
+    such as ``90d`` or ``12h`` before now; ValueError if neither, or in the future."""
+    now = now or datetime.now(UTC)
+    age = _AGE.match(text.strip())
+    if age:
+        amount, unit = int(age.group(1)), age.group(2)
+        return now - (timedelta(days=amount) if unit == "d" else timedelta(hours=amount))
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither an ISO 8601 time (2026-09-01, 2026-09-01T00:00:00Z) "
+            "nor an age (90d, 12h)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    if when > now:
+        raise ValueError(f"{text!r} is in the future: a prune removes only what is past")
+    return when
+
+
+def event_time(when: datetime) -> str:
+    """A time as events record theirs (UTC, microseconds), so that text compares as time."""
+    return when.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why the cut stopped before an event: the run it belongs to, and whether that
+    run has something pending."""
+
+    seq: int
+    run_id: str
+    why: str
+    pending: bool
+
+
+@dataclass
+class PruneResult:
+    after: int  # the checkpoint the prune began from
+    cut: int  # the last event removed (``after`` when none was)
+    requested: int  # the last event before --before
+    exported: int = 0
+    hash: str = GENESIS_HASH  # the new checkpoint's hash
+    holds: list[Hold] = field(default_factory=list)  # what moved the cut back, in order
+    committing: bool = False  # the removal's commit was under way
+
+    @property
+    def held_by_pending(self) -> bool:
+        return any(hold.pending for hold in self.holds)
+
+
+class PruneRefused(LedgerError):
+    """Nothing was pruned; the message says why."""
+
+
+class Retention(OperatorLedger):
+    """The prune's rules, over a backend's queries (``_fetch``, ``_sql``) and ``_stream``."""
+
+    # Held by the backend around every statement; re-entrant.
+    _lock: threading.RLock
+
+    def prune(
+        self, before: datetime, export: Path, progress: Progress | None = None
+    ) -> PruneResult:
+        """Export what precedes ``before`` (within the rules above) to ``export``, a new
+        file, then remove it; PruneRefused when nothing was removed for a reason the
+        message gives, LedgerError when the ledger failed."""
+        if export.exists():
+            raise PruneRefused(f"{export} exists: a prune never writes over an export")
+        plan: PruneResult | None = None
+        with self._lock:
+            try:
+                with self._snapshot():
+                    plan = self._plan(before)
+                    self._export(plan, export, progress)
+                    self._remove_in_snapshot(plan, before)
+                    plan.committing = True
+            except BaseException as exc:
+                if plan is not None and plan.committing:
+                    raise LedgerError(
+                        f"the prune's commit is in doubt ({exc}): keep {export}, and run "
+                        f"`actonce audit verify --with-export {export}`"
+                    ) from exc
+                _discard(export)
+                raise
+            self._remove_after_snapshot(plan, before, export)
+        return plan
+
+    # -- primitives a backend supplies ------------------------------------------------
+
+    def _snapshot(self) -> contextlib.AbstractContextManager[None]:
+        """Every read within sees one state of the ledger; on PostgreSQL, the prune's
+        one transaction, committed at the end."""
+        raise NotImplementedError
+
+    def _remove_in_snapshot(self, plan: PruneResult, before: datetime) -> None:
+        """Record the checkpoint and delete, inside the snapshot's transaction."""
+
+    def _remove_after_snapshot(self, plan: PruneResult, before: datetime, export: Path) -> None:
+        """Record the checkpoint and delete, once the snapshot is over."""
+
+    def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def checkpoint(self) -> tuple[int, str]:
+        rows = self._fetch(CHECKPOINT_QUERY)
+        return (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS_HASH)
+
+    def _plan(self, before: datetime) -> PruneResult:
+        """Where the cut falls, read in the caller's snapshot."""
+        after, _hash = self.checkpoint()
+        head = self.head()[0]
+        first_kept = self._fetch(
+            self._sql(
+                "SELECT seq FROM audit_events WHERE seq > ? AND ts >= ? ORDER BY seq LIMIT 1"
+            ),
+            [after, event_time(before)],
+        )
+        requested = int(first_kept[0][0]) - 1 if first_kept else head
+        plan = PruneResult(after=after, cut=requested, requested=requested)
+        if plan.cut <= after:
+            plan.cut = after
+            return plan
+        for item in self.pending():
+            rows = self._fetch(
+                self._sql("SELECT MIN(seq) FROM audit_events WHERE run_id = ? AND seq > ?"),
+                [item.run_id, after],
+            )
+            first = rows[0][0] if rows else None
+            if first is not None and int(first) <= plan.cut:
+                plan.cut = int(first) - 1
+                plan.holds.append(Hold(int(first), item.run_id,
+                                       f"run {item.run_id} has {item.kind.value} {item.id} "
+                                       "pending: see `actonce audit pending`", True))  # fmt: skip
+        # A run is removed whole: each time the cut moves back, a run may newly go on past it.
+        while plan.cut > after:
+            rows = self._fetch(
+                self._sql(
+                    "SELECT p.seq, p.run_id FROM audit_events p WHERE p.seq > ? AND p.seq <= ? "
+                    "AND EXISTS (SELECT 1 FROM audit_events l WHERE l.run_id = p.run_id "
+                    "AND l.seq > ?) ORDER BY p.seq LIMIT 1"
+                ),
+                [after, plan.cut, plan.cut],
+            )
+            if not rows:
+                break
+            seq, run_id = int(rows[0][0]), str(rows[0][1])
+            plan.cut = seq - 1
+            plan.holds.append(Hold(seq, run_id, f"run {run_id} has events after the cut: a "
+                                   "run is pruned whole or not at all", False))  # fmt: skip
+        return plan
+
+    def _export(self, plan: PruneResult, path: Path, progress: Progress | None) -> None:
+        """Write events (after, cut] to ``path``, a file that must not exist, fsync it and its
+        folder, and check they chain from the checkpoint; sets the plan's count and hash."""
+        after, prev = self.checkpoint()
+        chain = _Chain(after + 1, prev)
+        total = plan.cut - plan.after
+        with path.open("x", encoding="utf-8") as out:
+            rows = self._stream(
+                self._sql(f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? AND seq <= ? "
+                          "ORDER BY seq"), [plan.after, plan.cut])  # fmt: skip
+            for row in rows:
+                stored = row_to_event(row)
+                bad = chain.take(stored)
+                if bad is not None:
+                    raise PruneRefused(
+                        f"the ledger is not intact at event #{bad[0]}: {bad[1]}; nothing was "
+                        "pruned (run `actonce audit verify`)"
+                    )
+                out.write(export_line(stored))
+                if progress is not None and chain.checked % 5000 == 0:
+                    progress(chain.checked, total)
+            out.flush()
+            os.fsync(out.fileno())
+        _fsync_folder(path.parent)
+        if chain.expected - 1 != plan.cut:
+            raise PruneRefused(f"event #{chain.expected} is missing; nothing was pruned "
+                               "(run `actonce audit verify`)")  # fmt: skip
+        if progress is not None and total:
+            progress(chain.checked, total)
+        plan.exported = chain.checked
+        plan.hash = chain.prev
+
+    def _checkpoint_row(self, plan: PruneResult, before: datetime) -> list[object]:
+        return [plan.cut, plan.hash, event_time(datetime.now(UTC)), event_time(before),
+                plan.exported]  # fmt: skip
+
+
+_INSERT_CHECKPOINT = (
+    "INSERT INTO audit_checkpoints (seq, hash, pruned_at, cut_before, events) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+
+
+def _fsync_folder(folder: Path) -> None:
+    # The new file's name is durable only once its folder is.
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _discard(path: Path) -> None:
+    # An export whose prune removed nothing is not needed, and would overlap the next one.
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+class SqliteRetention(Retention, SqliteOperatorLedger):
+    """Prunes a ledger file; sidecars writing to it wait at most one small batch."""
+
+    def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
+        yield from self._conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        # One read transaction: in WAL mode its first read fixes what the plan and the
+        # export see, while sidecars go on committing.
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("ROLLBACK")
+
+    def _remove_after_snapshot(self, plan: PruneResult, before: datetime, export: Path) -> None:
+        if plan.cut > plan.after:
+            conn = self._conn
+            try:
+                # The write lock, as a sidecar's batch takes it: short, and checked against
+                # another prune since the plan, whose export this one's would overlap.
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if self.checkpoint()[0] != plan.after:
+                        raise PruneRefused("another prune ran meanwhile; nothing was pruned")
+                    conn.execute(_INSERT_CHECKPOINT, self._checkpoint_row(plan, before))
+                    conn.execute("COMMIT")
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+            except (sqlite3.Error, PruneRefused) as exc:
+                _discard(export)
+                if isinstance(exc, PruneRefused):
+                    raise
+                raise LedgerError(f"the checkpoint was not recorded: {exc}") from exc
+        # From the oldest event left, also what an earlier prune cut short left behind.
+        while True:
+            low = self._fetch("SELECT MIN(seq) FROM audit_events")[0][0]
+            if low is None or int(low) > plan.cut:
+                return
+            high = min(plan.cut, int(low) + DELETE_BATCH - 1)
+            try:
+                self._conn.execute(
+                    "DELETE FROM audit_events WHERE seq >= ? AND seq <= ?", (int(low), high)
+                )
+            except sqlite3.Error as exc:
+                raise LedgerError(
+                    f"events up to #{plan.cut} are pruned (checkpoint recorded) but could not "
+                    f"all be deleted: {exc}; the next prune deletes the rest"
+                ) from exc
+
+
+class PostgresRetention(Retention, PostgresOperatorLedger):
+    """Prunes a PostgreSQL ledger in one transaction; sidecars append meanwhile."""
+
+    def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
+        # A server-side cursor in the prune's transaction: the export streams.
+        with self._conn.cursor(name="audit_prune_export") as cur:
+            cur.execute(sql, params)
+            yield from cur
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[None]:
+        conn = self._connection()
+        conn.isolation_level = self._psycopg.IsolationLevel.REPEATABLE_READ
+        try:
+            with conn.transaction():
+                # Before the first query, which fixes the snapshot: a second prune waits
+                # for this one (up to the lock timeout), then plans from its checkpoint.
+                conn.execute("LOCK TABLE audit_checkpoints IN EXCLUSIVE MODE")
+                yield
+        except self._psycopg.Error as exc:
+            raise LedgerError(f"the prune failed: {exc}") from exc
+        finally:
+            conn.isolation_level = None
+
+    def _remove_in_snapshot(self, plan: PruneResult, before: datetime) -> None:
+        if plan.cut > plan.after:
+            self._execute_many(self._sql(_INSERT_CHECKPOINT), [self._checkpoint_row(plan, before)])
+            self._execute_many(self._sql("DELETE FROM audit_events WHERE seq <= ?"), [[plan.cut]])
+
+
+def open_retention(audit_db: Path | None, audit_dsn: str | None) -> Retention:
+    """The ledger the settings name, opened to prune (its schema brought up to date)."""
+    if audit_dsn:
+        return PostgresRetention(audit_dsn)
+    if audit_db is None:
+        raise LedgerError("no ledger named: give --audit-db PATH or --audit-dsn DSN")
+    return SqliteRetention(audit_db)
