@@ -40,6 +40,7 @@ hadolint: $(DEPLOY_TOOLS)
 k8s-validate: $(DEPLOY_TOOLS) $(KUSTOMIZE_STAMP)
 	rm -rf $(RENDERED) && mkdir -p $(RENDERED)
 	$(KUSTOMIZE) build deploy/kubernetes/base > $(RENDERED)/base.yaml
+	$(KUSTOMIZE) build deploy/kubernetes/audit-prune > $(RENDERED)/audit-prune.yaml
 	set -e; for overlay in $(OVERLAYS); do \
 		$(KUSTOMIZE) build $$overlay > $(RENDERED)/$$(basename $$overlay).yaml; \
 	done

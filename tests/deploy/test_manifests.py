@@ -8,6 +8,7 @@ schema cannot: that the pieces agree with each other and with the sidecar's own 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,60 @@ def test_a_ledger_that_goes_with_the_pod_is_an_overlay_that_says_it_is_not_for_s
     (container,) = patch["spec"]["template"]["spec"]["initContainers"]
     assert container["name"] == "actonce"
     assert container["env"] == [{"name": "ACTONCE_AUDIT_DSN", "$patch": "delete"}]
+
+
+@pytest.fixture(scope="module")
+def prune_job() -> dict[str, Any]:
+    folder = KUBE / "audit-prune"
+    kustomization = load(folder / "kustomization.yaml")
+    assert kustomization["resources"] == ["exports-pvc.yaml", "cronjob.yaml"]
+    cronjob = load(folder / "cronjob.yaml")
+    assert cronjob["kind"] == "CronJob"
+    return dict(cronjob)
+
+
+def test_the_prune_cronjob_runs_audit_prune_against_the_shared_ledger(
+    prune_job: dict[str, Any], tmp_path: Path
+) -> None:
+    from sidecar.cli import build_parser
+
+    pod = prune_job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # The same ledger as the sidecars: the DSN from the Secret the base reads.
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ACTONCE_AUDIT_DSN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "actonce-audit-dsn", "key": "dsn"}  # fmt: skip
+    # The command is one the CLI takes, and it exports onto the exports volume.
+    shell, flag, script = container["command"]
+    assert (shell, flag) == ("/bin/sh", "-c")
+    words = shlex.split(script.replace("$(date -u +%Y%m%dT%H%M%SZ)", "20261130T031700Z"))
+    assert words[:2] == ["exec", "actonce"]
+    args = build_parser().parse_args(words[2:])
+    assert (args.command, args.audit_command) == ("audit", "prune")
+    from sidecar.ledger.retention import parse_before
+
+    parse_before(args.before)
+    (mount,) = container["volumeMounts"]
+    assert args.export.parent == Path(mount["mountPath"])
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"]
+    claim = load(KUBE / "audit-prune" / "exports-pvc.yaml")
+    assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    # A second prune never overlaps a running one, and a failed one is not retried blindly.
+    assert prune_job["spec"]["concurrencyPolicy"] == "Forbid"
+    assert prune_job["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
+    assert pod["restartPolicy"] == "Never"
+
+
+def test_the_prune_cronjob_is_locked_down(prune_job: dict[str, Any]) -> None:
+    pod = prune_job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (spec,) = pod["containers"]
+    context = spec["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["automountServiceAccountToken"] is False
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(spec["resources"][kind])
