@@ -15,16 +15,24 @@ runs out are cancelled the same way. The gate makes the drain explicit instead:
   against a sidecar that is going away;
 - health and reflection calls pass, so probes see NOT_SERVING rather than an error;
 - :meth:`CallGate.wait_idle` returns when the last call in flight has answered;
-- :meth:`CallGate.cut` answers the calls still running when the grace runs out
+- :meth:`CallGate.cut` answers the calls still running when their time runs out
   with the same refusal, rather than letting grpc cancel them;
 - :meth:`CallGate.wait_quiet` keeps the server answering until callers have
   stopped calling (each stops at its first SHUTTING_DOWN). Only then is grpc's
   server stopped: its queue is empty, so it has nothing left to cancel.
+
+The quiet is waited for after a cut as well, and the grace keeps time for it
+(LINGER_SECONDS): the callers whose calls were cut, and agents that make their
+first call only then, still call. grpc's ``stop`` cancels every call it has
+accepted and not yet handed to a handler, and from then on the port refuses
+connections: without the linger, a call that arrives in the instant the server
+stops gets a bare ``CANCELLED``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import grpc
@@ -44,8 +52,12 @@ from sidecar.fronts.grpc.interceptors import (
 QUIET_SECONDS = 1.0
 # How long a call gRPC has accepted may take to reach the gate, on a busy event loop.
 SETTLE_SECONDS = 0.1
-# How long the calls cut at the end of the grace get to send their refusal.
+# How long the calls cut at the end of their time get to send their refusal.
 CUT_SECONDS = 1.0
+# Of the grace, this much (at most half of what is left after closing) is kept after the
+# calls' time, so that the server goes on answering SHUTTING_DOWN after a cut until
+# its callers are quiet: a quiet period and its settling, with room for late callers.
+LINGER_SECONDS = 1.5
 
 # gRFC A6: a negative pushback tells the client's retry policy not to retry this call.
 _NO_TRANSPORT_RETRY = (("grpc-retry-pushback-ms", "-1"),)
@@ -88,13 +100,9 @@ class CallGate(RunActionsInterceptor):
         """Refuse every call that arrives from now on."""
         self.closed = True
 
-    async def wait_idle(self, timeout: float | None) -> bool:
-        """Wait until no call is in flight; False if ``timeout`` ran out first."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+    async def wait_idle(self) -> None:
+        """Wait until no call is in flight (bound it with ``asyncio.timeout``)."""
+        await self._idle.wait()
 
     async def cut(self) -> int:
         """Answer every call still running SHUTTING_DOWN now; how many there were.
@@ -106,7 +114,9 @@ class CallGate(RunActionsInterceptor):
         self._cut.update(cut)
         for task in cut:
             task.cancel()
-        await self.wait_idle(CUT_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CUT_SECONDS):
+                await self.wait_idle()
         return len(cut)
 
     async def wait_quiet(self, deadline: float, quiet: float = QUIET_SECONDS) -> bool:

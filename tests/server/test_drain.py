@@ -15,6 +15,7 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 from actonce_client import ActonceError, Client
+from grpc_status import rpc_status
 
 from chaos.checker import read_sqlite_store
 from sidecar.ledger.audit_command import open_reader
@@ -113,6 +114,64 @@ def test_a_call_still_running_when_the_grace_period_ends_is_refused_and_the_exit
         channel.close()
         served.stop()
         store.stop()
+
+
+def test_agents_that_call_after_the_calls_in_flight_were_cut_are_refused_not_cancelled(
+    tmp_path: Path,
+) -> None:
+    # The agent whose write was cut calls again, and agents that start only now make their
+    # first call: the server still answers them SHUTTING_DOWN. Stopped at the cut, grpc's
+    # server would cancel the calls it had just accepted (a bare CANCELLED) and refuse the
+    # connections after them.
+    slow = SlowCreates(delay=30.0)
+    store = start_store(tmp_path / "store", interceptors=[slow])
+    grace = 5.0
+    served, api, _probes = serve_draining(tmp_path, store.target, grace=grace)
+    channel = grpc.insecure_channel(api)
+    try:
+        stub = pb_grpc.RunActionsServiceStub(channel)
+        attempt = stub.BeginAttempt(
+            pb.BeginAttemptRequest(run_id="run-cut", rule="triage", checkpoint="c")
+        ).attempt_id
+        in_flight = stub.Create.future(
+            pb.CreateRequest(attempt_id=attempt, kind="ticket", data_json='{"a": 1}')
+        )
+        assert slow.reached.wait(10)
+        signalled = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.RpcError) as caught:
+            in_flight.result(timeout=15)
+        cut = time.monotonic()
+        answers = [_failure(caught.value)]
+        again = pb.BeginAttemptRequest(run_id="run-cut", rule="triage", checkpoint="c")
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.BeginAttempt(again, timeout=10)
+        answers.append(_failure(caught.value))
+        for after_the_cut in (0.2, 0.5):
+            time.sleep(max(0.0, cut + after_the_cut - time.monotonic()))
+            with grpc.insecure_channel(api) as late_channel:
+                late = pb_grpc.RunActionsServiceStub(late_channel)
+                first = pb.BeginAttemptRequest(run_id="late", rule="triage", checkpoint="c")
+                with pytest.raises(grpc.RpcError) as caught:
+                    late.BeginAttempt(first, timeout=10)
+                answers.append(_failure(caught.value))
+        assert served.process.wait(grace + 10) == 0, served.log()[-2000:]
+        # Within the grace, and a little more for the interpreter to exit.
+        assert time.monotonic() - signalled < grace + 2.5
+    finally:
+        channel.close()
+        served.stop()
+        store.stop()
+    assert answers == [(grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "RETRYABLE")] * 4
+    assert '"event": "drain_grace_ran_out"' in served.log()
+
+
+def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode, str, str]:
+    """A failed call's code, reason and class; a bare status (no ErrorInfo) has neither."""
+    if rpc_status.from_call(error) is None:  # type: ignore[arg-type]
+        return error.code(), "", ""
+    answer = refusal(error)
+    return answer.code, answer.reason, answer.failure_class
 
 
 def test_sigterm_with_nothing_in_flight_exits_0_at_once(tmp_path: Path) -> None:

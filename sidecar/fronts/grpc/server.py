@@ -40,7 +40,7 @@ from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.ops import reflection, security
-from sidecar.ops.drain import CallGate
+from sidecar.ops.drain import LINGER_SECONDS, CallGate
 from sidecar.ops.listening import SERVER_OPTIONS, bind
 from sidecar.ops.metrics import (
     Metrics,
@@ -139,14 +139,18 @@ class Sidecar:
 
     async def stop(self, grace: float | None = None) -> None:
         """Drain, then close, all within ``grace`` seconds: no new calls, calls in flight
-        get the grace less what closing is kept (CLOSE_RESERVE_SECONDS at most), and the
-        ledger is flushed and closed last. ``None`` or 0 cuts calls in flight at once.
+        get the grace less what closing keeps (CLOSE_RESERVE_SECONDS at most) and less
+        the linger after a cut (LINGER_SECONDS at most), and the ledger is flushed and
+        closed last. ``None`` or 0 cuts calls in flight at once.
 
         Every call the sidecar receives is answered, never cancelled (sidecar.ops.drain):
         calls still running when their time runs out, and calls that arrive while the
-        agents stop calling, are refused SHUTTING_DOWN. Each step of closing is bounded
-        by what is left of the grace (and at least CLOSE_STEP_FLOOR_SECONDS), so that a
-        ledger or a store that stopped answering cannot hold the exit.
+        agents stop calling, are refused SHUTTING_DOWN. The server stops only once its
+        callers are quiet, or when closing must begin; after a cut too, since the callers
+        whose calls were cut, and agents that only start now, still call. Each step of
+        closing is bounded by what is left of the grace (and at least
+        CLOSE_STEP_FLOOR_SECONDS), so that a ledger or a store that stopped answering
+        cannot hold the exit.
         """
         if self._stopped:
             return
@@ -154,7 +158,9 @@ class Sidecar:
         loop = asyncio.get_running_loop()
         began = loop.time()
         final = began + (grace or 0.0)
-        calls_deadline = final - min(CLOSE_RESERVE_SECONDS, (grace or 0.0) / 2)
+        # The grace, in three: calls in flight, the linger after a cut, closing.
+        closing_at = final - min(CLOSE_RESERVE_SECONDS, (grace or 0.0) / 2)
+        calls_deadline = closing_at - min(LINGER_SECONDS, (closing_at - began) / 2)
         self.gate.close()
         self.metrics.draining.set(1)
         if self._health_task is not None:
@@ -170,12 +176,15 @@ class Sidecar:
             await self.mcp.stop()
         if self.gate.in_flight:
             log.info("draining_calls", in_flight=self.gate.in_flight)
-            if not await self.gate.wait_idle(max(0.0, calls_deadline - loop.time())):
+            try:
+                async with asyncio.timeout_at(calls_deadline):
+                    await self.gate.wait_idle()
+            except TimeoutError:
                 log.warning("drain_grace_ran_out", cut=await self.gate.cut())
         # Agents that are still calling get SHUTTING_DOWN and stop; once they are quiet,
         # grpc's server has no call left in its queue to cancel when it stops.
         await self.health.enter_graceful_shutdown()
-        if not await self.gate.wait_quiet(calls_deadline):
+        if not await self.gate.wait_quiet(closing_at):
             log.warning("drain_callers_still_calling", refused=self.gate.refused)
 
         def left() -> float:
