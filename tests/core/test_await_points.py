@@ -31,7 +31,7 @@ from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.ledger.base import Phase
 from sidecar.rules.effects import ToolEffect
-from tests.actions.fakes import MemoryLedger, MemoryStore, Trace, run_actions
+from tests.core.fakes import MemoryLedger, MemoryStore, Trace, run_actions
 
 RUN = {"run_id": "run-1", "rule": "pager", "checkpoint": "cp-1"}
 OBJECT = {"title": "a", "labels": {"team": "x"}}

@@ -38,7 +38,7 @@ from sidecar.refstore.server import (
 from sidecar.refstore.servicer import ArtifactStoreServicer
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from tests.harness import AsyncHealthStub, HealthStub
-from tests.store.conftest import StorePlace
+from tests.refstore.conftest import StorePlace
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")

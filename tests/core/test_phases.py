@@ -20,7 +20,7 @@ from sidecar.refstore.backend import StoredArtifact
 from sidecar.rules import refusals
 from sidecar.rules.effects import ToolEffect
 from sidecar.upstream.base import Refusal
-from tests.actions.fakes import MemoryLedger, MemoryStore, Trace, run_actions
+from tests.core.fakes import MemoryLedger, MemoryStore, Trace, run_actions
 
 RUN = {"run_id": "run-1", "rule": "triage", "checkpoint": "cp-1"}
 

@@ -13,7 +13,7 @@ from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import AuditPersistenceFailed, LeaseExpired, StoreDeadlineExceeded
 from sidecar.ledger.base import Phase
 from sidecar.rules.effects import ToolEffect
-from tests.actions.fakes import MemoryLedger, MemoryStore, Trace, run_actions
+from tests.core.fakes import MemoryLedger, MemoryStore, Trace, run_actions
 
 RUN = {"run_id": "run-1", "rule": "triage", "checkpoint": "cp-1"}
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

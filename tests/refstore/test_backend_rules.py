@@ -24,7 +24,7 @@ from sidecar.refstore.backend import (
     page_size_for,
 )
 from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
-from tests.store.conftest import StorePlace
+from tests.refstore.conftest import StorePlace
 
 
 def refusal(call: Callable[[], object]) -> StoreRefusal:

@@ -11,7 +11,7 @@ from sidecar.core.types import Outcome
 from sidecar.errors import InDoubt
 from sidecar.ledger.pending import Decision, decision_event
 from sidecar.rules.effects import ToolEffect
-from tests.actions.fakes import MemoryLedger, MemoryStore, run_actions
+from tests.core.fakes import MemoryLedger, MemoryStore, run_actions
 
 RUN = {"run_id": "run-1", "rule": "billing", "checkpoint": "cp-1"}
 

@@ -1,4 +1,5 @@
-"""The registry of live attempts keeps within its bounds, forgetting the least recently used."""
+"""Live attempts: the registry keeps within its bounds, forgetting the least recently used;
+an attempt's occurrence counts take back what a failed write took."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from sidecar.core.attempts import (
     Attempt,
     AttemptRegistry,
     Claim,
+    Occurrences,
 )
 from sidecar.errors import UnknownAttempt
+from sidecar.rules.ids import WriteType
 
 
 def begin(registry: AttemptRegistry, run_id: str) -> Attempt:
@@ -87,3 +90,12 @@ def test_idle_attempts_are_forgotten_as_idle(monkeypatch: pytest.MonkeyPatch) ->
     begin(registry, "fresh")
     assert heard == [IDLE]
     assert len(registry) == 1
+
+
+def test_a_failed_write_gives_its_occurrence_back() -> None:
+    occ = Occurrences()
+    key = (WriteType.CREATE, ("k", "d"))
+    assert [occ.take(*key), occ.take(*key)] == [0, 1]
+    occ.give_back(*key, 0)
+    assert occ.take(*key) == 0
+    assert occ.take(*key) == 2
