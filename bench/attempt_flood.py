@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,19 +29,12 @@ from pathlib import Path
 import grpc
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
-from grpc_health.v1 import health_pb2
 
-from tests.harness import HealthStub
+from tests.harness import free_port
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import NeverAnswered, wait_serving
 
 LIMIT_MIB = 256
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rss_mib(pid: int) -> float:
@@ -123,27 +115,17 @@ def main() -> None:
     args = parser.parse_args()
     port, metrics = free_port(), free_port()
     with tempfile.TemporaryDirectory() as data:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
         sidecar = subprocess.Popen(
             [sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"127.0.0.1:{port}",
              "--data-dir", data, "--metrics-listen", f"127.0.0.1:{metrics}",
              "--log-level", "error", "--log-format", "json"],
-            env=env, stdout=subprocess.DEVNULL,
+            env=scrubbed_env(), stdout=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                health = HealthStub(channel)
-                deadline = time.monotonic() + 60
-                while True:
-                    try:
-                        status = health.Check(health_pb2.HealthCheckRequest(), timeout=1).status
-                        if status == health_pb2.HealthCheckResponse.SERVING:
-                            break
-                    except grpc.RpcError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise SystemExit("the sidecar did not come up")
-                    time.sleep(0.2)
+            try:
+                wait_serving(f"127.0.0.1:{port}", sidecar, timeout=60)
+            except NeverAnswered as never:
+                raise SystemExit(f"the sidecar did not come up: {never}") from None
             idle = rss_mib(sidecar.pid)
             result = asyncio.run(flood(f"127.0.0.1:{port}", sidecar.pid, args.rate, args.seconds))
             alive = sidecar.poll() is None

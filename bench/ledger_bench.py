@@ -24,8 +24,9 @@ import grpc
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
-from tests import pg
-from tests.harness import free_port, wait_serving
+from tests.harness import free_port
+from tests.helpers import postgres as pg
+from tests.helpers.health import wait_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,9 @@ from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.harness import free_port, wait_serving
+from tests.harness import free_port
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import wait_serving
 
 
 async def grpc_notices(
@@ -80,7 +81,7 @@ async def main(calls: int, workers: int, rounds: int) -> None:
             [sys.executable, "-m", "sidecar.cli", "serve", "--listen", target,
              "--mcp-listen", f"127.0.0.1:{mcp_port}", "--data-dir", data,
              "--log-level", "warning", "--log-format", "json"],
-            env={k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")},
+            env=scrubbed_env(),
         )  # fmt: skip
         try:
             wait_serving(target, served)

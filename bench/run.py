@@ -57,6 +57,8 @@ import google.protobuf
 import grpc
 
 from bench import report, setup
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import NeverAnswered, wait_serving
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
@@ -152,7 +154,7 @@ class Target:
 
 def _server_env(code: Path = ROOT) -> dict[str, str]:
     # `actonce` refuses ACTONCE_* settings it does not know (the bench's PostgreSQL ones).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
+    env = scrubbed_env()
     # The servers run this tree's code (or the before's), whatever the venv's editable
     # install points at.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
@@ -249,24 +251,10 @@ def start_target(
 
 
 def _wait_serving(target: Target, timeout: float = 60) -> None:
-    from grpc_health.v1 import health_pb2
-
-    from tests.harness import HealthStub
-
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(target.address) as channel:
-        stub = HealthStub(channel)
-        while time.monotonic() < deadline:
-            if target.process.poll() is not None:
-                raise RuntimeError(f"{target.name} exited with {target.process.returncode}")
-            try:
-                answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if answer.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    raise RuntimeError(f"{target.name} never served")
+    try:
+        wait_serving(target.address, target.process, timeout=timeout)
+    except NeverAnswered as never:
+        raise RuntimeError(f"{target.name}: {never}") from None
 
 
 def prepare(target: Target) -> dict[str, str]:
@@ -516,18 +504,18 @@ def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     """
     if not any("postgres" in name for name in names):
         return {}
-    os.environ.setdefault("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg")
-    os.environ.setdefault("ACTONCE_PG_PORT", "55461")
-    from tests import pg
+    from tests.helpers.postgres import PrivateServer, fresh_database
 
-    subprocess.run(
-        [*pin(SERVER_CORE), str(ROOT / "scripts" / "postgres.sh"), "start"],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    server = PrivateServer(
+        os.environ.get("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg"),
+        int(os.environ.get("ACTONCE_PG_PORT", "55461")),
+        prefix=tuple(pin(SERVER_CORE)),
+    ).start()
     return {
-        name: (pg.fresh_database("bench_ledger"), pg.fresh_database("bench_store"))
+        name: (
+            fresh_database("bench_ledger", server=server),
+            fresh_database("bench_store", server=server),
+        )
         for name in names
         if "postgres" in name
     }

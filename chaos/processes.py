@@ -10,7 +10,6 @@ kubelet would. Kills are handled one at a time, in schedule order.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import signal
 import socket
@@ -22,10 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2
-
 from chaos.plan import Kill
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import ANY_ANSWER, NeverAnswered, wait_for_health
 
 # Fixed ports come from below the kernel's ephemeral range, so that no outgoing connection
 # holds one while its server is down between a kill and a restart; and each seed has a block
@@ -33,9 +31,6 @@ from chaos.plan import Kill
 _PORT_BASE = 20000
 _PORT_BLOCKS = 5000
 _BLOCK = 2
-
-SERVING = health_pb2.HealthCheckResponse.SERVING
-
 
 class HarnessError(Exception):
     """The harness itself could not do its part (a process would not start): no verdict on
@@ -65,21 +60,6 @@ def _free(port: int) -> bool:
         return True
 
 
-def health_status(target: str, timeout: float = 1.0) -> int | None:
-    """The health status the server at ``target`` answers, or None when it does not."""
-    with grpc.insecure_channel(target) as channel:
-        check = channel.unary_unary(
-            "/grpc.health.v1.Health/Check",
-            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-            response_deserializer=health_pb2.HealthCheckResponse.FromString,
-        )
-        try:
-            answer = check(health_pb2.HealthCheckRequest(), timeout=timeout)
-        except grpc.RpcError:
-            return None
-        return int(answer.status)
-
-
 @dataclass
 class Service:
     """One child process of the harness: the sidecar or the standalone store."""
@@ -102,24 +82,18 @@ class Service:
     def start(self, timeout: float = 30.0) -> None:
         """Start the process and wait until it answers; HarnessError if it never does."""
         with self._lock:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(
-                    list(self.command), stdout=log, stderr=log, env=env, start_new_session=True
-                )
+                    list(self.command), stdout=log, stderr=log, env=scrubbed_env(),
+                    start_new_session=True,
+                )  # fmt: skip
             self.starts += 1
             process = self.process
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise HarnessError(
-                    f"{self.name} exited with {process.returncode} on start; see {self.log_path}"
-                )
-            status = health_status(self.target, timeout=0.5)
-            if status == SERVING or (status is not None and not self.needs_serving):
-                return
-            time.sleep(0.05)
-        raise HarnessError(f"{self.name} never answered on {self.target}; see {self.log_path}")
+        wanted = "SERVING" if self.needs_serving else ANY_ANSWER
+        try:
+            wait_for_health(self.target, wanted, process=process, timeout=timeout)
+        except NeverAnswered as never:
+            raise HarnessError(f"{self.name}: {never}; see {self.log_path}") from None
 
     def kill(self) -> bool:
         """SIGKILL the process; False when it was not running."""

@@ -20,7 +20,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from chaos import pg
 from chaos.agent import Agent, Api, RunResult
 from chaos.checker import Findings, StoreSnapshot, check, read_postgres_store, read_sqlite_store
 from chaos.plan import SeedPlan, make_plan
@@ -36,6 +35,7 @@ from chaos.processes import (
 from sidecar.ledger.base import LedgerReader
 from sidecar.ledger.postgres import PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedgerReader
+from tests.helpers.postgres import drop_database, fresh_database
 
 
 @dataclass
@@ -93,8 +93,8 @@ def run_seed(
             if pg_server is None:
                 raise HarnessError("the postgres backend needs a server")
             databases = [
-                pg.fresh_database(pg_server, "ledger"),
-                pg.fresh_database(pg_server, "store"),
+                fresh_database("chaos_ledger", server=pg_server),
+                fresh_database("chaos_store", server=pg_server),
             ]
         played = play(plan, seed_dir, databases, port_salt=port_salt)
         _tally(result, played)
@@ -114,7 +114,7 @@ def run_seed(
         shutil.rmtree(seed_dir, ignore_errors=True)
         for dsn in databases:
             if pg_server is not None:
-                pg.drop_database(pg_server, dsn)
+                drop_database(dsn, server=pg_server)
     elif databases:
         result.violations.append(f"kept databases: {' '.join(databases)}")
     return result

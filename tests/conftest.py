@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from sidecar.config import Config
-from tests import pg
 from tests.harness import RunningSidecar, sidecar_config, start_sidecar
+from tests.helpers import postgres as pg
 
 MakeConfig = Callable[..., Config]
 

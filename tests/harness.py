@@ -7,21 +7,16 @@ call it through ordinary blocking stubs exactly as an agent would.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-import psycopg
 from actonce_api.store.v1 import artifact_store_pb2 as spb
 from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from actonce_api.v1 import run_actions_pb2 as pb
@@ -35,8 +30,18 @@ from sidecar.fronts.grpc.server import Sidecar, create_server
 from sidecar.ledger.audit_command import open_reader
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import HealthStub, NeverAnswered, wait_serving
 
 T = TypeVar("T")
+
+
+def begin(stub: Any, run_id: str = "run-1", rule: str = "triage", checkpoint: str = "cp-0") -> str:
+    """Begin an attempt of ``run_id`` through a RunActionsService stub; its id."""
+    answer = stub.BeginAttempt(
+        pb.BeginAttemptRequest(run_id=run_id, rule=rule, checkpoint=checkpoint)
+    )
+    return str(answer.attempt_id)
 
 
 class Loop:
@@ -83,35 +88,6 @@ class RunningStore:
         self.loop.close()
 
 
-HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-
-
-class HealthStub:
-    """grpc.health.v1 ``Check`` over a blocking channel, typed.
-
-    grpc's health package ships a generated HealthStub whose type stubs name no methods;
-    this is the one call tests and the load test make of it.
-    """
-
-    def __init__(self, channel: grpc.Channel) -> None:
-        self.Check = channel.unary_unary(
-            HEALTH_CHECK,
-            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-            response_deserializer=health_pb2.HealthCheckResponse.FromString,
-        )
-
-
-class AsyncHealthStub:
-    """:class:`HealthStub` over an asyncio channel."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.Check = channel.unary_unary(
-            HEALTH_CHECK,
-            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
-            response_deserializer=health_pb2.HealthCheckResponse.FromString,
-        )
-
-
 def start_store(
     data_dir: Path,
     *,
@@ -153,10 +129,7 @@ class RunningSidecar:
         self.store = spb_grpc.ArtifactStoreServiceStub(self._store_channel)
 
     def begin(self, run_id: str = "run-1", rule: str = "triage", checkpoint: str = "cp-0") -> str:
-        answer = self.stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id=run_id, rule=rule, checkpoint=checkpoint)
-        )
-        return str(answer.attempt_id)
+        return begin(self.stub, run_id, rule, checkpoint)
 
     def health(self) -> int:
         stub = HealthStub(self.channel)
@@ -242,24 +215,6 @@ def refusal(error: grpc.RpcError) -> Refusal:
     )
 
 
-@contextlib.contextmanager
-def ledger_locked(config: Config) -> Iterator[None]:
-    """Hold the ledger's write lock from another process's connection: a real fault."""
-    if config.audit_dsn:
-        with psycopg.connect(config.audit_dsn) as conn:
-            conn.execute("LOCK TABLE audit_head IN ACCESS EXCLUSIVE MODE")
-            yield
-            conn.rollback()
-        return
-    lite = sqlite3.connect(config.audit_path, isolation_level=None)
-    lite.execute("BEGIN EXCLUSIVE")
-    try:
-        yield
-    finally:
-        lite.execute("ROLLBACK")
-        lite.close()
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -267,8 +222,8 @@ def free_port() -> int:
 
 
 @dataclass
-class SidecarProcess:
-    """``actonce serve`` in a child process, as an operator runs it."""
+class ServerProcess:
+    """``actonce serve`` or ``actonce store`` in a child process, as an operator runs it."""
 
     process: subprocess.Popen[bytes]
     port: int
@@ -284,7 +239,7 @@ class SidecarProcess:
         self.process.wait(10)
 
 
-def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> SidecarProcess:
+def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> ServerProcess:
     """Start a sidecar process with ``config``'s settings and wait until it is SERVING."""
     port = free_port()
     args = [sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"127.0.0.1:{port}",
@@ -295,46 +250,12 @@ def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> SidecarProcess
         args += ["--store-dsn", config.store_dsn]
     if config.store_target:
         args += ["--store-target", config.store_target]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
     with log_path.open("ab") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=log, env=env)
-    running = SidecarProcess(process, port, log_path)
-    channel = grpc.insecure_channel(running.target)
-    stub = HealthStub(channel)
-    deadline = time.monotonic() + 30
+        process = subprocess.Popen(args, stdout=log, stderr=log, env=scrubbed_env())
+    running = ServerProcess(process, port, log_path)
     try:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"sidecar exited: {log_path.read_text()[-2000:]}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return running
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    finally:
-        channel.close()
-    running.stop()
-    raise RuntimeError(f"sidecar never served: {log_path.read_text()[-2000:]}")
-
-
-def wait_serving(
-    target: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30
-) -> None:
-    """Wait until the gRPC health service at ``target`` answers SERVING."""
-    channel = grpc.insecure_channel(target)
-    stub = HealthStub(channel)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if process is not None and process.poll() is not None:
-                raise RuntimeError(f"{target}: the server exited with {process.returncode}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.1)
-    finally:
-        channel.close()
-    raise RuntimeError(f"{target} never answered SERVING")
+        wait_serving(running.target, process)
+    except NeverAnswered as never:
+        running.stop()
+        raise RuntimeError(f"sidecar: {never}: {log_path.read_text()[-2000:]}") from None
+    return running

@@ -17,8 +17,9 @@ from actonce_api.v1 import types_pb2
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 from tests.conftest import MakeConfig
-from tests.faults.support import data, ledger_lock, outcome_of
+from tests.faults.support import data, outcome_of
 from tests.harness import Refusal, start_sidecar
+from tests.helpers.locks import ledger_locked
 
 
 def test_a_ledger_locked_by_another_process_fails_writes_closed_and_reads_answer(
@@ -29,7 +30,7 @@ def test_a_ledger_locked_by_another_process_fails_writes_closed_and_reads_answer
         attempt = sc.begin("run-locked")
         kept = sc.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json=data(0)))
         thread = sc.stub.CreateThread(pb.CreateThreadRequest(attempt_id=attempt, title="t"))
-        with ledger_lock(sc.config):
+        with ledger_locked(sc.config, by_another_process=True):
             started = time.monotonic()
             writes = [
                 outcome_of(

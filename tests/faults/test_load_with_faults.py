@@ -29,7 +29,7 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
 from tests.faults.support import data, spawn_store
-from tests.harness import refusal, sidecar_config, spawn_sidecar
+from tests.harness import begin, refusal, sidecar_config, spawn_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 LOAD_SECONDS = 16
@@ -81,9 +81,7 @@ def test_under_load_a_killed_store_is_retryable_and_the_sidecar_recovers_without
     channel = grpc.insecure_channel(sidecar.target)
     stub = pb_grpc.RunActionsServiceStub(channel)
     try:
-        attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id="load", rule="r", checkpoint="c")
-        ).attempt_id
+        attempt = begin(stub, "load", "r", "c")
         codes: Counter[str] = Counter()
         ghz = _ghz()
         if ghz is not None:
@@ -102,9 +100,7 @@ def test_under_load_a_killed_store_is_retryable_and_the_sidecar_recovers_without
             )
             load_thread.start()
 
-        probe_attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id="probe", rule="r", checkpoint="c")
-        ).attempt_id
+        probe_attempt = begin(stub, "probe", "r", "c")
         probes: list[tuple[float, str]] = []  # (when, "ok" or reason/class)
         stop = threading.Event()
 
@@ -227,9 +223,7 @@ def test_after_a_long_store_outage_the_sidecar_reconnects_within_a_second_or_so(
     channel = grpc.insecure_channel(sidecar.target)
     stub = pb_grpc.RunActionsServiceStub(channel)
     try:
-        attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id="long", rule="r", checkpoint="c")
-        ).attempt_id
+        attempt = begin(stub, "long", "r", "c")
         store.process.send_signal(signal.SIGKILL)
         store.process.wait(10)
         n, down = 0, time.monotonic()

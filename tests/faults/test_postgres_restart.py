@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -27,11 +26,9 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
-from chaos import pg as chaos_pg
 from sidecar.config import Config
-from sidecar.ledger import inspect
 from sidecar.ledger.postgres import PostgresLedgerReader
-from tests.faults.support import data, stored_by_n, wait_for
+from tests.faults.support import applied_in, data, stored_by_n, wait_for
 from tests.harness import (
     Refusal,
     RunningSidecar,
@@ -41,10 +38,10 @@ from tests.harness import (
     spawn_sidecar,
     start_sidecar,
 )
+from tests.helpers.postgres import PrivateServer, drop_database, fresh_database
 from tests.server.processes import wait_for_status
 
-SCRIPT = chaos_pg.ROOT / "scripts" / "postgres.sh"
-PRIVATE = {"ACTONCE_PG_DIR": "/tmp/actonce-faults-pg", "ACTONCE_PG_PORT": "55441"}
+SERVER = PrivateServer("/tmp/actonce-faults-pg", 55441)
 DOCUMENTED = {
     ("AUDIT_PERSISTENCE_FAILED", "UNKNOWN"),
     ("STORE_UNAVAILABLE", "RETRYABLE"),
@@ -52,25 +49,18 @@ DOCUMENTED = {
 }
 
 
-def _server(action: str) -> str:
-    done = subprocess.run([str(SCRIPT), action], env={**os.environ, **PRIVATE}, check=True,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    return done.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def private_server() -> Iterator[str]:
-    dsn = _server("start").splitlines()[-1]
-    yield dsn
-    _server("stop")
+    yield SERVER.start()
+    SERVER.run("stop")
 
 
 @pytest.mark.parametrize("store_on_postgres", [False, True], ids=["ledger", "ledger-and-store"])
 def test_a_postgres_restart_mid_run_fails_writes_closed_and_the_sidecar_recovers(
     private_server: str, tmp_path: Path, store_on_postgres: bool
 ) -> None:
-    ledger = chaos_pg.fresh_database(private_server, "ledger")
-    store = chaos_pg.fresh_database(private_server, "store") if store_on_postgres else None
+    ledger = fresh_database("ledger", server=private_server)
+    store = fresh_database("store", server=private_server) if store_on_postgres else None
     sc = start_sidecar(sidecar_config(tmp_path / "data", audit_dsn=ledger, store_dsn=store))
     attempt = sc.begin("run-restart")
     kept = sc.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="kept", data_json="{}"))
@@ -105,7 +95,7 @@ def test_a_postgres_restart_mid_run_fails_writes_closed_and_the_sidecar_recovers
         for thread in threads:
             thread.start()
         time.sleep(1.0)
-        _server("restart")
+        SERVER.run("restart")
         assert wait_for(lambda: sc.health() == 1, timeout=30)
         written = len(acknowledged)
         assert wait_for(lambda: len(acknowledged) > written + 20, timeout=30)  # taking writes again
@@ -122,13 +112,7 @@ def test_a_postgres_restart_mid_run_fails_writes_closed_and_the_sidecar_recovers
         stored = stored_by_n(sc.config, "k")
         # Every acknowledged write is in the store once and has its durable audit outcome.
         assert {n: stored.get(n) for n in acknowledged} == {n: [i] for n, i in acknowledged.items()}
-        reader = PostgresLedgerReader(ledger)
-        try:
-            assert inspect.verify(reader).intact
-            applied = {e.event.derived_id for e in reader.events()
-                       if e.event.outcome == "OUTCOME_APPLIED"}  # fmt: skip
-        finally:
-            reader.close()
+        applied = applied_in(PostgresLedgerReader(ledger))
         assert set(acknowledged.values()) <= applied
         # A write whose intent could not be stored never reached the store.
         for n, got in refused.items():
@@ -148,9 +132,9 @@ def test_a_postgres_restart_mid_run_fails_writes_closed_and_the_sidecar_recovers
     finally:
         stop.set()
         sc.stop()
-        chaos_pg.drop_database(private_server, ledger)
+        drop_database(ledger, server=private_server)
         if store:
-            chaos_pg.drop_database(private_server, store)
+            drop_database(store, server=private_server)
 
 
 # -- a server that restarts, reaps idle sessions, or stops answering ---------------------------
@@ -160,7 +144,7 @@ def test_a_postgres_restart_mid_run_fails_writes_closed_and_the_sidecar_recovers
 def on_private_server(server: str, on: str, **settings: str) -> Iterator[tuple[str, str | None]]:
     """A ledger DSN on ``server`` (``on`` ledger) or a store DSN on it (``on`` store, the
     ledger then a SQLite file), each database with ``settings`` for every new session."""
-    database = chaos_pg.fresh_database(server, on)
+    database = fresh_database(on, server=server)
     with psycopg.connect(server, autocommit=True) as conn:
         name = database.rsplit("/", 1)[-1]
         for key, value in settings.items():
@@ -168,7 +152,7 @@ def on_private_server(server: str, on: str, **settings: str) -> Iterator[tuple[s
     try:
         yield (database, None) if on == "ledger" else ("", database)
     finally:
-        chaos_pg.drop_database(server, database)
+        drop_database(database, server=server)
 
 
 def _config(tmp_path: Path, dsns: tuple[str, str | None], **overrides: object) -> Config:
@@ -207,7 +191,7 @@ def test_once_a_restarted_server_is_back_no_write_fails(
             for thread in writers:
                 thread.join(60)
             assert all(not isinstance(r, Refusal) for r in results), results
-            _server("restart")
+            SERVER.run("restart")
             after: list[Any] = []
             writers = [threading.Thread(target=lambda i=i: after.extend(
                 _create(sc, attempt, 1000 + i * 100 + n) for n in range(40))) for i in range(4)]  # fmt: skip
@@ -239,7 +223,7 @@ def test_writes_after_an_idle_spell_longer_than_idle_session_timeout_succeed(
 
 
 def _server_processes() -> list[int]:
-    data_dir = Path(PRIVATE["ACTONCE_PG_DIR"]) / "data"
+    data_dir = SERVER.data_dir
     postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
     children = []
     for entry in Path("/proc").iterdir():

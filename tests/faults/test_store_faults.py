@@ -23,10 +23,11 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from sidecar.refstore.refusals import StoreRefusal, grpc_status_for
-from tests import pg
 from tests.conftest import MakeConfig
-from tests.faults.support import data, lock_held, outcome_of, spawn_store, wait_for
+from tests.faults.support import data, outcome_of, spawn_store, wait_for
 from tests.harness import Refusal, RunningSidecar, sidecar_config, start_sidecar, start_store
+from tests.helpers import postgres as pg
+from tests.helpers.locks import lock_held
 
 APPLIED_OR_DONE = (types_pb2.OUTCOME_APPLIED, types_pb2.OUTCOME_ALREADY_APPLIED)
 

@@ -28,15 +28,17 @@ from chaos.checker import read_postgres_store, read_sqlite_store
 from sidecar import defaults
 from sidecar.config import Config
 from tests.conftest import MakeConfig
-from tests.faults.support import ledger_lock, outcome_of, spawn_store
+from tests.faults.support import outcome_of, spawn_store
 from tests.harness import (
     Refusal,
     RunningSidecar,
     sidecar_config,
     spawn_sidecar,
     start_sidecar,
-    wait_serving,
 )
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import wait_serving
+from tests.helpers.locks import ledger_locked
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +79,7 @@ def test_the_default_listener_is_loopback_only(tmp_path: Path) -> None:
     assert defaults.LISTEN.startswith("127.0.0.1:") and Config().listen == defaults.LISTEN
     assert Config().health_listen is None and Config().metrics_listen is None
     # `actonce serve` with no --listen, as an operator starts it.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
+    env = scrubbed_env()
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve"], cwd=tmp_path,
@@ -171,7 +173,7 @@ def _full_run(stub: Any, store_process: Any, config: Config, rule_ok: str) -> No
     ]
     for call, request in calls:
         outcome_of(call, request)
-    with ledger_lock(config):
+    with ledger_locked(config, by_another_process=True):
         outcome_of(
             stub.Notice, pb.NoticeRequest(attempt_id=attempt, thread_id=thread, text=TEXTS[0] + "!")
         )
@@ -308,7 +310,7 @@ def test_a_ledger_edited_by_hand_is_caught_by_audit_verify(
     )
 
     def verify() -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
+        env = scrubbed_env()
         return subprocess.run([sys.executable, "-m", "sidecar.cli", "audit", "verify", *where],
                               capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
 

@@ -16,14 +16,8 @@ from actonce_api.v1 import types_pb2
 from google.protobuf import timestamp_pb2
 
 from tests.conftest import MakeConfig
-from tests.harness import (
-    RunningSidecar,
-    RunningStore,
-    ledger_locked,
-    refusal,
-    start_sidecar,
-    start_store,
-)
+from tests.harness import RunningSidecar, RunningStore, refusal, start_sidecar, start_store
+from tests.helpers.locks import ledger_locked
 
 
 def _create(sc: RunningSidecar, attempt: str, data: Any, kind: str = "ticket") -> Any:

@@ -18,7 +18,8 @@ from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 from sidecar.rules import canonical, ids
 from tests.conftest import MakeConfig
-from tests.harness import RunningSidecar, ledger_locked, refusal, start_sidecar
+from tests.harness import RunningSidecar, refusal, start_sidecar
+from tests.helpers.locks import ledger_locked
 from tests.server.processes import run_cli
 
 APPLIED = types_pb2.OUTCOME_APPLIED

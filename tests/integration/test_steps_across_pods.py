@@ -18,8 +18,8 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
-from tests import pg
-from tests.harness import SidecarProcess, refusal, sidecar_config, spawn_sidecar
+from tests.harness import ServerProcess, begin, refusal, sidecar_config, spawn_sidecar
+from tests.helpers import postgres as pg
 
 NON_IDEMPOTENT = types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE
 
@@ -32,7 +32,7 @@ def databases() -> Iterator[list[str]]:
         pg.drop_database(dsn)
 
 
-def _pods(ledger: str, tmp_path: Path, databases: list[str]) -> tuple[SidecarProcess, ...]:
+def _pods(ledger: str, tmp_path: Path, databases: list[str]) -> tuple[ServerProcess, ...]:
     """Two sidecars, as in two pods, with their ledgers as ``ledger`` says."""
     pods = []
     for name in ("pod-a", "pod-b"):
@@ -53,9 +53,7 @@ def _pods(ledger: str, tmp_path: Path, databases: list[str]) -> tuple[SidecarPro
 def _begin_step(target: str) -> pb.BeginStepResponse:
     with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.RunActionsServiceStub(channel)
-        attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id="run-pay", rule="billing", checkpoint="cp-1")
-        ).attempt_id
+        attempt = begin(stub, "run-pay", "billing", "cp-1")
         request = pb.BeginStepRequest(
             attempt_id=attempt, tool="charge_card", effect=NON_IDEMPOTENT, args_json='{"eur":42}'
         )

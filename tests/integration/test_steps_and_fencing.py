@@ -11,7 +11,8 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import types_pb2
 
 from tests.conftest import MakeConfig
-from tests.harness import RunningSidecar, ledger_locked, refusal, start_sidecar
+from tests.harness import RunningSidecar, refusal, start_sidecar
+from tests.helpers.locks import ledger_locked
 
 NON_IDEMPOTENT = types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE
 IDEMPOTENT = types_pb2.TOOL_EFFECT_IDEMPOTENT_WRITE

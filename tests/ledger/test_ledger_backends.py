@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from sidecar.config import Config
 from sidecar.ledger import inspect, schema
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import (
@@ -30,7 +31,8 @@ from sidecar.ledger.base import (
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger, PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedger
-from tests import pg
+from tests.helpers import postgres as pg
+from tests.helpers.locks import ledger_locked
 
 
 @dataclass
@@ -156,16 +158,8 @@ def test_a_locked_ledger_fails_appends_closed_and_recovers(ledger_backend: Backe
 
     async def go() -> None:
         ledger = ledger_backend.open()
-        if ledger_backend.name == "postgres":
-            blocker: Any = psycopg.connect(ledger_backend.values["audit_dsn"])
-            blocker.execute("LOCK TABLE audit_head IN ACCESS EXCLUSIVE MODE")
-        else:
-            blocker = sqlite3.connect(ledger_backend.values["audit_db"], isolation_level=None)
-            blocker.execute("BEGIN EXCLUSIVE")
-        with pytest.raises(LedgerError):
+        with ledger_locked(Config(**ledger_backend.values)), pytest.raises(LedgerError):
             await ledger.append(_event(1))
-        blocker.rollback() if ledger_backend.name == "postgres" else blocker.execute("ROLLBACK")
-        blocker.close()
         assert await ledger.append(_event(2)) == 2
         await ledger.close()
 

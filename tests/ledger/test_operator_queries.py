@@ -27,8 +27,9 @@ from sidecar.ledger.pending import Decision, DecisionRefused, Kind
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.ops.pending_metrics import PendingCollector
-from tests import pg
-from tests.harness import ledger_locked, sidecar_config
+from tests.harness import sidecar_config
+from tests.helpers import postgres as pg
+from tests.helpers.locks import ledger_locked
 
 
 @dataclass

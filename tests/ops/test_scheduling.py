@@ -50,7 +50,7 @@ def test_the_ledger_writer_and_the_store_batches_run_as_batch_threads(tmp_path: 
 
 def test_the_store_workers_of_a_postgresql_store_run_as_batch_threads() -> None:
     from sidecar.refstore.postgres import PostgresStoreBackend
-    from tests import pg
+    from tests.helpers import postgres as pg
 
     async def run() -> int:
         backend = PostgresStoreBackend(pg.fresh_database("scheduling"))

@@ -23,7 +23,7 @@ from sidecar.refstore import postgres
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from tests import pg
+from tests.helpers import postgres as pg
 
 # Children first: the foreign keys point at the parents.
 _PG_TABLES = (

@@ -8,16 +8,12 @@ shared test server stays up for every other test.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import socket
-import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import psycopg
@@ -31,10 +27,9 @@ from sidecar.refstore.backend import StoreUnavailableError
 from sidecar.refstore.postgres import SCHEMA_VERSION, PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.upstream.grpc import GrpcStoreClient
-from tests import pg
-
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "postgres.sh"
+from tests.harness import free_port
+from tests.helpers import postgres as pg
+from tests.helpers.postgres import PrivateServer, fresh_database
 
 
 @pytest.fixture
@@ -42,13 +37,6 @@ def dsn() -> Iterator[str]:
     made = pg.fresh_database("store_pg")
     yield made
     pg.drop_database(made)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _tables(dsn: str) -> set[str]:
@@ -129,7 +117,7 @@ def test_connections_commit_durably_at_read_committed_whatever_the_database_defa
 
 
 def test_an_unreachable_server_is_unavailable_not_a_fault() -> None:
-    nobody = f"postgresql://postgres@127.0.0.1:{_free_port()}/actonce"
+    nobody = f"postgresql://postgres@127.0.0.1:{free_port()}/actonce"
     began = time.monotonic()
     with pytest.raises(StoreUnavailableError, match="cannot connect"):
         PostgresStoreBackend(nobody, connect_timeout=2)
@@ -180,43 +168,29 @@ def test_callers_beyond_the_pool_wait_for_a_connection(dsn: str) -> None:
 # Outages, on a server of the tests' own
 
 
-@dataclass
+@dataclass(frozen=True)
 class OwnServer:
-    """A PostgreSQL server these tests may stop and restart."""
+    """A PostgreSQL server these tests may stop and restart, and its maintenance DSN."""
 
+    server: PrivateServer
     dsn: str
-    env: dict[str, str]
 
     def run(self, command: str) -> str:
-        done = subprocess.run(
-            [str(SCRIPT), command],
-            env=self.env,
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        return done.stdout.strip()
+        return self.server.run(command)
 
-    def fresh_database(self, name: str) -> str:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return self.dsn.rsplit("/", 1)[0] + "/" + name
+    def fresh_database(self, label: str) -> str:
+        return fresh_database(label, server=self.dsn)
 
 
 @pytest.fixture(scope="module")
 def own_server() -> Iterator[OwnServer]:
     # Under /tmp itself: the server runs as another user, who must reach its folder.
-    folder = tempfile.mkdtemp(prefix="actonce-store-pg-")
-    env = {**os.environ, "ACTONCE_PG_DIR": folder, "ACTONCE_PG_PORT": str(_free_port())}
-    server = OwnServer(dsn="", env=env)
+    server = PrivateServer(tempfile.mkdtemp(prefix="actonce-store-pg-"), free_port())
     try:
-        server.dsn = server.run("start").splitlines()[-1]
-        yield server
+        yield OwnServer(server, server.start())
     finally:
         server.run("stop")
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(server.folder, ignore_errors=True)
 
 
 def test_calls_fail_while_the_server_is_down_then_the_same_backend_works_again(

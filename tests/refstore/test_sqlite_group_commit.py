@@ -82,10 +82,9 @@ def test_a_refusal_rolls_back_only_its_own_call(tmp_path: Path) -> None:
     reopened.close()
 
 
-def test_a_transaction_that_dies_fails_every_call_in_it(tmp_path: Path) -> None:
-    """RAISE(ROLLBACK) ends the whole transaction, as a real fault of SQLite's would: the
-    calls that shared it lose their changes too, so none of them may answer as landed."""
-    path = tmp_path / "store.db"
+def _poisoned(path: Path) -> SqliteStoreBackend:
+    """A store with a thread "t" whose every request for a turn (a message posted with
+    request_turn) ends the whole transaction it is in."""
     store = SqliteStoreBackend(path)
     store.create_thread("t", "title")
     with sqlite3.connect(path) as db:
@@ -93,6 +92,13 @@ def test_a_transaction_that_dies_fails_every_call_in_it(tmp_path: Path) -> None:
             "CREATE TRIGGER poison BEFORE INSERT ON turn_requests"
             " BEGIN SELECT RAISE(ROLLBACK, 'poisoned'); END"
         )
+    return store
+
+
+def test_a_transaction_that_dies_fails_every_call_in_it(tmp_path: Path) -> None:
+    """RAISE(ROLLBACK) ends the whole transaction, as a real fault of SQLite's would: the
+    calls that shared it lose their changes too, so none of them may answer as landed."""
+    store = _poisoned(tmp_path / "store.db")
     reported: dict[str, bool] = {}
     for round_ in range(10):
         ids = [f"a-{round_}-{i}" for i in range(8)]
@@ -107,7 +113,7 @@ def test_a_transaction_that_dies_fails_every_call_in_it(tmp_path: Path) -> None:
         for artifact_id, answer in zip(ids, answers, strict=False):
             reported[artifact_id] = not isinstance(answer, Exception)
     store.close()
-    reopened = SqliteStoreBackend(path)
+    reopened = SqliteStoreBackend(tmp_path / "store.db")
     stored = {a.id for a in reopened.list_artifacts("k", page_size=1000).artifacts}
     assert stored == {a for a, landed in reported.items() if landed}
     assert reopened.list_messages("t") == ()
@@ -153,14 +159,7 @@ def test_a_batch_answers_each_call_in_order_after_one_commit(tmp_path: Path) -> 
 def test_a_batch_whose_transaction_dies_answers_every_call_with_the_failure(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "store.db"
-    store = SqliteStoreBackend(path)
-    store.create_thread("t", "title")
-    with sqlite3.connect(path) as db:
-        db.execute(
-            "CREATE TRIGGER poison BEFORE INSERT ON turn_requests"
-            " BEGIN SELECT RAISE(ROLLBACK, 'poisoned'); END"
-        )
+    store = _poisoned(tmp_path / "store.db")
     answers = store.run_batch(
         [
             lambda: store.create_artifact("before", "k", DATA),

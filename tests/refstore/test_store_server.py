@@ -37,7 +37,7 @@ from sidecar.refstore.server import (
 )
 from sidecar.refstore.servicer import ArtifactStoreServicer
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from tests.harness import AsyncHealthStub, HealthStub
+from tests.helpers.health import AsyncHealthStub, HealthStub
 from tests.refstore.conftest import StorePlace
 
 REPO = Path(__file__).resolve().parents[2]

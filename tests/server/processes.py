@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2
-
-from tests.harness import HealthStub, free_port
-
-
-def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without any ACTONCE_* setting, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTONCE_")}
-    env.update(extra or {})
-    return env
+from tests.harness import free_port
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import NeverAnswered, wait_for_health
 
 
 def run_cli(
@@ -29,7 +19,7 @@ def run_cli(
     """Run ``actonce ARGS`` to completion and capture what it printed."""
     return subprocess.run(
         [sys.executable, "-m", "sidecar.cli", *args],
-        env=clean_env(env),
+        env=scrubbed_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -58,20 +48,33 @@ def start_cli(log_path: Path, *args: str, env: Mapping[str, str] | None = None) 
             [sys.executable, "-m", "sidecar.cli", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=clean_env(env),
+            env=scrubbed_env(env),
         )
     return Served(process, log_path)
 
 
-def health_status(target: str, service: str = "", timeout: float = 2) -> str:
-    """The health service's answer at ``target`` by name, or the error's code name."""
-    with grpc.insecure_channel(target) as channel:
-        stub = HealthStub(channel)
-        try:
-            answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
-        except grpc.RpcError as error:
-            return f"error:{error.code().name}"
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
+def start_server(
+    tmp_path: Path,
+    command: str,
+    listen: str,
+    *flags: str,
+    data: str = "data",
+    env: Mapping[str, str] | None = None,
+) -> Served:
+    """``actonce COMMAND`` (serve or store) listening on ``listen``, its data in
+    ``tmp_path/DATA``, JSON lines to ``tmp_path/DATA.log``, with ``flags``."""
+    return start_cli(
+        tmp_path / f"{data}.log",
+        command,
+        "--listen",
+        listen,
+        "--data-dir",
+        str(tmp_path / data),
+        "--log-format",
+        "json",
+        *flags,
+        env=env,
+    )
 
 
 def wait_for_status(
@@ -82,20 +85,14 @@ def wait_for_status(
     service: str = "",
     timeout: float = 30,
 ) -> None:
-    """Ask until the health service at ``target`` answers ``wanted``."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        if served is not None and served.process.poll() is not None:
-            raise AssertionError(
-                f"exited with {served.process.returncode} before {wanted}: {served.log()[-2000:]}"
-            )
-        last = health_status(target, service, timeout=1)
-        if last == wanted:
-            return
-        time.sleep(0.05)
-    log = served.log()[-2000:] if served else ""
-    raise AssertionError(f"{target} answered {last}, never {wanted}. {log}")
+    """Ask until the health service at ``target`` answers ``wanted``; a failure shows the
+    end of the command's output."""
+    process = served.process if served is not None else None
+    try:
+        wait_for_health(target, wanted, process=process, service=service, timeout=timeout)
+    except NeverAnswered as never:
+        log = served.log()[-2000:] if served else ""
+        raise AssertionError(f"{never}. {log}") from None
 
 
 def serve_draining(
@@ -104,21 +101,16 @@ def serve_draining(
     """`actonce serve` against ``store_target`` with a ``grace`` period, SERVING; its API and
     probe addresses."""
     api, probes = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    served = start_cli(
-        tmp_path / "sidecar.log",
+    served = start_server(
+        tmp_path,
         "serve",
-        "--listen",
         api,
         "--health-listen",
         probes,
-        "--data-dir",
-        str(tmp_path / "data"),
         "--store-target",
         store_target,
         "--grace-period",
         str(grace),
-        "--log-format",
-        "json",
         *extra,
     )
     wait_for_status(probes, "SERVING", served=served)

@@ -23,8 +23,8 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
-from tests import pg
 from tests.harness import free_port
+from tests.helpers import postgres as pg
 from tests.server.processes import Served, start_cli, wait_for_status
 
 CALLERS = 8

@@ -12,7 +12,7 @@ import pytest
 from sidecar.cli import SERVE_SETTINGS, STORE_SETTINGS, build_parser, config_from
 from sidecar.cli import _resolve as resolve
 from tests.harness import free_port
-from tests.server.processes import run_cli, start_cli, wait_for_status
+from tests.server.processes import run_cli, start_cli, start_server, wait_for_status
 from tests.server.scrape import scrape, value
 
 
@@ -150,19 +150,14 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
 def test_a_flag_wins_over_its_variable(tmp_path: Path) -> None:
     # Both are malformed-or-wrong in the environment; the flags are what it runs with.
     api, probes = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    served = start_cli(
-        tmp_path / "sidecar.log",
+    served = start_server(
+        tmp_path,
         "serve",
-        "--listen",
         api,
         "--health-listen",
         probes,
         "--grace-period",
         "1",
-        "--data-dir",
-        str(tmp_path / "data"),
-        "--log-format",
-        "json",
         env={
             "ACTONCE_LISTEN": "nowhere",
             "ACTONCE_GRACE_PERIOD": "soon",
@@ -201,16 +196,7 @@ def test_variables_configure_what_no_flag_names(tmp_path: Path) -> None:
 def test_a_second_sidecar_on_a_port_a_sidecar_holds_is_refused(tmp_path: Path) -> None:
     # grpc's default SO_REUSEPORT would let the second bind and take half the calls.
     api = f"127.0.0.1:{free_port()}"
-    first = start_cli(
-        tmp_path / "first.log",
-        "serve",
-        "--listen",
-        api,
-        "--data-dir",
-        str(tmp_path / "one"),
-        "--log-format",
-        "json",
-    )
+    first = start_server(tmp_path, "serve", api, data="one")
     try:
         wait_for_status(api, "SERVING", served=first)
         second = run_cli("serve", "--listen", api, "--data-dir", str(tmp_path / "two"))

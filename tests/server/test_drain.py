@@ -20,8 +20,9 @@ from grpc_status import rpc_status
 from chaos.checker import read_sqlite_store
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import Phase
-from tests.harness import refusal, start_store
-from tests.server.processes import health_status, serve_draining, wait_for_status
+from tests.harness import begin, refusal, start_store
+from tests.helpers.health import health_answer
+from tests.server.processes import serve_draining, wait_for_status
 from tests.server.stores import SlowCreates
 
 
@@ -34,9 +35,7 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_ones_and_exits_0(
     channel = grpc.insecure_channel(api)
     try:
         stub = pb_grpc.RunActionsServiceStub(channel)
-        attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id="run-drain", rule="triage", checkpoint="c")
-        ).attempt_id
+        attempt = begin(stub, "run-drain", "triage", "c")
         in_flight = stub.Create.future(
             pb.CreateRequest(attempt_id=attempt, kind="ticket", data_json='{"a": 1}')
         )
@@ -46,7 +45,7 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_ones_and_exits_0(
 
         # Readiness turns at once; liveness does not, or the kubelet would cut the drain.
         wait_for_status(probes, "NOT_SERVING", timeout=2)
-        assert health_status(probes, "liveness") == "SERVING"
+        assert health_answer(probes, "liveness") == "SERVING"
         with pytest.raises(grpc.RpcError) as caught:
             stub.BeginAttempt(pb.BeginAttemptRequest(run_id="late", rule="triage", checkpoint="c"))
         late = refusal(caught.value)
@@ -88,9 +87,7 @@ def test_a_call_still_running_when_the_grace_period_ends_is_refused_and_the_exit
     channel = grpc.insecure_channel(api)
     try:
         stub = pb_grpc.RunActionsServiceStub(channel)
-        attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id="run-cut", rule="triage", checkpoint="c")
-        ).attempt_id
+        attempt = begin(stub, "run-cut", "triage", "c")
         in_flight = stub.Create.future(
             pb.CreateRequest(attempt_id=attempt, kind="ticket", data_json='{"a": 1}')
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -20,12 +21,12 @@ from sidecar.fronts.grpc.interceptors import ForwardingContext, Handler, behavio
 from tests.harness import (
     RunningSidecar,
     RunningStore,
-    ledger_locked,
     refusal,
     sidecar_config,
     start_sidecar,
     start_store,
 )
+from tests.helpers.locks import ledger_locked
 from tests.server.scrape import scrape, value
 from tests.server.stores import ConcurrentWriter, SlowCreates
 
@@ -43,6 +44,22 @@ def sidecar(tmp_path: Path) -> Iterator[RunningSidecar]:
         yield running
     finally:
         running.stop()
+
+
+@contextlib.contextmanager
+def metered_sidecar(
+    tmp_path: Path, *in_the_way: grpc.aio.ServerInterceptor
+) -> Iterator[tuple[RunningStore, RunningSidecar]]:
+    """A sidecar serving its metrics, before a store with ``in_the_way`` put in its way."""
+    store = start_store(tmp_path / "store", interceptors=in_the_way)
+    sc = start_sidecar(
+        sidecar_config(tmp_path / "data", store_target=store.target, metrics_listen="127.0.0.1:0")
+    )
+    try:
+        yield store, sc
+    finally:
+        sc.stop()
+        store.stop()
 
 
 def create(sc: RunningSidecar, attempt: str, data: Any) -> Any:
@@ -155,12 +172,8 @@ def test_audit_appends_are_timed_and_their_failures_counted(tmp_path: Path) -> N
 @pytest.mark.parametrize(("conflicts", "rereads"), [(2, 2), (4, 3)])
 def test_version_conflict_rereads_are_counted(tmp_path: Path, conflicts: int, rereads: int) -> None:
     holder: list[RunningStore] = []
-    store = start_store(tmp_path / "store", interceptors=[ConcurrentWriter(holder, conflicts)])
-    holder.append(store)
-    sc = start_sidecar(
-        sidecar_config(tmp_path / "data", store_target=store.target, metrics_listen="127.0.0.1:0")
-    )
-    try:
+    with metered_sidecar(tmp_path, ConcurrentWriter(holder, conflicts)) as (store, sc):
+        holder.append(store)
         artifact = create(sc, sc.begin(), {"hot": 0})
         edit = pb.EditRequest(
             attempt_id=sc.begin(), artifact_id=artifact.id, path="/mine", value_json="1"
@@ -179,18 +192,11 @@ def test_version_conflict_rereads_are_counted(tmp_path: Path, conflicts: int, re
             value(samples, count, operation="patch_artifact", result="VERSION_CONFLICT")
             == conflicts
         )
-    finally:
-        sc.stop()
-        store.stop()
 
 
 def test_in_flight_requests_rise_during_a_call_and_fall_after(tmp_path: Path) -> None:
     slow = SlowCreates(delay=1.5)
-    store = start_store(tmp_path / "store", interceptors=[slow])
-    sc = start_sidecar(
-        sidecar_config(tmp_path / "data", store_target=store.target, metrics_listen="127.0.0.1:0")
-    )
-    try:
+    with metered_sidecar(tmp_path, slow) as (_store, sc):
         attempt = sc.begin()
         answers: list[Any] = []
         call = threading.Thread(target=lambda: answers.append(create(sc, attempt, {"a": 1})))
@@ -207,9 +213,6 @@ def test_in_flight_requests_rise_during_a_call_and_fall_after(tmp_path: Path) ->
         bucket = "actonce_request_seconds_bucket"
         assert value(after, bucket, rpc="Create", code="OK", le="1.0") == 0
         assert value(after, bucket, rpc="Create", code="OK", le="2.5") == 1
-    finally:
-        sc.stop()
-        store.stop()
 
 
 def test_every_metric_is_prefixed_and_the_unlabelled_ones_show_from_the_start(
@@ -264,11 +267,7 @@ def test_each_sidecar_counts_only_its_own_calls(tmp_path: Path) -> None:
 
 def test_a_call_the_agent_cancels_is_counted_as_cancelled_not_refused(tmp_path: Path) -> None:
     slow = SlowCreates(delay=2.0)
-    store = start_store(tmp_path / "store", interceptors=[slow])
-    sc = start_sidecar(
-        sidecar_config(tmp_path / "data", store_target=store.target, metrics_listen="127.0.0.1:0")
-    )
-    try:
+    with metered_sidecar(tmp_path, slow) as (_store, sc):
         call = sc.stub.Create.future(
             pb.CreateRequest(attempt_id=sc.begin(), kind="ticket", data_json="{}")
         )
@@ -283,9 +282,6 @@ def test_a_call_the_agent_cancels_is_counted_as_cancelled_not_refused(tmp_path: 
         assert value(samples, "actonce_writes_total", rpc="Create", outcome="cancelled") == 1
         assert value(samples, "actonce_writes_total", rpc="Create", outcome="failed") == 0
         assert not any(name == "actonce_refusals_total" for name, _labels in samples)
-    finally:
-        sc.stop()
-        store.stop()
 
 
 def test_a_refusal_is_counted_before_its_status_is_sent() -> None:

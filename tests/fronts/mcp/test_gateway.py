@@ -18,7 +18,7 @@ from sidecar.ledger.audit_command import open_reader
 from tests.conftest import MakeConfig
 from tests.fronts.mcp.clients import begin_over_http, call, list_tools
 from tests.fronts.mcp.upstream import Payments
-from tests.harness import SidecarProcess, free_port, sidecar_config, spawn_sidecar
+from tests.harness import ServerProcess, free_port, sidecar_config, spawn_sidecar
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def payments() -> Iterator[Payments]:
 
 def serve(
     config: Config, tmp_path: Path, payments: Payments, effects: dict[str, str], name: str
-) -> tuple[SidecarProcess, str]:
+) -> tuple[ServerProcess, str]:
     effects_file = tmp_path / "effects.json"
     effects_file.write_text(json.dumps(effects))
     headers = tmp_path / "payments.headers"
