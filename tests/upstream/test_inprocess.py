@@ -24,8 +24,8 @@ from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.upstream.base import Refusal, StoreClient
 from sidecar.upstream.grpc import GrpcStoreClient
 from sidecar.upstream.inprocess import InProcessStoreClient
-from tests import pg
 from tests.harness import Loop
+from tests.helpers import postgres as pg
 
 HOT = '{"title":"disk full","tags":["a"]}'
 
@@ -188,5 +188,10 @@ def test_a_store_that_does_not_answer_in_time_is_a_deadline(tmp_path: Path) -> N
 
 
 def test_ping_takes_a_refusal_as_an_answer(clients: Clients) -> None:
-    clients.loop.run(clients.inprocess.ping())
-    clients.loop.run(clients.grpc.ping())
+    for client in (clients.inprocess, clients.grpc):
+        # The read a ping makes is refused: the store holds no artifact of the probe's id.
+        with pytest.raises(Refusal) as refused:
+            clients.loop.run(client.get_artifact("actonce-health-probe"))
+        assert refused.value.code == "NOT_FOUND"
+        # That refusal is an answer, and an answer proves the store is there.
+        clients.loop.run(client.ping())
