@@ -26,8 +26,8 @@ from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.retention import event_time, parse_before
 from sidecar.ledger.sqlite import SqliteLedger
-from tests import pg
 from tests.harness import sidecar_config, start_sidecar
+from tests.helpers import postgres as pg
 
 
 @dataclass
