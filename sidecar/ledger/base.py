@@ -71,12 +71,18 @@ class AuditEvent:
     detail: dict[str, Any] = field(default_factory=dict)
     # The attempt's scope within its run; empty for an unscoped attempt.
     scope: str = ""
+    # The trace (32 hex digits) and span (16) of the call that wrote the event, when the
+    # sidecar traces (sidecar.ops.tracing); empty otherwise.
+    trace_id: str = ""
+    span_id: str = ""
 
 
 _EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
 # Fields added after ledgers existed: hashed only when set, so that every
 # event written before them keeps its hash and `audit verify` still passes.
-_HASHED_WHEN_SET = frozenset({"scope"})
+# The trace ids are hashed when set, like the rest of an event: an edit that
+# pointed an event at another trace would mislead whoever follows the link.
+_HASHED_WHEN_SET = frozenset({"scope", "trace_id", "span_id"})
 
 
 @dataclass(frozen=True)

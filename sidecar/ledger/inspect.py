@@ -180,8 +180,14 @@ def show_run(reader: LedgerReader, run_id: str, out: TextIO) -> int:
         if scoped and events:
             out.write(f"scope {scope!r}\n" if scope else "unscoped\n")
         for stored in events:
-            out.write(_timeline_line(stored) + "\n")
+            out.write(_timeline_line(stored) + _trace_of(stored) + "\n")
     return shown
+
+
+def _trace_of(stored: StoredEvent) -> str:
+    """The trace and span of the call that wrote the event, when the sidecar traced it."""
+    e = stored.event
+    return f"  [trace {e.trace_id} span {e.span_id}]" if e.trace_id else ""
 
 
 def _timeline_line(stored: StoredEvent) -> str:

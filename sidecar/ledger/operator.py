@@ -14,6 +14,7 @@ and the sidecars' own appends serialize with it as with each other.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -23,7 +24,7 @@ from typing import Any
 
 from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, StoredEvent
 from sidecar.ledger.pending import Decision, PendingItem, decision_event, pending_item
-from sidecar.ledger.schema import COLUMNS, chain, row_to_event
+from sidecar.ledger.schema import chain, readable_columns, row_to_event
 from sidecar.ledger.sql import POSTGRES, RUN_SUMMARY, SQLITE, Queries, marks, phase
 
 # Ids per statement when reading many ids' events: well under both backends' limits.
@@ -107,6 +108,12 @@ class OperatorLedger:
         """A statement in the backend's placeholder style."""
         return self._queries.sql(sql)
 
+    @functools.cached_property
+    def _columns(self) -> str:
+        # A ledger opened read-only may not have been migrated: read it as it is.
+        names = self._fetch(self._queries.dialect.columns)
+        return readable_columns({str(row[0]) for row in names})
+
     # -- pending and decisions ----------------------------------------------------
 
     def pending(self, *, run_id: str | None = None) -> list[PendingItem]:
@@ -160,7 +167,7 @@ SELECT b.derived_id FROM audit_events b
         by_id: dict[str, list[StoredEvent]] = {}
         for start in range(0, len(ids), _CHUNK):
             chunk = ids[start : start + _CHUNK]
-            for row in self._fetch(self._queries.events_of(len(chunk)), chunk):
+            for row in self._fetch(self._queries.events_of(len(chunk), self._columns), chunk):
                 stored = row_to_event(row)
                 by_id.setdefault(stored.event.derived_id, []).append(stored)
         return by_id
@@ -192,7 +199,9 @@ SELECT b.derived_id FROM audit_events b
         return self.event(batch.seq)
 
     def event(self, seq: int) -> StoredEvent:
-        rows = self._fetch(self._sql(f"SELECT {COLUMNS} FROM audit_events WHERE seq = ?"), [seq])
+        rows = self._fetch(
+            self._sql(f"SELECT {self._columns} FROM audit_events WHERE seq = ?"), [seq]
+        )
         if not rows:
             raise LedgerError(f"no event #{seq}")
         return row_to_event(rows[0])
@@ -280,7 +289,7 @@ SELECT b.derived_id FROM audit_events b
     def run_events(self, run_id: str, *, after: int = 0, limit: int = 2000) -> list[StoredEvent]:
         """One run's events in order, a page at a time (from after ``after``)."""
         rows = self._fetch(
-            self._queries.events(COLUMNS, of_run=True, limit=True), [run_id, after, limit]
+            self._queries.events(self._columns, of_run=True, limit=True), [run_id, after, limit]
         )
         return [row_to_event(row) for row in rows]
 

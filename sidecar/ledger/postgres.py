@@ -30,14 +30,13 @@ import structlog
 
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
 from sidecar.ledger.schema import (
-    COLUMNS,
-    COLUMNS_UNMIGRATED,
-    MIGRATION_ADD_SCOPE,
+    ADDED_COLUMNS,
     checkpoints_table,
+    readable_columns,
     row_to_event,
     tables,
 )
-from sidecar.ledger.sql import POSTGRES, SqlLedger, SqlLedgerReader, append
+from sidecar.ledger.sql import POSTGRES, SqlLedger, SqlLedgerReader, append, present_columns
 from sidecar.ops import pgbounds
 
 SCHEMA = (
@@ -90,19 +89,13 @@ def ensure_schema(dsn: str) -> None:
         # on CREATE TABLE IF NOT EXISTS, which is not atomic in PostgreSQL.
         conn.execute("SELECT pg_advisory_xact_lock(7263001)")
         conn.execute(SCHEMA.replace("{genesis}", GENESIS_HASH))
-        # A ledger written before scopes gains the column in place, under the
-        # same lock; earlier sidecars name their columns, so the default fills it.
-        if not _has_scope(conn):
-            conn.execute(MIGRATION_ADD_SCOPE)
+        # A ledger written before a column came gains it in place, under the
+        # same lock; earlier sidecars name their columns, so the defaults fill them.
+        present = present_columns(conn, POSTGRES)
+        for name, statement, _ in ADDED_COLUMNS:
+            if name not in present:
+                conn.execute(statement)
         conn.commit()
-
-
-def _has_scope(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
-        "AND table_name = 'audit_events' AND column_name = 'scope'"
-    ).fetchone()
-    return row is not None
 
 
 class PostgresLedger(SqlLedger):
@@ -224,8 +217,8 @@ class PostgresLedgerReader(SqlLedgerReader[psycopg.Connection[Any]]):
         # can write nothing.
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
-        # A ledger no sidecar has opened since scopes came is read as it is.
-        super().__init__(conn, POSTGRES, COLUMNS if _has_scope(conn) else COLUMNS_UNMIGRATED)
+        # A ledger no sidecar has opened since its newest columns came is read as it is.
+        super().__init__(conn, POSTGRES, readable_columns(present_columns(conn, POSTGRES)))
 
     def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
         # A server-side cursor streams a large ledger instead of loading it whole;

@@ -7,6 +7,7 @@ and verifies either the same way; only the dialect's types differ.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -23,16 +24,29 @@ from sidecar.ledger.base import (
 COLUMNS = (
     "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
     "request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash, hash, "
-    "scope"
+    "scope, trace_id, span_id"
 )
-# A ledger not yet migrated has no scope column: its readers see every event unscoped.
-COLUMNS_UNMIGRATED = COLUMNS.removesuffix(", scope") + ", '' AS scope"
 
-# What `tables` adds to a ledger written before scopes, as idempotent statements
-# the backend runs when the column is missing. Earlier sidecars sharing the
-# ledger keep working: they name their columns, so the default fills scope,
-# and the unscoped attempts keep their fencing row in audit_runs.
-MIGRATION_ADD_SCOPE = "ALTER TABLE audit_events ADD COLUMN scope TEXT NOT NULL DEFAULT ''"
+# Columns added after ledgers existed, each with the statement that adds it and what a
+# reader of a ledger not yet migrated reads in its place. A backend runs the statement
+# of each column its table lacks, idempotently and under its lock. Earlier sidecars
+# sharing the ledger keep working: they name their columns, so the defaults fill the
+# new ones (a scope of '', no trace), and the unscoped attempts keep their fencing row
+# in audit_runs.
+ADDED_COLUMNS = (
+    ("scope", "ALTER TABLE audit_events ADD COLUMN scope TEXT NOT NULL DEFAULT ''", "''"),
+    ("trace_id", "ALTER TABLE audit_events ADD COLUMN trace_id TEXT", "NULL"),
+    ("span_id", "ALTER TABLE audit_events ADD COLUMN span_id TEXT", "NULL"),
+)
+
+
+def readable_columns(present: Collection[str]) -> str:
+    """COLUMNS as a ledger holding only the columns ``present`` can answer them: a ledger
+    no sidecar has opened since a column came is read as it is."""
+    missing = {name: stand_in for name, _, stand_in in ADDED_COLUMNS if name not in present}
+    return ", ".join(
+        f"{missing[name]} AS {name}" if name in missing else name for name in COLUMNS.split(", ")
+    )
 
 
 def tables(seq_type: str) -> str:
@@ -58,7 +72,9 @@ CREATE TABLE IF NOT EXISTS audit_events (
     detail TEXT NOT NULL,
     prev_hash TEXT NOT NULL,
     hash TEXT NOT NULL,
-    scope TEXT NOT NULL DEFAULT ''
+    scope TEXT NOT NULL DEFAULT '',
+    trace_id TEXT,
+    span_id TEXT
 );
 CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
 CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
@@ -112,7 +128,7 @@ def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> t
         seq, ts, event.run_id, event.attempt_id, event.rpc, event.phase, event.rule,
         event.checkpoint, event.write_type, event.derived_id, event.request_id,
         event.occurrence, event.digest, event.outcome, event.reason, event.failure_class,
-        detail, prev, digest, event.scope,
+        detail, prev, digest, event.scope, event.trace_id or None, event.span_id or None,
     )  # fmt: skip
 
 
@@ -120,7 +136,7 @@ def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
     """Decode one ``audit_events`` row (in COLUMNS order)."""
     (seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id,
      request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash,
-     hash_, scope) = row  # fmt: skip
+     hash_, scope, trace_id, span_id) = row  # fmt: skip
     event = AuditEvent(
         run_id=str(run_id),
         attempt_id=str(attempt_id),
@@ -138,6 +154,8 @@ def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
         failure_class=str(failure_class),
         detail=json.loads(str(detail)),
         scope=str(scope),
+        trace_id=str(trace_id or ""),
+        span_id=str(span_id or ""),
     )
     return StoredEvent(int(str(seq)), str(ts), event, str(prev_hash), str(hash_))
 

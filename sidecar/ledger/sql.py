@@ -44,6 +44,7 @@ __all__ = [
     "append",
     "marks",
     "phase",
+    "present_columns",
 ]
 
 
@@ -54,12 +55,24 @@ class Dialect:
     placeholder: str
     head_row: str  # the WHERE clause that names the chain's one head row
     head_lock: str  # what an append adds to its read of the head, to hold it until commit
+    columns: str  # the statement that names the events table's columns
 
 
 # SQLite's BEGIN IMMEDIATE already holds the whole file for the writer.
-SQLITE = Dialect(placeholder="?", head_row="id = 1", head_lock="")
+SQLITE = Dialect(
+    placeholder="?",
+    head_row="id = 1",
+    head_lock="",
+    columns="SELECT name FROM pragma_table_info('audit_events')",
+)
 # Batches from several sidecars serialize on the head row.
-POSTGRES = Dialect(placeholder="%s", head_row="id", head_lock=" FOR UPDATE")
+POSTGRES = Dialect(
+    placeholder="%s",
+    head_row="id",
+    head_lock=" FOR UPDATE",
+    columns="SELECT column_name FROM information_schema.columns "
+    "WHERE table_schema = current_schema() AND table_name = 'audit_events'",
+)
 
 # A run's summary, as `audit runs` and the console's runs page show it.
 RUN_SUMMARY = "run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), MAX(ts)"
@@ -72,6 +85,11 @@ def phase(name: str) -> str:
     on (phase, run_id, seq) as it did when the names were written out.
     """
     return f"'{name}'"
+
+
+def present_columns(db: Connection, dialect: Dialect) -> set[str]:
+    """The columns the events table has: a ledger not yet migrated lacks the newest."""
+    return {str(row[0]) for row in db.execute(dialect.columns).fetchall()}
 
 
 def marks(count: int) -> str:
@@ -112,10 +130,10 @@ class Queries:
         """A statement written with ``?`` placeholders, in this dialect's."""
         return text.replace("?", self.dialect.placeholder)
 
-    def events_of(self, ids: int) -> str:
-        """The events of ``ids`` derived ids, in order."""
+    def events_of(self, ids: int, columns: str = COLUMNS) -> str:
+        """The events of ``ids`` derived ids, in order, ``columns`` of them."""
         return self.sql(
-            f"SELECT {COLUMNS} FROM audit_events WHERE derived_id IN ({marks(ids)}) ORDER BY seq"
+            f"SELECT {columns} FROM audit_events WHERE derived_id IN ({marks(ids)}) ORDER BY seq"
         )
 
     def events(self, columns: str, *, of_run: bool, limit: bool = False) -> str:

@@ -14,14 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
-from sidecar.ledger.schema import (
-    COLUMNS,
-    COLUMNS_UNMIGRATED,
-    MIGRATION_ADD_SCOPE,
-    checkpoints_table,
-    tables,
-)
-from sidecar.ledger.sql import SQLITE, SqlLedger, SqlLedgerReader, append
+from sidecar.ledger.schema import ADDED_COLUMNS, checkpoints_table, readable_columns, tables
+from sidecar.ledger.sql import SQLITE, SqlLedger, SqlLedgerReader, append, present_columns
 
 SCHEMA = (
     tables("INTEGER")
@@ -51,17 +45,15 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
-def _has_scope(conn: sqlite3.Connection) -> bool:
-    return any(row[1] == "scope" for row in conn.execute("PRAGMA table_info(audit_events)"))
-
-
 def _migrate(conn: sqlite3.Connection) -> None:
-    # A ledger written before scopes gains the column in place; the write lock
+    # A ledger written before a column came gains it in place; the write lock
     # keeps two sidecars opening the file together from both adding it.
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if not _has_scope(conn):
-            conn.execute(MIGRATION_ADD_SCOPE)
+        present = present_columns(conn, SQLITE)
+        for name, statement, _ in ADDED_COLUMNS:
+            if name not in present:
+                conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -125,8 +117,8 @@ class SqliteLedgerReader(SqlLedgerReader[sqlite3.Connection]):
         if not path.exists():
             raise LedgerError(f"no ledger at {path}")
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        # A ledger no sidecar has opened since scopes came is read as it is.
-        super().__init__(conn, SQLITE, COLUMNS if _has_scope(conn) else COLUMNS_UNMIGRATED)
+        # A ledger no sidecar has opened since its newest columns came is read as it is.
+        super().__init__(conn, SQLITE, readable_columns(present_columns(conn, SQLITE)))
 
     def _has_checkpoints(self) -> bool:
         return bool(self._conn.execute(

@@ -26,6 +26,7 @@ from sidecar.ledger.base import (
     FencedError,
     LedgerError,
     LedgerReader,
+    StoredEvent,
     event_hash,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
@@ -52,6 +53,16 @@ class Backend:
         else:
             lite = sqlite3.connect(self.values["audit_db"], isolation_level=None)
             lite.execute(statement, params)
+            lite.close()
+
+    def query(self, statement: str) -> list[tuple[Any, ...]]:
+        if self.name == "postgres":
+            with psycopg.connect(self.values["audit_dsn"], autocommit=True) as conn:
+                return list(conn.execute(statement).fetchall())
+        lite = sqlite3.connect(self.values["audit_db"])
+        try:
+            return list(lite.execute(statement).fetchall())
+        finally:
             lite.close()
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -330,7 +341,8 @@ CREATE TABLE audit_events (
 
 def _hash_before_scopes(seq: int, ts: str, event: AuditEvent, prev: str) -> str:
     # How an earlier sidecar hashed an event: every field it had, nothing else.
-    content = {k: v for k, v in dataclasses.asdict(event).items() if k != "scope"}
+    content = {k: v for k, v in dataclasses.asdict(event).items()
+               if k not in ("scope", "trace_id", "span_id")}  # fmt: skip
     body = json.dumps({"seq": seq, "ts": ts, **content}, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=True)  # fmt: skip
     return hashlib.sha256((prev + body).encode("ascii")).hexdigest()
@@ -349,7 +361,8 @@ def test_a_ledger_written_before_scopes_is_migrated_in_place_and_still_verifies(
         ts = schema.now()
         digest = _hash_before_scopes(seq, ts, event, prev)
         assert digest == event_hash(seq, ts, event, prev)
-        row = schema.event_row(seq, ts, event, prev, digest)[:-1]  # no scope column then
+        # No scope column then, nor the trace columns that came after it.
+        row = schema.event_row(seq, ts, event, prev, digest)[: -len(schema.ADDED_COLUMNS)]
         ledger_backend.sql(
             f"INSERT INTO audit_events VALUES ({', '.join('?' * len(row))})", tuple(row)
         )
@@ -377,3 +390,74 @@ def test_a_ledger_written_before_scopes_is_migrated_in_place_and_still_verifies(
         (1, ""), (2, ""), (3, ""), (4, "call_1"), (5, "call_1")]  # fmt: skip
     assert inspect.verify(reader).intact
     reader.close()
+
+
+_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+_SPAN = "00f067aa0ba902b7"
+
+
+def _traced(i: int, phase: str = "outcome") -> AuditEvent:
+    return dataclasses.replace(_event(i, phase), trace_id=_TRACE, span_id=_SPAN)
+
+
+def test_a_ledger_written_before_trace_ids_gains_them_and_still_verifies(
+    ledger_backend: Backend,
+) -> None:
+    # A ledger as the sidecars before tracing left it: a scope column, no trace columns.
+    async def before() -> None:
+        ledger = ledger_backend.open()
+        for i in range(3):
+            await ledger.append(_event(i))
+        await ledger.close()
+
+    asyncio.run(before())
+    for column in ("trace_id", "span_id"):
+        ledger_backend.sql(f"ALTER TABLE audit_events DROP COLUMN {column}")
+    reader = ledger_backend.reader()  # a reader of a ledger not yet migrated
+    assert [(e.event.trace_id, e.event.span_id) for e in reader.events()] == [("", "")] * 3
+    assert inspect.verify(reader).intact
+    reader.close()
+
+    async def after() -> None:
+        ledger = ledger_backend.open()  # migrates
+        await ledger.append(_traced(3))
+        await ledger.append(_event(4))
+        await ledger.close()
+
+    asyncio.run(after())
+    reader = ledger_backend.reader()
+    stored = list(reader.events())
+    assert [(e.seq, e.event.trace_id, e.event.span_id) for e in stored] == [
+        (1, "", ""), (2, "", ""), (3, "", ""), (4, _TRACE, _SPAN), (5, "", "")]  # fmt: skip
+    assert inspect.verify(reader).intact
+    # An event with no trace keeps the hash it would have had before trace ids came.
+    untraced = stored[4]
+    assert untraced.hash == _hash_before_traces(untraced)
+    reader.close()
+    # An event that holds no trace is stored with none, not with an empty string.
+    assert ledger_backend.query("SELECT COUNT(*) FROM audit_events WHERE trace_id IS NULL") == [
+        (4,)
+    ]
+
+
+def _hash_before_traces(stored: StoredEvent) -> str:
+    content = {k: v for k, v in dataclasses.asdict(stored.event).items()
+               if k not in ("trace_id", "span_id", "scope")}  # fmt: skip
+    body = json.dumps({"seq": stored.seq, "ts": stored.ts, **content}, sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=True)  # fmt: skip
+    return hashlib.sha256((stored.prev_hash + body).encode("ascii")).hexdigest()
+
+
+def test_an_event_pointed_at_another_trace_fails_verification(ledger_backend: Backend) -> None:
+    async def go() -> None:
+        ledger = ledger_backend.open()
+        await ledger.append(_traced(0))
+        await ledger.append(_traced(1))
+        await ledger.close()
+
+    asyncio.run(go())
+    ledger_backend.sql("UPDATE audit_events SET trace_id = ? WHERE seq = 1", ("0" * 31 + "1",))
+    reader = ledger_backend.reader()
+    verdict = inspect.verify(reader)
+    reader.close()
+    assert not verdict.intact and verdict.first_bad == 1
