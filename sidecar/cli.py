@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from sidecar import defaults
 from sidecar.config import Config
-from sidecar.ops import logs
+from sidecar.ops import logs, tracing_settings
 
 
 class ConfigError(Exception):
@@ -125,6 +125,14 @@ def _id_scheme(text: str) -> int:
     return int(text)
 
 
+def _trace_url_template(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("expected an http:// or https:// URL")
+    if "{trace_id}" not in value:
+        raise ValueError("names no {trace_id}")
+    return value
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -222,6 +230,10 @@ CONSOLE_SETTINGS: dict[str, Setting] = {
     "--token-file": ("ACTONCE_CONSOLE_TOKEN_FILE", _readable_file, None,
                      "file holding the operator's token: resolving needs it, and with it "
                      "the console may serve beyond loopback"),
+    "--trace-url-template": ("ACTONCE_CONSOLE_TRACE_URL_TEMPLATE", _trace_url_template, None,
+                             "URL of a trace in your trace viewer, with {trace_id} where its "
+                             "id goes (e.g. http://jaeger:16686/trace/{trace_id}): each traced "
+                             "event links to it"),
     "--log-level": SERVE_SETTINGS["--log-level"],
     "--log-format": SERVE_SETTINGS["--log-format"],
 }  # fmt: skip
@@ -300,9 +312,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="A gRPC sidecar that makes every write of an agent's run land once.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve the sidecar (embedded store by default)")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the sidecar (embedded store by default)",
+        epilog=tracing_settings.EPILOG,
+    )
     _add_settings(serve, SERVE_SETTINGS)
-    store = commands.add_parser("store", help="run the reference artifact store alone")
+    store = commands.add_parser(
+        "store", help="run the reference artifact store alone", epilog=tracing_settings.EPILOG
+    )
     _add_settings(store, STORE_SETTINGS)
     audit = commands.add_parser("audit", help="inspect and verify the audit ledger")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
@@ -445,6 +463,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             _check_environment(SERVE_SETTINGS)
             values = _resolve(args, SERVE_SETTINGS)
             config = config_from(values)
+            tracing_settings.check()
             logs.configure(config.log_level, config.log_format)
             from sidecar.fronts.grpc.server import serve
 
@@ -470,6 +489,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
+            tracing_settings.check()
             logs.configure(values["log_level"], values["log_format"])
             from sidecar.ops.security import read_token, server_credentials
             from sidecar.refstore.server import serve_store
@@ -490,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     credentials=credentials,
                 )
             )
-    except ConfigError as exc:
+    except (ConfigError, tracing_settings.TracingSettingError) as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot start: {exc}")

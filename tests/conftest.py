@@ -17,6 +17,7 @@ import pytest
 from sidecar.config import Config
 from tests.harness import RunningSidecar, sidecar_config, start_sidecar
 from tests.helpers import postgres as pg
+from tests.helpers.otlp import otlp_receiver  # noqa: F401  (the OTLP receiver, for any test)
 
 MakeConfig = Callable[..., Config]
 

@@ -23,6 +23,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -92,10 +93,15 @@ def create_app(
     token: str | None,
     chain: ChainWatch,
     session_secret: str | None = None,
+    trace_url_template: str | None = None,
 ) -> Starlette:
     state = ConsoleState(ledger, token, chain)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["lanes"] = timeline.LANES
+    # A link from each traced entry to the trace viewer (--trace-url-template).
+    templates.env.globals["trace_url"] = (
+        partial(trace_url, trace_url_template) if trace_url_template else None
+    )
     templates.env.filters["clock"] = _clock
     templates.env.filters["short"] = _short
     templates.env.filters["bytes"] = _bytes
@@ -393,6 +399,11 @@ def _int(text: str | None, default: int) -> int:
 
 def _link(query: dict[str, str], offset: int) -> str:
     return "/?" + urlencode({**query, "offset": offset})
+
+
+def trace_url(template: str, trace_id: str) -> str:
+    """The trace viewer's page of ``trace_id``: the template with ``{trace_id}`` filled in."""
+    return template.replace("{trace_id}", quote(trace_id, safe=""))
 
 
 def _clock(ts: str) -> str:

@@ -61,7 +61,9 @@ def run_console(values: dict[str, Any]) -> int:
         return 2
     chain = ChainWatch(lambda: open_reader({**values, "audit_db": audit_db}))
     chain.start()
-    app = create_app(ledger, token=token, chain=chain)
+    app = create_app(
+        ledger, token=token, chain=chain, trace_url_template=values.get("trace_url_template")
+    )
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -66,6 +66,7 @@ class Entry:
     state: str = ""  # what a person should read: applied, already_applied, in_doubt, ...
     fences: int = 0  # attempt_begin: the attempt this one fenced
     by_decision: bool = False  # a step answered from an operator's decision, not an attempt's end
+    trace_id: str = ""  # the trace of the call that made the entry, when it was traced
 
     @property
     def elapsed_ms(self) -> float | None:
@@ -91,8 +92,11 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
     rule = ""
     newest: dict[str, AttemptView] = {}  # by scope: fencing is per (run, scope)
     decided: dict[str, str] = {}  # id -> the latest decision on it so far
+    traces: dict[int, str] = {}  # seq -> the trace of the call that wrote it
     for stored in events:
         e = stored.event
+        if e.trace_id:
+            traces[stored.seq] = e.trace_id
         rule = rule or e.rule
         attempt = attempts.get(e.attempt_id)
         if e.phase == Phase.ATTEMPT_BEGIN:
@@ -209,6 +213,8 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 )
             )
     _mark_in_doubt(entries, pending_ids)
+    for entry in entries:
+        entry.trace_id = traces.get(entry.seq, "")
     return Timeline(run_id, rule, list(attempts.values()), entries)
 
 
@@ -260,5 +266,7 @@ def event_json(stored: StoredEvent) -> dict[str, Any]:
         "reason": e.reason,
         "failure_class": e.failure_class,
         "detail": e.detail,
+        "trace_id": e.trace_id,
+        "span_id": e.span_id,
         "hash": stored.hash,
     }

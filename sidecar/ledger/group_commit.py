@@ -17,8 +17,10 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
@@ -36,11 +38,24 @@ MAX_BATCH = 512
 CommitHook = Callable[[float, int], None]
 
 
+class CommitTracer(Protocol):
+    """The hook for traces (sidecar.ops.tracing), set only when the sidecar traces."""
+
+    def link(self) -> object:
+        """What the batch's span will link to, taken in the appender's task."""
+        ...
+
+    def commit(self, links: Sequence[object]) -> AbstractContextManager[object]:
+        """The span of one commit, in the writer thread, given each append's link."""
+        ...
+
+
 @dataclass
 class _Pending:
     event: AuditEvent
     future: asyncio.Future[int]
     loop: asyncio.AbstractEventLoop
+    link: object = None
 
 
 class GroupCommitLedger:
@@ -53,6 +68,7 @@ class GroupCommitLedger:
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._closed = False
         self.on_commit: CommitHook | None = None
+        self.commit_tracer: CommitTracer | None = None
         self._writer = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
 
     def _start_writer(self) -> None:
@@ -63,7 +79,8 @@ class GroupCommitLedger:
             raise LedgerError("ledger is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
-        self._queue.put(_Pending(event, future, loop))
+        tracer = self.commit_tracer
+        self._queue.put(_Pending(event, future, loop, tracer.link() if tracer else None))
         try:
             # Shielded: a caller that goes away (its call cancelled) leaves its event to
             # be written all the same, as a write that may have landed needs.
@@ -116,16 +133,18 @@ class GroupCommitLedger:
         batch = [pending for pending in batch if not pending.future.done()]
         if not batch:
             return
-        started = time.perf_counter()
-        try:
-            results = self._write_batch([p.event for p in batch])
-        except Exception as exc:  # any failure of the batch fails each of its appends closed
-            log.warning("audit_append_failed", error=str(exc), batch=len(batch))
-            error = LedgerError(f"audit event not persisted: {exc}")
-            _wake([(pending, error) for pending in batch])
-            return
-        if self.on_commit is not None:
-            self.on_commit(time.perf_counter() - started, len(batch))
+        tracer = self.commit_tracer
+        with tracer.commit([p.link for p in batch]) if tracer else nullcontext():
+            started = time.perf_counter()
+            try:
+                results = self._write_batch([p.event for p in batch])
+            except Exception as exc:  # any failure of the batch fails each of its appends closed
+                log.warning("audit_append_failed", error=str(exc), batch=len(batch))
+                error = LedgerError(f"audit event not persisted: {exc}")
+                _wake([(pending, error) for pending in batch])
+                return
+            if self.on_commit is not None:
+                self.on_commit(time.perf_counter() - started, len(batch))
         _wake(list(zip(batch, results, strict=True)))
 
 

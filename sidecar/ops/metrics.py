@@ -137,6 +137,15 @@ class Metrics:
             "draining", "1 once SIGTERM was received and the sidecar takes no new calls.",
             namespace=NAMESPACE, registry=r,
         )  # fmt: skip
+        # Set only when the sidecar traces (sidecar.ops.tracing): the latency histograms
+        # then carry the current trace as an exemplar, seen when scraped as OpenMetrics.
+        self.exemplar: Callable[[], dict[str, str] | None] | None = None
+
+    def observe(self, histogram: Histogram, seconds: float) -> None:
+        """``seconds`` into ``histogram`` (a child with its labels), with the trace's
+        exemplar when the sidecar traces."""
+        exemplar = self.exemplar
+        histogram.observe(seconds, exemplar() if exemplar is not None else None)
 
     def front_call(self, front: str) -> Callable[[str, str, ActonceError | None], None]:
         """The counting of a front other than gRPC's interceptor: its calls count as
@@ -210,7 +219,9 @@ class _CallRecord:
             "grpc", rpc, outcome or ("ok" if info is None else "failed")
         ).inc()
         metrics.in_flight.labels(rpc).dec()
-        metrics.request_seconds.labels(rpc, code.name).observe(time.perf_counter() - self.started)
+        metrics.observe(
+            metrics.request_seconds.labels(rpc, code.name), time.perf_counter() - self.started
+        )
 
     def refused(self, code: grpc.StatusCode | int | None, trailing: Metadata | None) -> None:
         # grpc.aio's context answers code() with the status's number, not its enum.
@@ -299,7 +310,7 @@ class _TimedLedger:
             self._metrics.audit_append_failures.inc()
             raise
         finally:
-            self._metrics.audit_append_seconds.observe(time.perf_counter() - started)
+            self._metrics.observe(self._metrics.audit_append_seconds, time.perf_counter() - started)
 
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         return await self._inner.events_for(derived_id)
@@ -320,7 +331,7 @@ def instrument_ledger(ledger: AuditLedger, metrics: Metrics) -> AuditLedger:
     if hasattr(ledger, "on_commit"):
 
         def committed(seconds: float, events: int) -> None:
-            metrics.audit_commit_seconds.observe(seconds)
+            metrics.observe(metrics.audit_commit_seconds, seconds)
             metrics.audit_commit_events.observe(events)
 
         ledger.on_commit = committed
@@ -357,8 +368,9 @@ class _TimedStore:
             result = _result_of(error)
             raise
         finally:
-            self._metrics.store_call_seconds.labels(operation, result).observe(
-                time.perf_counter() - started
+            self._metrics.observe(
+                self._metrics.store_call_seconds.labels(operation, result),
+                time.perf_counter() - started,
             )
 
     async def create_artifact(

@@ -93,14 +93,19 @@ def connect_store(
     tls: StoreTls | None = None,
     token_file: Path | None = None,
     timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
 ) -> GrpcStoreClient:
-    """A store client for ``target``: over TLS when ``tls`` is given, with the token if any."""
+    """A store client for ``target``: over TLS when ``tls`` is given, with the token if any,
+    its calls passing through ``interceptors`` (the traces' own, when the sidecar traces)."""
     metadata: list[tuple[str, str]] = []
     if token_file is not None:
         metadata.append(("authorization", f"Bearer {read_token(token_file)}"))
     if tls is not None:
         channel = grpc.aio.secure_channel(
-            target, channel_credentials(tls), options=list(CHANNEL_OPTIONS)
+            target,
+            channel_credentials(tls),
+            options=list(CHANNEL_OPTIONS),
+            interceptors=list(interceptors) or None,
         )
     else:
         if token_file is not None and not _is_local(target):
@@ -109,7 +114,9 @@ def connect_store(
                 store=target,
                 hint="the token crosses the network in clear; set --store-tls-ca",
             )
-        channel = grpc.aio.insecure_channel(target, options=list(CHANNEL_OPTIONS))
+        channel = grpc.aio.insecure_channel(
+            target, options=list(CHANNEL_OPTIONS), interceptors=list(interceptors) or None
+        )
     return GrpcStoreClient(channel, timeout_seconds=timeout_seconds, metadata=metadata)
 
 

@@ -14,6 +14,7 @@ import gc
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import structlog
@@ -21,10 +22,13 @@ from actonce_api.store.v1 import artifact_store_pb2 as pb
 from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar.ops import reflection
+from sidecar.ops import reflection, tracing_settings
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.servicer import ArtifactStoreServicer
 from sidecar.refstore.sqlite import SqliteStoreBackend
+
+if TYPE_CHECKING:
+    from sidecar.ops.tracing import Tracing
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -127,9 +131,14 @@ async def serve_store(
     In-flight calls get `grace_seconds` to finish; the database is closed after the last one.
     """
     backend = open_store_backend(data_dir, dsn=dsn)
+    traces = _tracing()
     try:
         server, port = await create_store_server(
-            backend, listen, token=token, credentials=credentials
+            backend,
+            listen,
+            token=token,
+            credentials=credentials,
+            interceptors=traces.store_server_interceptors() if traces is not None else (),
         )
         await server.start()
         # What start-up built lives as long as the process; a full collection need not
@@ -159,3 +168,15 @@ async def serve_store(
         log.info("store.stopped")
     finally:
         backend.close()
+        if traces is not None:
+            traces.shutdown()
+
+
+def _tracing() -> Tracing | None:
+    """The store's traces, when the OTEL_* variables ask for them: it continues the
+    traces of the calls that carry one (sidecar.ops.tracing)."""
+    if not tracing_settings.requested():
+        return None
+    from sidecar.ops.tracing import STORE_SERVICE, Tracing
+
+    return Tracing.from_environment(STORE_SERVICE)

@@ -39,7 +39,7 @@ from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.ops import reflection, security
+from sidecar.ops import reflection, security, tracing_settings
 from sidecar.ops.drain import LINGER_SECONDS, CallGate
 from sidecar.ops.listening import SERVER_OPTIONS, bind
 from sidecar.ops.metrics import (
@@ -93,6 +93,8 @@ class Sidecar:
     # The MCP front (--mcp-listen), and the port it is bound to.
     mcp: McpListener | None = None
     mcp_port: int = 0
+    # Traces, when the OTEL_* variables ask for them (sidecar.ops.tracing); else None.
+    tracing: Tracing | None = None
     _health_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
 
@@ -206,6 +208,9 @@ class Sidecar:
             closing = asyncio.to_thread(self.embedded_backend.close)
             await _bounded("store_backend", closing, left())
         await _bounded("ledger", self.ledger.close(), left())
+        if self.tracing is not None:
+            # The spans of the last calls leave before the process does.
+            await _bounded("tracing", asyncio.to_thread(self.tracing.shutdown), left())
 
 
 # A health check answers within this, or readiness turns NOT_SERVING: well within the
@@ -298,12 +303,20 @@ async def create_server(
 
     ``ledger`` replaces the configured one; only benchmarks pass it (to
     measure the sidecar without audit), and no flag or setting reaches it.
+    Traces are on when the ``OTEL_*`` variables ask for them (sidecar.ops.tracing).
     """
+    traces = _tracing()
     metrics = Metrics()
     if config.metrics_listen is not None and ledger is None:
         metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
     gate = CallGate()
-    ledger = instrument_ledger(ledger if ledger is not None else open_ledger(config), metrics)
+    ledger = ledger if ledger is not None else open_ledger(config)
+    if traces is not None:
+        traces.watch_commits(ledger)
+        metrics.exemplar = traces.exemplar
+    ledger = instrument_ledger(ledger, metrics)
+    if traces is not None:
+        ledger = traces.ledger(ledger)
     embedded: grpc.aio.Server | None = None
     backend: StoreBackend | None = None
     upstream: StoreClient
@@ -317,6 +330,7 @@ async def create_server(
             ),
             token_file=config.store_token_file,
             timeout_seconds=config.store_timeout_seconds,
+            interceptors=traces.store_client_interceptors() if traces is not None else (),
         )
     else:
         backend = open_store_backend(config)
@@ -330,6 +344,8 @@ async def create_server(
         os.chmod(target.removeprefix("unix:"), 0o600)
         upstream = InProcessStoreClient(backend, timeout_seconds=config.store_timeout_seconds)
     store = instrument_store(upstream, metrics)
+    if traces is not None:
+        store = traces.store(store)
     actions = RunActions(
         ledger=ledger,
         store=store,
@@ -345,6 +361,8 @@ async def create_server(
     # Outermost first: metrics see every call, the gate's refusals included.
     server = grpc.aio.server(
         interceptors=[
+            # The call's span first, so that everything below runs within it.
+            *(traces.server_interceptors() if traces is not None else ()),
             MetricsInterceptor(metrics),
             gate,
             # Parses requests itself, for the log context below and the handlers.
@@ -363,7 +381,7 @@ async def create_server(
     # Method names resolve too, so that ghz and grpcurl call RPCs with no proto file.
     reflection.enable(server, [SERVICE_NAME, health.SERVICE_NAME])
     port = bind(server, config.listen)
-    mcp = _mcp_listener(config, actions, metrics) if config.mcp_listen else None
+    mcp = _mcp_listener(config, actions, metrics, traces) if config.mcp_listen else None
     health_server, health_port = (
         await create_health_server(health_servicer, config.health_listen)
         if config.health_listen
@@ -386,15 +404,29 @@ async def create_server(
         metrics_listen=config.metrics_listen,
         mcp=mcp,
         mcp_port=mcp.port if mcp is not None else 0,
+        tracing=traces,
     )
     return sidecar, port
 
 
 if TYPE_CHECKING:
     from sidecar.fronts.mcp.app import McpListener
+    from sidecar.ops.tracing import Tracing
 
 
-def _mcp_listener(config: Config, actions: RunActions, metrics: Metrics) -> McpListener:
+def _tracing() -> Tracing | None:
+    """The traces the OTEL_* variables ask for; None, and OpenTelemetry never loaded, when
+    they ask for none."""
+    if not tracing_settings.requested():
+        return None
+    from sidecar.ops.tracing import Tracing
+
+    return Tracing.from_environment()
+
+
+def _mcp_listener(
+    config: Config, actions: RunActions, metrics: Metrics, traces: Tracing | None
+) -> McpListener:
     """The MCP front, and the gateway when upstreams are named (imported only then)."""
     from sidecar.fronts.mcp.app import McpFront, McpListener
     from sidecar.fronts.mcp.gateway import Gateway
@@ -420,6 +452,7 @@ def _mcp_listener(config: Config, actions: RunActions, metrics: Metrics) -> McpL
         gateway=gateway,
         record=metrics.front_call("mcp"),
         host=config.mcp_listen.rpartition(":")[0].strip("[]"),
+        tracing=traces,
     )
     return McpListener(front, config.mcp_listen)
 
@@ -427,6 +460,12 @@ def _mcp_listener(config: Config, actions: RunActions, metrics: Metrics) -> McpL
 async def serve(config: Config, *, grace_seconds: float = 10.0) -> None:
     """Run the sidecar until SIGINT or SIGTERM, then drain and exit."""
     sidecar, port = await create_server(config)
+    if sidecar.tracing is not None:
+        # The process's own provider too, for the libraries that trace through the global
+        # one (the MCP SDK's client sessions of the gateway, say).
+        from opentelemetry import trace
+
+        trace.set_tracer_provider(sidecar.tracing.provider)
     await sidecar.start()
     # Everything built so far lives as long as the process: out of the collector's
     # reach, a full collection no longer walks it, a pause of tens of milliseconds

@@ -18,7 +18,7 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import structlog
@@ -37,6 +37,9 @@ from sidecar.core.audit import FRONT
 from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownAttempt
 from sidecar.fronts.mcp import tools
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
+
+if TYPE_CHECKING:
+    from sidecar.ops.tracing import Tracing
 
 log = structlog.get_logger()
 
@@ -82,6 +85,7 @@ class McpFront:
         gateway: Gateway | None = None,
         record: Recorder = _no_record,
         host: str = "127.0.0.1",
+        tracing: Tracing | None = None,
     ) -> None:
         self.actions = actions
         self.gateway = gateway
@@ -93,6 +97,10 @@ class McpFront:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+        # The SDK traces each message through the process's global provider; the sidecar's
+        # own spans (sidecar.ops.tracing) take its place when it traces, and nothing does
+        # when it does not.
+        self.server.middleware = [tracing.mcp_middleware()] if tracing is not None else []
         security = None
         if host in ("127.0.0.1", "localhost", "::1"):
             security = TransportSecuritySettings(

@@ -1,0 +1,553 @@
+"""OpenTelemetry traces of the sidecar and the reference store, when the environment asks.
+
+Off unless asked for: :func:`sidecar.ops.tracing_settings.requested` reads the standard
+``OTEL_*`` variables, and only then is this module imported and a :class:`Tracing`
+built. Off, nothing here runs on a call: no interceptor is installed, no ledger or
+store is wrapped, no span is made.
+
+On, everything is configured by the OpenTelemetry SDK's own reading of the
+environment (``OTEL_EXPORTER_OTLP_*``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
+``OTEL_TRACES_SAMPLER`` and its argument, ``OTEL_BSP_*``, ``OTEL_PROPAGATORS``), and spans
+leave through a batch processor and the OTLP gRPC exporter. A call becomes:
+
+- a SERVER span per RunActionsService call, from ``opentelemetry-instrumentation-grpc``'s
+  aio interceptor, which continues the caller's W3C ``traceparent`` and ``tracestate``
+  from the call's metadata (RPC semantic conventions; :class:`CallSpans` names it
+  ``actonce.v1.RunActionsService/<RPC>`` and gives it the status a refusal carries);
+- a ``ledger.append`` span per audit event, whose attributes say what the event says
+  (run, attempt, write type, derived id, outcome, reason, failure class), never a payload;
+  the call's span gets the same attributes;
+- a ``ledger.commit`` span per group commit in which at least one traced append waits,
+  in the trace of the first of them and linked to each of them;
+- a ``store.<operation>`` span per store call; to an external store the aio client
+  interceptor adds a CLIENT span and sends the context along, and the reference store's
+  own SERVER span continues it (the embedded store is called in-process, within the
+  ``store.<operation>`` span).
+
+Each audit event records the trace and span ids of the call that wrote it (in
+:class:`_TracedLedger`, the one place that does), and the latency histograms carry
+the trace id as an exemplar (:meth:`Tracing.exemplar`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar, cast
+
+import grpc
+from opentelemetry import propagate, trace
+from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+)
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.span import format_span_id, format_trace_id
+
+from sidecar.fronts.grpc.interceptors import (
+    RUN_ACTIONS,
+    Behavior,
+    Context,
+    Handler,
+    RunActionsInterceptor,
+    behavior_of,
+)
+from sidecar.ledger.base import AuditEvent, AuditLedger, StoredEvent
+from sidecar.ops import tracing_settings
+from sidecar.ops.metrics import error_info_of
+from sidecar.refstore.backend import StoredArtifact, StoredMessage
+from sidecar.upstream.base import Refusal, StoreClient
+
+_T = TypeVar("_T")
+
+# The instrumentation's factories, as they are used here (the package has no type hints).
+_server_interceptor = cast(Callable[..., grpc.aio.ServerInterceptor], aio_server_interceptor)
+_client_interceptors = cast(
+    Callable[..., list[grpc.aio.ClientInterceptor]], aio_client_interceptors
+)
+
+SIDECAR_SERVICE = "actonce-sidecar"
+STORE_SERVICE = "actonce-store"
+STORE_SERVICE_FULL_NAME = "actonce.store.v1.ArtifactStoreService"
+# The instrumentation scope of the spans made here.
+SCOPE = "actonce"
+
+# Span attributes, in the project's namespace (the RPC ones are the semantic conventions').
+RUN_ID = "actonce.run_id"
+ATTEMPT_ID = "actonce.attempt_id"
+RULE = "actonce.rule"
+PHASE = "actonce.phase"
+WRITE_TYPE = "actonce.write_type"
+DERIVED_ID = "actonce.derived_id"
+OCCURRENCE = "actonce.occurrence"
+OUTCOME = "actonce.outcome"
+REASON = "actonce.reason"
+FAILURE_CLASS = "actonce.failure_class"
+LEDGER_SEQ = "actonce.ledger.seq"
+BATCH_SIZE = "actonce.ledger.batch_size"
+STORE_OPERATION = "actonce.store.operation"
+STORE_ID = "actonce.store.id"
+STORE_RESULT = "actonce.store.result"
+
+
+def _exporter(environ: Mapping[str, str]) -> SpanExporter:
+    if tracing_settings.exporter(environ) == "console":
+        return ConsoleSpanExporter()
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    # Endpoint, headers, TLS, timeout and compression: the exporter reads them itself.
+    return OTLPSpanExporter()
+
+
+def _resource(service: str) -> Resource:
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win; the default names the part.
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: service}))
+    return resource
+
+
+class Tracing:
+    """One process part's tracer provider and what it puts around the calls."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer(SCOPE)
+
+    @classmethod
+    def from_environment(
+        cls, service: str = SIDECAR_SERVICE, environ: Mapping[str, str] = os.environ
+    ) -> Tracing | None:
+        """The tracing the ``OTEL_*`` variables ask for, or None when they ask for none.
+
+        Raises TracingSettingError for an exporter or protocol that is not offered.
+        """
+        if not tracing_settings.requested(environ):
+            return None
+        # The sampler (OTEL_TRACES_SAMPLER, ..._ARG) and the span limits are the
+        # provider's own reading of the environment; the batch processor's delays too.
+        provider = TracerProvider(resource=_resource(service))
+        provider.add_span_processor(BatchSpanProcessor(_exporter(environ)))
+        return cls(provider)
+
+    # -- the sidecar's gRPC server and its store client ------------------------------
+
+    def server_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """The SERVER span of each RunActionsService call (health and reflection are
+        not traced), then the span's name and status as the sidecar answers."""
+        only_run_actions = _service_filter(RUN_ACTIONS.full_name)
+        return [
+            _server_interceptor(tracer_provider=self.provider, filter_=only_run_actions),
+            CallSpans(),
+        ]
+
+    def store_server_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """The reference store's SERVER span of each call that continues a trace; it
+        starts none of its own (a sidecar's health probe, say, is not traced)."""
+        service = _service_filter(STORE_SERVICE_FULL_NAME)
+
+        def continues_a_trace(details: Any) -> bool:
+            metadata = getattr(details, "invocation_metadata", None) or ()
+            return service(details) and any(key == "traceparent" for key, _ in metadata)
+
+        return [_server_interceptor(tracer_provider=self.provider, filter_=continues_a_trace)]
+
+    def store_client_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
+        """A CLIENT span and the propagated context of each store call made within a
+        trace; the health probe's calls, made within none, pass as they are."""
+
+        def within_a_trace(_details: Any) -> bool:
+            return trace.get_current_span().get_span_context().is_valid
+
+        return _client_interceptors(tracer_provider=self.provider, filter_=within_a_trace)
+
+    # -- the ledger and the store ------------------------------------------------------
+
+    def ledger(self, ledger: AuditLedger) -> AuditLedger:
+        """``ledger`` with a span per append, and the call's trace recorded in each event."""
+        return _TracedLedger(ledger, self.tracer)
+
+    def watch_commits(self, ledger: object) -> None:
+        """Span the group commits of ``ledger`` (a GroupCommitLedger), if it has them."""
+        if hasattr(ledger, "commit_tracer"):
+            ledger.commit_tracer = _CommitSpans(self.tracer)
+
+    def store(self, store: StoreClient) -> StoreClient:
+        """``store`` with a span per call."""
+        return _TracedStore(store, self.tracer)
+
+    @staticmethod
+    def exemplar() -> dict[str, str] | None:
+        """The exemplar of a latency observed now: the current trace, when it is sampled."""
+        context = trace.get_current_span().get_span_context()
+        if not context.trace_flags.sampled:
+            return None
+        return {
+            "trace_id": format_trace_id(context.trace_id),
+            "span_id": format_span_id(context.span_id),
+        }
+
+    def mcp_middleware(self) -> McpSpans:
+        """The MCP front's span of each tool call (sidecar.fronts.mcp)."""
+        return McpSpans(self.tracer)
+
+    def shutdown(self) -> None:
+        """Export what is pending, then stop (bounded by the exporter's own timeout)."""
+        self.provider.shutdown()
+
+
+def _service_filter(service: str) -> Callable[[Any], bool]:
+    prefix = f"/{service}/"
+
+    def matches(details: Any) -> bool:
+        method = getattr(details, "method", "")
+        if isinstance(method, bytes):
+            method = method.decode()
+        return str(method).startswith(prefix)
+
+    return matches
+
+
+# -- the call's span -------------------------------------------------------------------
+
+# Server span statuses that are errors (the RPC conventions: the server's own faults).
+_SERVER_ERRORS = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+_CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class CallSpans(RunActionsInterceptor):
+    """Names each call's SERVER span after its RPC and gives it the status of the answer:
+    the status code, and the refusal's reason and failure class from its ErrorInfo."""
+
+    def wrap(self, rpc: str, handler: Handler) -> Behavior:
+        inner = behavior_of(handler)
+        name = f"{RUN_ACTIONS.full_name}/{rpc}"
+
+        async def spanned(request: Any, context: Context) -> Any:
+            span = trace.get_current_span()
+            span.update_name(name)
+            return await inner(request, cast(Any, _SpanStatusContext(context, span)))
+
+        return spanned
+
+
+class _SpanStatusContext:
+    """The call's context, with each abort's status told to the span before it is sent."""
+
+    def __init__(self, context: Context, span: trace.Span) -> None:
+        self._context = context
+        self._span = span
+
+    def _refused(self, code: Any, trailing: Any) -> None:
+        if not isinstance(code, grpc.StatusCode):
+            code = _CODES_BY_NUMBER.get(int(code), grpc.StatusCode.UNKNOWN)
+        info = error_info_of(trailing)
+        span = self._span
+        span.set_attribute("rpc.grpc.status_code", code.value[0])
+        if info.reason:
+            span.set_attributes(
+                {REASON: info.reason, FAILURE_CLASS: info.metadata.get("failure_class", "")}
+            )
+        if code in _SERVER_ERRORS:
+            span.set_status(Status(StatusCode.ERROR, info.reason or code.name))
+
+    async def abort_with_status(self, status: grpc.Status) -> None:
+        self._refused(status.code, status.trailing_metadata)
+        await self._context.abort_with_status(status)
+
+    async def abort(
+        self,
+        code: grpc.StatusCode,
+        details: str = "",
+        trailing_metadata: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._refused(code, trailing_metadata)
+        await self._context.abort(code, details, trailing_metadata)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+# -- the MCP front -------------------------------------------------------------------------
+
+
+class McpSpans:
+    """A SERVER span per MCP ``tools/call``, continuing the W3C context (``traceparent``,
+    ``tracestate``) that the MCP client put in the request's ``_meta``.
+
+    The MCP SDK's own middleware does the same through the process's global provider; the
+    front puts this one in its place, so that each sidecar's spans go where its own
+    provider sends them. Other MCP requests (initialize, tools/list) are not traced.
+    """
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+
+    async def __call__(self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        params = ctx.params or {}
+        tool = params.get("name") if isinstance(params, Mapping) else None
+        meta = ctx.meta
+        parent = propagate.extract(meta) if isinstance(meta, Mapping) else None
+        if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
+            parent = None  # no context, or a malformed one: the call starts a trace
+        attributes = {"mcp.method.name": ctx.method, "gen_ai.operation.name": "execute_tool"}
+        if isinstance(tool, str):
+            attributes["gen_ai.tool.name"] = tool
+        with self._tracer.start_as_current_span(
+            f"tools/call {tool}" if isinstance(tool, str) else "tools/call",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+        ) as span:
+            result = await call_next(ctx)
+            if getattr(result, "is_error", False):
+                # The front's refusals carry their reason and class (sidecar.fronts.mcp.tools).
+                said = getattr(result, "structured_content", None) or {}
+                span.set_attribute("error.type", "tool_error")
+                if isinstance(said, Mapping) and said.get("reason"):
+                    span.set_attributes(
+                        {
+                            REASON: str(said["reason"]),
+                            FAILURE_CLASS: str(said.get("failure_class", "")),
+                        }
+                    )
+            return result
+
+
+# -- the ledger --------------------------------------------------------------------------
+
+
+def event_attributes(event: AuditEvent) -> dict[str, str | int]:
+    """What a span may say of an audit event: its names and ids, never its content."""
+    attributes: dict[str, str | int] = {
+        RUN_ID: event.run_id,
+        ATTEMPT_ID: event.attempt_id,
+        RULE: event.rule,
+        PHASE: event.phase,
+        WRITE_TYPE: event.write_type,
+        DERIVED_ID: event.derived_id,
+        OUTCOME: event.outcome,
+        REASON: event.reason,
+        FAILURE_CLASS: event.failure_class,
+    }
+    attributes = {key: value for key, value in attributes.items() if value}
+    if event.occurrence >= 0:
+        attributes[OCCURRENCE] = event.occurrence
+    return attributes
+
+
+class _TracedLedger:
+    """A span per append; each event records the trace and span of the call appending it."""
+
+    def __init__(self, inner: AuditLedger, tracer: trace.Tracer) -> None:
+        self._inner = inner
+        self._tracer = tracer
+
+    async def append(self, event: AuditEvent) -> int:
+        call = trace.get_current_span()
+        context = call.get_span_context()
+        if context.is_valid:
+            event = replace(
+                event,
+                trace_id=format_trace_id(context.trace_id),
+                span_id=format_span_id(context.span_id),
+            )
+        attributes = event_attributes(event)
+        if call.is_recording():
+            # The call's span says what its events say; the phase and order are the ledger's.
+            call.set_attributes(
+                {k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)}
+            )
+        with self._tracer.start_as_current_span("ledger.append", attributes=attributes) as span:
+            seq = await self._inner.append(event)
+            span.set_attribute(LEDGER_SEQ, seq)
+            return seq
+
+    async def events_for(self, derived_id: str) -> list[StoredEvent]:
+        return await self._inner.events_for(derived_id)
+
+    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
+        return await self._inner.first_attempt(run_id, scope)
+
+    async def ping(self) -> None:
+        await self._inner.ping()
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class _CommitSpans:
+    """The group commit's hook (sidecar.ledger.group_commit.CommitTracer)."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+
+    def link(self) -> object:
+        # Taken in the appender's task, within its ledger.append span.
+        return trace.get_current_span().get_span_context()
+
+    @contextlib.contextmanager
+    def commit(self, links: Sequence[object]) -> Iterator[None]:
+        sampled = [
+            link
+            for link in links
+            if isinstance(link, SpanContext) and link.is_valid and link.trace_flags.sampled
+        ]
+        if not sampled:
+            yield
+            return
+        # One span for the commit, in the trace of its first traced append, linked to
+        # every traced append it carries.
+        parent = trace.set_span_in_context(NonRecordingSpan(sampled[0]))
+        with self._tracer.start_as_current_span(
+            "ledger.commit",
+            context=parent,
+            links=[Link(context) for context in sampled],
+            attributes={BATCH_SIZE: len(links)},
+        ):
+            yield
+
+
+# -- the store --------------------------------------------------------------------------
+
+
+def _store_result(error: BaseException) -> str:
+    return error.code if isinstance(error, Refusal) else type(error).__name__
+
+
+class _TracedStore:
+    """A span per store call, named after the operation, with the id it names."""
+
+    def __init__(self, inner: StoreClient, tracer: trace.Tracer) -> None:
+        self._inner = inner
+        self._tracer = tracer
+
+    async def _spanned(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
+        with self._tracer.start_as_current_span(
+            f"store.{operation}",
+            kind=SpanKind.INTERNAL,
+            attributes={STORE_OPERATION: operation, STORE_ID: store_id},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                return await call
+            except Refusal as refusal:
+                # A refusal is the store's answer, not a fault: its code says which.
+                span.set_attribute(STORE_RESULT, refusal.code)
+                raise
+            except Exception as error:
+                span.set_attribute(STORE_RESULT, _store_result(error))
+                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+                raise
+
+    async def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
+        return await self._spanned(
+            "create_artifact",
+            artifact_id,
+            self._inner.create_artifact(artifact_id, kind, data_json, timeout=timeout),
+        )
+
+    async def get_artifact(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> StoredArtifact:
+        return await self._spanned(
+            "get_artifact", artifact_id, self._inner.get_artifact(artifact_id, timeout=timeout)
+        )
+
+    async def patch_artifact(
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        timeout: float | None = None,
+    ) -> StoredArtifact:
+        return await self._spanned(
+            "patch_artifact",
+            artifact_id,
+            self._inner.patch_artifact(artifact_id, expected_version, patch_json, timeout=timeout),
+        )
+
+    async def propose_create(
+        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
+    ) -> None:
+        await self._spanned(
+            "propose_create",
+            proposal_id,
+            self._inner.propose_create(proposal_id, kind, data_json, timeout=timeout),
+        )
+
+    async def propose_patch(
+        self,
+        proposal_id: str,
+        artifact_id: str,
+        patch_json: str,
+        base_version: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        await self._spanned(
+            "propose_patch",
+            proposal_id,
+            self._inner.propose_patch(
+                proposal_id, artifact_id, patch_json, base_version, timeout=timeout
+            ),
+        )
+
+    async def create_thread(
+        self, thread_id: str, title: str, *, timeout: float | None = None
+    ) -> None:
+        await self._spanned(
+            "create_thread", thread_id, self._inner.create_thread(thread_id, title, timeout=timeout)
+        )
+
+    async def post_message(
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool,
+        timeout: float | None = None,
+    ) -> StoredMessage:
+        return await self._spanned(
+            "post_message",
+            message_id,
+            self._inner.post_message(
+                message_id, thread_id, kind, text, request_turn=request_turn, timeout=timeout
+            ),
+        )
+
+    async def list_messages(
+        self, thread_id: str, *, timeout: float | None = None
+    ) -> Sequence[StoredMessage]:
+        return await self._spanned(
+            "list_messages", thread_id, self._inner.list_messages(thread_id, timeout=timeout)
+        )
+
+    async def ping(self) -> None:
+        await self._inner.ping()
+
+    async def close(self) -> None:
+        await self._inner.close()
