@@ -248,3 +248,23 @@ def test_the_prune_cronjob_is_locked_down(prune_job: dict[str, Any]) -> None:
     assert pod["automountServiceAccountToken"] is False
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(spec["resources"][kind])
+
+
+def test_traces_are_an_overlay_of_standard_otel_variables_pointing_at_a_collector(
+    settings: dict[str, str],
+) -> None:
+    from sidecar.ops import tracing_settings
+
+    # The base asks for no traces: the sidecar does no tracing work there.
+    assert not [name for name in settings if name.startswith("OTEL_")]
+    overlay = KUBE / "overlays" / "tracing"
+    kustomization = load(overlay / "kustomization.yaml")
+    assert "../../base" in kustomization["resources"]
+    (patch_ref,) = kustomization["patches"]
+    patch = load(overlay / patch_ref["path"])
+    assert (patch["kind"], patch["metadata"]["name"]) == ("ConfigMap", "actonce")
+    otel = dict(patch["data"])
+    assert all(name in tracing_settings.READ for name in otel), otel
+    assert tracing_settings.requested(otel)
+    tracing_settings.check(otel)  # an exporter and protocol the sidecar offers
+    assert otel["OTEL_EXPORTER_OTLP_ENDPOINT"].endswith(":4317")
