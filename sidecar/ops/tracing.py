@@ -35,7 +35,7 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar, cast
+from typing import Any, Never, TypeVar, cast
 
 import grpc
 from opentelemetry import propagate, trace
@@ -54,7 +54,9 @@ from sidecar.fronts.grpc.interceptors import (
     RUN_ACTIONS,
     Behavior,
     Context,
+    ForwardingContext,
     Handler,
+    Metadata,
     RunActionsInterceptor,
     behavior_of,
 )
@@ -241,16 +243,16 @@ class CallSpans(RunActionsInterceptor):
         async def spanned(request: Any, context: Context) -> Any:
             span = trace.get_current_span()
             span.update_name(name)
-            return await inner(request, cast(Any, _SpanStatusContext(context, span)))
+            return await inner(request, _SpanStatusContext(context, span))
 
         return spanned
 
 
-class _SpanStatusContext:
+class _SpanStatusContext(ForwardingContext):
     """The call's context, with each abort's status told to the span before it is sent."""
 
     def __init__(self, context: Context, span: trace.Span) -> None:
-        self._context = context
+        super().__init__(context)
         self._span = span
 
     def _refused(self, code: Any, trailing: Any) -> None:
@@ -266,21 +268,15 @@ class _SpanStatusContext:
         if code in _SERVER_ERRORS:
             span.set_status(Status(StatusCode.ERROR, info.reason or code.name))
 
-    async def abort_with_status(self, status: grpc.Status) -> None:
+    async def abort_with_status(self, status: grpc.Status) -> Never:
         self._refused(status.code, status.trailing_metadata)
-        await self._context.abort_with_status(status)
+        await super().abort_with_status(status)
 
     async def abort(
-        self,
-        code: grpc.StatusCode,
-        details: str = "",
-        trailing_metadata: Sequence[tuple[str, Any]] = (),
-    ) -> None:
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
+    ) -> Never:
         self._refused(code, trailing_metadata)
-        await self._context.abort(code, details, trailing_metadata)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._context, name)
+        await super().abort(code, details, trailing_metadata)
 
 
 # -- the MCP front -------------------------------------------------------------------------
