@@ -30,6 +30,7 @@ from sidecar.ledger.base import (
     event_hash,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.operator import open_operator_ledger
 from sidecar.ledger.postgres import PostgresLedger, PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedger
 from tests.helpers import postgres as pg
@@ -417,6 +418,16 @@ def test_a_ledger_written_before_trace_ids_gains_them_and_still_verifies(
     assert [(e.event.trace_id, e.event.span_id) for e in reader.events()] == [("", "")] * 3
     assert inspect.verify(reader).intact
     reader.close()
+    # So do the operator's queries, read-only (`audit pending`, the console's counts).
+    operator = open_operator_ledger(
+        ledger_backend.values.get("audit_db"), ledger_backend.values.get("audit_dsn"),
+        read_only=True,
+    )  # fmt: skip
+    try:
+        assert [e.event.trace_id for e in operator.run_events("r")] == [""] * 3
+        assert operator.pending() == []
+    finally:
+        operator.close()
 
     async def after() -> None:
         ledger = ledger_backend.open()  # migrates
