@@ -72,7 +72,8 @@ async def mcp_notices(url: str, attempt_id: str, thread: str, calls: int, worker
     return (calls // workers * workers) / (time.perf_counter() - started)
 
 
-async def main(calls: int, workers: int, rounds: int) -> None:
+def main(calls: int, workers: int, rounds: int) -> None:
+    # The sidecar is started, and waited for, before the event loop that measures it runs.
     with tempfile.TemporaryDirectory() as data:
         grpc_port, mcp_port = free_port(), free_port()
         target = f"127.0.0.1:{grpc_port}"
@@ -85,26 +86,7 @@ async def main(calls: int, workers: int, rounds: int) -> None:
         )  # fmt: skip
         try:
             wait_serving(target, served)
-            async with httpx2.AsyncClient() as http:
-                began = await http.post(
-                    f"{base}/attempts",
-                    json={"run_id": "bench-mcp", "rule": "bench", "checkpoint": "c"},
-                )
-            attempt_id = str(began.json()["attempt_id"])
-            async with grpc.aio.insecure_channel(target) as channel:
-                stub = pb_grpc.RunActionsServiceStub(channel)
-                thread = (
-                    await stub.CreateThread(
-                        pb.CreateThreadRequest(attempt_id=attempt_id, title="bench")
-                    )
-                ).thread_id
-            grpc_rates: list[float] = []
-            mcp_rates: list[float] = []
-            for _ in range(rounds):
-                grpc_rates.append(await grpc_notices(target, attempt_id, thread, calls, workers))
-                mcp_rates.append(
-                    await mcp_notices(f"{base}/mcp", attempt_id, thread, calls, workers)
-                )
+            grpc_rates, mcp_rates = asyncio.run(_rounds(target, base, calls, workers, rounds))
         finally:
             served.terminate()
             served.wait(30)
@@ -113,6 +95,29 @@ async def main(calls: int, workers: int, rounds: int) -> None:
     print(f"gRPC Notice      {best_grpc:8.0f} calls/s  (rounds: {_list(grpc_rates)})")
     print(f"MCP notice       {best_mcp:8.0f} calls/s  (rounds: {_list(mcp_rates)})")
     print(f"MCP / gRPC       {best_mcp / best_grpc:8.2f}")
+
+
+async def _rounds(
+    target: str, base: str, calls: int, workers: int, rounds: int
+) -> tuple[list[float], list[float]]:
+    """Calls/s of each round through gRPC, and through MCP."""
+    async with httpx2.AsyncClient() as http:
+        began = await http.post(
+            f"{base}/attempts",
+            json={"run_id": "bench-mcp", "rule": "bench", "checkpoint": "c"},
+        )
+    attempt_id = str(began.json()["attempt_id"])
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = pb_grpc.RunActionsServiceStub(channel)
+        thread = (
+            await stub.CreateThread(pb.CreateThreadRequest(attempt_id=attempt_id, title="bench"))
+        ).thread_id
+    grpc_rates: list[float] = []
+    mcp_rates: list[float] = []
+    for _ in range(rounds):
+        grpc_rates.append(await grpc_notices(target, attempt_id, thread, calls, workers))
+        mcp_rates.append(await mcp_notices(f"{base}/mcp", attempt_id, thread, calls, workers))
+    return grpc_rates, mcp_rates
 
 
 def _list(rates: list[float]) -> str:
@@ -125,4 +130,4 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.workers, args.rounds))
+    main(args.calls, args.workers, args.rounds)

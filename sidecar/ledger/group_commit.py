@@ -100,7 +100,7 @@ class GroupCommitLedger:
         self._queue.put(None)
         # Polled rather than joined in a worker thread: a writer stuck on a database that
         # stopped answering must not hold a thread the process waits for at exit.
-        while self._writer.is_alive():
+        while self._writer.is_alive():  # noqa: ASYNC110 - a thread, with no event to await
             await asyncio.sleep(0.01)
         self._close_backend()
 

@@ -36,7 +36,8 @@ class Payments:
             self.runs[key] += 1
             if self.hold.is_set():
                 self.held.set()
-                while not self.release.is_set():
+                # A threading.Event, set by the test's own thread, not the server's loop.
+                while not self.release.is_set():  # noqa: ASYNC110
                     await asyncio.sleep(0.02)
             return {"charge_id": f"ch_{key}_{self.runs[key]}", "cents": cents}
 
