@@ -32,6 +32,7 @@ _PORT_BASE = 20000
 _PORT_BLOCKS = 5000
 _BLOCK = 2
 
+
 class HarnessError(Exception):
     """The harness itself could not do its part (a process would not start): no verdict on
     the sidecar."""
