@@ -242,6 +242,8 @@ class CallSpans(RunActionsInterceptor):
 
         async def spanned(request: Any, context: Context) -> Any:
             span = trace.get_current_span()
+            if not span.is_recording():
+                return await inner(request, context)  # not sampled: nothing to tell it
             span.update_name(name)
             return await inner(request, _SpanStatusContext(context, span))
 
@@ -358,19 +360,19 @@ class _TracedLedger:
 
     async def append(self, event: AuditEvent) -> int:
         call = trace.get_current_span()
+        if not call.is_recording():
+            # A call whose trace is not sampled (or no call at all): no span, and no trace
+            # named in the event, which would point at a trace nobody keeps.
+            return await self._inner.append(event)
         context = call.get_span_context()
-        if context.is_valid:
-            event = replace(
-                event,
-                trace_id=format_trace_id(context.trace_id),
-                span_id=format_span_id(context.span_id),
-            )
+        event = replace(
+            event,
+            trace_id=format_trace_id(context.trace_id),
+            span_id=format_span_id(context.span_id),
+        )
         attributes = event_attributes(event)
-        if call.is_recording():
-            # The call's span says what its events say; the phase and order are the ledger's.
-            call.set_attributes(
-                {k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)}
-            )
+        # The call's span says what its events say; the phase and order are the ledger's.
+        call.set_attributes({k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)})
         with self._tracer.start_as_current_span("ledger.append", attributes=attributes) as span:
             seq = await self._inner.append(event)
             span.set_attribute(LEDGER_SEQ, seq)
@@ -436,6 +438,8 @@ class _TracedStore:
         self._tracer = tracer
 
     async def _spanned(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
+        if not trace.get_current_span().is_recording():
+            return await call  # a call not sampled: no span of its store calls either
         with self._tracer.start_as_current_span(
             f"store.{operation}",
             kind=SpanKind.INTERNAL,

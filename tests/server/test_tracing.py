@@ -21,6 +21,7 @@ from unittest import mock
 
 import grpc
 import pytest
+from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_client import ActonceError, Client, Effect
 from mcp import Client as McpClient
 from opentelemetry import propagate
@@ -487,3 +488,22 @@ def test_an_mcp_call_continues_the_trace_its_meta_names(
 async def _call_tool(url: str, name: str, arguments: dict[str, Any], meta: dict[str, str]) -> Any:
     async with McpClient(url, cache=None) as client:
         return await client.call_tool(name, arguments, meta=cast(Any, meta))
+
+
+def test_a_call_not_sampled_makes_no_span_and_names_no_trace(
+    traced: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Traces on, and this sampler keeps none: the calls are served as ever, nothing is
+    # exported, and no audit event points at a trace that nobody keeps.
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    running = start_sidecar(sidecar_config(tmp_path / "data"))
+    try:
+        assert running.sidecar.tracing is not None
+        attempt = running.begin("run-unsampled")
+        running.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="note", data_json="{}"))
+        events = running.audit("run-unsampled")
+    finally:
+        running.stop()  # flushes what the sidecar holds
+    assert [e.event.phase for e in events] == [Phase.ATTEMPT_BEGIN, Phase.INTENT, Phase.OUTCOME]
+    assert {(e.event.trace_id, e.event.span_id) for e in events} == {("", "")}
+    assert traced.spans() == []
