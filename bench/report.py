@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import tracing_bench
+
 SCENARIOS = ("create", "storm", "notice", "edit", "read", "health")
 WRITES = ("create", "storm", "notice", "edit")
 TARGET_ORDER = (
@@ -59,6 +61,7 @@ LIMITS = {
     "half": "a commit's sync: the p99 is a call that waits for a batch and then its own",
     "postgres": "round trips to PostgreSQL: an append waits for its commit's round trip",
     "growth": "the ledger's indexes grow with it (each insert updates four B-trees)",
+    "tracing": "the spans made for a sampled call and their export, on the same core",
     "earlier": "see the saturation goals' profile",
 }
 
@@ -145,6 +148,11 @@ def goals(data: dict[str, Any]) -> list[dict[str, Any]]:
         add("growth", f"Notice p99, {span}",
             _ratio(ledger["large"]["p99_ms"], ledger["empty"]["p99_ms"]), 1.1,
             at_most=True)  # fmt: skip
+    for scenario in tracing_bench.SCENARIOS:
+        add("tracing", f"sqlite: {scenario.capitalize()} calls/s, traces sampled at 10 % / off",
+            tracing_bench.ratio(data, "sampled-10", scenario), 0.9)  # fmt: skip
+        add("tracing", f"sqlite: {scenario.capitalize()} calls/s, traces sampled at 100 % / off",
+            tracing_bench.ratio(data, "sampled-100", scenario), None)  # fmt: skip
     # The goals of the earlier load test, kept so that they cannot slip back unseen.
     for scenario in ("notice", "create", "edit"):
         add("earlier", f"sqlite: audited / unaudited calls/s, {scenario}",
@@ -208,6 +216,7 @@ def problems(data: dict[str, Any]) -> list[str]:
     for name in ("empty", "large"):
         if grown.get("ledger", {}).get(name, {}).get("errors"):
             found.append(f"Notice on the {name} ledger: non-OK answers")
+    found += tracing_bench.problems(data)
     for target, storms in data.get("storm_outcomes", {}).items():
         for storm in storms:
             if storm["applied"] or storm["already_applied"] != storm["requests"]:
@@ -315,7 +324,7 @@ def markdown(data: dict[str, Any]) -> str:
     for row in goals(data):
         lines.append(f"| {row['goal']} | {row['value']:.2f}{row['unit']} | {_bound(row)} | "
                      f"{_verdict(row)} |")  # fmt: skip
-    lines += c1_section(data) + growth_section(data)
+    lines += c1_section(data) + growth_section(data) + tracing_bench.section(data)
     if data.get("profiles"):
         lines += ["", "Profiles (cProfile, every thread of the audited SQLite sidecar, under "
                   "Notice): " + ", ".join(f"[{name}]({file})" for name, file in

@@ -25,7 +25,9 @@ The run has parts, each a function that fills the Plan and that ``--parts`` sele
   each write adds over the floor;
 - ``half-rate`` (below);
 - ``growth``: calls/s and p99 of Notice with 1 to 100,000 live attempts, and on an empty
-  ledger against a large one made by bench/ledger_gen.py (bench/growth.py).
+  ledger against a large one made by bench/ledger_gen.py (bench/growth.py);
+- ``tracing``: calls/s and p99 of Notice and Create with OpenTelemetry traces off, sampled
+  at 10 % and at 100 %, exported to a local OTLP receiver (bench/tracing_bench.py).
 
 Targets alternate round by round, in a rotated order, so that the machine's drift falls on
 all of them alike; the report gives medians. A last phase runs Notice at half the audited
@@ -88,7 +90,7 @@ SMOKE_TARGETS = ("store", "sqlite-unaudited", "sqlite-audited")
 # Concurrency 1: the floor and the audited writes, on each SQLite sidecar in the run.
 C1_SCENARIOS = ("health", "notice", "create", "edit")
 C1_TARGETS = ("sqlite-before", "sqlite-audited")
-PARTS = ("saturation", "c1", "half-rate", "growth", "profile")
+PARTS = ("saturation", "c1", "half-rate", "growth", "tracing", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
     # An edit that still meets a newer version after three re-reads is refused
@@ -202,9 +204,11 @@ def start_target(
     dsns: tuple[str, str] | None = None,
     data: Path | None = None,
     extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> Target:
     """Start the server ``name`` with its data under ``work`` (or in ``data``, made
-    beforehand) and wait until it serves; ``extra`` flags go to the server's command."""
+    beforehand) and wait until it serves; ``extra`` flags go to the server's command, and
+    ``env`` (OTEL_* variables, say) into its environment."""
     port = free_port()
     listen = f"127.0.0.1:{port}"
     data = data or work / f"{name}-{time.monotonic_ns()}"
@@ -238,7 +242,7 @@ def start_target(
         [*pin(SERVER_CORE), *args, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=_server_env(before_code(work) if before else ROOT),
+        env={**_server_env(before_code(work) if before else ROOT), **(env or {})},
         cwd=work if before else ROOT,
     )
     target = Target(name, process, listen, kind, protoset(work) if before else None)
@@ -377,6 +381,8 @@ class Plan:
     # Concurrency 1: scenario -> target -> one result per round.
     c1: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
     growth: dict[str, Any] = field(default_factory=dict)
+    # Traces off, sampled at 10 % and at 100 % (bench/tracing_bench.py).
+    tracing: dict[str, Any] = field(default_factory=dict)
     profiles: dict[str, str] = field(default_factory=dict)
     # The disk's fsync p50 and p99 (ms), once per concurrency-1 round.
     fsync: list[tuple[float, float]] = field(default_factory=list)
@@ -598,6 +604,7 @@ def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
             for scenario, by_target in plan.c1.items()
         },
         "growth": plan.growth,
+        "tracing": plan.tracing,
         "profiles": plan.profiles,
         "fsync_ms": {
             "p50": statistics.median(f[0] for f in plan.fsync) if plan.fsync else None,
@@ -608,7 +615,7 @@ def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
 
 def run_parts(ghz: Path, plan: Plan, work: Path) -> None:
     """Each part the plan names, in order; a part needing targets the plan lacks is skipped."""
-    from bench import growth, profile
+    from bench import growth, profile, tracing_bench
 
     for part in plan.parts:
         if part == "saturation":
@@ -619,6 +626,8 @@ def run_parts(ghz: Path, plan: Plan, work: Path) -> None:
             run_half_rate(ghz, plan, work)
         elif part == "growth" and "sqlite-audited" in plan.targets:
             growth.run(ghz, plan, work)
+        elif part == "tracing" and "sqlite-audited" in plan.targets:
+            tracing_bench.run(ghz, plan, work)
         elif part == "profile" and "sqlite-audited" in plan.targets:
             profile.for_report(ghz, plan, work)
 
