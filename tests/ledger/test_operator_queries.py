@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import psycopg
@@ -14,7 +13,6 @@ import pytest
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent, LedgerError, Phase
-from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.operator import (
     OperatorLedger,
     PendingTracker,
@@ -24,38 +22,16 @@ from sidecar.ledger.operator import (
     open_operator_ledger,
 )
 from sidecar.ledger.pending import Decision, DecisionRefused, Kind
-from sidecar.ledger.postgres import PostgresLedger
-from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.ops.pending_metrics import PendingCollector
 from tests.harness import sidecar_config
 from tests.helpers import postgres as pg
 from tests.helpers.locks import ledger_locked
+from tests.ledger.support import LedgerPlace
 
 
-@dataclass
-class Ledgers:
-    db: Path | None
-    dsn: str | None
-
-    def writer(self) -> GroupCommitLedger:
-        if self.dsn:
-            return PostgresLedger(self.dsn)
-        assert self.db is not None
-        return SqliteLedger(self.db)
-
+class Ledgers(LedgerPlace):
     def operator(self, *, read_only: bool = False) -> OperatorLedger:
         return open_operator_ledger(self.db, self.dsn, read_only=read_only)
-
-    def append(self, *events: AuditEvent) -> None:
-        async def go() -> None:
-            ledger = self.writer()
-            try:
-                for event in events:
-                    await ledger.append(event)
-            finally:
-                await ledger.close()
-
-        asyncio.run(go())
 
     def verify(self) -> inspect.Verdict:
         reader = open_reader({"audit_db": self.db, "audit_dsn": self.dsn})

@@ -3,7 +3,6 @@ still verifies, alone and with its exports, with sidecars writing meanwhile."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import subprocess
@@ -22,37 +21,16 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent, Phase
-from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.retention import event_time, parse_before
-from sidecar.ledger.sqlite import SqliteLedger
 from tests.harness import sidecar_config, start_sidecar
 from tests.helpers import postgres as pg
+from tests.ledger.support import LedgerPlace
 
 
 @dataclass
-class Ledger:
+class Ledger(LedgerPlace):
     name: str
-    db: Path | None
-    dsn: str | None
     folder: Path
-
-    def writer(self) -> GroupCommitLedger:
-        if self.dsn:
-            return PostgresLedger(self.dsn)
-        assert self.db is not None
-        return SqliteLedger(self.db)
-
-    def append(self, *events: AuditEvent) -> None:
-        async def go() -> None:
-            ledger = self.writer()
-            try:
-                for event in events:
-                    await ledger.append(event)
-            finally:
-                await ledger.close()
-
-        asyncio.run(go())
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         where = ["--audit-dsn", self.dsn] if self.dsn else ["--audit-db", str(self.db)]
@@ -91,12 +69,12 @@ class Ledger:
 def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
     if request.param == "postgres":
         dsn = pg.fresh_database("prune")
-        made = Ledger("postgres", None, dsn, tmp_path)
+        made = Ledger(None, dsn, "postgres", tmp_path)
         made.append()  # creates the schema
         yield made
         pg.drop_database(dsn)
     else:
-        made = Ledger("sqlite", tmp_path / "audit.db", None, tmp_path)
+        made = Ledger(tmp_path / "audit.db", None, "sqlite", tmp_path)
         made.append()
         yield made
 
