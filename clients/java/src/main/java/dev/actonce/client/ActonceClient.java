@@ -7,6 +7,8 @@ import io.grpc.Context;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.StatusRuntimeException;
+import io.opentelemetry.api.OpenTelemetry;
+import io.opentelemetry.instrumentation.grpc.v1_6.GrpcTelemetry;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -23,6 +25,10 @@ import java.util.function.Function;
  * write that landed is found by its derived id. Failures throw {@link ActonceException}, which
  * carries the write's request_id: repeating the write with it after an unknown outcome gets the
  * first answer back.
+ *
+ * <p>A client connected with an {@link OpenTelemetry} traces every call through OpenTelemetry's
+ * gRPC instrumentation: a client span per call, and the W3C trace context sent along, so that
+ * the agent's trace goes on in the sidecar.
  */
 public final class ActonceClient implements AutoCloseable {
   /**
@@ -76,6 +82,22 @@ public final class ActonceClient implements AutoCloseable {
   public static ActonceClient connect(ManagedChannelBuilder<?> builder, Duration timeout) {
     ManagedChannel channel = builder.defaultServiceConfig(SERVICE_CONFIG).enableRetry().build();
     return new ActonceClient(channel, timeout);
+  }
+
+  /**
+   * Connects as {@link #connect(String, Duration)} does, tracing every call with {@code
+   * openTelemetry} (the agent's own, e.g. {@code GlobalOpenTelemetry.get()} once its SDK is set
+   * up): each call is a client span under the current one, and the sidecar's spans go on from it.
+   */
+  public static ActonceClient connect(String target, Duration timeout, OpenTelemetry openTelemetry) {
+    return connect(ManagedChannelBuilder.forTarget(target).usePlaintext(), timeout, openTelemetry);
+  }
+
+  /** Connects through a channel builder of the caller's, tracing every call with {@code openTelemetry}. */
+  public static ActonceClient connect(
+      ManagedChannelBuilder<?> builder, Duration timeout, OpenTelemetry openTelemetry) {
+    builder.intercept(GrpcTelemetry.create(openTelemetry).createClientInterceptor());
+    return connect(builder, timeout);
   }
 
   /** Starts one try of a run from its last checkpoint. */
