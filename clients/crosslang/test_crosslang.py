@@ -20,7 +20,6 @@ from actonce_client import Attempt, Client, Effect, Outcome, RawJSON
 from actonce_client.ids import WriteType, create_identity, derive_id, thread_identity
 from actonce_client.testing import LocalSidecar
 
-CLIENTS = Path(__file__).resolve().parent.parent
 RULE = "incident-bot"
 
 # Every write type, and two creates of equal data (another key order, 2.0 for
@@ -46,15 +45,10 @@ def target() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def agents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """The Go and TypeScript plan agents, built from the current sources."""
-    built = tmp_path_factory.mktemp("agents")
-    go_agent = built / "planagent"
-    subprocess.run(["go", "build", "-o", str(go_agent), "./internal/planagent"],
-                   cwd=CLIENTS / "go", check=True)  # fmt: skip
-    subprocess.run(["npx", "tsc", "-p", "."], cwd=CLIENTS / "typescript", check=True)
-    ts_agent = CLIENTS / "typescript" / "build" / "test" / "plan-agent.js"
-    return {"go": [str(go_agent)], "typescript": ["node", str(ts_agent)]}
+def agents(go_agents: Path, typescript_build: Path) -> dict[str, list[str]]:
+    """The Go and TypeScript plan agents, built from the current sources (conftest.py)."""
+    ts_agent = typescript_build / "test" / "plan-agent.js"
+    return {"go": [str(go_agents / "planagent")], "typescript": ["node", str(ts_agent)]}
 
 
 def _run_agent(

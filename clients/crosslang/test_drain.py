@@ -30,32 +30,18 @@ from tests.harness import RunningStore, start_store
 from tests.server.processes import serve_draining
 from tests.server.stores import SlowCreates
 
-CLIENTS = Path(__file__).resolve().parent.parent
 PER_LANGUAGE = 3
 GRACE = 5.0
 
 
 @pytest.fixture(scope="module")
-def agents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """Each client's drain agent, built from the current sources."""
-    built = tmp_path_factory.mktemp("drain-agents")
-    go_agent = built / "drainagent"
-    subprocess.run(["go", "build", "-o", str(go_agent), "./internal/drainagent"],
-                   cwd=CLIENTS / "go", check=True)  # fmt: skip
-    subprocess.run(["npx", "tsc", "-p", "."], cwd=CLIENTS / "typescript", check=True)
-    classpath_file = built / "classpath.txt"
-    subprocess.run(["mvn", "-q", "-B", "test-compile",
-                    "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-classpath",
-                    f"-Dmdep.outputFile={classpath_file}", "-Dmdep.includeScope=test"],
-                   cwd=CLIENTS / "java", check=True)  # fmt: skip
-    java = CLIENTS / "java" / "target"
-    classpath = ":".join([str(java / "classes"), str(java / "test-classes"),
-                          classpath_file.read_text().strip()])  # fmt: skip
+def agents(go_agents: Path, typescript_build: Path, java_classpath: str) -> dict[str, list[str]]:
+    """Each client's drain agent, built from the current sources (conftest.py)."""
     return {
         "python": [sys.executable, str(Path(__file__).with_name("drain_agent.py"))],
-        "go": [str(go_agent)],
-        "typescript": ["node", str(CLIENTS / "typescript" / "build" / "test" / "drain-agent.js")],
-        "java": ["java", "-cp", classpath, "dev.actonce.client.DrainAgent"],
+        "go": [str(go_agents / "drainagent")],
+        "typescript": ["node", str(typescript_build / "test" / "drain-agent.js")],
+        "java": ["java", "-cp", java_classpath, "dev.actonce.client.DrainAgent"],
     }
 
 
