@@ -7,6 +7,8 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from sidecar.ledger import inspect
+from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger
@@ -36,3 +38,12 @@ class LedgerPlace:
                 await ledger.close()
 
         asyncio.run(go())
+
+    def verify(self, *exports: Path) -> inspect.Verdict:
+        """What ``actonce audit verify`` finds in the ledger (with ``exports``, the pruned
+        events exported to those files)."""
+        reader = open_reader({"audit_db": self.db, "audit_dsn": self.dsn})
+        try:
+            return inspect.verify(reader, exports=list(exports))
+        finally:
+            reader.close()

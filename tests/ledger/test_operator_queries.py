@@ -10,8 +10,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sidecar.ledger import inspect
-from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent, LedgerError, Phase
 from sidecar.ledger.operator import (
     OperatorLedger,
@@ -32,13 +30,6 @@ from tests.ledger.support import LedgerPlace
 class Ledgers(LedgerPlace):
     def operator(self, *, read_only: bool = False) -> OperatorLedger:
         return open_operator_ledger(self.db, self.dsn, read_only=read_only)
-
-    def verify(self) -> inspect.Verdict:
-        reader = open_reader({"audit_db": self.db, "audit_dsn": self.dsn})
-        try:
-            return inspect.verify(reader)
-        finally:
-            reader.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

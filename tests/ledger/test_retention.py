@@ -19,7 +19,6 @@ import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
 
 from sidecar.ledger import inspect
-from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent, Phase
 from sidecar.ledger.retention import event_time, parse_before
 from tests.harness import sidecar_config, start_sidecar
@@ -58,11 +57,7 @@ class Ledger(LedgerPlace):
         return [int(r[0]) for r in self.sql("SELECT seq FROM audit_events ORDER BY seq")]
 
     def verdict(self, *exports: str) -> inspect.Verdict:
-        reader = open_reader({"audit_db": self.db, "audit_dsn": self.dsn})
-        try:
-            return inspect.verify(reader, exports=[self.folder / e for e in exports])
-        finally:
-            reader.close()
+        return self.verify(*(self.folder / e for e in exports))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
