@@ -134,12 +134,17 @@ class OperatorLedger:
         # Ids that may be pending: a step begun that no attempt ended, an intent
         # without an outcome in its attempt, an UNKNOWN failure. The rule itself
         # (sidecar.ledger.pending) then reads each one's events: candidates are few.
+        # A derived id is its run's (the run is part of what it is derived from), so a
+        # step's end is looked up by its run too: through (phase, run_id) the lookup reads
+        # the run's step ends, where SQLite, left to itself, read every step end of the
+        # ledger for each step begun.
         narrow = " AND b.run_id = ?" if run_id is not None else ""
         sql = f"""
 SELECT b.derived_id FROM audit_events b
  WHERE b.phase = {phase(Phase.STEP_BEGIN)}{narrow}
    AND NOT EXISTS (SELECT 1 FROM audit_events o
-                    WHERE o.derived_id = b.derived_id AND o.phase = {phase(Phase.STEP_END)})
+                    WHERE o.derived_id = b.derived_id AND o.run_id = b.run_id
+                      AND o.phase = {phase(Phase.STEP_END)})
 UNION
 SELECT b.derived_id FROM audit_events b
  WHERE b.phase = {phase(Phase.INTENT)}{narrow}

@@ -39,7 +39,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -182,6 +182,8 @@ class Retention(OperatorLedger):
         if plan.cut <= after:
             plan.cut = after
             return plan
+        # The first event of each run with something pending; the earliest is the cut's.
+        held: list[Hold] = []
         for item in self.pending():
             rows = self._fetch(
                 self._sql("SELECT MIN(seq) FROM audit_events WHERE run_id = ? AND seq > ?"),
@@ -189,10 +191,16 @@ class Retention(OperatorLedger):
             )
             first = rows[0][0] if rows else None
             if first is not None and int(first) <= plan.cut:
-                plan.cut = int(first) - 1
-                plan.holds.append(Hold(int(first), item.run_id,
-                                       f"run {item.run_id} has {item.kind.value} {item.id} "
-                                       "pending: see `actonce audit pending`", True))  # fmt: skip
+                held.append(Hold(int(first), item.run_id,
+                                 f"run {item.run_id} has {item.kind.value} {item.id} pending: "
+                                 "see `actonce audit pending`", True))  # fmt: skip
+        if held:
+            first_held = min(held, key=lambda hold: hold.seq)
+            if len(held) > 1:
+                more = f" (and {len(held) - 1} more pending items older than --before)"
+                first_held = replace(first_held, why=first_held.why + more)
+            plan.cut = first_held.seq - 1
+            plan.holds.append(first_held)
         # A run is removed whole: each time the cut moves back, a run may newly go on past it.
         while plan.cut > after:
             rows = self._fetch(
