@@ -9,6 +9,11 @@ pages or narrows in SQL through the ledger's indexes; none reads the ledger
 whole. A decision is appended inside the head's lock, after re-reading its
 id's events there, so that two operators deciding at once cannot both win,
 and the sidecars' own appends serialize with it as with each other.
+
+Longer than most modules, on purpose: every question the console and
+``actonce audit`` ask of a ledger is here, over both backends at once, with
+the two small backends that supply the primitives at the end; a query, and
+what it runs on, read in one place.
 """
 
 from __future__ import annotations
@@ -18,14 +23,22 @@ import functools
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, StoredEvent
+from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, RunSummary, StoredEvent
 from sidecar.ledger.pending import Decision, PendingItem, decision_event, pending_item
 from sidecar.ledger.schema import chain, readable_columns, row_to_event
-from sidecar.ledger.sql import POSTGRES, RUN_SUMMARY, SQLITE, Queries, marks, phase
+from sidecar.ledger.sql import (
+    POSTGRES,
+    RUN_SUMMARY,
+    SQLITE,
+    Queries,
+    marks,
+    phase,
+    run_summary,
+)
 
 # Ids per statement when reading many ids' events: well under both backends' limits.
 _CHUNK = 500
@@ -51,25 +64,15 @@ class RunFilter:
     pending_only: bool = False
 
 
-@dataclass
-class RunRow:
-    """One run on the runs page."""
+@dataclass(frozen=True)
+class RunRow(RunSummary):
+    """One run on the runs page: its summary, its writes by outcome, what is pending."""
 
-    run_id: str
-    rule: str
-    attempts: int
-    events: int
-    first_ts: str
-    last_ts: str
     writes: dict[str, int] = field(default_factory=dict)  # by OUTCOMES key
     pending: int = 0
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "run_id": self.run_id, "rule": self.rule, "attempts": self.attempts,
-            "events": self.events, "first_ts": self.first_ts, "last_ts": self.last_ts,
-            "writes": self.writes, "pending": self.pending,
-        }  # fmt: skip
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -260,12 +263,10 @@ SELECT b.derived_id FROM audit_events b
         )
         rows = self._fetch(self._sql(sql), [*params, limit + 1, offset])
         run_ids = [str(r[0]) for r in rows[:limit]]
-        summaries = self._summaries(run_ids)
-        for run in summaries:
-            run.pending = (pending_runs or {}).get(run.run_id, 0)
+        summaries = self._summaries(run_ids, pending_runs or {})
         return RunsPage(summaries, offset, limit, len(rows) > limit)
 
-    def _summaries(self, run_ids: Sequence[str]) -> list[RunRow]:
+    def _summaries(self, run_ids: Sequence[str], pending: dict[str, int]) -> list[RunRow]:
         if not run_ids:
             return []
         of_runs = f"run_id IN ({marks(len(run_ids))})"
@@ -274,8 +275,8 @@ SELECT b.derived_id FROM audit_events b
             self._sql(f"SELECT {RUN_SUMMARY} FROM audit_events WHERE {of_runs} GROUP BY run_id"),
             run_ids,
         ):
-            found[str(r[0])] = RunRow(str(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]),
-                                      str(r[5]))  # fmt: skip
+            run = run_summary(r)
+            found[run.run_id] = RunRow(**asdict(run), pending=pending.get(run.run_id, 0))
         by_outcome = {value: key for key, value in OUTCOMES.items() if value}
         for run_id, outcome, failed, count in self._fetch(
             self._sql(

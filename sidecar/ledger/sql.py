@@ -45,6 +45,7 @@ __all__ = [
     "marks",
     "phase",
     "present_columns",
+    "run_summary",
 ]
 
 
@@ -76,6 +77,11 @@ POSTGRES = Dialect(
 
 # A run's summary, as `audit runs` and the console's runs page show it.
 RUN_SUMMARY = "run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), MAX(ts)"
+
+
+def run_summary(row: Sequence[Any]) -> RunSummary:
+    """A run's summary from a row of ``SELECT {RUN_SUMMARY}``."""
+    return RunSummary(str(row[0]), str(row[1]), int(row[2]), int(row[3]), str(row[4]), str(row[5]))
 
 
 def phase(name: str) -> str:
@@ -241,9 +247,7 @@ class SqlLedgerReader(Generic[_C]):
             yield row_to_event(row)
 
     def runs(self) -> list[RunSummary]:
-        rows = self._conn.execute(self._sql.runs).fetchall()
-        return [RunSummary(str(r[0]), str(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5]))
-                for r in rows]  # fmt: skip
+        return [run_summary(row) for row in self._conn.execute(self._sql.runs).fetchall()]
 
     def count(self) -> int:
         row = self._conn.execute(self._sql.count).fetchone()
