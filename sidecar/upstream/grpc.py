@@ -17,19 +17,25 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import grpc
 from actonce_api.store.v1 import artifact_store_pb2 as spb
 from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from sidecar import defaults
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
+from sidecar.refstore.wire import from_message
 from sidecar.rules.refusals import RefusalVocabulary
 from sidecar.store_codes import STORE_DOMAIN as STORE_DOMAIN
 from sidecar.store_codes import RefusalCode
 from sidecar.upstream.base import Refusal
+
+_Request = TypeVar("_Request", bound=Message)
+_Response = TypeVar("_Response")
 
 # Store refusal codes that arrive without an ErrorInfo (from a proxy, say).
 _BARE_CODES = {
@@ -127,30 +133,38 @@ class GrpcStoreClient:
         channel = grpc.aio.insecure_channel(target, options=options)
         return cls(channel, timeout_seconds=timeout_seconds)
 
-    def _deadline(self, timeout: float | None) -> float:
-        return self.timeout_seconds if timeout is None else timeout
+    async def _call(
+        self,
+        method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
+        request: _Request,
+        timeout: float | None,
+    ) -> _Response:
+        """One call to the store, with the call's deadline and metadata, its errors mapped;
+        the operation is named by its request (``CreateArtifactRequest``: CreateArtifact)."""
+        async with _map_errors(request.DESCRIPTOR.name.removesuffix("Request")):
+            return await method(
+                request,
+                timeout=self.timeout_seconds if timeout is None else timeout,
+                metadata=self._metadata,
+            )
 
     async def create_artifact(
         self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
     ) -> StoredArtifact:
-        async with _map_errors("CreateArtifact"):
-            response = await self._stub.CreateArtifact(
-                spb.CreateArtifactRequest(artifact_id=artifact_id, kind=kind, data_json=data_json),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
-        return _artifact(response.artifact)
+        response = await self._call(
+            self._stub.CreateArtifact,
+            spb.CreateArtifactRequest(artifact_id=artifact_id, kind=kind, data_json=data_json),
+            timeout,
+        )
+        return from_message(response.artifact, StoredArtifact)
 
     async def get_artifact(
         self, artifact_id: str, *, timeout: float | None = None
     ) -> StoredArtifact:
-        async with _map_errors("GetArtifact"):
-            response = await self._stub.GetArtifact(
-                spb.GetArtifactRequest(artifact_id=artifact_id),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
-        return _artifact(response.artifact)
+        response = await self._call(
+            self._stub.GetArtifact, spb.GetArtifactRequest(artifact_id=artifact_id), timeout
+        )
+        return from_message(response.artifact, StoredArtifact)
 
     async def patch_artifact(
         self,
@@ -160,27 +174,25 @@ class GrpcStoreClient:
         *,
         timeout: float | None = None,
     ) -> StoredArtifact:
-        async with _map_errors("PatchArtifact"):
-            response = await self._stub.PatchArtifact(
-                spb.PatchArtifactRequest(
-                    artifact_id=artifact_id,
-                    expected_version=expected_version,
-                    patch_json=patch_json,
-                ),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
-        return _artifact(response.artifact)
+        response = await self._call(
+            self._stub.PatchArtifact,
+            spb.PatchArtifactRequest(
+                artifact_id=artifact_id,
+                expected_version=expected_version,
+                patch_json=patch_json,
+            ),
+            timeout,
+        )
+        return from_message(response.artifact, StoredArtifact)
 
     async def propose_create(
         self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
     ) -> None:
-        async with _map_errors("CreateProposal"):
-            await self._stub.CreateProposal(
-                spb.CreateProposalRequest(proposal_id=proposal_id, kind=kind, data_json=data_json),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
+        await self._call(
+            self._stub.CreateProposal,
+            spb.CreateProposalRequest(proposal_id=proposal_id, kind=kind, data_json=data_json),
+            timeout,
+        )
 
     async def propose_patch(
         self,
@@ -191,27 +203,25 @@ class GrpcStoreClient:
         *,
         timeout: float | None = None,
     ) -> None:
-        async with _map_errors("CreateProposal"):
-            await self._stub.CreateProposal(
-                spb.CreateProposalRequest(
-                    proposal_id=proposal_id,
-                    artifact_id=artifact_id,
-                    patch_json=patch_json,
-                    base_version=base_version,
-                ),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
+        await self._call(
+            self._stub.CreateProposal,
+            spb.CreateProposalRequest(
+                proposal_id=proposal_id,
+                artifact_id=artifact_id,
+                patch_json=patch_json,
+                base_version=base_version,
+            ),
+            timeout,
+        )
 
     async def create_thread(
         self, thread_id: str, title: str, *, timeout: float | None = None
     ) -> None:
-        async with _map_errors("CreateThread"):
-            await self._stub.CreateThread(
-                spb.CreateThreadRequest(thread_id=thread_id, title=title),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
+        await self._call(
+            self._stub.CreateThread,
+            spb.CreateThreadRequest(thread_id=thread_id, title=title),
+            timeout,
+        )
 
     async def post_message(
         self,
@@ -223,30 +233,26 @@ class GrpcStoreClient:
         request_turn: bool,
         timeout: float | None = None,
     ) -> StoredMessage:
-        async with _map_errors("PostMessage"):
-            response = await self._stub.PostMessage(
-                spb.PostMessageRequest(
-                    message_id=message_id,
-                    thread_id=thread_id,
-                    kind=kind,
-                    text=text,
-                    request_turn=request_turn,
-                ),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
-        return _message(response.message)
+        response = await self._call(
+            self._stub.PostMessage,
+            spb.PostMessageRequest(
+                message_id=message_id,
+                thread_id=thread_id,
+                kind=kind,
+                text=text,
+                request_turn=request_turn,
+            ),
+            timeout,
+        )
+        return from_message(response.message, StoredMessage)
 
     async def list_messages(
         self, thread_id: str, *, timeout: float | None = None
     ) -> Sequence[StoredMessage]:
-        async with _map_errors("ListMessages"):
-            response = await self._stub.ListMessages(
-                spb.ListMessagesRequest(thread_id=thread_id),
-                timeout=self._deadline(timeout),
-                metadata=self._metadata,
-            )
-        return [_message(message) for message in response.messages]
+        response = await self._call(
+            self._stub.ListMessages, spb.ListMessagesRequest(thread_id=thread_id), timeout
+        )
+        return [from_message(message, StoredMessage) for message in response.messages]
 
     async def ping(self) -> None:
         # Any answer from the store, a refusal included, proves it is there; but one
@@ -260,23 +266,3 @@ class GrpcStoreClient:
 
     async def close(self) -> None:
         await self._channel.close()
-
-
-def _artifact(artifact: spb.StoredArtifact) -> StoredArtifact:
-    return StoredArtifact(
-        id=artifact.id,
-        kind=artifact.kind,
-        version=artifact.version,
-        data_json=artifact.data_json,
-        archived=artifact.archived,
-    )
-
-
-def _message(message: spb.StoredMessage) -> StoredMessage:
-    return StoredMessage(
-        id=message.id,
-        thread_id=message.thread_id,
-        kind=message.kind,
-        text=message.text,
-        seq=message.seq,
-    )

@@ -21,7 +21,7 @@ from grpc_status import rpc_status
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome
 from sidecar.errors import ActonceError, InvalidArgument, to_status
-from sidecar.refstore.backend import StoredArtifact
+from sidecar.refstore.wire import to_message
 
 log = structlog.get_logger()
 
@@ -52,16 +52,6 @@ def _timestamp(value: timestamp_pb2.Timestamp | None, field: str) -> datetime | 
         return value.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError) as exc:
         raise InvalidArgument(field, f"is not a valid timestamp: {exc}") from None
-
-
-def _artifact(artifact: StoredArtifact) -> types_pb2.Artifact:
-    return types_pb2.Artifact(
-        id=artifact.id,
-        kind=artifact.kind,
-        version=artifact.version,
-        data_json=artifact.data_json,
-        archived=artifact.archived,
-    )
 
 
 class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
@@ -173,7 +163,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
             ),
         )
         if result.artifact is not None:
-            return pb.ReadResponse(artifact=_artifact(result.artifact))
+            return pb.ReadResponse(artifact=to_message(result.artifact, types_pb2.Artifact))
         return pb.ReadResponse(
             messages=[types_pb2.Message(id=m.id, kind=m.kind, text=m.text) for m in result.messages]
         )
