@@ -128,14 +128,10 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 Entry("attempt_end", stored.seq, stored.ts, attempt, detail=dict(e.detail))
             )
         elif e.phase in (Phase.INTENT, Phase.STEP_BEGIN):
-            entry = Entry(
+            entry = _entry(
                 "step" if e.phase == Phase.STEP_BEGIN else "write",
-                stored.seq,
-                stored.ts,
+                stored,
                 attempt,
-                rpc=e.rpc,
-                write_type=e.write_type,
-                derived_id=e.derived_id,
                 occurrence=e.occurrence,
                 digest=e.digest,
                 detail=dict(e.detail),
@@ -147,14 +143,10 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
             entry_or_none = open_entries.get(key)
             if entry_or_none is None or entry_or_none.settled_ts:
                 entries.append(
-                    Entry(
+                    _entry(
                         "refusal",
-                        stored.seq,
-                        stored.ts,
+                        stored,
                         attempt,
-                        rpc=e.rpc,
-                        write_type=e.write_type,
-                        derived_id=e.derived_id,
                         reason=e.reason,
                         failure_class=e.failure_class,
                         state="refused",
@@ -184,13 +176,11 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 entry_or_none.state = "aborted"
         elif e.phase == Phase.READ:
             entries.append(
-                Entry(
+                _entry(
                     "read",
-                    stored.seq,
-                    stored.ts,
+                    stored,
                     attempt,
-                    rpc=e.rpc,
-                    derived_id=e.derived_id,
+                    write_type="",  # a read writes nothing
                     reason=e.reason,
                     failure_class=e.failure_class,
                     state="refused" if e.reason else "read",
@@ -199,14 +189,10 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
         elif e.phase == Phase.DECISION:
             decided[e.derived_id] = str(e.detail.get("decision", ""))
             entries.append(
-                Entry(
+                _entry(
                     "decision",
-                    stored.seq,
-                    stored.ts,
+                    stored,
                     attempt,
-                    rpc=e.rpc,
-                    write_type=e.write_type,
-                    derived_id=e.derived_id,
                     detail=dict(e.detail),
                     result_json=str(e.detail.get("result_json", "")),
                     state=str(e.detail.get("decision", "")),
@@ -216,6 +202,14 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
     for entry in entries:
         entry.trace_id = traces.get(entry.seq, "")
     return Timeline(run_id, rule, list(attempts.values()), entries)
+
+
+def _entry(kind: str, stored: StoredEvent, attempt: AttemptView | None, **fields: Any) -> Entry:
+    """The entry of ``stored``, named by its event's RPC, write type and derived id unless
+    ``fields`` say otherwise."""
+    e = stored.event
+    named = {"rpc": e.rpc, "write_type": e.write_type, "derived_id": e.derived_id}
+    return Entry(kind, stored.seq, stored.ts, attempt, **{**named, **fields})
 
 
 def _settled_state(entry: Entry) -> str:
