@@ -57,6 +57,9 @@ class Dialect:
     head_row: str  # the WHERE clause that names the chain's one head row
     head_lock: str  # what an append adds to its read of the head, to hold it until commit
     columns: str  # the statement that names the events table's columns
+    # A list goes as one array parameter: one statement for any number of runs, which the
+    # driver prepares once, rather than one per count.
+    array_parameter: bool
 
 
 # SQLite's BEGIN IMMEDIATE already holds the whole file for the writer.
@@ -65,6 +68,7 @@ SQLITE = Dialect(
     head_row="id = 1",
     head_lock="",
     columns="SELECT name FROM pragma_table_info('audit_events')",
+    array_parameter=False,
 )
 # Batches from several sidecars serialize on the head row.
 POSTGRES = Dialect(
@@ -73,6 +77,7 @@ POSTGRES = Dialect(
     head_lock=" FOR UPDATE",
     columns="SELECT column_name FROM information_schema.columns "
     "WHERE table_schema = current_schema() AND table_name = 'audit_events'",
+    array_parameter=True,
 )
 
 # A run's summary, as `audit runs` and the console's runs page show it.
@@ -149,16 +154,19 @@ class Queries:
         text = f"SELECT {columns} FROM audit_events WHERE {where} ORDER BY seq"
         return self.sql(text + (" LIMIT ?" if limit else ""))
 
-    def newest_attempts(self, runs: int, *, scoped: bool) -> str:
-        """The newest attempt of ``runs`` runs' unscoped attempts, or of their scopes."""
+    def newest_attempts(self, runs: list[str], *, scoped: bool) -> tuple[str, Sequence[object]]:
+        """The newest attempt of ``runs``' unscoped attempts, or of their scopes: the
+        statement and its parameters."""
+        params: Sequence[object]
+        if self.dialect.array_parameter:
+            where, params = "run_id = ANY(?)", [runs]
+        else:
+            where, params = f"run_id IN ({marks(len(runs))})", runs
         if scoped:
-            return self.sql(
-                "SELECT run_id, scope, attempt_id FROM audit_scopes "
-                f"WHERE run_id IN ({marks(runs)})"
-            )
-        return self.sql(
-            f"SELECT run_id, attempt_id FROM audit_runs WHERE run_id IN ({marks(runs)})"
-        )
+            query = f"SELECT run_id, scope, attempt_id FROM audit_scopes WHERE {where}"
+        else:
+            query = f"SELECT run_id, attempt_id FROM audit_runs WHERE {where}"
+        return self.sql(query), params
 
 
 class Cursor(Protocol):
@@ -183,11 +191,11 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
     unscoped: list[tuple[object, object]] = []
     scoped: list[tuple[object, object, object]] = []
     if keys.runs:
-        query = sql.newest_attempts(len(keys.runs), scoped=False)
-        unscoped = [(run, attempt) for run, attempt in db.execute(query, keys.runs).fetchall()]
+        query, params = sql.newest_attempts(keys.runs, scoped=False)
+        unscoped = [(run, attempt) for run, attempt in db.execute(query, params).fetchall()]
     if keys.scoped:
-        query = sql.newest_attempts(len(keys.scoped_runs), scoped=True)
-        scoped = [(r, s, a) for r, s, a in db.execute(query, keys.scoped_runs).fetchall()]
+        query, params = sql.newest_attempts(keys.scoped_runs, scoped=True)
+        scoped = [(r, s, a) for r, s, a in db.execute(query, params).fetchall()]
     batch = chain(events, seq, prev, newest_attempts(keys, unscoped, scoped))
     if batch.begun:
         db.executemany(sql.begin_run, batch.begun)
