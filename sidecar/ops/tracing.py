@@ -27,6 +27,10 @@ leave through a batch processor and the OTLP gRPC exporter. A call becomes:
 Each audit event records the trace and span ids of the call that wrote it (in
 :class:`_TracedLedger`, the one place that does), and the latency histograms carry
 the trace id as an exemplar (:meth:`Tracing.exemplar`).
+
+Longer than most modules, on purpose: every span the sidecar makes, and all it uses of
+the OpenTelemetry SDK and its instrumentation, is here, in the one module imported only
+when traces are asked for, so that a sidecar without traces loads none of it.
 """
 
 from __future__ import annotations
