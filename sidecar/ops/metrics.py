@@ -46,8 +46,7 @@ from sidecar.fronts.grpc.interceptors import (
     behavior_of,
 )
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, StoredEvent
-from sidecar.refstore.backend import StoredArtifact, StoredMessage
-from sidecar.upstream.base import Refusal, StoreClient
+from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
 
 log = structlog.get_logger()
 
@@ -351,15 +350,14 @@ def _result_of(error: BaseException) -> str:
     return "error"
 
 
-class _TimedStore:
-    """Times each call to the store client it wraps, by operation and result; ping and
-    close (health and shutdown, not the writes' path) pass as they are."""
+class _TimedStore(WrappedStore):
+    """Times each call to the store client it wraps, by operation and result."""
 
     def __init__(self, inner: StoreClient, metrics: Metrics) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._metrics = metrics
 
-    async def _timed(self, operation: str, call: Awaitable[_T]) -> _T:
+    async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
         started = time.perf_counter()
         result = "ok"
         try:
@@ -372,95 +370,6 @@ class _TimedStore:
                 self._metrics.store_call_seconds.labels(operation, result),
                 time.perf_counter() - started,
             )
-
-    async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        return await self._timed(
-            "create_artifact",
-            self._inner.create_artifact(artifact_id, kind, data_json, timeout=timeout),
-        )
-
-    async def get_artifact(
-        self, artifact_id: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        return await self._timed(
-            "get_artifact", self._inner.get_artifact(artifact_id, timeout=timeout)
-        )
-
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact:
-        return await self._timed(
-            "patch_artifact",
-            self._inner.patch_artifact(artifact_id, expected_version, patch_json, timeout=timeout),
-        )
-
-    async def propose_create(
-        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> None:
-        await self._timed(
-            "propose_create",
-            self._inner.propose_create(proposal_id, kind, data_json, timeout=timeout),
-        )
-
-    async def propose_patch(
-        self,
-        proposal_id: str,
-        artifact_id: str,
-        patch_json: str,
-        base_version: int,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        await self._timed(
-            "propose_patch",
-            self._inner.propose_patch(
-                proposal_id, artifact_id, patch_json, base_version, timeout=timeout
-            ),
-        )
-
-    async def create_thread(
-        self, thread_id: str, title: str, *, timeout: float | None = None
-    ) -> None:
-        await self._timed(
-            "create_thread", self._inner.create_thread(thread_id, title, timeout=timeout)
-        )
-
-    async def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool,
-        timeout: float | None = None,
-    ) -> StoredMessage:
-        return await self._timed(
-            "post_message",
-            self._inner.post_message(
-                message_id, thread_id, kind, text, request_turn=request_turn, timeout=timeout
-            ),
-        )
-
-    async def list_messages(
-        self, thread_id: str, *, timeout: float | None = None
-    ) -> Sequence[StoredMessage]:
-        return await self._timed(
-            "list_messages", self._inner.list_messages(thread_id, timeout=timeout)
-        )
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 def instrument_store(store: StoreClient, metrics: Metrics) -> StoreClient:

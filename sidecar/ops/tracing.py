@@ -67,8 +67,7 @@ from sidecar.fronts.grpc.interceptors import (
 from sidecar.ledger.base import AuditEvent, AuditLedger, StoredEvent
 from sidecar.ops import tracing_settings
 from sidecar.ops.metrics import error_info_of
-from sidecar.refstore.backend import StoredArtifact, StoredMessage
-from sidecar.upstream.base import Refusal, StoreClient
+from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
 
 _T = TypeVar("_T")
 
@@ -434,14 +433,14 @@ def _store_result(error: BaseException) -> str:
     return error.code if isinstance(error, Refusal) else type(error).__name__
 
 
-class _TracedStore:
+class _TracedStore(WrappedStore):
     """A span per store call, named after the operation, with the id it names."""
 
     def __init__(self, inner: StoreClient, tracer: trace.Tracer) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._tracer = tracer
 
-    async def _spanned(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
+    async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
         if not trace.get_current_span().is_recording():
             return await call  # a call not sampled: no span of its store calls either
         with self._tracer.start_as_current_span(
@@ -461,97 +460,3 @@ class _TracedStore:
                 span.set_attribute(STORE_RESULT, _store_result(error))
                 span.set_status(Status(StatusCode.ERROR, type(error).__name__))
                 raise
-
-    async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        return await self._spanned(
-            "create_artifact",
-            artifact_id,
-            self._inner.create_artifact(artifact_id, kind, data_json, timeout=timeout),
-        )
-
-    async def get_artifact(
-        self, artifact_id: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        return await self._spanned(
-            "get_artifact", artifact_id, self._inner.get_artifact(artifact_id, timeout=timeout)
-        )
-
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact:
-        return await self._spanned(
-            "patch_artifact",
-            artifact_id,
-            self._inner.patch_artifact(artifact_id, expected_version, patch_json, timeout=timeout),
-        )
-
-    async def propose_create(
-        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> None:
-        await self._spanned(
-            "propose_create",
-            proposal_id,
-            self._inner.propose_create(proposal_id, kind, data_json, timeout=timeout),
-        )
-
-    async def propose_patch(
-        self,
-        proposal_id: str,
-        artifact_id: str,
-        patch_json: str,
-        base_version: int,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        await self._spanned(
-            "propose_patch",
-            proposal_id,
-            self._inner.propose_patch(
-                proposal_id, artifact_id, patch_json, base_version, timeout=timeout
-            ),
-        )
-
-    async def create_thread(
-        self, thread_id: str, title: str, *, timeout: float | None = None
-    ) -> None:
-        await self._spanned(
-            "create_thread", thread_id, self._inner.create_thread(thread_id, title, timeout=timeout)
-        )
-
-    async def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool,
-        timeout: float | None = None,
-    ) -> StoredMessage:
-        return await self._spanned(
-            "post_message",
-            message_id,
-            self._inner.post_message(
-                message_id, thread_id, kind, text, request_turn=request_turn, timeout=timeout
-            ),
-        )
-
-    async def list_messages(
-        self, thread_id: str, *, timeout: float | None = None
-    ) -> Sequence[StoredMessage]:
-        return await self._spanned(
-            "list_messages", thread_id, self._inner.list_messages(thread_id, timeout=timeout)
-        )
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await self._inner.close()
