@@ -13,7 +13,9 @@ import { ActonceError, Client, rawJson } from "../src/index.js";
 const [target, name] = process.argv.slice(2);
 if (!target || !name) throw new Error("usage: drain-agent TARGET NAME");
 
-const client = new Client(target);
+// As long a deadline as the other languages' agents: the drain test's slow store answers in
+// 8 s, which a busy machine can stretch past the default 10 s.
+const client = new Client(target, { timeoutMs: 30_000 });
 try {
   for (let run = 0; ; run++) {
     const attempt = await client.begin({ runId: `${name}-${run}`, rule: "drain", checkpoint: "c" });

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	actonce "github.com/actonce/actonce/clients/go"
 )
@@ -22,7 +23,9 @@ func main() {
 		log.Fatal("usage: drainagent TARGET NAME")
 	}
 	name := os.Args[2]
-	client, err := actonce.New(os.Args[1])
+	// As long a deadline as the other languages' agents: the drain test's slow store answers
+	// in 8 s, which a busy machine can stretch past the default 10 s.
+	client, err := actonce.New(os.Args[1], actonce.WithTimeout(30*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
