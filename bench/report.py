@@ -338,6 +338,8 @@ def markdown(data: dict[str, Any]) -> str:
         ("Server CPU core-seconds per 1,000 calls", "cpu_seconds_per_1000_calls", 2),
         ("Non-OK answers", "errors", 0),
     ]:
+        if not targets:  # no saturation part in this run
+            break
         lines += ["", f"## {title}", "", header, rule]
         for scenario in scenarios:
             cells = [_cell(_get(data, scenario, t, key), digits, latency=key.endswith("_ms"))
@@ -380,7 +382,8 @@ def markdown(data: dict[str, Any]) -> str:
               "after three re-reads on the hot artifact, RETRYABLE by design) and the store "
               "alone's `AlreadyExists` in the storm (the sidecar answers that "
               "OUTCOME_ALREADY_APPLIED).", "",
-              "![throughput](throughput.png)", "", "![latency](latency.png)", ""]  # fmt: skip
+              *(["![throughput](throughput.png)", "", "![latency](latency.png)"]
+                if targets else []), ""]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -482,8 +485,9 @@ def plot_growth(data: dict[str, Any], out: Path) -> None:
     twin = left.twinx()
     twin.plot(xs, [level["p99_ms"] for level in levels], marker="s", color="tab:red",
               label="p99 ms")  # fmt: skip
-    twin.set_ylabel("p99 ms")
+    twin.set_ylabel("p99 ms (red)")
     twin.set_ylim(bottom=0)
+    left.set_ylabel("Notice calls/s (blue)")
     left.set_title("Notice with more live attempts")
     left.grid(alpha=0.3)
     ledger = grown.get("ledger")
@@ -492,11 +496,11 @@ def plot_growth(data: dict[str, Any], out: Path) -> None:
         right.bar([0, 1], [ledger["empty"]["rps"], ledger["large"]["rps"]], 0.4, label="calls/s")
         right.set_xticks([0.1, 1.1])
         right.set_xticklabels(names)
-        right.set_ylabel("Notice calls/s")
+        right.set_ylabel("Notice calls/s (blue)")
         twin2 = right.twinx()
         twin2.bar([0.4, 1.4], [ledger["empty"]["p99_ms"], ledger["large"]["p99_ms"]], 0.4,
                   color="tab:red", label="p99 ms")  # fmt: skip
-        twin2.set_ylabel("p99 ms")
+        twin2.set_ylabel("p99 ms (red)")
         right.set_title("Notice on an empty ledger and a large one")
     fig.tight_layout()
     fig.savefig(out / "growth.png", dpi=110)

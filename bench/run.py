@@ -646,6 +646,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Plan.growth_events,
         help="events in the growth part's large ledger (10,000,000 for the goal)",
     )
+    parser.add_argument(
+        "--growth-attempts",
+        default=",".join(map(str, Plan.growth_attempts)),
+        help="the growth part's levels of live attempts",
+    )
     parser.add_argument("--smoke", action="store_true", help="a few seconds: `make test`")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -666,7 +671,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown targets or parts {unknown}; known: "
                          f"{', '.join(ALL_TARGETS)}; {', '.join(PARTS)}")  # fmt: skip
         plan = Plan(seconds=args.seconds, rounds=args.rounds, targets=targets, parts=parts,
-                    growth_events=args.growth_events, out=args.out or OUT)  # fmt: skip
+                    growth_events=args.growth_events, out=args.out or OUT,
+                    growth_attempts=[int(n) for n in args.growth_attempts.split(",")])  # fmt: skip
     ghz = ghz_binary()
     # The driver's own work (setup calls, parsing) stays off the servers' core.
     if pin(LOAD_CORE):
