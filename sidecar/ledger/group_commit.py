@@ -56,6 +56,9 @@ class _Pending:
     future: asyncio.Future[int]
     loop: asyncio.AbstractEventLoop
     link: object = None
+    # Set when the append failed closed past its bound: the writer then skips the event.
+    # A caller that merely went away (its future cancelled with it) is not one of these.
+    timed_out: bool = False
 
 
 class GroupCommitLedger:
@@ -80,16 +83,21 @@ class GroupCommitLedger:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         tracer = self.commit_tracer
-        self._queue.put(_Pending(event, future, loop, tracer.link() if tracer else None))
+        pending = _Pending(event, future, loop, tracer.link() if tracer else None)
+        self._queue.put(pending)
+        # A caller that goes away (its call cancelled) cancels the future with it, and leaves
+        # its event to be written all the same, as a write that may have landed needs: the
+        # writer skips only what timed out. Awaited as it is, not shielded: a shield's
+        # second future costs each append another turn of the event loop.
+        if self._append_timeout is None:
+            return await future
         try:
-            # Shielded: a caller that goes away (its call cancelled) leaves its event to
-            # be written all the same, as a write that may have landed needs.
             async with asyncio.timeout(self._append_timeout):
-                return await asyncio.shield(future)
+                return await future
         except TimeoutError:
             # Past the bound the write fails closed; the writer skips the event if it has
             # not taken it up yet, so that no event outlives the failure it reported.
-            future.cancel()
+            pending.timed_out = True
             raise LedgerError(f"audit event not durable within {self._append_timeout:g}s") from None
 
     async def close(self) -> None:
@@ -129,8 +137,8 @@ class GroupCommitLedger:
                 return
 
     def _commit(self, batch: list[_Pending]) -> None:
-        # An append whose caller stopped waiting has already failed its write closed.
-        batch = [pending for pending in batch if not pending.future.done()]
+        # An append that timed out has already failed its write closed.
+        batch = [pending for pending in batch if not pending.timed_out]
         if not batch:
             return
         tracer = self.commit_tracer
