@@ -51,9 +51,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 # What limits each family of goals when one is missed: what the profiles in the report's
 # folder show (profile-*.txt), written from them. Keyed by the goal's family.
 LIMITS = {
-    "c1": "the event loop's own work per call (gRPC's server path and the write's phases in "
-    "Python) and the hand-offs to the ledger's writer and the store's thread: see "
-    "profile-c1-notice.txt",
+    "c1": "a write's three commits in turn (its intent, the store's, its outcome: see the "
+    "disk's fsync under the concurrency-1 table), each a hand-off to a thread and back that "
+    "waits for the scheduler on a shared core, and the event loop's own work per write "
+    "(gRPC's server path and the write's phases in Python): see profile-c1-notice.txt",
     "saturation": "one core of Python: the interpreter runs the gRPC server, the write's "
     "phases and both commits' threads in turn; see profile-saturated-notice.txt",
     "cpu": "CPU per write in the interpreter (gRPC's server path, the write's phases, the two "
