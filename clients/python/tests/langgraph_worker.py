@@ -10,14 +10,13 @@ process as soon as it has landed, before the agent hears of it.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-from dataclasses import dataclass
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from card_processor import charge
+from delivery import Job, TransientError, Writes
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -38,38 +37,6 @@ from actonce_client.langgraph import (
 )
 
 RULE = "billing-agent"
-
-
-@dataclass(frozen=True)
-class Job:
-    """One delivery: which agent, which run, where everything is."""
-
-    scenario: str
-    run_id: str
-    resume: bool  # the delivery that resumes the run after a person approved
-    target: str
-    processor: str
-    thread_id: str  # the store's thread the notices go to
-    checkpoints: str  # the SQLite file of the graph's checkpoints
-    result: str  # where the delivery writes what it did
-    kill_at: int = 0  # the write after which the process kills itself (0: none)
-
-
-class Writes:
-    """Counts the delivery's writes, and kills the process after the k-th."""
-
-    def __init__(self, kill_at: int) -> None:
-        self.kill_at = kill_at
-        self.count = 0
-
-    def landed(self) -> None:
-        self.count += 1
-        if self.count == self.kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-class TransientError(ConnectionError):
-    """A downstream hiccup that a retry clears."""
 
 
 def build(job: Job, client: Client, writes: Writes) -> Pregel[Any, Any, Any, Any]:
@@ -129,7 +96,7 @@ def build(job: Job, client: Client, writes: Writes) -> Pregel[Any, Any, Any, Any
     model = ScriptedChatModel(script=script)
     tools = [open_ticket, flaky_notice, charge_card, charge_approved]
     saver = SqliteSaver(sqlite3.connect(job.checkpoints, check_same_thread=False))
-    if job.scenario == "create_agent":
+    if job.scenario.startswith("create_agent"):
         return create_agent(model, tools, checkpointer=saver)
 
     def call_model(state: MessagesState) -> dict[str, Any]:
@@ -152,6 +119,9 @@ def build(job: Job, client: Client, writes: Writes) -> Pregel[Any, Any, Any, Any
 
 DONE = AIMessage("done")
 SCRIPTS: dict[str, list[AIMessage]] = {
+    # No tool call: what warm() runs.
+    "warm": [DONE],
+    "create_agent-warm": [DONE],
     # One turn, three tool calls at once; two of them make the same writes.
     "parallel": [
         turn(
@@ -183,6 +153,17 @@ SCRIPTS: dict[str, list[AIMessage]] = {
         DONE,
     ],
 }
+
+
+def warm() -> None:
+    """Run both graphs once, with no tool call and no connection, so that every
+    delivery forked after it finds LangGraph's lazy imports and caches made."""
+    with tempfile.TemporaryDirectory() as folder:
+        for scenario in ("warm", "create_agent-warm"):
+            job = Job(scenario=scenario, run_id="warm", resume=False, target="", processor="",
+                      thread_id="", checkpoints=f"{folder}/{scenario}.db", result="")  # fmt: skip
+            app = build(job, cast(Client, None), Writes(0))
+            deliver(app, "warm", "warm", {"messages": [HumanMessage("go")]})
 
 
 def run(given: dict[str, Any]) -> None:

@@ -12,23 +12,20 @@ that a kill loop is quick.
 
 from __future__ import annotations
 
-import sqlite3
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from card_processor import Ledger, card_processor
-from forking import Forks, forking_worker
+from kill_loop import SHARED_EXPECTED, Seen, World, check_every_kill, world_of
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph_worker import DONE, Job
+from langgraph_worker import DONE
 from scripted_model import ScriptedChatModel, turn
 
 from actonce_client import ActonceError, Client, FailureClass
@@ -38,104 +35,16 @@ from actonce_client.testing import LocalSidecar
 pytestmark = pytest.mark.timeout(120)
 
 
-@dataclass
-class World:
-    sidecar: LocalSidecar
-    client: Client
-    processor: str
-    ledger: Ledger
-    folder: Path
-    forks: Forks
-
-
 @pytest.fixture(scope="module")
 def world(sidecar: LocalSidecar, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    with (
-        card_processor() as (url, ledger),
-        Client(sidecar.target) as client,
-        forking_worker("langgraph_worker") as forks,
-    ):
-        yield World(sidecar, client, url, ledger, tmp_path_factory.mktemp("langgraph"), forks)
-
-
-def new_job(world: World, scenario: str) -> Job:
-    run_id = f"{scenario}-{uuid.uuid4().hex[:8]}"
-    setup = world.client.begin(f"setup-{run_id}", "setup")
-    thread = setup.create_thread(f"thread of {run_id}").id
-    setup.end()
-    folder = world.folder / run_id
-    folder.mkdir()
-    return Job(
-        scenario=scenario, run_id=run_id, resume=False, target=world.sidecar.target,
-        processor=world.processor, thread_id=thread,
-        checkpoints=str(folder / "checkpoints.db"), result=str(folder / "result.json"),
-    )  # fmt: skip
-
-
-def deliveries(scenario: str) -> list[bool]:
-    """The deliveries a run takes when nothing fails: resume flags, in order."""
-    return [False, True] if scenario == "approval" else [False]
-
-
-def run_all(world: World, job: Job, kill: tuple[int, int] | None = None) -> list[dict[str, Any]]:
-    """Every delivery of the run; with ``kill=(i, k)``, delivery i is killed after
-    its k-th write and delivered again, as the queue does when a lease expires."""
-    results = []
-    for i, resume in enumerate(deliveries(job.scenario)):
-        this = replace(job, resume=resume)
-        if kill is not None and kill[0] == i:
-            assert world.forks.deliver(asdict(replace(this, kill_at=kill[1]))) is None, "not killed"
-        result = world.forks.deliver(asdict(this))
-        assert result is not None
-        results.append(result)
-    return results
-
-
-def store_rows(world: World, sql: str, *args: str) -> list[tuple[str, ...]]:
-    with sqlite3.connect(world.sidecar.data_dir / "store.db") as db:
-        return db.execute(sql, args).fetchall()
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What one run left in the world."""
-
-    tickets: tuple[str, ...]  # titles, sorted
-    notices: tuple[str, ...]  # texts, sorted
-    charges: tuple[tuple[str, int], ...]  # (customer, cents), sorted
-
-
-def seen(world: World, job: Job) -> Seen:
-    tickets = store_rows(
-        world, "SELECT json_extract(data_json, '$.title') FROM artifacts"
-        " WHERE kind = 'ticket' AND json_extract(data_json, '$.run') = ?", job.run_id,
-    )  # fmt: skip
-    notices = store_rows(world, "SELECT text FROM messages WHERE thread_id = ?", job.thread_id)
-    with world.ledger.lock:
-        charges = [(c["customer"], c["cents"]) for c in world.ledger.charges
-                   if c["customer"].startswith(job.run_id)]  # fmt: skip
-    return Seen(
-        tuple(sorted(title for (title,) in tickets)),
-        tuple(sorted(text for (text,) in notices)),
-        tuple(sorted(charges)),
-    )
-
-
-def unprefixed(job: Job, found: Seen) -> Seen:
-    """``found`` with the run's own prefix taken off its customers."""
-    cut = len(job.run_id) + 1
-    return replace(found, charges=tuple((c[cut:], n) for c, n in found.charges))
+    with world_of(sidecar, tmp_path_factory.mktemp("langgraph"), "langgraph_worker") as world:
+        yield world
 
 
 EXPECTED = {
-    "parallel": Seen(("Disk full", "Disk full"),
-                     ("charged ada 500", "opened a ticket: Disk full",
-                      "opened a ticket: Disk full"),
-                     (("ada", 500),)),
+    **SHARED_EXPECTED,
     "create_agent": Seen(("Disk full",), ("charged ada 500", "opened a ticket: Disk full"),
                          (("ada", 500),)),
-    "retry": Seen((), ("charged bob-reset 700", "looking into it"), (("bob-reset", 700),)),
-    "approval": Seen(("Refund later",), ("opened a ticket: Refund later",), (("cy", 900),)),
 }  # fmt: skip
 
 
@@ -143,23 +52,7 @@ EXPECTED = {
 def test_each_write_once_whichever_write_the_worker_is_killed_after(
     world: World, scenario: str
 ) -> None:
-    clean = new_job(world, scenario)
-    results = run_all(world, clean)
-    assert [r["state"] for r in results][-1] == "done"
-    assert unprefixed(clean, seen(world, clean)) == EXPECTED[scenario]
-    kills = [(i, k) for i, r in enumerate(results) for k in range(1, int(str(r["writes"])) + 1)]
-    assert kills, "the scenario makes writes"
-    for kill in kills:
-        job = new_job(world, scenario)
-        last = run_all(world, job, kill)[-1]
-        found = unprefixed(job, seen(world, job))
-        if last["state"] == "IN_DOUBT":
-            # A charge with no idempotency key was made, and the worker died before
-            # it heard: it is not made again, and a person decides.
-            assert found.charges == EXPECTED[scenario].charges, kill
-        else:
-            assert last["state"] == "done", (kill, last)
-            assert found == EXPECTED[scenario], kill
+    assert check_every_kill(world, scenario, EXPECTED[scenario]) > 0
 
 
 def small_agent(client: Client, checkpointer: Any) -> Any:

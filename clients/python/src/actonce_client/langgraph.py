@@ -20,7 +20,6 @@ the config's ``checkpoint_id`` is None), and ends it when the tool returns.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -38,7 +37,14 @@ from langgraph.types import Command, RetryPolicy
 
 from actonce_client.client import Attempt, Client
 from actonce_client.errors import ActonceError
-from actonce_client.tool_calls import ToolCall, annotations_of, context_parameter
+from actonce_client.tool_calls import (
+    ToolCall,
+    annotations_of,
+    context_parameter,
+    end_quietly,
+    is_retryable,
+    refused_message,
+)
 
 __all__ = [
     "RUN_ID_KEY",
@@ -88,7 +94,7 @@ class Actonce:
             try:
                 result = func(*args, **{context: call}, **kwargs)
             except BaseException:
-                _end_quietly(attempt)
+                end_quietly(attempt)
                 raise
             attempt.end()
             return result
@@ -117,20 +123,6 @@ class Actonce:
         )  # fmt: skip
 
 
-def _end_quietly(attempt: Attempt) -> None:
-    # The tool's own error is the one to raise; a fenced or unknown attempt
-    # cannot be ended, and a later try begins its own anyway.
-    with contextlib.suppress(ActonceError):
-        attempt.end()
-
-
-def is_retryable(error: BaseException) -> bool:
-    """Whether a retry of the tool call is safe and may help: a RETRYABLE actonce
-    error. Never IN_DOUBT, AUDIT_PERSISTENCE_FAILED (UNKNOWN), FORBIDDEN (PERMANENT)
-    or REFUSED, which LangGraph's default ``retry_on`` would all retry."""
-    return isinstance(error, ActonceError) and error.retryable
-
-
 def retry_policy(
     *, transient: tuple[type[Exception], ...] = (), max_attempts: int = 3, **kwargs: Any
 ) -> RetryPolicy:
@@ -152,9 +144,10 @@ def handle_tool_error(error: Exception) -> str:
     input, an artifact not found) goes back to the model as the tool's message,
     which it can correct; every other error is raised, for the node's retry
     policy and then the queue."""
-    if isinstance(error, ActonceError) and error.refused:
-        return f"refused: {error.reason}: {error.message}"
-    raise error
+    message = refused_message(error)
+    if message is None:
+        raise error
+    return message
 
 
 def deliver(

@@ -16,6 +16,7 @@ idempotency key of the downstream API.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from actonce_client.client import Attempt, Effect
+from actonce_client.errors import ActonceError
 
 T = TypeVar("T")
 
@@ -80,6 +82,28 @@ class ToolCall:
             raise
         self.attempt.end_step(begun.id, result)
         return result
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether a retry of the tool call is safe and may help: a RETRYABLE actonce
+    error. Never IN_DOUBT or AUDIT_PERSISTENCE_FAILED (UNKNOWN), FORBIDDEN
+    (PERMANENT) or a refusal, which a framework's default retries would retry."""
+    return isinstance(error, ActonceError) and error.retryable
+
+
+def refused_message(error: BaseException) -> str | None:
+    """What the model is told of a REFUSED call (bad input, an artifact not found),
+    which it can correct; None for every other error, which is not the model's."""
+    if isinstance(error, ActonceError) and error.refused:
+        return f"refused: {error.reason}: {error.message}"
+    return None
+
+
+def end_quietly(attempt: Attempt) -> None:
+    """End a try that failed. The tool's own error is the one to raise: a fenced or
+    unknown attempt cannot be ended, and a later try begins its own anyway."""
+    with contextlib.suppress(ActonceError):
+        attempt.end()
 
 
 def context_parameter(func: Callable[..., Any]) -> tuple[str, inspect.Signature]:

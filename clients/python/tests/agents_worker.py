@@ -1,0 +1,145 @@
+"""A queue worker that runs an OpenAI Agents SDK agent on actonce: one delivery of a
+run per process, killed with SIGKILL after its k-th write when the test says so
+(tests/langgraph_worker.py does the same for LangGraph, with the same tools)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, cast
+
+from agents import Agent, RunState, Tool, set_tracing_disabled
+from card_processor import charge
+from delivery import Job, TransientError, Writes
+from scripted_agents_model import ScriptedModel, Turn
+
+from actonce_client import Client, Effect
+from actonce_client.errors import ActonceError
+from actonce_client.openai_agents import Actonce, ToolCall, deliver
+
+RULE = "billing-agent"
+
+
+def build(job: Job, client: Client, writes: Writes) -> Agent[Any]:
+    actonce = Actonce(client, rule=RULE)
+    hiccups: set[str] = set()  # tool calls that already failed once in this process
+
+    @actonce.tool
+    def open_ticket(title: str, call: ToolCall) -> str:
+        """Open a ticket and tell the thread."""
+        ticket = call.attempt.create("ticket", {"title": title, "run": job.run_id})
+        writes.landed()
+        call.attempt.notice(job.thread_id, f"opened a ticket: {title}")
+        writes.landed()
+        return ticket.id
+
+    @actonce.tool(retries=2, transient=(ConnectionError,))
+    def flaky_notice(text: str, call: ToolCall) -> str:
+        """Post a notice; the first try in a process fails after it."""
+        posted = call.attempt.notice(job.thread_id, text)
+        writes.landed()
+        if call.tool_call_id not in hiccups:
+            hiccups.add(call.tool_call_id)
+            raise TransientError("the network hiccuped")
+        return posted.id
+
+    @actonce.tool(retries=2, transient=(ConnectionError,))
+    def charge_card(customer: str, cents: int, call: ToolCall) -> str:
+        """Charge the customer's card, keyed by the step's id."""
+
+        def keyed(key: str) -> str:
+            made = charge(job.processor, f"{job.run_id}-{customer}", cents, key)
+            writes.landed()
+            return made
+
+        charge_id = call.step(
+            "charge_card", {"customer": customer, "cents": cents}, keyed,
+            effect=Effect.IDEMPOTENT_WRITE,
+        )  # fmt: skip
+        call.attempt.notice(job.thread_id, f"charged {customer} {cents}")
+        writes.landed()
+        return charge_id
+
+    @actonce.tool(needs_approval=True)
+    def charge_approved(customer: str, cents: int, call: ToolCall) -> str:
+        """Charge a card with no idempotency key, once a person approved it."""
+
+        def unkeyed(key: str) -> str:
+            made = charge(job.processor, f"{job.run_id}-{customer}", cents, None)
+            writes.landed()
+            return made
+
+        return call.step("charge_approved", {"customer": customer, "cents": cents}, unkeyed)
+
+    tools: list[Tool] = [open_ticket, flaky_notice, charge_card, charge_approved]
+    return Agent(name="billing", instructions="Bill.", tools=tools,
+                 model=ScriptedModel(SCRIPTS[job.scenario]))  # fmt: skip
+
+
+SCRIPTS: dict[str, list[Turn]] = {
+    "warm": [[]],  # no tool call: what warm() runs
+    "parallel": [
+        [("call-a", "open_ticket", {"title": "Disk full"}),
+         ("call-b", "open_ticket", {"title": "Disk full"}),
+         ("call-c", "charge_card", {"customer": "ada", "cents": 500})],
+        [],
+    ],
+    "retry": [
+        [("call-a", "flaky_notice", {"text": "looking into it"}),
+         ("call-b", "charge_card", {"customer": "bob-reset", "cents": 700})],
+        [],
+    ],
+    "approval": [
+        [("call-a", "charge_approved", {"customer": "cy", "cents": 900})],
+        [("call-b", "open_ticket", {"title": "Refund later"})],
+        [],
+    ],
+}  # fmt: skip
+
+
+def warm() -> None:
+    """Run the agent once, with no tool call and no connection, so that every
+    delivery forked after it finds the SDK's lazy imports and caches made."""
+    set_tracing_disabled(True)
+    job = Job(scenario="warm", run_id="warm", resume=False, target="", processor="",
+              thread_id="", checkpoints="", result="")  # fmt: skip
+    deliver(build(job, cast(Client, None), Writes(0)), "warm", "go")
+    # Runner.run_sync leaves its event loop open for the next run on this thread;
+    # a forked child must not share its epoll and self-pipe with this process.
+    loop = asyncio.get_event_loop_policy().get_event_loop()
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+def run(given: dict[str, Any]) -> None:
+    """One delivery of the job ``given`` (a Job's fields); what it did goes to its result.
+
+    A run that pauses for approval keeps its state beside its checkpoints; the
+    delivery that resumes it approves every pending call, as the person did."""
+    job = Job(**given)
+    set_tracing_disabled(True)
+    writes = Writes(job.kill_at)
+    paused = Path(job.checkpoints).with_suffix(".paused.json")
+    with Client(job.target) as client:
+        agent = build(job, client, writes)
+        first: Any = "go"
+        if job.resume:
+            first = asyncio.run(RunState.from_string(agent, paused.read_text()))
+            for item in first.get_interruptions():
+                first.approve(item)
+        try:
+            result = deliver(agent, job.run_id, first)
+            if result.interruptions:
+                paused.write_text(result.to_state().to_string())
+                state = "interrupted"
+            else:
+                state = "done"
+        except ActonceError as error:
+            state = error.reason
+        except Exception as error:
+            cause = error.__cause__
+            if not isinstance(cause, ActonceError):
+                raise
+            state = cause.reason
+    Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count}))
