@@ -3,10 +3,11 @@ still verifies, alone and with its exports, with sidecars writing meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sqlite3
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
 
+from sidecar.cli import main
 from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent, Phase
 from sidecar.ledger.retention import event_time, parse_before
@@ -32,11 +34,18 @@ class Ledger(LedgerPlace):
     folder: Path
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`actonce audit ARGS` on this ledger, through the command line's own entry point,
+        in this process (one interpreter start per command would dominate these tests)."""
         where = ["--audit-dsn", self.dsn] if self.dsn else ["--audit-db", str(self.db)]
-        return subprocess.run(
-            [sys.executable, "-m", "sidecar.cli", "audit", *args, *where],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        argv = ["audit", *args, *where]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(argv)
+                code = 0
+            except SystemExit as exit_:
+                code = int(exit_.code or 0)
+        return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
     def prune(self, export: str, before: str = "0h") -> subprocess.CompletedProcess[str]:
         return self.cli("prune", "--before", before, "--export", str(self.folder / export))
