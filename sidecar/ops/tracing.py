@@ -67,6 +67,7 @@ from sidecar.fronts.grpc.interceptors import (
 from sidecar.ledger.base import AuditEvent, AuditLedger, StoredEvent
 from sidecar.ops import tracing_settings
 from sidecar.ops.metrics import error_info_of
+from sidecar.refstore.server import SERVICE_NAME as STORE_SERVICE_NAME
 from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
 
 _T = TypeVar("_T")
@@ -79,7 +80,6 @@ _client_interceptors = cast(
 
 SIDECAR_SERVICE = "actonce-sidecar"
 STORE_SERVICE = "actonce-store"
-STORE_SERVICE_FULL_NAME = "actonce.store.v1.ArtifactStoreService"
 # The instrumentation scope of the spans made here.
 SCOPE = "actonce"
 
@@ -131,7 +131,9 @@ class Tracing:
     ) -> Tracing | None:
         """The tracing the ``OTEL_*`` variables ask for, or None when they ask for none.
 
-        Raises TracingSettingError for an exporter or protocol that is not offered.
+        ``environ`` decides whether, and which exporter; the SDK reads everything else
+        from the process's environment itself. Raises TracingSettingError for an exporter
+        or protocol that is not offered.
         """
         if not tracing_settings.requested(environ):
             return None
@@ -155,7 +157,7 @@ class Tracing:
     def store_server_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """The reference store's SERVER span of each call that continues a trace; it
         starts none of its own (a sidecar's health probe, say, is not traced)."""
-        service = _service_filter(STORE_SERVICE_FULL_NAME)
+        service = _service_filter(STORE_SERVICE_NAME)
 
         def continues_a_trace(details: Any) -> bool:
             metadata = getattr(details, "invocation_metadata", None) or ()
