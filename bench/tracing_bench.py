@@ -111,21 +111,23 @@ def section(data: dict[str, Any]) -> list[str]:
     lines = ["", "## Tracing: what OpenTelemetry costs (SQLite, audited, concurrency "
              f"{data['settings']['concurrency']})", "",
              "Medians of alternated rounds; traced variants export OTLP/gRPC to a receiver on "
-             "the load core. `/ off` is calls/s as a fraction of tracing off.", "",
-             "| traces | Notice calls/s | / off | p99 ms | Create calls/s | / off | p99 ms | "
-             "traces exported / calls |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+             "the load core. `/ off` is calls/s as a fraction of tracing off; CPU is the "
+             "sidecar's core-seconds per 1,000 calls.", "",
+             "| traces | Notice calls/s | / off | p99 ms | CPU | Create calls/s | / off | p99 ms "
+             "| CPU | traces exported / calls |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     off = {s: results[s].get("off", {}).get("rps") for s in SCENARIOS if s in results}
     for variant in VARIANTS:
         cells = []
         for scenario in SCENARIOS:
             entry = results.get(scenario, {}).get(variant)
             if entry is None:
-                cells += ["n/a", "", ""]
+                cells += ["n/a", "", "", ""]
                 continue
             base = off.get(scenario)
             ratio = f"{entry['rps'] / base:.2f}" if base else ""
-            cells += [f"{entry['rps']:,.0f}", ratio, f"{entry['p99_ms']:.1f}"]
+            cells += [f"{entry['rps']:,.0f}", ratio, f"{entry['p99_ms']:.1f}",
+                      f"{entry['cpu_seconds_per_1000_calls']:.2f}"]  # fmt: skip
         counted = tracing.get("traces", {}).get(variant, [])
         exported = sum(c["traces"] for c in counted)
         made = sum(c["calls"] for c in counted)
