@@ -4,10 +4,10 @@ Targets (each a real server process pinned to one core, ghz pinned to the other)
 
 - ``store`` / ``store-postgres``: the reference store called directly (``actonce store``, on
   SQLite or on PostgreSQL);
-- ``sqlite-before``: ``actonce serve`` as it was before this load test's speed work (commit
-  ``BEFORE_REF``: the embedded store over a loopback gRPC hop, a sync per store write, ...),
-  run from that commit's ``sidecar/`` package; it cannot resolve a method by reflection, so
-  ghz reads the protos from a descriptor set for it;
+- ``sqlite-before``: ``actonce serve`` as it was before the latest speed work (commit
+  ``BEFORE_REF``, or ``--before-ref``), run from that commit's ``sidecar/`` package; ghz reads
+  the protos from a descriptor set for it, since an old enough commit cannot resolve a method
+  by reflection;
 - ``sqlite-unaudited`` / ``postgres-unaudited``: the sidecar with audit off
   (``bench/serve.py --unaudited``, a benchmark-only switch the ``actonce`` command lacks);
 - ``sqlite-audited`` / ``postgres-audited``: ``actonce serve`` itself, the ledger and the
@@ -74,7 +74,7 @@ LOAD_CORE = 1
 # The "before" target's code: the commit before the latest speed work, so that each change
 # is measured beside what it replaced, in the same run. `--before-ref` (or BENCH_BEFORE_REF)
 # names another commit.
-BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "94a21417d59796c1ddc1e9dd1a2a8ff979a54e76")
+BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "2c379812ce7f49fc8c4d5845ce1a5c76a72d9b26")
 
 SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
 STORE_SCENARIOS = ("create", "storm", "notice", "read")
