@@ -130,6 +130,11 @@ def goals(data: dict[str, Any]) -> list[dict[str, Any]]:
         add("postgres", f"postgres: audited / unaudited calls/s, {scenario}",
             _ratio(_get(data, scenario, "postgres-audited", "rps"),
                    _get(data, scenario, "postgres-unaudited", "rps")), 0.8)  # fmt: skip
+    statements = data.get("ledger_statements", {}).get("postgres")
+    if statements:
+        add("postgres", "postgres: statements (round trips) per ledger batch of 1,200 events / "
+            "of 6 (fencing and group commit per batch)",
+            _ratio(statements["1200"], statements["6"]), 1.0, at_most=True)  # fmt: skip
     grown = data.get("growth", {})
     levels = grown.get("live_attempts") or []
     if len(levels) > 1:

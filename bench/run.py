@@ -572,6 +572,21 @@ def _median(results: list[Measured]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def ledger_statements() -> dict[str, dict[str, int]]:
+    """Statements a ledger batch costs on each dialect, for a batch of 6 events and one of
+    1,200 (new attempts, intents to fence, outcomes): on PostgreSQL each is a round trip."""
+    from sidecar.ledger.sql import POSTGRES, SQLITE, Queries, append
+    from tests.ledger.test_round_trips import CountingCursor, _batch
+
+    counted: dict[str, dict[str, int]] = {}
+    for name, dialect in (("sqlite", SQLITE), ("postgres", POSTGRES)):
+        for runs in (1, 200):
+            cursor = CountingCursor()
+            append(cursor, Queries(dialect), _batch(runs))
+            counted.setdefault(name, {})[str(6 * runs)] = len(cursor.statements)
+    return counted
+
+
 def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
     return {
         "machine": machine(ghz),
