@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -155,6 +158,10 @@ def test_agents_that_call_after_the_calls_in_flight_were_cut_are_refused_not_can
         assert served.process.wait(grace + 10) == 0, served.log()[-2000:]
         # Within the grace, and a little more for the interpreter to exit.
         assert time.monotonic() - signalled < grace + 2.5
+        # The cut write waited on the store, yet everything was closed with part of the
+        # grace left for the process to exit in.
+        closed = [e for e in _events(served.log()) if e.get("event") == "closed"]
+        assert len(closed) == 1 and closed[0]["seconds"] <= grace - 0.25, closed
     finally:
         channel.close()
         served.stop()
@@ -267,3 +274,13 @@ def test_under_load_every_call_is_answered_or_refused_shutting_down_never_cancel
     stored = set(read_sqlite_store(tmp_path / "store" / "store.db").artifacts)
     assert acknowledged <= audited
     assert acknowledged <= stored
+
+
+def _events(log: str) -> list[dict[str, Any]]:
+    """The sidecar's JSON log lines, as events (other lines, a traceback say, skipped)."""
+    events = []
+    for line in log.splitlines():
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    return events

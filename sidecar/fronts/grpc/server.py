@@ -189,8 +189,11 @@ class Sidecar:
         if not await self.gate.wait_quiet(closing_at):
             log.warning("drain_callers_still_calling", refused=self.gate.refused)
 
+        # The process itself still has to exit after closing: its share comes off the end.
+        closed_by = final - min(EXIT_RESERVE_SECONDS, (grace or 0.0) / 10)
+
         def left() -> float:
-            return max(CLOSE_STEP_FLOOR_SECONDS, final - loop.time())
+            return max(CLOSE_STEP_FLOOR_SECONDS, closed_by - loop.time())
 
         await self.server.stop(left())
         log.info("stopped_serving", seconds=round(loop.time() - began, 3))
@@ -211,6 +214,7 @@ class Sidecar:
         if self.tracing is not None:
             # The spans of the last calls leave before the process does.
             await _bounded("tracing", asyncio.to_thread(self.tracing.shutdown), left())
+        log.info("closed", seconds=round(loop.time() - began, 3))
 
 
 # A health check answers within this, or readiness turns NOT_SERVING: well within the
@@ -219,6 +223,10 @@ HEALTH_CHECK_SECONDS = 3.0
 # Of the grace period, up to this much (and at most half) is kept for closing: the
 # writes whose callers were cut, then the store and the ledger.
 CLOSE_RESERVE_SECONDS = 2.0
+# Of the grace, this much (and at most a tenth) is kept for the interpreter to exit once
+# everything is closed (its threads joined, its modules torn down), so that the process is
+# gone within the grace even when the writes cut by the drain wait on a store to the end.
+EXIT_RESERVE_SECONDS = 0.5
 # Each step of closing gets what is left of the grace, and at least this: a ledger or a
 # store that stopped answering (a frozen host, a cut network) holds the exit no longer.
 CLOSE_STEP_FLOOR_SECONDS = 0.5
