@@ -20,6 +20,8 @@ from typing import Any
 import grpc
 import pytest
 from kill_loop import SHARED_EXPECTED, Seen, World, check_every_kill, world_of
+from langchain.agents import create_agent
+from langchain.agents.middleware import ToolErrorMiddleware, ToolRetryMiddleware
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -29,7 +31,15 @@ from langgraph_worker import DONE
 from scripted_model import ScriptedChatModel, turn
 
 from actonce_client import ActonceError, Client, FailureClass
-from actonce_client.langgraph import Actonce, ToolCall, deliver, handle_tool_error, retry_policy
+from actonce_client.langgraph import (
+    Actonce,
+    ToolCall,
+    deliver,
+    handle_tool_error,
+    is_retryable,
+    refused_message,
+    retry_policy,
+)
 from actonce_client.testing import LocalSidecar
 
 pytestmark = pytest.mark.timeout(120)
@@ -135,3 +145,27 @@ def test_a_tool_names_its_tool_call_parameter_by_type(client: Client) -> None:
 
     with pytest.raises(TypeError, match="ToolCall"):
         actonce.tool(no_call)
+
+
+def test_create_agent_hands_refusals_to_the_model_through_its_middleware(
+    client: Client, tmp_path: Path
+) -> None:
+    actonce = Actonce(client, rule="editor")
+
+    @actonce.tool
+    def retitle(artifact_id: str, title: str, call: ToolCall) -> str:
+        """Retitle an artifact."""
+        return call.attempt.edit(artifact_id, "/title", title).id
+
+    model = ScriptedChatModel(
+        script=[turn(("call-1", "retitle", {"artifact_id": "art_missing", "title": "x"})), DONE]
+    )
+    middleware = [
+        ToolErrorMiddleware(on_error=lambda error, _: refused_message(error)),
+        ToolRetryMiddleware(retry_on=is_retryable, on_failure="error"),
+    ]
+    with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as saver:
+        app = create_agent(model, [retitle], middleware=middleware, checkpointer=saver)
+        out = deliver(app, f"run-{uuid.uuid4().hex}", "thread-1", {"messages": [("user", "go")]})
+    answered = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(answered) == 1 and str(answered[0].content).startswith("refused: NOT_FOUND")

@@ -53,6 +53,7 @@ __all__ = [
     "deliver",
     "handle_tool_error",
     "is_retryable",
+    "refused_message",
     "retry_policy",
 ]
 
