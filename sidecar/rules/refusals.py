@@ -59,8 +59,9 @@ STATE_UNRECOGNIZED = "STATE_UNRECOGNIZED"
 _CODE_FORM = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 KNOWN_CODES = frozenset(_CLASSES)
 KNOWN_STATES = frozenset({ID_USED, ARCHIVED})
-# Distinct well-formed codes beyond the known ones that one process passes on: a store that
-# makes codes up without end must not grow the metrics' label set without end.
+# Distinct well-formed codes beyond the known ones that one store client passes on (a
+# sidecar has one): a store that makes codes up without end must not grow the metrics'
+# label set without end.
 MAX_OTHER_CODES = 16
 MAX_STATES = 8
 # A store's message reaches the caller and the logs: bounded, no control characters.

@@ -54,10 +54,6 @@ _UNREACHABLE = {
 }
 
 
-# One vocabulary per process: its bound is on the distinct codes this process passes on.
-_VOCABULARY = RefusalVocabulary()
-
-
 def _rich_status(error: grpc.aio.AioRpcError) -> status_pb2.Status | None:
     """The google.rpc.Status in ``error``'s trailer, read as ``rpc_status.from_call`` reads
     it from a call (whose types do not take an asyncio call's error)."""
@@ -70,26 +66,27 @@ def _rich_status(error: grpc.aio.AioRpcError) -> status_pb2.Status | None:
     return None
 
 
-def refusal_from(error: grpc.aio.AioRpcError) -> Refusal | None:
-    """The store's refusal carried by ``error``, or None for a transport failure."""
+def refusal_from(error: grpc.aio.AioRpcError, vocabulary: RefusalVocabulary) -> Refusal | None:
+    """The store's refusal carried by ``error``, in the words ``vocabulary`` lets through,
+    or None for a transport failure."""
     status = _rich_status(error)
     if status is not None:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             if detail.Unpack(info) and info.domain == STORE_DOMAIN:
                 return Refusal(
-                    _VOCABULARY.code(info.reason),
-                    _VOCABULARY.message(status.message),
-                    _VOCABULARY.states(info.metadata.get("states", "")),
+                    vocabulary.code(info.reason),
+                    vocabulary.message(status.message),
+                    vocabulary.states(info.metadata.get("states", "")),
                 )
     code = _BARE_CODES.get(error.code())
     if code is not None:
-        return Refusal(code, _VOCABULARY.message(error.details() or ""))
+        return Refusal(code, vocabulary.message(error.details() or ""))
     return None
 
 
 @asynccontextmanager
-async def _map_errors(operation: str) -> AsyncIterator[None]:
+async def _map_errors(operation: str, vocabulary: RefusalVocabulary) -> AsyncIterator[None]:
     try:
         yield
     except grpc.aio.AioRpcError as error:
@@ -98,12 +95,12 @@ async def _map_errors(operation: str) -> AsyncIterator[None]:
                 f"store did not answer {operation} in time; the write may have landed, "
                 "and a retry with the same derived id is safe"
             ) from error
-        refusal = refusal_from(error)
+        refusal = refusal_from(error, vocabulary)
         if refusal is not None and error.code() not in _UNREACHABLE:
             raise refusal from error
         raise StoreUnavailable(
             f"store unavailable for {operation}: {error.code().name} "
-            f"{_VOCABULARY.message(error.details() or '')}"
+            f"{vocabulary.message(error.details() or '')}"
         ) from error
 
 
@@ -121,6 +118,9 @@ class GrpcStoreClient:
         self._stub = spb_grpc.ArtifactStoreServiceStub(channel)
         self.timeout_seconds = timeout_seconds
         self._metadata = tuple(metadata)
+        # One vocabulary per client: its bound is on the distinct codes that this store
+        # has sent, so that one hostile store cannot use up another's.
+        self._vocabulary = RefusalVocabulary()
 
     @classmethod
     def insecure(
@@ -141,7 +141,8 @@ class GrpcStoreClient:
     ) -> _Response:
         """One call to the store, with the call's deadline and metadata, its errors mapped;
         the operation is named by its request (``CreateArtifactRequest``: CreateArtifact)."""
-        async with _map_errors(request.DESCRIPTOR.name.removesuffix("Request")):
+        operation = request.DESCRIPTOR.name.removesuffix("Request")
+        async with _map_errors(operation, self._vocabulary):
             return await method(
                 request,
                 timeout=self.timeout_seconds if timeout is None else timeout,

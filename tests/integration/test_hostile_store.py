@@ -162,6 +162,25 @@ def test_many_distinct_codes_do_not_grow_the_metrics_labels_beyond_a_bound(
     assert len(results) <= bound + 2  # and ok, VALIDATION_FAILED
 
 
+def test_one_store_that_uses_up_its_codes_leaves_another_sidecars_store_its_own(
+    hostile: RunningSidecar, make_config: MakeConfig, tmp_path: Path
+) -> None:
+    # Two sidecars in one process (as in the tests, or an embedding program): the bound is
+    # on what each one's store has said, not on the process.
+    attempt = hostile.begin("inventive")
+    for n in range(refusals.MAX_OTHER_CODES + 4):
+        _hostile(hostile, attempt, f"INVENTED_CODE_{n}")
+    assert _hostile(hostile, attempt, "ONE_MORE_CODE").reason == refusals.STORE_REFUSAL_UNRECOGNIZED
+    store = start_store(tmp_path / "other-store", interceptors=[HostileRefusals()])
+    other = start_sidecar(make_config(tmp_path / "other", store_target=store.target))
+    try:
+        fresh = other.begin("inventive")
+        assert _hostile(other, fresh, "ONE_MORE_CODE").reason == "ONE_MORE_CODE"
+    finally:
+        other.stop()
+        store.stop()
+
+
 def test_a_used_id_beside_a_malformed_state_is_no_used_id_alone(hostile: RunningSidecar) -> None:
     got = _hostile(hostile, hostile.begin("states"), "INVALID_STATE", states="ID_USED,bad state")
     # Not taken for done (ALREADY_APPLIED): the store said more than that the id is used.
