@@ -45,7 +45,7 @@ from sidecar.fronts.grpc.interceptors import (
     RunActionsInterceptor,
     behavior_of,
 )
-from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, StoredEvent
+from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, WrappedLedger
 from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
 
 log = structlog.get_logger()
@@ -291,11 +291,11 @@ def _code_from_int(number: int) -> grpc.StatusCode:
 # -- the ledger ------------------------------------------------------------------
 
 
-class _TimedLedger:
+class _TimedLedger(WrappedLedger):
     """Times each append of the ledger it wraps; its other calls are the ledger's own."""
 
     def __init__(self, inner: AuditLedger, metrics: Metrics) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._metrics = metrics
 
     async def append(self, event: AuditEvent) -> int:
@@ -310,18 +310,6 @@ class _TimedLedger:
             raise
         finally:
             self._metrics.observe(self._metrics.audit_append_seconds, time.perf_counter() - started)
-
-    async def events_for(self, derived_id: str) -> list[StoredEvent]:
-        return await self._inner.events_for(derived_id)
-
-    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
-        return await self._inner.first_attempt(run_id, scope)
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 def instrument_ledger(ledger: AuditLedger, metrics: Metrics) -> AuditLedger:

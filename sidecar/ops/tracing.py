@@ -64,7 +64,7 @@ from sidecar.fronts.grpc.interceptors import (
     RunActionsInterceptor,
     behavior_of,
 )
-from sidecar.ledger.base import AuditEvent, AuditLedger, StoredEvent
+from sidecar.ledger.base import AuditEvent, AuditLedger, WrappedLedger
 from sidecar.ops import tracing_settings
 from sidecar.ops.metrics import error_info_of
 from sidecar.refstore.server import SERVICE_NAME as STORE_SERVICE_NAME
@@ -356,11 +356,11 @@ def event_attributes(event: AuditEvent) -> dict[str, str | int]:
     return attributes
 
 
-class _TracedLedger:
+class _TracedLedger(WrappedLedger):
     """A span per append; each event records the trace and span of the call appending it."""
 
     def __init__(self, inner: AuditLedger, tracer: trace.Tracer) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._tracer = tracer
 
     async def append(self, event: AuditEvent) -> int:
@@ -382,18 +382,6 @@ class _TracedLedger:
             seq = await self._inner.append(event)
             span.set_attribute(LEDGER_SEQ, seq)
             return seq
-
-    async def events_for(self, derived_id: str) -> list[StoredEvent]:
-        return await self._inner.events_for(derived_id)
-
-    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
-        return await self._inner.first_attempt(run_id, scope)
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 class _CommitSpans:
