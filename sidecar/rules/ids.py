@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import enum
 import hashlib
+from typing import NotRequired, TypedDict, Unpack
 
 from sidecar.rules.canonical import canonical
 
@@ -123,27 +124,19 @@ def material(
     )
 
 
-def derive_id(
-    write_type: WriteType,
-    *,
-    run_id: str,
-    checkpoint: str,
-    identity: Identity,
-    occurrence: int,
-    scope: str = "",
-    scheme: int = 1,
-) -> str:
+class IdParts(TypedDict):
+    """What names a write besides its type: :func:`material`'s keywords."""
+
+    run_id: str
+    checkpoint: str
+    identity: Identity
+    occurrence: int
+    scope: NotRequired[str]
+    scheme: NotRequired[int]
+
+
+def derive_id(write_type: WriteType, **parts: Unpack[IdParts]) -> str:
     """The id of the ``occurrence``-th write of ``identity`` in an attempt."""
-    digest = hashlib.sha256(
-        material(
-            write_type,
-            run_id=run_id,
-            checkpoint=checkpoint,
-            identity=identity,
-            occurrence=occurrence,
-            scope=scope,
-            scheme=scheme,
-        )
-    ).digest()
+    digest = hashlib.sha256(material(write_type, **parts)).digest()
     encoded = base64.b32encode(digest).decode("ascii").lower()[:_ID_CHARS]
     return f"{PREFIXES[write_type]}_{encoded}"
