@@ -61,7 +61,8 @@ LIMITS = {
     "commits); see profile-saturated-notice.txt",
     "half": "a commit's sync: the p99 is a call that waits for a batch and then its own",
     "postgres": "round trips to PostgreSQL: an append waits for its commit's round trip",
-    "growth": "the ledger's indexes grow with it (each insert updates four B-trees)",
+    "growth": "the run's noise, or the ledger's indexes growing with it (each insert updates "
+    "four B-trees): more rounds (--rounds) tell them apart",
     "tracing": "the spans made for a sampled call and their export, on the same core",
     "earlier": "see the saturation goals' profile",
 }
