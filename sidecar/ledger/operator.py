@@ -25,10 +25,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, RunSummary, StoredEvent
-from sidecar.ledger.pending import Decision, PendingItem, decision_event, pending_item
+from sidecar.ledger.pending import (
+    Decision,
+    DecisionNote,
+    PendingItem,
+    decision_event,
+    pending_item,
+)
 from sidecar.ledger.schema import chain, readable_columns, row_to_event
 from sidecar.ledger.sql import (
     POSTGRES,
@@ -184,23 +190,13 @@ SELECT b.derived_id FROM audit_events b
         return self._events_by_id([item_id]).get(item_id, [])
 
     def resolve(
-        self,
-        item_id: str,
-        decision: Decision,
-        *,
-        by: str,
-        reason: str,
-        result_json: str = "",
-        digest: str = "",
+        self, item_id: str, decision: Decision, **note: Unpack[DecisionNote]
     ) -> StoredEvent:
         """Append an operator's decision on ``item_id`` to the chain; DecisionRefused if
         there is nothing to decide (the decision already taken is named)."""
         with self._locked_head() as (seq, head):
             events = self.events_for(item_id)
-            event = decision_event(
-                events, item_id, decision, by=by, reason=reason, result_json=result_json,
-                digest=digest,
-            )  # fmt: skip
+            event = decision_event(events, item_id, decision, **note)
             batch = chain([event], seq, head, {})
             self._execute_many(self._queries.insert_event, batch.rows)
             self._execute_many(self._queries.set_head, [(batch.seq, batch.head)])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict
 
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 from sidecar.rules import effects
@@ -229,6 +230,15 @@ def _item(kind: Kind, stored: StoredEvent, why: str) -> PendingItem:
         ts=stored.ts,
         why=why,
     )
+
+
+class DecisionNote(TypedDict):
+    """Who decides and why, and what a step that ran returned: a decision's keywords."""
+
+    by: str
+    reason: str
+    result_json: NotRequired[str]
+    digest: NotRequired[str]
 
 
 def decision_event(
