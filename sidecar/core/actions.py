@@ -14,12 +14,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import structlog
 
 from sidecar.core import classify, leases, writes
-from sidecar.core.attempts import Attempt, AttemptRegistry
+from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
@@ -69,19 +69,8 @@ class RunActions:
 
     # -- attempts -------------------------------------------------------------
 
-    async def begin_attempt(
-        self,
-        *,
-        run_id: str,
-        rule: str,
-        checkpoint: str,
-        lease_deadline: datetime | None,
-        scope: str = "",
-    ) -> Attempt:
-        return await self._lifecycle.begin(
-            run_id=run_id, rule=rule, checkpoint=checkpoint, lease_deadline=lease_deadline,
-            scope=scope,
-        )  # fmt: skip
+    async def begin_attempt(self, **start: Unpack[AttemptStart]) -> Attempt:
+        return await self._lifecycle.begin(**start)
 
     async def end_attempt(self, attempt_id: str) -> AttemptCounts:
         return await self._lifecycle.end(attempt_id)

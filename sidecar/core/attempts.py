@@ -22,6 +22,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NotRequired, TypedDict, Unpack
 
 from sidecar import defaults
 from sidecar.core.types import AttemptCounts, Outcome, WriteResult
@@ -113,6 +114,16 @@ class StepState:
     def is_write(self) -> bool:
         """Whether the step writes: its audit then fails closed, else it is best effort."""
         return effects.is_write(self.effect)
+
+
+class AttemptStart(TypedDict):
+    """What begins an attempt: :meth:`AttemptRegistry.begin`'s keywords, but the id scheme."""
+
+    run_id: str
+    rule: str
+    checkpoint: str
+    lease_deadline: datetime | None
+    scope: NotRequired[str]
 
 
 @dataclass
@@ -223,26 +234,9 @@ class AttemptRegistry:
         """What the live attempts cost, as the memory bound counts it."""
         return self._bytes
 
-    def begin(
-        self,
-        *,
-        run_id: str,
-        rule: str,
-        checkpoint: str,
-        lease_deadline: datetime | None,
-        scope: str = "",
-        id_scheme: int = 1,
-    ) -> Attempt:
+    def begin(self, *, id_scheme: int = 1, **start: Unpack[AttemptStart]) -> Attempt:
         self.expire()
-        attempt = Attempt(
-            attempt_id=f"att_{secrets.token_hex(16)}",
-            run_id=run_id,
-            rule=rule,
-            checkpoint=checkpoint,
-            lease_deadline=lease_deadline,
-            scope=scope,
-            id_scheme=id_scheme,
-        )
+        attempt = Attempt(attempt_id=f"att_{secrets.token_hex(16)}", id_scheme=id_scheme, **start)
         attempt.charge = self._charge_for(attempt)
         self._attempts[attempt.attempt_id] = attempt
         self._bytes += ATTEMPT_BYTES

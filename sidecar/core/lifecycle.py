@@ -8,12 +8,12 @@ once every write it made has ended, also those whose callers gave up.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from typing import Unpack
 
 import structlog
 
 from sidecar.core import leases
-from sidecar.core.attempts import Attempt, AttemptRegistry
+from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
 from sidecar.errors import AuditPersistenceFailed, InvalidArgument, RuleNotServed
@@ -29,22 +29,13 @@ class Lifecycle:
         self.audit = audit
         self.settings = settings
 
-    async def begin(
-        self,
-        *,
-        run_id: str,
-        rule: str,
-        checkpoint: str,
-        lease_deadline: datetime | None,
-        scope: str,
-    ) -> Attempt:
-        self._validate(run_id, rule, checkpoint, scope)
+    async def begin(self, **start: Unpack[AttemptStart]) -> Attempt:
+        run_id, scope = start["run_id"], start.get("scope", "")
+        lease_deadline = start["lease_deadline"]
+        self._validate(run_id, start["rule"], start["checkpoint"], scope)
         leases.require_future(lease_deadline)
         id_scheme = await self._id_scheme(run_id, scope)
-        attempt = self.attempts.begin(
-            run_id=run_id, rule=rule, checkpoint=checkpoint, lease_deadline=lease_deadline,
-            scope=scope, id_scheme=id_scheme,
-        )  # fmt: skip
+        attempt = self.attempts.begin(id_scheme=id_scheme, **start)
         structlog.contextvars.bind_contextvars(run_id=run_id, attempt_id=attempt.attempt_id)
         detail: dict[str, object] = {"id_scheme": id_scheme}
         if lease_deadline:
