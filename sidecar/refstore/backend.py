@@ -16,7 +16,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypedDict, Unpack
 
 import jsonpatch
 import jsonpointer
@@ -82,6 +82,17 @@ class ArtifactPage:
 
     artifacts: tuple[StoredArtifact, ...]
     next_page_token: str
+
+
+class ProposalFields(TypedDict, total=False):
+    """A proposal's content: a create's kind and data_json, or an edit's artifact_id,
+    patch_json and base_version (empty or 0 where not given)."""
+
+    kind: str
+    data_json: str
+    artifact_id: str
+    patch_json: str
+    base_version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,16 +166,7 @@ class StoreBackend(Protocol):
         """List a kind's artifacts in id order, archived ones included."""
         ...
 
-    def create_proposal(
-        self,
-        proposal_id: str,
-        *,
-        kind: str = "",
-        data_json: str = "",
-        artifact_id: str = "",
-        patch_json: str = "",
-        base_version: int = 0,
-    ) -> StoredProposal:
+    def create_proposal(self, proposal_id: str, **fields: Unpack[ProposalFields]) -> StoredProposal:
         """Record a proposed create (kind, data_json) or edit (artifact_id, patch_json, ...)."""
         ...
 
@@ -361,16 +363,11 @@ def decode_page_token(kind: str, token: str) -> str | None:
     return after
 
 
-def proposal_for(
-    proposal_id: str,
-    *,
-    kind: str = "",
-    data_json: str = "",
-    artifact_id: str = "",
-    patch_json: str = "",
-    base_version: int = 0,
-) -> StoredProposal:
+def proposal_for(proposal_id: str, **fields: Unpack[ProposalFields]) -> StoredProposal:
     """A proposal's fields checked and normalized, as every backend records them."""
+    kind, data_json = fields.get("kind", ""), fields.get("data_json", "")
+    artifact_id, patch_json = fields.get("artifact_id", ""), fields.get("patch_json", "")
+    base_version = fields.get("base_version", 0)
     require_text(proposal_id, "proposal_id")
     is_create = bool(kind or data_json)
     is_edit = bool(artifact_id or patch_json or base_version)

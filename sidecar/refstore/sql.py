@@ -37,11 +37,12 @@ empty words and the statements hold anyway.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from sidecar.refstore.backend import (
     MESSAGE_KINDS,
     ArtifactPage,
+    ProposalFields,
     StoredArtifact,
     StoredMessage,
     StoredProposal,
@@ -153,24 +154,8 @@ class SqlStoreBackend:
 
     # Proposals
 
-    def create_proposal(
-        self,
-        proposal_id: str,
-        *,
-        kind: str = "",
-        data_json: str = "",
-        artifact_id: str = "",
-        patch_json: str = "",
-        base_version: int = 0,
-    ) -> StoredProposal:
-        proposal = proposal_for(
-            proposal_id,
-            kind=kind,
-            data_json=data_json,
-            artifact_id=artifact_id,
-            patch_json=patch_json,
-            base_version=base_version,
-        )
+    def create_proposal(self, proposal_id: str, **fields: Unpack[ProposalFields]) -> StoredProposal:
+        proposal = proposal_for(proposal_id, **fields)
 
         def work(db: Connection) -> None:
             states: set[str] = set()
