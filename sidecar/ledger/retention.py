@@ -48,6 +48,7 @@ from sidecar.ledger.base import GENESIS_HASH, LedgerError
 from sidecar.ledger.inspect import _Chain, export_line
 from sidecar.ledger.operator import OperatorLedger, PostgresOperatorLedger, SqliteOperatorLedger
 from sidecar.ledger.schema import CHECKPOINT_QUERY, COLUMNS, row_to_event
+from sidecar.ledger.sqlite import read_snapshot
 
 # Events one SQLite transaction deletes: a few milliseconds of the write lock.
 DELETE_BATCH = 2000
@@ -283,15 +284,9 @@ class SqliteRetention(Retention, SqliteOperatorLedger):
     def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
         yield from self._conn.execute(sql, params)
 
-    @contextlib.contextmanager
-    def _snapshot(self) -> Iterator[None]:
-        # One read transaction: in WAL mode its first read fixes what the plan and the
-        # export see, while sidecars go on committing.
-        self._conn.execute("BEGIN")
-        try:
-            yield
-        finally:
-            self._conn.execute("ROLLBACK")
+    def _snapshot(self) -> contextlib.AbstractContextManager[None]:
+        # The plan and the export see one state while sidecars go on committing.
+        return read_snapshot(self._conn)
 
     def _remove_after_snapshot(self, plan: PruneResult, before: datetime, export: Path) -> None:
         if plan.cut > plan.after:

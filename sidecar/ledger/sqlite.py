@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,17 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     conn.executescript(SCHEMA.replace("{genesis}", GENESIS_HASH))
     _migrate(conn)
     return conn
+
+
+@contextmanager
+def read_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction: in WAL mode its first read fixes what every later read of
+    it sees, while writers go on committing to the log."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -125,15 +136,8 @@ class SqliteLedgerReader(SqlLedgerReader[sqlite3.Connection]):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_checkpoints'"
         ).fetchone())  # fmt: skip
 
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
-        # One read transaction: in WAL mode its first read fixes what every later read of
-        # it sees, while writers go on committing to the log.
-        self._conn.execute("BEGIN")
-        try:
-            yield
-        finally:
-            self._conn.execute("ROLLBACK")
+    def snapshot(self) -> AbstractContextManager[None]:
+        return read_snapshot(self._conn)
 
     def close(self) -> None:
         self._conn.close()
