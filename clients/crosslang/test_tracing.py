@@ -111,11 +111,15 @@ def test_a_write_is_one_trace_from_the_agent_through_the_sidecar_to_the_store(
     agent_said = json.loads(done.stdout.splitlines()[-1])
     trace_id, written = agent_said["trace_id"], agent_said["id"]
 
-    # The store's server span is the last link of the chain; the agent's own span ends last.
+    # Each process exports on its own schedule: the chain is complete once the agent's span,
+    # the sidecar's server span (it ends after the outcome's audit) and the store's server
+    # span have all come.
     def complete(spans: list[ReceivedSpan]) -> bool:
         ours = [s for s in spans if s.trace_id == trace_id]
-        return any(s.service == "actonce-store" and s.kind == SERVER for s in ours) and any(
-            s.span_id == agent_said["span_id"] for s in ours
+        return (
+            any(s.service == "actonce-store" and s.kind == SERVER for s in ours)
+            and any(s.service == "actonce-sidecar" and s.kind == SERVER for s in ours)
+            and any(s.span_id == agent_said["span_id"] for s in ours)
         )
 
     spans = [s for s in receiver.wait_for(complete, timeout=60) if s.trace_id == trace_id]
