@@ -89,7 +89,7 @@ ALL_TARGETS = ("store", "store-postgres", *SIDECAR_TARGETS)
 SMOKE_TARGETS = ("store", "sqlite-unaudited", "sqlite-audited")
 # Concurrency 1: the floor and the audited writes, on each SQLite sidecar in the run.
 C1_SCENARIOS = ("health", "notice", "create", "edit")
-C1_TARGETS = ("sqlite-before", "sqlite-audited")
+C1_TARGETS = ("sqlite-before", "sqlite-unaudited", "sqlite-audited")
 PARTS = ("saturation", "c1", "half-rate", "growth", "tracing", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
