@@ -24,9 +24,15 @@ from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
+from sidecar.core.turns import TurnNotCome, Turns
 from sidecar.core.types import AttemptCounts, Outcome, ReadResult, Settings, WriteResult
 from sidecar.core.writes import Write, WritePath
-from sidecar.errors import ArtifactArchived, InvalidArgument, SendNotAllowed
+from sidecar.errors import (
+    ArtifactArchived,
+    InvalidArgument,
+    SendNotAllowed,
+    StoreDeadlineExceeded,
+)
 from sidecar.ledger.base import AuditLedger, Phase
 from sidecar.refstore.backend import StoredArtifact
 from sidecar.rules import canonical, edits, effects, ids, refusals
@@ -60,6 +66,8 @@ class RunActions:
         self.attempts = attempts
         self.settings = settings
         self._on_reread = on_reread
+        # Edits of one artifact in this sidecar patch in turn rather than race (core/turns.py).
+        self._edit_turns = Turns()
         audit = Audit(ledger)
         self._audit = audit
         self._path = WritePath(audit, settings)
@@ -148,7 +156,7 @@ class RunActions:
             detail={"artifact_id": artifact_id, "path": pointer},
         )
         edit = _Edit(self.store, lambda: self._deadline(attempt), self._on_reread,
-                     artifact_id, pointer, value, propose)  # fmt: skip
+                     self._edit_turns, artifact_id, pointer, value, propose)  # fmt: skip
         return await self._path.write(attempt, write, edit.perform)
 
     async def notice(
@@ -300,17 +308,32 @@ class RunActions:
 class _Edit:
     """An edit's perform: read the artifact, skip the value already there, else patch
     it (or propose the patch); after a VERSION_CONFLICT, read it again, a bounded
-    number of times in the attempt."""
+    number of times in the attempt. A patch waits for the turn of its artifact, so that
+    the sidecar's own edits of it do not conflict with each other; a proposal patches
+    nothing and takes no turn."""
 
     store: StoreClient
     deadline: Callable[[], float]
     on_reread: Callable[[], None]
+    turns: Turns
     artifact_id: str
     pointer: str
     value: Any
     propose: bool
 
     async def perform(self, derived: str) -> WriteResult:
+        if self.propose:
+            return await self._edit(derived)
+        try:
+            async with self.turns.of(self.artifact_id, wait_seconds=self.deadline()):
+                return await self._edit(derived)
+        except TurnNotCome:
+            raise StoreDeadlineExceeded(
+                f"edits of artifact {self.artifact_id} queued in this sidecar past the store's "
+                "deadline; this one was not sent, and a retry with the same derived id is safe"
+            ) from None
+
+    async def _edit(self, derived: str) -> WriteResult:
         conflicts = 0
         while True:
             artifact = await self._read(reread=conflicts > 0)

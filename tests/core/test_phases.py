@@ -4,6 +4,7 @@ effort, what a fenced attempt meets, and what the core tells the metrics."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import pytest
 
@@ -13,6 +14,7 @@ from sidecar.errors import (
     AttemptFenced,
     AuditPersistenceFailed,
     SendNotAllowed,
+    StoreDeadlineExceeded,
     StoreRefused,
 )
 from sidecar.ledger.base import Phase
@@ -239,5 +241,53 @@ def test_each_reread_after_a_version_conflict_is_told_to_the_observer(
         else:
             assert (await edit).outcome is Outcome.APPLIED
         assert len(told) == rereads
+
+    asyncio.run(run())
+
+
+# -- edits of one artifact patch in turn; a turn that does not come fails as a deadline --
+
+
+class _SlowPatch(MemoryStore):
+    """Holds each patch until ``go`` is set."""
+
+    go: asyncio.Event | None = None
+    patches = 0
+
+    async def patch_artifact(
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        timeout: float | None = None,
+    ) -> StoredArtifact:
+        self.patches += 1
+        assert self.go is not None
+        await self.go.wait()
+        return await super().patch_artifact(
+            artifact_id, expected_version, patch_json, timeout=timeout
+        )
+
+
+def test_an_edit_whose_turn_does_not_come_by_its_deadline_fails_retryable_unsent() -> None:
+    async def run() -> None:
+        store = _SlowPatch()
+        store.go = asyncio.Event()
+        store.seed_artifact("art-1", "ticket", {"title": "a"})
+        actions = run_actions(MemoryLedger(), store, store_timeout_seconds=0.1)
+        attempt = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
+
+        def edit(path: str) -> Awaitable[WriteResult]:
+            return actions.edit(attempt_id=attempt, artifact_id="art-1", path=path,
+                                value_json='"b"', propose=False, request_id="")  # fmt: skip
+
+        first = asyncio.ensure_future(edit("/title"))
+        await asyncio.sleep(0.01)
+        with pytest.raises(StoreDeadlineExceeded):
+            await edit("/owner")
+        assert store.patches == 1  # the second edit sent nothing
+        store.go.set()
+        assert (await first).outcome is Outcome.APPLIED
 
     asyncio.run(run())
