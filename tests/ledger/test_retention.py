@@ -288,6 +288,7 @@ def test_prune_while_a_sidecar_writes_loses_nothing(ledger: Ledger) -> None:
     sidecar = start_sidecar(config)
     stop = threading.Event()
     written: list[int] = []
+    ended = threading.Semaphore(0)  # released as each run ends
     failures: list[BaseException] = []
 
     def agent() -> None:
@@ -303,6 +304,7 @@ def test_prune_while_a_sidecar_writes_loses_nothing(ledger: Ledger) -> None:
                                                          thread_id=thread.thread_id,
                                                          text=f"note {i}"))  # fmt: skip
                 sidecar.stub.EndAttempt(pb.EndAttemptRequest(attempt_id=attempt))
+                ended.release()
                 n += 1
             written.append(n)
         except BaseException as exc:  # the assertion below names it
@@ -313,6 +315,9 @@ def test_prune_while_a_sidecar_writes_loses_nothing(ledger: Ledger) -> None:
     try:
         exports = []
         for k in range(4):
+            # Each prune finds a run that ended since the one before, however slowly the
+            # sidecar runs: four prunes ahead of the first run's end would export nothing.
+            assert ended.acquire(timeout=60), "no run ended within 60 s"
             name = f"e{k}.jsonl"
             pruned = ledger.prune(name)
             # 3: a write in flight at the cut (its intent written, its outcome not yet) is
