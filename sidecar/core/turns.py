@@ -48,12 +48,12 @@ class Turns:
             turn = self._turns[key] = _Turn()
         turn.users += 1
         try:
-            # Uncontended, acquire() returns without giving the event loop a turn.
-            try:
-                async with asyncio.timeout(wait_seconds):
-                    await turn.lock.acquire()
-            except TimeoutError:
-                raise TurnNotCome(f"no turn for {key!r} within {wait_seconds:g}s") from None
+            if turn.users == 1:
+                # Nobody holds it or waits for it: acquire() takes it at once, without a turn
+                # of the event loop, and needs no timer.
+                await turn.lock.acquire()
+            else:
+                await _wait_for(turn.lock, key, wait_seconds)
             try:
                 yield
             finally:
@@ -62,3 +62,11 @@ class Turns:
             turn.users -= 1
             if turn.users == 0:
                 del self._turns[key]
+
+
+async def _wait_for(lock: asyncio.Lock, key: str, wait_seconds: float) -> None:
+    try:
+        async with asyncio.timeout(wait_seconds):
+            await lock.acquire()
+    except TimeoutError:
+        raise TurnNotCome(f"no turn for {key!r} within {wait_seconds:g}s") from None
