@@ -70,8 +70,8 @@ LIMITS = {
 
 def c1_limit(data: dict[str, Any], scenario: str, key: str) -> str:
     """What limits ``scenario`` at concurrency 1, with this run's own figures: what the
-    sidecar adds with no audit at all, and the disk's sync that each of the audit's two
-    commits adds to that."""
+    store alone adds, what the sidecar adds with no audit at all, and the disk's sync that
+    each of the audit's two commits adds to that."""
     unaudited = c1_added(data, scenario, "sqlite-unaudited", key)
     fsync = (data.get("fsync_ms") or {}).get(key[:3])
     if unaudited is None or fsync is None:
