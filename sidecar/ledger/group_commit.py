@@ -128,7 +128,6 @@ class GroupCommitLedger:
         raise NotImplementedError
 
     def _run(self) -> None:
-        scheduling.background_thread()
         while True:
             batch, stop = scheduling.next_batch(self._queue, MAX_BATCH)
             if batch:

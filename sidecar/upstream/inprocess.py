@@ -92,7 +92,6 @@ class _BatchRunner:
         self._thread.join()
 
     def _run(self) -> None:
-        scheduling.background_thread()
         while True:
             jobs, stop = scheduling.next_batch(self._queue, MAX_BATCH)
             if not jobs:
@@ -161,7 +160,6 @@ class InProcessStoreClient:
             self._executor = ThreadPoolExecutor(
                 max_workers=workers,
                 thread_name_prefix="store",
-                initializer=scheduling.background_thread,
             )
 
     async def _call(
