@@ -359,6 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
             )  # fmt: skip
         if name == "pending":
             sub.add_argument("--json", action="store_true", help="one JSON object a line")
+            sub.add_argument(
+                "--in-flight", action="store_true",
+                help="list instead the steps whose call is in flight on a live sidecar: "
+                "not in doubt, and not decidable until their attempt is no longer live",
+            )  # fmt: skip
         if name == "resolve":
             _add_decision(sub)
         _add_settings(sub, AUDIT_SETTINGS)
@@ -478,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             values = _resolve(args, AUDIT_SETTINGS)
             from sidecar.ledger.audit_command import run_audit
 
-            for key in ("json", "item_id", "decision", "result_json", "by", "reason",
+            for key in ("json", "in_flight", "item_id", "decision", "result_json", "by", "reason",
                         "with_export", "before", "export"):  # fmt: skip
                 values[key] = getattr(args, key, None)
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))

@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar import defaults
 from sidecar.errors import InvalidArgument
 from sidecar.ledger import inspect
 from sidecar.ledger.base import LedgerError, LedgerReader
+from sidecar.ledger.pending import PendingItem
+
+if TYPE_CHECKING:
+    from sidecar.ledger.operator import OperatorLedger
 from sidecar.rules import canonical
 
 
@@ -124,6 +128,42 @@ def run_prune(values: dict[str, Any]) -> int:
     return PENDING_FOUND if result.held_by_pending else 0
 
 
+def _pending(ledger: OperatorLedger, values: dict[str, Any]) -> int:
+    """``pending``: what a person can decide now; or, with --in-flight, the steps that
+    are still running and so are nobody's to decide yet."""
+    undecided = ledger.undecided()
+    items, flying = ledger.split_in_flight(undecided)
+    if values.get("in_flight"):
+        for entry in flying:
+            _print_item(entry.item, values, why=entry.note, kind="step_in_flight")
+        if not flying and not values.get("json"):
+            print("no step in flight")
+        return 0
+    for item in items:
+        _print_item(item, values, why=item.why, kind=item.kind.value)
+    if not items and not values.get("json"):
+        print("nothing pending")
+    if flying:
+        note = (
+            f"{len(flying)} step(s) in flight on live sidecars are not listed: they are not "
+            "in doubt; `actonce audit pending --in-flight` shows them"
+        )
+        print(note, file=sys.stderr)
+    return PENDING_FOUND if items else 0
+
+
+def _print_item(item: PendingItem, values: dict[str, Any], *, why: str, kind: str) -> None:
+    if values.get("json"):
+        line = {**item.as_json(), "kind": kind, "why": why}
+        print(json.dumps(line, sort_keys=True, separators=(",", ":")))
+        return
+    what = f"step {item.tool}" if item.tool else f"{item.rpc} {item.write_type}"
+    print(
+        f"{item.ts}  {kind}  run={item.run_id} rule={item.rule} attempt={item.attempt_id} "
+        f"what={what!r} id={item.id} digest={item.digest or '-'}\n    why: {why}"
+    )
+
+
 def run_operator(command: str, values: dict[str, Any]) -> int:
     """``pending`` and ``resolve``: what needs a person, and a person's decision."""
     from sidecar.ledger.operator import open_operator_ledger
@@ -140,18 +180,7 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
         return 2
     try:
         if command == "pending":
-            items = ledger.pending()
-            for item in items:
-                if values.get("json"):
-                    print(json.dumps(item.as_json(), sort_keys=True, separators=(",", ":")))
-                else:
-                    what = f"step {item.tool}" if item.tool else f"{item.rpc} {item.write_type}"
-                    print(f"{item.ts}  {item.kind.value}  run={item.run_id} rule={item.rule} "
-                          f"attempt={item.attempt_id} what={what!r} id={item.id} "
-                          f"digest={item.digest or '-'}\n    why: {item.why}")  # fmt: skip
-            if not items and not values.get("json"):
-                print("nothing pending")
-            return PENDING_FOUND if items else 0
+            return _pending(ledger, values)
         result_json = values.get("result_json") or ""
         if result_json:
             try:

@@ -201,6 +201,13 @@ def _timeline_line(stored: StoredEvent) -> str:
         scheme = f", id scheme {e.detail['id_scheme']}" if "id_scheme" in e.detail else ""
         return (f"{head} attempt {e.attempt_id} began (rule {e.rule}, checkpoint "
                 f"{e.checkpoint!r}{scope}{scheme})")  # fmt: skip
+    if e.phase == Phase.ATTEMPT_END and "forgotten" in e.detail:
+        return (
+            f"{head} attempt {e.attempt_id} forgotten by its sidecar "
+            f"({e.detail['forgotten']}): its later calls get UNKNOWN_ATTEMPT"
+        )
+    if e.phase == Phase.LEASE:
+        return f"{head} attempt {e.attempt_id}'s lease extended to {e.detail.get('lease_deadline')}"
     if e.phase == Phase.ATTEMPT_END:
         d = e.detail
         return (f"{head} attempt {e.attempt_id} ended: applied {d.get('applied', 0)}, "
@@ -219,9 +226,19 @@ def _timeline_line(stored: StoredEvent) -> str:
         return f"{head}   {what}: step ended"
     if e.phase == Phase.STEP_ABORT:
         return f"{head}   {what}: step aborted ({e.detail.get('reason', '')!r})"
+    if e.phase == Phase.STEP_FAILED:
+        return (
+            f"{head}   {what}: its call failed, the step did not end, it may have acted "
+            f"({e.detail.get('error', '')!r})"
+        )
     if e.phase == Phase.READ:
         result = f"refused {e.reason}/{e.failure_class}" if e.reason else "read"
         return f"{head}   {what}: {result}"
+    if e.reason and e.detail.get("landed") == "unknown":
+        return (
+            f"{head}   {what}: the store was called and did not answer ({e.reason}): "
+            "it may have landed, and a retry with the same id finds it"
+        )
     if e.reason:
         return f"{head}   {what}: refused {e.reason} ({e.failure_class})"
     return f"{head}   {what}: {e.outcome.removeprefix('OUTCOME_')}"
