@@ -49,6 +49,7 @@ from sidecar.ledger.inspect import _Chain, export_line
 from sidecar.ledger.operator import OperatorLedger, PostgresOperatorLedger, SqliteOperatorLedger
 from sidecar.ledger.schema import CHECKPOINT_QUERY, COLUMNS, row_to_event
 from sidecar.ledger.sqlite import read_snapshot
+from sidecar.ops import files
 
 # Events one SQLite transaction deletes: a few milliseconds of the write lock.
 DELETE_BATCH = 2000
@@ -226,7 +227,7 @@ class Retention(OperatorLedger):
         after, prev = self.checkpoint()
         chain = _Chain(after + 1, prev)
         total = plan.cut - plan.after
-        with path.open("x", encoding="utf-8") as out:
+        with files.new_private_text(path) as out:
             rows = self._stream(
                 self._sql(f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? AND seq <= ? "
                           "ORDER BY seq"), [plan.after, plan.cut])  # fmt: skip
