@@ -75,6 +75,20 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
 
 
 def _span(verdict: inspect.Verdict) -> str:
+    return _where(verdict) + _notes(verdict)
+
+
+def _notes(verdict: inspect.Verdict) -> str:
+    notes = []
+    if verdict.exports_empty:
+        notes.append("; the exports hold no event (prunes that found nothing to remove)")
+    if verdict.leftover:
+        notes.append(f"; {verdict.leftover} of them, at or before the checkpoint, a prune had "
+                     "not deleted yet (the next prune deletes them)")  # fmt: skip
+    return "".join(notes)
+
+
+def _where(verdict: inspect.Verdict) -> str:
     if verdict.exported:
         return (f" ({verdict.exported} in the exports, {verdict.checked - verdict.exported} "
                 f"in the ledger, from event #{verdict.after + 1})")  # fmt: skip
@@ -88,7 +102,7 @@ def run_prune(values: dict[str, Any]) -> int:
     from sidecar.ledger.retention import PruneRefused, open_retention, parse_before
 
     try:
-        before = parse_before(str(values["before"]))
+        parse_before(str(values["before"]))
     except ValueError as exc:
         print(f"actonce: error: --before {exc}", file=sys.stderr)
         return 2
@@ -101,10 +115,15 @@ def run_prune(values: dict[str, Any]) -> int:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
     try:
+        # An age counts back from the ledger's own time, which stamped its events.
+        before = parse_before(str(values["before"]), ledger.now())
         result = ledger.prune(before, export, _progress)
     except PruneRefused as exc:
         print(f"actonce: refused: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # a time past the ledger's own clock
+        print(f"actonce: error: --before {exc}", file=sys.stderr)
+        return 2
     except (LedgerError, OSError) as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2

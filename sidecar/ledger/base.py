@@ -123,6 +123,21 @@ class StoredEvent:
     hash: str
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What one prune recorded: the last event it removed (number and hash), and how many
+    it removed, which ran from the event after the checkpoint before it."""
+
+    seq: int
+    hash: str
+    events: int
+
+    @property
+    def after(self) -> int:
+        """The last event of the chain before what this prune removed."""
+        return self.seq - self.events
+
+
 def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
     """The chain hash of an event: over its number, time, content and predecessor."""
     # The fields as asdict() gives them, without its deep copy: the JSON is the same.
@@ -231,6 +246,14 @@ class LedgerReader(Protocol):
     def checkpoint(self) -> tuple[int, str]:
         """Where the chain the ledger holds begins: the sequence number and hash of the
         last event the newest prune removed, or (0, GENESIS_HASH) if none was."""
+        ...
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every prune's checkpoint, oldest first."""
+        ...
+
+    def first_seq(self) -> int | None:
+        """The number of the oldest event the ledger still holds; None when it holds none."""
         ...
 
     def snapshot(self) -> AbstractContextManager[None]:

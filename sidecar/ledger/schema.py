@@ -153,6 +153,8 @@ SCHEMA_VERSION_QUERY = "SELECT MAX(version) FROM audit_schema"
 
 # The ledger's checkpoint: the last event removed by the newest prune.
 CHECKPOINT_QUERY = "SELECT seq, hash FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
+# Every prune's checkpoint, oldest first, with how many events it removed.
+CHECKPOINTS_QUERY = "SELECT seq, hash, events FROM audit_checkpoints ORDER BY seq"
 
 
 def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:

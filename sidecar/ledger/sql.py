@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
+    Checkpoint,
     LedgerError,
     Phase,
     RunSummary,
@@ -27,6 +28,7 @@ from sidecar.ledger.base import (
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import (
     CHECKPOINT_QUERY,
+    CHECKPOINTS_QUERY,
     COLUMNS,
     Clock,
     chain,
@@ -330,6 +332,16 @@ class SqlLedgerReader(Generic[_C]):
             return 0, GENESIS_HASH
         row = self._conn.execute(CHECKPOINT_QUERY).fetchone()
         return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        if not self._has_checkpoints():
+            return []
+        rows = self._conn.execute(CHECKPOINTS_QUERY).fetchall()
+        return [Checkpoint(int(seq), str(hash_), int(events)) for seq, hash_, events in rows]
+
+    def first_seq(self) -> int | None:
+        row = self._conn.execute("SELECT MIN(seq) FROM audit_events").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
 
     def _has_checkpoints(self) -> bool:
         """Whether the ledger has its checkpoints table; without touching it, which on

@@ -27,7 +27,12 @@ from tests.harness import ServerProcess, refusal, sidecar_config, spawn_sidecar
 from tests.helpers import postgres as pg
 
 NON_IDEMPOTENT = types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE
-CHARGE = {"tool": "charge_card", "effect": NON_IDEMPOTENT, "args_json": '{"eur":42}'}
+
+
+def _charge(attempt_id: str) -> pb.BeginStepRequest:
+    return pb.BeginStepRequest(
+        attempt_id=attempt_id, tool="charge_card", effect=NON_IDEMPOTENT, args_json='{"eur":42}'
+    )
 
 
 @dataclass
@@ -89,7 +94,7 @@ def test_a_sidecar_of_another_rule_cannot_begin_the_run_read_its_results_or_fenc
     chat_channel, chat_stub = _stub(chat)
     try:
         live = _begin(pay, "pay-7781", "payments")
-        step = pay.BeginStep(pb.BeginStepRequest(attempt_id=live, **CHARGE), timeout=10)
+        step = pay.BeginStep(_charge(live), timeout=10)
         result = json.dumps({"card_last4": "4242", "charge": "ch_1"})
         pay.EndStep(pb.EndStepRequest(attempt_id=live, step_id=step.step_id, result_json=result))
         audited = pair.events("pay-7781")
@@ -109,14 +114,14 @@ def test_a_sidecar_of_another_rule_cannot_begin_the_run_read_its_results_or_fenc
         assert {rule for rule, _rpc, _attempt in audited} == {"payments"}
         # The payments sidecar's attempt is still the run's newest: it goes on, unfenced,
         # and its ended step is still answered from the ledger, to it alone.
-        again = pay.BeginStep(pb.BeginStepRequest(attempt_id=live, **CHARGE), timeout=10)
+        again = pay.BeginStep(_charge(live), timeout=10)
         assert again.outcome == types_pb2.OUTCOME_APPLIED  # a second call of the tool, its own
         created = pay.Create(
             pb.CreateRequest(attempt_id=live, kind="receipt", data_json='{"n":1}'), timeout=10
         )
         assert created.outcome == types_pb2.OUTCOME_APPLIED
         retried = _begin(pay, "pay-7781", "payments")  # its own rule still begins it
-        replay = pay.BeginStep(pb.BeginStepRequest(attempt_id=retried, **CHARGE), timeout=10)
+        replay = pay.BeginStep(_charge(retried), timeout=10)
         assert replay.outcome == types_pb2.OUTCOME_ALREADY_APPLIED
         assert json.loads(replay.result_json)["card_last4"] == "4242"
     finally:
