@@ -38,6 +38,7 @@ def _progress(done: int, total: int) -> None:
 
 
 PENDING_FOUND = 3
+NOT_FOUND = 1
 
 
 def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
@@ -45,6 +46,8 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         return run_operator(command, values)
     if command == "prune":
         return run_prune(values)
+    if command == "migrate":
+        return run_migrate(values)
     try:
         reader = open_reader(values)
     except LedgerError as exc:
@@ -54,7 +57,10 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         if command == "list":
             inspect.list_runs(reader, sys.stdout)
         elif command == "show":
-            inspect.show_run(reader, run_id, sys.stdout)
+            if not inspect.show_run(reader, run_id, sys.stdout):
+                print(f"actonce: error: the ledger holds no event of run {run_id!r}",
+                      file=sys.stderr)  # fmt: skip
+                return NOT_FOUND
         elif command == "export":
             inspect.export(reader, sys.stdout, _progress)
         elif command == "verify":
@@ -141,6 +147,31 @@ def run_prune(values: dict[str, Any]) -> int:
         for hold in result.holds:
             print(f"    #{hold.seq}: {hold.why}")
     return PENDING_FOUND if result.held_by_pending else 0
+
+
+def run_migrate(values: dict[str, Any]) -> int:
+    """``migrate``: create or upgrade the schema as the ledger's owner (sidecar.ledger.pgschema),
+    and grant ``--writer-role`` what a sidecar needs. A SQLite file needs none: the sidecar
+    that opens it brings it up to date."""
+    dsn, role = values.get("audit_dsn"), values.get("writer_role")
+    if not dsn:
+        print("actonce: error: migrate is for a PostgreSQL ledger (--audit-dsn or "
+              "--audit-dsn-file); a SQLite file is brought up to date by the sidecar that "
+              "opens it", file=sys.stderr)  # fmt: skip
+        return 2
+    from sidecar.ledger.pgschema import migrate
+
+    try:
+        state = migrate(str(dsn), writer_role=role)
+    except LedgerError as exc:
+        print(f"actonce: error: {exc}", file=sys.stderr)
+        return 2
+    was = "new" if state.migrated_from is None else f"was version {state.migrated_from}"
+    print(f"ledger schema at version {state.version} ({was}), owned by role {state.role}")
+    if role:
+        print(f"role {role} may append events, fence, bind runs and decide; it may not update "
+              "or delete an event, nor write a checkpoint")  # fmt: skip
+    return 0
 
 
 def run_operator(command: str, values: dict[str, Any]) -> int:

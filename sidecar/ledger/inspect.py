@@ -240,7 +240,8 @@ def list_runs(reader: LedgerReader, out: TextIO) -> int:
 
 
 def show_run(reader: LedgerReader, run_id: str, out: TextIO) -> int:
-    """A readable timeline of one run: attempts, writes, outcomes, refusals.
+    """A readable timeline of one run: attempts, writes, outcomes, refusals; how many
+    events it shows (0, and nothing written, for a run the ledger does not hold).
 
     A run whose attempts have scopes (a tool call's attempts, say) is shown as
     one timeline per scope, the unscoped attempts first, then each scope in
@@ -250,8 +251,6 @@ def show_run(reader: LedgerReader, run_id: str, out: TextIO) -> int:
     for stored in reader.events(run_id=run_id):
         by_scope.setdefault(stored.event.scope, []).append(stored)
     shown = sum(len(events) for events in by_scope.values())
-    if shown == 0:
-        out.write(f"no events for run {run_id}\n")
     scoped = len(by_scope) > 1
     for scope, events in by_scope.items():
         if scoped and events:
