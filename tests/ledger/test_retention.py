@@ -422,3 +422,14 @@ def test_a_prune_cut_short_leaves_a_ledger_that_verifies_whole(
     assert ledger.prune("e2.jsonl", before=_between(ledger, 8)).returncode == 0
     assert ledger.seqs() == list(range(9, 13))
     assert ledger.verdict("e.jsonl", "e2.jsonl").intact
+
+
+def test_show_of_a_run_the_ledger_does_not_hold_exits_non_zero(ledger: Ledger) -> None:
+    ledger.append(*finished_run("known"))
+    shown = ledger.cli("show", "known")
+    assert shown.returncode == 0 and "attempt known-a1 began" in shown.stdout
+    missing = ledger.cli("show", "no-such-run")
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.splitlines() == [
+        "actonce: error: the ledger holds no event of run 'no-such-run'"
+    ]
