@@ -61,6 +61,8 @@ WRITER_GRANTS = (
     ("audit_run_rules", "SELECT, INSERT"),
     ("audit_checkpoints", "SELECT"),
     ("audit_schema", "SELECT"),
+    # Each sidecar's heartbeat (sidecar.ledger.liveness): renewed, and removed at close.
+    ("audit_sidecars", "SELECT, INSERT, UPDATE, DELETE"),
 )
 
 # Serializes schema changes: CREATE TABLE IF NOT EXISTS is not atomic in PostgreSQL.

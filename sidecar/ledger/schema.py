@@ -11,6 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sidecar.ledger import liveness
 from sidecar.ledger.base import (
     FENCED_PHASES,
     AuditEvent,
@@ -26,7 +27,8 @@ from sidecar.ledger.base import (
 # up to in ``audit_schema``; whoever finds an older one (a sidecar that may create tables,
 # or `actonce audit migrate`) runs the DDL below again, which creates only what is missing.
 # Any change to the DDL bumps it. 1: the tables, columns and checkpoints of the releases
-# before versions were recorded; 2: runs bound to their rules (``audit_run_rules``).
+# before versions were recorded; 2: runs bound to their rules (``audit_run_rules``) and the
+# sidecars' heartbeats (``audit_sidecars``).
 SCHEMA_VERSION = 2
 
 COLUMNS = (
@@ -59,7 +61,8 @@ def readable_columns(present: Collection[str]) -> str:
 
 def tables(seq_type: str) -> str:
     """DDL of the events and runs tables; ``seq_type`` is the dialect's 64-bit integer."""
-    return f"""
+    return (
+        f"""
 CREATE TABLE IF NOT EXISTS audit_events (
     seq {seq_type} PRIMARY KEY,
     ts TEXT NOT NULL,
@@ -105,6 +108,8 @@ CREATE TABLE IF NOT EXISTS audit_scopes (
     PRIMARY KEY (run_id, scope)
 );
 """
+        + liveness.TABLE
+    )
 
 
 def checkpoints_table(seq_type: str) -> str:
@@ -257,7 +262,7 @@ class ChainedBatch:
 
 
 @dataclass(frozen=True)
-class Clock:
+class EventClock:
     """Where a batch's times come from: ``now``, the ledger's own time when its database
     keeps one (PostgreSQL's), else this process's; never earlier than ``floor``, the
     newest event's time, so that the chain's times never go back."""
@@ -276,7 +281,7 @@ def chain(
     newest: dict[RunScope, str],
     *,
     run_rules: dict[str, str] | None = None,
-    clock: Clock = Clock(),
+    clock: EventClock = EventClock(),
 ) -> ChainedBatch:
     """Number, timestamp and hash a batch onto the chain after (seq, head).
 
@@ -310,7 +315,7 @@ def chain(
                 continue
         out.seq += 1
         ts = clock.stamp()
-        clock = Clock(clock.now, ts)
+        clock = EventClock(clock.now, ts)
         digest = event_hash(out.seq, ts, event, out.head)
         out.rows.append(event_row(out.seq, ts, event, out.head, digest))
         out.head = digest

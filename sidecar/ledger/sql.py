@@ -30,7 +30,7 @@ from sidecar.ledger.schema import (
     CHECKPOINT_QUERY,
     CHECKPOINTS_QUERY,
     COLUMNS,
-    Clock,
+    EventClock,
     chain,
     fenced_keys,
     newest_attempts,
@@ -124,7 +124,7 @@ class Queries:
         self.dialect = dialect
         self.head = f"SELECT seq, hash FROM audit_head WHERE {dialect.head_row}"
         # The head with what a batch stamps its events from: the newest event's time, and
-        # the database's clock (sidecar.ledger.schema.Clock).
+        # the database's clock (sidecar.ledger.schema.EventClock).
         self.lock_head = (
             "SELECT seq, hash, (SELECT e.ts FROM audit_events e WHERE e.seq = audit_head.seq), "
             f"{dialect.clock} FROM audit_head WHERE {dialect.head_row}{dialect.head_lock}"
@@ -246,12 +246,12 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
     return batch.results
 
 
-def ledger_clock(newest_ts: object, database_now: object) -> Clock:
+def ledger_clock(newest_ts: object, database_now: object) -> EventClock:
     """The batch's clock from its head row: the database's time when it keeps one."""
     when = None
     if isinstance(database_now, datetime):
         when = database_now.astimezone(UTC).isoformat(timespec="microseconds")
-    return Clock(when, str(newest_ts or ""))
+    return EventClock(when, str(newest_ts or ""))
 
 
 def _run_rules(db: Cursor, sql: Queries, events: list[AuditEvent]) -> dict[str, str]:
