@@ -42,6 +42,7 @@ def _progress(done: int, total: int) -> None:
 
 
 PENDING_FOUND = 3
+NOT_FOUND = 1
 
 
 def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
@@ -49,6 +50,8 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         return run_operator(command, values)
     if command == "prune":
         return run_prune(values)
+    if command == "migrate":
+        return run_migrate(values)
     try:
         reader = open_reader(values)
     except LedgerError as exc:
@@ -58,7 +61,10 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         if command == "list":
             inspect.list_runs(reader, sys.stdout)
         elif command == "show":
-            inspect.show_run(reader, run_id, sys.stdout)
+            if not inspect.show_run(reader, run_id, sys.stdout):
+                print(f"actonce: error: the ledger holds no event of run {run_id!r}",
+                      file=sys.stderr)  # fmt: skip
+                return NOT_FOUND
         elif command == "export":
             inspect.export(reader, sys.stdout, _progress)
         elif command == "verify":
@@ -79,6 +85,20 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
 
 
 def _span(verdict: inspect.Verdict) -> str:
+    return _where(verdict) + _notes(verdict)
+
+
+def _notes(verdict: inspect.Verdict) -> str:
+    notes = []
+    if verdict.exports_empty:
+        notes.append("; the exports hold no event (prunes that found nothing to remove)")
+    if verdict.leftover:
+        notes.append(f"; {verdict.leftover} of them, at or before the checkpoint, a prune had "
+                     "not deleted yet (the next prune deletes them)")  # fmt: skip
+    return "".join(notes)
+
+
+def _where(verdict: inspect.Verdict) -> str:
     if verdict.exported:
         return (f" ({verdict.exported} in the exports, {verdict.checked - verdict.exported} "
                 f"in the ledger, from event #{verdict.after + 1})")  # fmt: skip
@@ -92,7 +112,7 @@ def run_prune(values: dict[str, Any]) -> int:
     from sidecar.ledger.retention import PruneRefused, open_retention, parse_before
 
     try:
-        before = parse_before(str(values["before"]))
+        parse_before(str(values["before"]))
     except ValueError as exc:
         print(f"actonce: error: --before {exc}", file=sys.stderr)
         return 2
@@ -105,10 +125,15 @@ def run_prune(values: dict[str, Any]) -> int:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
     try:
+        # An age counts back from the ledger's own time, which stamped its events.
+        before = parse_before(str(values["before"]), ledger.now())
         result = ledger.prune(before, export, _progress)
     except PruneRefused as exc:
         print(f"actonce: refused: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # a time past the ledger's own clock
+        print(f"actonce: error: --before {exc}", file=sys.stderr)
+        return 2
     except (LedgerError, OSError) as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
@@ -162,6 +187,31 @@ def _print_item(item: PendingItem, values: dict[str, Any], *, why: str, kind: st
         f"{item.ts}  {kind}  run={item.run_id} rule={item.rule} attempt={item.attempt_id} "
         f"what={what!r} id={item.id} digest={item.digest or '-'}\n    why: {why}"
     )
+
+
+def run_migrate(values: dict[str, Any]) -> int:
+    """``migrate``: create or upgrade the schema as the ledger's owner (sidecar.ledger.pgschema),
+    and grant ``--writer-role`` what a sidecar needs. A SQLite file needs none: the sidecar
+    that opens it brings it up to date."""
+    dsn, role = values.get("audit_dsn"), values.get("writer_role")
+    if not dsn:
+        print("actonce: error: migrate is for a PostgreSQL ledger (--audit-dsn or "
+              "--audit-dsn-file); a SQLite file is brought up to date by the sidecar that "
+              "opens it", file=sys.stderr)  # fmt: skip
+        return 2
+    from sidecar.ledger.pgschema import migrate
+
+    try:
+        state = migrate(str(dsn), writer_role=role)
+    except LedgerError as exc:
+        print(f"actonce: error: {exc}", file=sys.stderr)
+        return 2
+    was = "new" if state.migrated_from is None else f"was version {state.migrated_from}"
+    print(f"ledger schema at version {state.version} ({was}), owned by role {state.role}")
+    if role:
+        print(f"role {role} may append events, fence, bind runs and decide; it may not update "
+              "or delete an event, nor write a checkpoint")  # fmt: skip
+    return 0
 
 
 def run_operator(command: str, values: dict[str, Any]) -> int:
