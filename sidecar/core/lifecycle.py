@@ -17,7 +17,7 @@ from sidecar.core import leases
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
-from sidecar.errors import AuditPersistenceFailed, InvalidArgument, RuleNotServed
+from sidecar.errors import ActonceError, AuditPersistenceFailed, InvalidArgument, RuleNotServed
 from sidecar.ledger.base import LedgerError, Phase
 from sidecar.rules import canonical, ids
 
@@ -72,7 +72,7 @@ class Lifecycle:
             await self.audit.required(
                 event(attempt, "BeginAttempt", Phase.ATTEMPT_BEGIN, detail=detail)
             )
-        except AuditPersistenceFailed:
+        except ActonceError:  # not durable, or refused (a run of another rule): no attempt
             self.attempts.end(attempt.attempt_id)
             raise
         return attempt
