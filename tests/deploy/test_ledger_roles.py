@@ -136,3 +136,17 @@ def test_the_migration_job_as_owner_lets_the_sidecar_write_as_writer(
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
             conn.rollback()
+    # The prune CronJob's command, as the owner it reads, removes what is old enough.
+    prune = find(kustomize(KUBE / "audit-prune"), "CronJob", "actonce-audit-prune")
+    (spec,) = pod_of(prune)["containers"]
+    script = spec["command"][2].replace("/var/lib/actonce-exports", str(tmp_path / "exports"))
+    (tmp_path / "exports").mkdir()
+    pruned = subprocess.run(
+        ["/bin/sh", "-c", script.replace("exec actonce", f"exec {sys.executable} -m sidecar.cli")],
+        env=scrubbed_env(dsn_file(tmp_path / "owner", ledger.owner_dsn)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert pruned.returncode == 0, f"the prune CronJob's command failed: {pruned.stderr}"
+    assert len(list((tmp_path / "exports").iterdir())) == 1
