@@ -12,11 +12,11 @@ from typing import Unpack
 
 import structlog
 
-from sidecar.core import leases
+from sidecar.core import deliveries, leases
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
-from sidecar.errors import AuditPersistenceFailed, InvalidArgument, RuleNotServed
+from sidecar.errors import AttemptFenced, AuditPersistenceFailed, InvalidArgument, RuleNotServed
 from sidecar.ledger.base import LedgerError, Phase
 from sidecar.rules import canonical, ids
 
@@ -34,8 +34,9 @@ class Lifecycle:
         lease_deadline = start["lease_deadline"]
         self._validate(run_id, start["rule"], start["checkpoint"], scope)
         leases.require_future(lease_deadline)
+        delivery = deliveries.delivery_of(self.attempts, start)
         id_scheme = await self._id_scheme(run_id, scope)
-        attempt = self.attempts.begin(id_scheme=id_scheme, **start)
+        attempt = self.attempts.begin(id_scheme=id_scheme, delivery=delivery, **start)
         structlog.contextvars.bind_contextvars(run_id=run_id, attempt_id=attempt.attempt_id)
         detail: dict[str, object] = {"id_scheme": id_scheme}
         if lease_deadline:
@@ -44,7 +45,8 @@ class Lifecycle:
             await self.audit.required(
                 event(attempt, "BeginAttempt", Phase.ATTEMPT_BEGIN, detail=detail)
             )
-        except AuditPersistenceFailed:
+        except (AuditPersistenceFailed, AttemptFenced):
+            # Fenced: it names a delivery that a newer one of its run replaced.
             self.attempts.end(attempt.attempt_id)
             raise
         return attempt

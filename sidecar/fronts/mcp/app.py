@@ -3,7 +3,9 @@ a small endpoint that begins and ends attempts for harnesses without gRPC.
 
 Routes (all on ``--mcp-listen``):
 
-- ``/mcp``, the attempt bound by the header ``actonce-attempt-id``;
+- ``/mcp``, the attempt bound by the header ``actonce-attempt-id``; with the header
+  ``actonce-scope`` too, that attempt is the delivery, and each call is made in the
+  scoped attempt of that tool call's scope in the delivery (core/deliveries.py);
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
 - ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?}`` ->
   ``{"attempt_id"}``, and ``POST /attempts/{attempt_id}/end`` -> the counts.
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 ATTEMPT_HEADER = "actonce-attempt-id"
+SCOPE_HEADER = "actonce-scope"
 FRONT_NAME = "mcp"
 
 # (rpc, outcome or "failed", the error when failed): what the metrics count.
@@ -73,6 +76,11 @@ def _attempt_of(request: Any) -> str:
             "/mcp/attempts/{attempt_id}"
         )
     return str(attempt_id)
+
+
+def _scope_of(request: Any) -> str:
+    scope = request.headers.get(SCOPE_HEADER) if request is not None else None
+    return str(scope or "")
 
 
 class McpFront:
@@ -145,7 +153,7 @@ class McpFront:
         rpc = tools.RPC_OF.get(name, name)
         structlog.contextvars.bind_contextvars(front=FRONT_NAME, rpc=rpc)
         try:
-            attempt_id = _attempt_of(ctx.request)
+            attempt_id = await self._bound_attempt(ctx.request)
             arguments = check_arguments(params.arguments)
             handler = tools.HANDLERS.get(name)
             if handler is not None:
@@ -164,6 +172,15 @@ class McpFront:
             log.info("refused", reason=error.reason, failure_class=error.failure_class.value)
             self.record(rpc, "failed", error)
             return tools.error_result(error)
+
+    async def _bound_attempt(self, request: Any) -> str:
+        """The attempt a call is made in: the one the harness bound, or, when it names a
+        tool call's scope too, the scoped attempt of that tool call in the bound delivery."""
+        attempt_id = _attempt_of(request)
+        scope = _scope_of(request)
+        if not scope:
+            return attempt_id
+        return (await self.actions.scoped_attempt(attempt_id, scope)).attempt_id
 
     # -- attempts over plain HTTP -----------------------------------------------
 
