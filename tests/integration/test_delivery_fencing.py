@@ -84,7 +84,12 @@ def _refused(call: object) -> tuple[grpc.StatusCode, str, str, list[str]]:
     return got.code, got.reason, got.failure_class, got.fields
 
 
-FENCED = (grpc.StatusCode.FAILED_PRECONDITION, "ATTEMPT_FENCED", "RETRYABLE", [])
+FENCED: tuple[grpc.StatusCode, str, str, list[str]] = (
+    grpc.StatusCode.FAILED_PRECONDITION,
+    "ATTEMPT_FENCED",
+    "RETRYABLE",
+    [],
+)
 
 
 @pytest.fixture(params=["postgres", "one-sqlite-file"])
