@@ -27,8 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph_worker import DONE
-from scripted_model import ScriptedChatModel, turn
+from scripted_model import DONE, ScriptedChatModel, turn
 
 from actonce_client import ActonceError, Client, FailureClass
 from actonce_client.langgraph import (
@@ -51,15 +50,25 @@ def world(sidecar: LocalSidecar, tmp_path_factory: pytest.TempPathFactory) -> It
         yield world
 
 
+ONE_TICKET = Seen(("Disk full",), ("charged ada 500", "opened a ticket: Disk full"),
+                 (("ada", 500),))  # fmt: skip
+ASYNC = Seen(("Disk full",), ("charged eve 400", "opened a ticket: Disk full"), (("eve", 400),))
 EXPECTED = {
     **SHARED_EXPECTED,
-    "create_agent": Seen(("Disk full",), ("charged ada 500", "opened a ticket: Disk full"),
-                         (("ada", 500),)),
+    "create_agent": ONE_TICKET,
+    "async": ASYNC,
+    "astream": ASYNC,
+    # Without a checkpointer: the model's turns are durable instead.
+    "parallel+nocp": SHARED_EXPECTED["parallel"],
+    "retry+nocp": SHARED_EXPECTED["retry"],
+    "create_agent+nocp": ONE_TICKET,
+    "async+nocp": ASYNC,
+    "astream+nocp": ASYNC,
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_each_write_once_whichever_write_the_worker_is_killed_after(
+def test_each_write_once_whichever_write_or_model_call_the_worker_is_killed_at(
     world: World, scenario: str
 ) -> None:
     assert check_every_kill(world, scenario, EXPECTED[scenario]) > 0
@@ -130,10 +139,17 @@ def test_the_retry_policy_retries_retryable_and_the_listed_transient_errors_only
 
 
 def test_deliver_refuses_a_checkpointer_that_dies_with_the_worker(client: Client) -> None:
-    for checkpointer in (InMemorySaver(), None):
-        app = small_agent(client, checkpointer)
-        with pytest.raises(ValueError, match="durable checkpointer"):
-            deliver(app, "run-1", "thread-1", {"messages": [("user", "go")]})
+    app = small_agent(client, InMemorySaver())
+    with pytest.raises(ValueError, match="outlives the worker"):
+        deliver(app, "run-1", "thread-1", {"messages": [("user", "go")]})
+
+
+def test_a_graph_without_a_checkpointer_refuses_a_tool_call_no_model_turn_recorded(
+    client: Client,
+) -> None:
+    app = small_agent(client, None)  # its model is not durable_model's
+    with pytest.raises(RuntimeError, match="before any recorded model turn"):
+        deliver(app, f"run-{uuid.uuid4().hex}", "thread-1", {"messages": [("user", "go")]})
 
 
 def test_a_tool_names_its_tool_call_parameter_by_type(client: Client) -> None:
