@@ -207,8 +207,13 @@ SERVE_SETTINGS: dict[str, Setting] = {
                                "NAME=FILE: a file of 'Header: value' lines sent to that "
                                "upstream (tokens); repeatable"),
     "--tool-effects": ("ACTONCE_TOOL_EFFECTS", _readable_file, None,
-                       "JSON or YAML map from NAME__tool to a ToolEffect value name; a tool "
-                       "it does not name is TOOL_EFFECT_NON_IDEMPOTENT_WRITE"),
+                       "JSON or YAML map from NAME__tool to a ToolEffect value name, or to "
+                       "{effect, idempotency_key, errors_mean_nothing_happened}; a tool it "
+                       "does not name is TOOL_EFFECT_NON_IDEMPOTENT_WRITE"),
+    "--mcp-upstream-timeout": ("ACTONCE_MCP_UPSTREAM_TIMEOUT", _positive_float,
+                               defaults.MCP_UPSTREAM_TIMEOUT_SECONDS,
+                               "seconds the gateway waits for an upstream's answer; a call "
+                               "sent and not answered in time is UPSTREAM_FAILED"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
@@ -453,6 +458,7 @@ def config_from(values: dict[str, Any]) -> Config:
         mcp_upstreams=values["mcp_upstream"],
         mcp_upstream_headers=values["mcp_upstream_headers"],
         tool_effects=values["tool_effects"],
+        mcp_upstream_timeout_seconds=values["mcp_upstream_timeout"],
     )
 
 

@@ -57,6 +57,7 @@ class Config:
     mcp_upstreams: dict[str, str] = field(default_factory=dict)
     mcp_upstream_headers: dict[str, Path] = field(default_factory=dict)
     tool_effects: Path | None = None
+    mcp_upstream_timeout_seconds: float = defaults.MCP_UPSTREAM_TIMEOUT_SECONDS
 
     @property
     def audit_path(self) -> Path:

@@ -72,9 +72,13 @@ class ActonceError(Exception):
         code: grpc.StatusCode | None = None,
         metadata: Mapping[str, str] | None = None,
         violations: Sequence[FieldViolation] = (),
+        nothing_sent: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
+        # Set where the sidecar knows the write was never sent to the store: it did
+        # not land, and the audit says so (not "may have landed").
+        self.nothing_sent = nothing_sent
         if reason is not None:
             self.reason = reason
         if failure_class is not None:

@@ -7,6 +7,7 @@ call it through ordinary blocking stubs exactly as an agent would.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
@@ -237,6 +238,12 @@ class ServerProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(10)
+
+    def drain(self, timeout: float = 30) -> int:
+        """Stop it as an orchestrator does (SIGTERM), and wait for it to exit."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
 
 
 def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> ServerProcess:

@@ -42,6 +42,10 @@ class Phase:
     STEP_BEGIN = "step_begin"
     STEP_END = "step_end"
     STEP_ABORT = "step_abort"  # the agent declares a begun step's effect did not happen
+    # A begun step's call failed after it was sent, or its tool answered an error: it may
+    # have acted, and it did not end (a later attempt never takes it for done).
+    STEP_FAILED = "step_failed"
+    LEASE = "lease"  # an attempt's lease was extended
     DECISION = "decision"  # an operator's decision on what needs a person
 
 

@@ -11,6 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sidecar.ledger import liveness
 from sidecar.ledger.base import (
     AuditEvent,
     LedgerError,
@@ -52,7 +53,8 @@ def readable_columns(present: Collection[str]) -> str:
 
 def tables(seq_type: str) -> str:
     """DDL of the events and runs tables; ``seq_type`` is the dialect's 64-bit integer."""
-    return f"""
+    return (
+        f"""
 CREATE TABLE IF NOT EXISTS audit_events (
     seq {seq_type} PRIMARY KEY,
     ts TEXT NOT NULL,
@@ -98,6 +100,8 @@ CREATE TABLE IF NOT EXISTS audit_scopes (
     PRIMARY KEY (run_id, scope)
 );
 """
+        + liveness.TABLE
+    )
 
 
 def checkpoints_table(seq_type: str) -> str:

@@ -113,6 +113,9 @@ def test_a_retried_attempt_makes_the_same_writes_with_the_same_ids(
     if how == "shuffled":
         answers = [_call(sidecar, retry, *plan[i]) for i in order]
     else:
+        # At once, two identical calls are one call unless each has its own request_id.
+        for i, (_rpc, request) in enumerate(plan):
+            request.request_id = f"call-{i}"
         with ThreadPoolExecutor(max_workers=len(plan)) as pool:
             answers = list(pool.map(lambda i: _call(sidecar, retry, *plan[i]), order))
     assert sorted(ident for ident, _ in answers) == ids_first

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import secrets
 import signal
 import tempfile
 import time
@@ -37,6 +38,7 @@ from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecod
 from sidecar.fronts.grpc.servicer import RunActionsServicer
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.liveness import Heartbeat, keep_beating, open_heartbeat, stop_beating
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.ops import reflection, security, tracing_settings
@@ -95,7 +97,10 @@ class Sidecar:
     mcp_port: int = 0
     # Traces, when the OTEL_* variables ask for them (sidecar.ops.tracing); else None.
     tracing: Tracing | None = None
+    # Says in the ledger that this sidecar is alive (sidecar.ledger.liveness).
+    heartbeat: Heartbeat | None = None
     _health_task: asyncio.Task[None] | None = None
+    _beat_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
 
     async def start(self) -> None:
@@ -112,6 +117,8 @@ class Sidecar:
         await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await self.check_health()
         self._health_task = asyncio.create_task(self._watch_health())
+        if self.heartbeat is not None:
+            self._beat_task = asyncio.create_task(keep_beating(self.heartbeat))
 
     async def check_health(self) -> bool:
         """SERVING only when both the ledger and the store answer."""
@@ -204,6 +211,8 @@ class Sidecar:
         # A write whose caller gave up (or was cut) runs to its end before its store
         # and ledger go.
         await _bounded("writes", self.actions.settle(), left())
+        if self.heartbeat is not None:
+            await _bounded("heartbeat", stop_beating(self.heartbeat, self._beat_task), left())
         await _bounded("store_client", self.store.close(), left())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)
@@ -318,6 +327,11 @@ async def create_server(
     if config.metrics_listen is not None and ledger is None:
         metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
     gate = CallGate()
+    heartbeat = None
+    if ledger is None:
+        heartbeat = open_heartbeat(
+            f"sc_{secrets.token_hex(8)}", config.audit_path, config.audit_dsn
+        )
     ledger = ledger if ledger is not None else open_ledger(config)
     if traces is not None:
         traces.watch_commits(ledger)
@@ -363,6 +377,7 @@ async def create_server(
             rules=config.rules,
             store_timeout_seconds=config.store_timeout_seconds,
             id_scheme=config.id_scheme,
+            sidecar_id=heartbeat.sidecar_id if heartbeat is not None else "",
         ),
         on_reread=metrics.version_conflict_rereads.inc,
     )
@@ -413,6 +428,7 @@ async def create_server(
         mcp=mcp,
         mcp_port=mcp.port if mcp is not None else 0,
         tracing=traces,
+        heartbeat=heartbeat,
     )
     return sidecar, port
 
@@ -454,7 +470,9 @@ def _mcp_listener(
             for name, url in config.mcp_upstreams.items()
         ]
         effects = load_effects(config.tool_effects) if config.tool_effects else {}
-        gateway = Gateway(actions, upstreams, effects)
+        gateway = Gateway(
+            actions, upstreams, effects, timeout_seconds=config.mcp_upstream_timeout_seconds
+        )
     front = McpFront(
         actions,
         gateway=gateway,
