@@ -67,11 +67,8 @@ class LocalSidecar:
         ]  # fmt: skip
         if send_allowlist:
             args += ["--send-allowlist", ",".join(send_allowlist)]
-        # `actonce serve` refuses ACTONCE_* variables it does not know, and
-        # ACTONCE_BIN is this module's, not the sidecar's.
-        env = {k: v for k, v in os.environ.items() if k != "ACTONCE_BIN"}
         with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         try:
             self._wait_serving(ready_within)
         except RuntimeError as error:
