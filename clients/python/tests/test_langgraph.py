@@ -19,7 +19,8 @@ from typing import Any
 
 import grpc
 import pytest
-from kill_loop import SHARED_EXPECTED, Seen, World, check_every_kill, world_of
+import scenarios
+from kill_loop import World, check_every_kill, world_of
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolErrorMiddleware, ToolRetryMiddleware
 from langchain_core.messages import ToolMessage
@@ -50,21 +51,7 @@ def world(sidecar: LocalSidecar, tmp_path_factory: pytest.TempPathFactory) -> It
         yield world
 
 
-ONE_TICKET = Seen(("Disk full",), ("charged ada 500", "opened a ticket: Disk full"),
-                 (("ada", 500),))  # fmt: skip
-ASYNC = Seen(("Disk full",), ("charged eve 400", "opened a ticket: Disk full"), (("eve", 400),))
-EXPECTED = {
-    **SHARED_EXPECTED,
-    "create_agent": ONE_TICKET,
-    "async": ASYNC,
-    "astream": ASYNC,
-    # Without a checkpointer: the model's turns are durable instead.
-    "parallel+nocp": SHARED_EXPECTED["parallel"],
-    "retry+nocp": SHARED_EXPECTED["retry"],
-    "create_agent+nocp": ONE_TICKET,
-    "async+nocp": ASYNC,
-    "astream+nocp": ASYNC,
-}  # fmt: skip
+EXPECTED = scenarios.LANGGRAPH
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import scenarios
 from agents import Agent, RunResult, set_tracing_disabled
-from kill_loop import SHARED_EXPECTED, Seen, World, check_every_kill, world_of
+from kill_loop import World, check_every_kill, world_of
 from scripted_agents_model import ScriptedModel
 
 from actonce_client import Client
@@ -32,14 +33,7 @@ def world(sidecar: LocalSidecar, tmp_path_factory: pytest.TempPathFactory) -> It
         yield world
 
 
-EXPECTED = {
-    **SHARED_EXPECTED,
-    "handoff": Seen(("Card declined",), ("charged dee 300", "opened a ticket: Card declined"),
-                    (("dee", 300),)),
-    "async": Seen(("Disk full",), ("charged eve 400", "opened a ticket: Disk full"),
-                  (("eve", 400),)),
-    "streamed": SHARED_EXPECTED["parallel"],
-}  # fmt: skip
+EXPECTED = scenarios.AGENTS
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))

@@ -12,18 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kill_loop import SHARED_EXPECTED, Seen, World, check_every_kill, world_of
+import scenarios
+from kill_loop import World, check_every_kill, world_of
 
 from actonce_client.testing import LocalSidecar
 
 pytestmark = pytest.mark.timeout(180)
 
-EXPECTED = {
-    "parallel": SHARED_EXPECTED["parallel"],
-    "streamed": SHARED_EXPECTED["parallel"],
-    "async": Seen(("Disk full",), ("charged eve 400", "opened a ticket: Disk full"),
-                  (("eve", 400),)),
-}  # fmt: skip
+EXPECTED = scenarios.PYDANTIC_AI
 
 
 @pytest.fixture(scope="module")
