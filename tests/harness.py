@@ -246,10 +246,13 @@ class ServerProcess:
         return self.process.wait(timeout)
 
 
-def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> ServerProcess:
-    """Start a sidecar process with ``config``'s settings and wait until it is SERVING."""
+def spawn_sidecar(
+    config: Config, log_path: Path, *extra: str, prefix: Sequence[str] = ()
+) -> ServerProcess:
+    """Start a sidecar process with ``config``'s settings and wait until it is SERVING;
+    ``prefix`` runs it under another command (faketime, say)."""
     port = free_port()
-    args = [sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"127.0.0.1:{port}",
+    args = [*prefix, sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"127.0.0.1:{port}",
             "--data-dir", str(config.data_dir), "--log-format", "json", *extra]  # fmt: skip
     if config.audit_dsn:
         args += ["--audit-dsn", config.audit_dsn]

@@ -17,7 +17,7 @@ from sidecar.core import deliveries, leases
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
-from sidecar.errors import AttemptFenced, AuditPersistenceFailed, InvalidArgument, RuleNotServed
+from sidecar.errors import ActonceError, AuditPersistenceFailed, InvalidArgument, RuleNotServed
 from sidecar.ledger.base import LedgerError, Phase
 from sidecar.rules import canonical, ids
 
@@ -73,8 +73,9 @@ class Lifecycle:
             await self.audit.required(
                 event(attempt, "BeginAttempt", Phase.ATTEMPT_BEGIN, detail=detail)
             )
-        except (AuditPersistenceFailed, AttemptFenced):
-            # Fenced: it names a delivery that a newer one of its run replaced.
+        # Not durable, or refused: a run of another rule, or a delivery a newer one of its
+        # run replaced. No attempt either way.
+        except ActonceError:
             self.attempts.end(attempt.attempt_id)
             raise
         return attempt

@@ -121,7 +121,10 @@ def postgres_heartbeat(sidecar_id: str, dsn: str) -> Heartbeat:
         from sidecar.ops import pgbounds
 
         conn = psycopg.connect(pgbounds.conninfo(dsn, connect_timeout=2.0), autocommit=True)
-        conn.execute(TABLE)
+        # Created with the schema; a writer role may not run DDL, even IF NOT EXISTS.
+        found = conn.execute("SELECT to_regclass('audit_sidecars')").fetchone()
+        if found is None or found[0] is None:
+            conn.execute(TABLE)
         return conn
 
     return Heartbeat(sidecar_id, connect, POSTGRES_CLOCK)

@@ -47,12 +47,13 @@ from sidecar.ledger.pending import (
     decision_event,
     pending_item,
 )
-from sidecar.ledger.schema import chain, readable_columns, row_to_event
+from sidecar.ledger.schema import EventClock, chain, readable_columns, row_to_event
 from sidecar.ledger.sql import (
     POSTGRES,
     RUN_SUMMARY,
     SQLITE,
     Queries,
+    ledger_clock,
     marks,
     phase,
     run_summary,
@@ -120,8 +121,9 @@ class OperatorLedger:
     def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
-    def _locked_head(self) -> contextlib.AbstractContextManager[tuple[int, str]]:
-        """A transaction holding the chain's head row locked; yields (seq, hash)."""
+    def _locked_head(self) -> contextlib.AbstractContextManager[tuple[int, str, EventClock]]:
+        """A transaction holding the chain's head row locked; yields (seq, hash) and the
+        clock its event is stamped with."""
         raise NotImplementedError
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
@@ -264,11 +266,11 @@ SELECT b.derived_id FROM audit_events b
     ) -> StoredEvent:
         """Append an operator's decision on ``item_id`` to the chain; DecisionRefused if
         there is nothing to decide (the decision already taken is named)."""
-        with self._locked_head() as (seq, head):
+        with self._locked_head() as (seq, head, clock):
             events = self.events_for(item_id)
             self._refuse_in_flight(events)
             event = decision_event(events, item_id, decision, **note)
-            batch = chain([event], seq, head, {})
+            batch = chain([event], seq, head, {}, clock=clock)
             self._execute_many(self._queries.insert_event, batch.rows)
             self._execute_many(self._queries.set_head, [(batch.seq, batch.head)])
         return self.event(batch.seq)
@@ -460,7 +462,7 @@ class SqliteOperatorLedger(OperatorLedger):
         self._conn.executemany(sql, rows)
 
     @contextlib.contextmanager
-    def _locked_head(self) -> Iterator[tuple[int, str]]:
+    def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
         # BEGIN IMMEDIATE takes the file's write lock, as the sidecar's writer does.
         with self._lock:
             conn = self._conn
@@ -468,7 +470,7 @@ class SqliteOperatorLedger(OperatorLedger):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     row = conn.execute(self._queries.lock_head).fetchone()
-                    yield int(row[0]), str(row[1])
+                    yield int(row[0]), str(row[1]), ledger_clock(row[2], row[3])
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -498,19 +500,19 @@ class PostgresOperatorLedger(OperatorLedger):
     def __init__(self, dsn: str, *, read_only: bool = False, lock_timeout_ms: int = 5000) -> None:
         import psycopg
 
-        from sidecar.ledger.postgres import ensure_schema
+        from sidecar.ledger.pgschema import ensure_schema, one_line
 
         self._psycopg = psycopg
         self._dsn = dsn
         # A ledger locked by another process fails a decision in bounded time, as
         # SQLite's busy timeout does, rather than hang the operator's command.
         self._options = f"-c lock_timeout={int(lock_timeout_ms)}"
+        if not read_only:
+            ensure_schema(dsn)
         try:
-            if not read_only:
-                ensure_schema(dsn)
             self._conn = self._connect()
         except psycopg.Error as exc:
-            raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
+            raise LedgerError(f"cannot open the PostgreSQL ledger: {one_line(exc)}") from exc
         self._lock = threading.RLock()
 
     def _connect(self) -> Any:
@@ -539,7 +541,7 @@ class PostgresOperatorLedger(OperatorLedger):
             cur.executemany(sql, rows)
 
     @contextlib.contextmanager
-    def _locked_head(self) -> Iterator[tuple[int, str]]:
+    def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
         with self._lock:
             conn = self._connection()
             try:
@@ -547,7 +549,7 @@ class PostgresOperatorLedger(OperatorLedger):
                     row = conn.execute(self._queries.lock_head)
                     head = row.fetchone()
                     assert head is not None
-                    yield int(head[0]), str(head[1])
+                    yield int(head[0]), str(head[1]), ledger_clock(head[2], head[3])
             except self._psycopg.Error as exc:
                 raise LedgerError(f"the decision was not recorded: {exc}") from exc
 

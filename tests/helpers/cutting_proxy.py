@@ -18,9 +18,14 @@ from contextlib import contextmanager
 
 
 class CuttingProxy:
-    def __init__(self, upstream_port: int, marker: bytes) -> None:
+    """``answer_marker``, when given, names the bytes of the answer itself: what comes back
+    before them (an HTTP/2 window update, say) still passes, so that the cut falls after
+    the server did its work."""
+
+    def __init__(self, upstream_port: int, marker: bytes, answer_marker: bytes = b"") -> None:
         self.upstream_port = upstream_port
         self.marker = marker
+        self.answer_marker = answer_marker
         self.armed = threading.Event()
         self.cuts = 0
         self._loop = asyncio.new_event_loop()
@@ -65,7 +70,7 @@ class CuttingProxy:
 
         async def to_client() -> None:
             while data := await server_r.read(65536):
-                if marked.is_set():
+                if marked.is_set() and self.answer_marker in data:
                     self._reset(client_w)
                     self.cuts += 1
                     self.armed.clear()
@@ -86,8 +91,10 @@ class CuttingProxy:
 
 
 @contextmanager
-def cutting_proxy(upstream_port: int, marker: bytes = b'"tools/call"') -> Iterator[CuttingProxy]:
-    proxy = CuttingProxy(upstream_port, marker).start()
+def cutting_proxy(
+    upstream_port: int, marker: bytes = b'"tools/call"', answer_marker: bytes = b""
+) -> Iterator[CuttingProxy]:
+    proxy = CuttingProxy(upstream_port, marker, answer_marker).start()
     try:
         yield proxy
     finally:

@@ -310,7 +310,8 @@ def test_notices_by_default_send_only_for_a_rule_on_the_allowlist(
         "PERMANENT",
     )
     sent = sidecar.stub.Send(
-        pb.SendRequest(attempt_id=sidecar.begin(rule="pager"), thread_id=thread, text="go")
+        # A run of the pager rule (a run belongs to the rule it began under).
+        pb.SendRequest(attempt_id=sidecar.begin("run-2", rule="pager"), thread_id=thread, text="go")
     )
     kinds = [(m.kind, m.text) for m in sidecar.messages(thread)]
     assert kinds == [("notice", "fyi"), ("message", "go")]  # the refused send never landed

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
 import secrets
 import signal
 import tempfile
@@ -41,7 +40,7 @@ from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.liveness import Heartbeat, keep_beating, open_heartbeat, stop_beating
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.ops import reflection, security, tracing_settings
+from sidecar.ops import files, reflection, security, tracing_settings
 from sidecar.ops.drain import LINGER_SECONDS, CallGate
 from sidecar.ops.listening import SERVER_OPTIONS, bind
 from sidecar.ops.metrics import (
@@ -258,7 +257,7 @@ def embedded_store_socket(data_dir: Path) -> str:
     A socket path is limited to about 100 bytes; a deeper data folder gets a
     private temporary folder instead.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
+    files.private_folder(data_dir)
     path = data_dir.resolve() / "store.sock"
     if len(str(path)) > 100:
         path = Path(tempfile.mkdtemp(prefix="actonce-")) / "store.sock"
@@ -272,6 +271,8 @@ def open_ledger(config: Config) -> GroupCommitLedger:
         from sidecar.ledger.postgres import PostgresLedger
 
         return PostgresLedger(config.audit_dsn, lock_timeout_ms=config.audit_busy_timeout_ms)
+    if config.audit_db is None:
+        files.private_folder(config.data_dir)
     return SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
 
 
@@ -306,7 +307,7 @@ def open_store_backend(config: Config) -> StoreBackend:
         # Past the store timeout the caller has given up: its connection is cut then,
         # so that a database that stopped answering holds no thread for long.
         return PostgresStoreBackend(config.store_dsn, call_timeout=config.store_timeout_seconds)
-    return SqliteStoreBackend(config.data_dir / "store.db")
+    return SqliteStoreBackend(files.private_folder(config.data_dir) / "store.db")
 
 
 def _operator_ledger(config: Config) -> OperatorLedger:
@@ -363,7 +364,6 @@ async def create_server(
         # there would bypass the audit ledger.
         target = embedded_store_socket(config.data_dir)
         embedded, _ = await create_store_server(backend, target)
-        os.chmod(target.removeprefix("unix:"), 0o600)
         upstream = InProcessStoreClient(backend, timeout_seconds=config.store_timeout_seconds)
     store = instrument_store(upstream, metrics)
     if traces is not None:
@@ -502,7 +502,7 @@ async def serve(config: Config, *, grace_seconds: float = 10.0) -> None:
         listen=config.listen,
         port=port,
         store=config.store_target or "embedded",
-        audit_db=str(config.audit_path),
+        ledger=config.ledger,
         health_listen=config.health_listen,
         metrics_listen=config.metrics_listen,
         mcp_listen=config.mcp_listen,

@@ -16,7 +16,7 @@ import mcp_types as types
 
 from sidecar.core.actions import RunActions
 from sidecar.core.types import ReadResult, WriteResult
-from sidecar.errors import ActonceError, FailureClass, InvalidArgument
+from sidecar.errors import ActonceError, FailureClass, FieldViolation, InvalidArgument
 
 _OUTCOMES = ["OUTCOME_APPLIED", "OUTCOME_ALREADY_APPLIED", "OUTCOME_SKIPPED"]
 _NAME = {"type": "string", "minLength": 1}
@@ -307,10 +307,20 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+# The core names the JSON text it takes; the model gave the value as this argument.
+ARGUMENT_OF = {"data_json": "data", "value_json": "value"}
+
+
+def _violations(error: ActonceError) -> list[FieldViolation]:
+    return [
+        FieldViolation(ARGUMENT_OF.get(v.field, v.field), v.description) for v in error.violations
+    ]
+
+
 def refused_text(error: ActonceError) -> str:
     """The message a model reads: for REFUSED, how to correct the call."""
     if error.failure_class is FailureClass.REFUSED:
-        fields = ", ".join(f"{v.field} {v.description}" for v in error.violations)
+        fields = ", ".join(f"{v.field} {v.description}" for v in _violations(error))
         what = fields or error.message
         return (
             f"The call was refused ({error.reason}): {what}. Nothing was written. "
@@ -323,16 +333,20 @@ def refused_text(error: ActonceError) -> str:
 
 
 def error_result(error: ActonceError) -> types.CallToolResult:
-    """Every error is a tool result with isError and its reason and class."""
+    """Every error is a tool result with isError, its reason, its class and, for bad input,
+    the fields at fault (as gRPC's BadRequest names them)."""
     text = refused_text(error)
+    said: dict[str, Any] = {
+        "reason": error.reason,
+        "failure_class": error.failure_class.value,
+        "message": text,
+    }
+    if error.violations:
+        said["field_violations"] = [
+            {"field": v.field, "description": v.description} for v in _violations(error)
+        ]
     return types.CallToolResult(
-        content=[types.TextContent(text=text)],
-        structured_content={
-            "reason": error.reason,
-            "failure_class": error.failure_class.value,
-            "message": text,
-        },
-        is_error=True,
+        content=[types.TextContent(text=text)], structured_content=said, is_error=True
     )
 
 

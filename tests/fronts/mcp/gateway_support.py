@@ -4,9 +4,11 @@ SDK's own client bound to an attempt, and reads of the ledger."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from threading import Thread
 from typing import Any, cast
 
 import httpx2
@@ -94,6 +96,19 @@ def _innermost(error: BaseException) -> BaseException:
 
 def call(base: str, attempt_id: str, name: str, arguments: dict[str, Any], **kw: Any) -> Any:
     return asyncio.run(call_tool(base, attempt_id, name, arguments, **kw))
+
+
+def call_in_background(base: str, attempt_id: str, name: str, arguments: dict[str, Any]) -> Thread:
+    """Start a call in a thread of its own, for a test that kills the sidecar under it:
+    whatever the call then raises is expected, and dropped."""
+
+    def run() -> None:
+        with contextlib.suppress(BaseException):
+            call(base, attempt_id, name, arguments)
+
+    thread = Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def begin(base: str, run_id: str, checkpoint: str = "cp-0") -> str:

@@ -49,7 +49,7 @@ def test_a_call_the_upstream_acted_on_before_the_connection_dropped_is_sent_not_
     tmp_path: Path, payments: Charges
 ) -> None:
     config = sidecar_config(tmp_path / "data")
-    with cutting_proxy(payments.port) as proxy:
+    with cutting_proxy(payments.port, answer_marker=b'"result"') as proxy:
         sidecar, base = serve_gateway(config, tmp_path, proxy.url, "cut")
         try:
             attempt = begin(base, "run-cut")

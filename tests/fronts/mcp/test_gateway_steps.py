@@ -6,8 +6,6 @@ model cannot multiply into metric series."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from tests.fronts.mcp.clients import ATTEMPT_HEADER, list_tools
 from tests.fronts.mcp.gateway_support import (
     begin,
     call,
+    call_in_background,
     error_of,
     ledger_events,
     pending,
@@ -50,23 +49,21 @@ def slow_payments(tmp_path: Path) -> Iterator[Charges]:
 
 
 def _kill_mid_call(
-    sidecar: Any, base: str, attempt: str, upstream: Charges, tool: str, args: dict[str, Any],
+    sidecar: Any,
+    base: str,
+    attempt: str,
+    upstream: Charges,
+    tool: str,
+    args: dict[str, Any],
     acted: str,
-) -> None:  # fmt: skip
+) -> None:
     """Call ``tool``; once the upstream has acted (a line ``acted`` in its log), SIGKILL the
     sidecar under the call."""
-    held = threading.Thread(target=lambda: _quietly(call, base, attempt, tool, args))
-    held.start()
+    held = call_in_background(base, attempt, tool, args)
     upstream.wait_for(acted)
     sidecar.process.kill()
     sidecar.process.wait(10)
     held.join(30)
-
-
-def _quietly(function: Any, *args: Any) -> None:
-    # The sidecar is killed under this call, on purpose: whatever it raises is expected.
-    with contextlib.suppress(BaseException):
-        function(*args)
 
 
 @pytest.mark.parametrize(
@@ -108,10 +105,8 @@ def test_a_plain_charge_cut_off_by_a_killed_sidecar_is_in_doubt_on_the_retry(
     args = {"customer": "bo", "cents": 3}
     sidecar, base = serve_gateway(config, tmp_path, slow_payments.url, "first")
     try:
-        _kill_mid_call(
-            sidecar, base, begin(base, "run-plain"), slow_payments, "payments__charge", args,
-            "charge bo",
-        )  # fmt: skip
+        attempt = begin(base, "run-plain")
+        _kill_mid_call(sidecar, base, attempt, slow_payments, "payments__charge", args, "charge bo")
     finally:
         sidecar.stop()
     sidecar, base = serve_gateway(config, tmp_path, slow_payments.url, "second")
@@ -134,9 +129,11 @@ def test_the_model_cannot_give_a_keyed_tools_key_and_never_sees_it(
         assert "idempotency_key" not in keyed.input_schema["properties"]
         assert "idempotency_key" not in keyed.input_schema.get("required", [])
         given = call(
-            base, begin(base, "run-key"), "payments__charge_keyed",
+            base,
+            begin(base, "run-key"),
+            "payments__charge_keyed",
             {"customer": "x", "cents": 1, "idempotency_key": "mine"},
-        )  # fmt: skip
+        )
         assert error_of(given) == ("INVALID_ARGUMENT", "REFUSED")
     finally:
         sidecar.stop()
