@@ -12,7 +12,8 @@
 #   make grid                the agent frameworks' scenario grid (clients/python/tests/grid.py):
 #                            every framework and scenario killed after every write and as every
 #                            model call starts, and its table; `make test` runs every row in
-#                            the Python client's suite, `make grid-quick` every third kill
+#                            the Python client's suite with every third kill, as
+#                            `make grid-quick` does
 
 TEST_TARGETS += test-clients
 
