@@ -12,9 +12,12 @@ that a kill loop is quick.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -31,12 +34,14 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from scripted_model import DONE, ScriptedChatModel, turn
 
 from actonce_client import ActonceError, Client, FailureClass
+from actonce_client.deliveries import Lease, delivering
 from actonce_client.langgraph import (
     Actonce,
     ToolCall,
     deliver,
     handle_tool_error,
     is_retryable,
+    mcp_scope,
     refused_message,
     retry_policy,
 )
@@ -172,3 +177,31 @@ def test_create_agent_hands_refusals_to_the_model_through_its_middleware(
         out = deliver(app, f"run-{uuid.uuid4().hex}", "thread-1", {"messages": [("user", "go")]})
     answered = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert len(answered) == 1 and str(answered[0].content).startswith("refused: NOT_FOUND")
+
+
+@dataclass(frozen=True)
+class _McpRequest:
+    """What langchain-mcp-adapters hands a tool interceptor: the call's runtime and headers."""
+
+    runtime: Any
+    headers: dict[str, str] | None
+
+    def override(self, **changes: Any) -> _McpRequest:
+        return replace(self, **changes)
+
+
+def test_mcp_scope_sends_the_tool_calls_scope_beside_its_delivery(client: Client) -> None:
+    sent: dict[str, str] = {}
+
+    async def handler(request: _McpRequest) -> str:
+        sent.update(request.headers or {})
+        return "answered"
+
+    runtime = SimpleNamespace(config={}, tool_call_id="call_7")
+    with delivering(client, f"run-{uuid.uuid4().hex}", "billing", Lease()) as delivery:
+        answer = asyncio.run(mcp_scope()(_McpRequest(runtime, {"x-trace": "1"}), handler))
+    assert answer == "answered"
+    assert sent == {"x-trace": "1", "actonce-attempt-id": delivery.attempt.id,
+                    "actonce-scope": "call_7"}  # fmt: skip
+    with pytest.raises(RuntimeError, match="under deliver"):
+        asyncio.run(mcp_scope()(_McpRequest(runtime, None), handler))
