@@ -67,8 +67,10 @@ class Phase:
 # Events whose attempt must still be the newest of its (run, scope) to be written. A step's
 # end is one: a fenced attempt's result must not become the one later attempts replay
 # (a model's answer recorded by a stale delivery would give a redelivery other tool calls
-# than those the newer delivery made), so its step stays as the newer attempt leaves it.
+# than those the newer delivery made), so its step stays as the newer attempt leaves it:
+# a later attempt runs it again. But for a non-idempotent step (see fences()).
 FENCED_PHASES = frozenset({Phase.INTENT, Phase.STEP_BEGIN, Phase.STEP_END})
+NON_IDEMPOTENT = "NON_IDEMPOTENT_WRITE"
 # Events of a scoped attempt that names its delivery (an unscoped attempt of its run), whose
 # delivery must still be the run's newest unscoped attempt to be written: its begin too.
 DELIVERY_FENCED_PHASES = FENCED_PHASES | {Phase.ATTEMPT_BEGIN}
@@ -176,12 +178,21 @@ def delivery_of(event: AuditEvent) -> str:
     return str(event.detail.get(DELIVERY_KEY, "")) if event.scope else ""
 
 
+def fences(event: AuditEvent, phases: frozenset[str] = FENCED_PHASES) -> bool:
+    """Whether ``event`` is written only while its attempt is the newest. A non-idempotent
+    step's end is written whoever ends it: its tool acted, once, and a later attempt must
+    get that result rather than find the step in doubt."""
+    if event.phase not in phases:
+        return False
+    return not (event.phase == Phase.STEP_END and event.detail.get("effect") == NON_IDEMPOTENT)
+
+
 def fencing_keys(event: AuditEvent) -> list[RunScope]:
     """The (run, scope) pairs whose newest attempt decides whether ``event`` is written."""
     keys: list[RunScope] = []
-    if event.phase in FENCED_PHASES:
+    if fences(event):
         keys.append((event.run_id, event.scope))
-    if delivery_of(event) and event.phase in DELIVERY_FENCED_PHASES:
+    if delivery_of(event) and fences(event, DELIVERY_FENCED_PHASES):
         keys.append((event.run_id, ""))
     return keys
 
@@ -191,7 +202,7 @@ def fenced(event: AuditEvent, newest: Callable[[RunScope], str | None]) -> Fence
     scope), or if it names a delivery that is no longer its run's newest unscoped attempt
     (``newest`` gives the newest attempt of a pair, None when none began); attempts of
     other scopes never fence it."""
-    if event.phase in FENCED_PHASES:
+    if fences(event):
         newest_attempt = newest((event.run_id, event.scope))
         if newest_attempt not in (None, event.attempt_id):
             scope = f" scope {event.scope!r}" if event.scope else ""
@@ -200,7 +211,7 @@ def fenced(event: AuditEvent, newest: Callable[[RunScope], str | None]) -> Fence
                 f"newer attempt {newest_attempt}"
             )
     delivery = delivery_of(event)
-    if delivery and event.phase in DELIVERY_FENCED_PHASES:
+    if delivery and fences(event, DELIVERY_FENCED_PHASES):
         newest_delivery = newest((event.run_id, ""))
         if newest_delivery != delivery:
             found = f"newer delivery {newest_delivery}" if newest_delivery else "no delivery"
