@@ -14,7 +14,7 @@ from sidecar.ledger import liveness
 from sidecar.ledger.base import Phase
 from tests.conftest import MakeConfig
 from tests.console.scenario import start_console
-from tests.fronts.mcp.charges import Charges
+from tests.fronts.mcp.conftest import StartCharges
 from tests.fronts.mcp.gateway_support import (
     begin,
     call_in_background,
@@ -23,14 +23,14 @@ from tests.fronts.mcp.gateway_support import (
     pending,
     serve_gateway,
 )
-from tests.harness import free_port, spawn_sidecar
+from tests.harness import spawn_sidecar
 from tests.server.processes import run_cli
 
 
 def test_a_step_in_flight_is_not_pending_nor_decidable_until_its_sidecar_dies(
-    make_config: MakeConfig, tmp_path: Path, backend: str
+    make_config: MakeConfig, tmp_path: Path, backend: str, start_charges: StartCharges
 ) -> None:
-    upstream = Charges(tmp_path / "payments.log", free_port(), charge_seconds=60).start()
+    upstream = start_charges(charge_seconds=60)
     config = make_config(tmp_path / "a")
     other = None
     if backend == "postgres":
