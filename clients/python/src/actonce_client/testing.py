@@ -54,6 +54,7 @@ class LocalSidecar:
         self,
         *,
         send_allowlist: Sequence[str] = (),
+        api_token_file: str | os.PathLike[str] | None = None,
         command: Sequence[str] | None = None,
         ready_within: float = 30.0,
     ) -> None:
@@ -67,6 +68,9 @@ class LocalSidecar:
         ]  # fmt: skip
         if send_allowlist:
             args += ["--send-allowlist", ",".join(send_allowlist)]
+        if api_token_file is not None:
+            # Every call then needs the token; health, which says when it serves, does not.
+            args += ["--api-token-file", str(api_token_file)]
         # `actonce serve` refuses ACTONCE_* variables it does not know, and
         # ACTONCE_BIN is this module's, not the sidecar's.
         env = {k: v for k, v in os.environ.items() if k != "ACTONCE_BIN"}
