@@ -134,6 +134,29 @@ def test_the_token_and_the_ca_are_files_from_the_secret(
                    for name, e in env.items())  # fmt: skip
 
 
+def test_the_agent_and_its_sidecar_read_one_api_token_from_a_secret(
+    pod: dict[str, Any], sidecar: dict[str, Any]
+) -> None:
+    (agent,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    secret = volumes["api-token"]["secret"]
+    example = load(KUBE / "examples" / "api-token-secret.yaml")
+    assert secret["secretName"] == example["metadata"]["name"]
+    assert {i["key"] for i in secret["items"]} <= set(example["stringData"])
+    paths = set()
+    for container in (sidecar, agent):
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        mount = {m["name"]: m for m in container["volumeMounts"]}["api-token"]
+        assert mount["readOnly"] is True
+        path = Path(env["ACTONCE_API_TOKEN_FILE"])
+        assert path.parent == Path(mount["mountPath"])
+        assert path.name in {i["path"] for i in secret["items"]}
+        paths.add(path)
+    assert len(paths) == 1, "the agent sends the token the sidecar expects"
+    # Readable by the pod's user through its group, by nobody else.
+    assert secret["defaultMode"] == 0o440 and pod["securityContext"]["fsGroup"]
+
+
 def test_the_data_volume_is_where_the_image_keeps_its_data(
     pod: dict[str, Any], sidecar: dict[str, Any]
 ) -> None:
