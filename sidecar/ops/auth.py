@@ -235,6 +235,7 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
             bearer(v for k, v in handler_call_details.invocation_metadata or () if k == HEADER)
         ):
             return await continuation(handler_call_details)
+        structlog.contextvars.clear_contextvars()
         log.info("refused", rpc=rpc, reason=Unauthenticated.reason,
                  failure_class=Unauthenticated.failure_class.value)  # fmt: skip
         self._on_refused(rpc)

@@ -27,8 +27,9 @@ from starlette.routing import Route
 
 from sidecar.ops import auth
 from tests.harness import RunningSidecar, free_port, refusal, sidecar_config, start_sidecar
-from tests.server.processes import start_server, wait_for_status
+from tests.server.processes import run_cli, start_server, wait_for_status
 from tests.server.scrape import scrape, value
+from tests.server.test_configuration import assert_one_line_refusal
 
 TOKEN = "api-t0ken-5b2e"
 GOOD = (("authorization", f"Bearer {TOKEN}"),)
@@ -347,3 +348,26 @@ def test_serve_takes_the_token_file_and_a_clients_token_variable_beside_it(
             assert_unauthenticated(refused.value, "BeginAttempt")
     finally:
         served.stop()
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "fragments"),
+    [
+        ("\n", [], ["API token file", "empty"]),
+        ("two words\n", [], ["API token file", "whitespace"]),
+        (TOKEN, ["--api-token-exempt", "everything"], ["--api-token-exempt", "none"]),
+    ],
+)
+def test_a_token_setting_that_cannot_be_used_stops_start_up_in_one_line(
+    tmp_path: Path, content: str, args: list[str], fragments: list[str]
+) -> None:
+    path = tmp_path / "api.token"
+    path.write_text(content)
+    done = run_cli("serve", "--api-token-file", str(path), "--data-dir", str(tmp_path), *args)
+    assert_one_line_refusal(done, *fragments)
+
+
+def test_exemptions_need_a_token_to_be_exempt_from() -> None:
+    assert_one_line_refusal(
+        run_cli("serve", "--api-token-exempt", "health"), "--api-token-exempt", "--api-token-file"
+    )
