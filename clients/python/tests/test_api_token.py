@@ -32,7 +32,8 @@ def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def guarded(token_file: Path) -> Iterator[LocalSidecar]:
-    with LocalSidecar(send_allowlist=[SEND_RULE], api_token_file=token_file) as sidecar:
+    args = ["--api-token-file", str(token_file)]
+    with LocalSidecar(send_allowlist=[SEND_RULE], args=args) as sidecar:
         yield sidecar
 
 
