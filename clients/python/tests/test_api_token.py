@@ -4,6 +4,7 @@ environment, and follows a file that changes."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from conftest import SEND_RULE
 
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_client import ActonceError, Attempt, Client, Effect, FailureClass, Outcome
+from actonce_client.aio import AsyncClient
 from actonce_client.auth import REREAD_SECONDS, ApiToken
 from actonce_client.testing import LocalSidecar
 
@@ -162,3 +164,22 @@ def test_a_token_file_without_a_usable_token_is_refused_at_once(
         Client("127.0.0.1:1", api_token_file=path)
     with pytest.raises(OSError):
         Client("127.0.0.1:1", api_token_file=tmp_path / "missing")
+
+
+def test_the_asyncio_client_sends_the_token_as_the_blocking_one_does(
+    guarded: LocalSidecar, token_file: Path
+) -> None:
+    async def run() -> None:
+        async with AsyncClient(guarded.target) as bare:
+            with pytest.raises(ActonceError) as refused:
+                await bare.begin(_run(), SEND_RULE)
+            assert refused.value.reason == "UNAUTHENTICATED"
+        async with AsyncClient(guarded.target, api_token_file=token_file) as client:
+            attempt = await client.begin(_run(), SEND_RULE)
+            assert (await attempt.create("ticket", {"n": 1})).outcome is Outcome.APPLIED
+            assert (await attempt.end()).applied == 1
+        with Client(guarded.target, api_token=TOKEN) as blocking:
+            async with AsyncClient.like(blocking) as like:
+                assert (await like.begin(_run(), SEND_RULE)).id
+
+    asyncio.run(run())

@@ -207,6 +207,7 @@ export class Client {
       checkpoint: run.checkpoint ?? "",
       leaseDeadline: run.leaseDeadline,
       scope: run.scope ?? "",
+      deliveryAttemptId: "",
     });
     // A sidecar from before scheme versions answers none: it derives version 1.
     const idScheme = { version: response.idSchemeVersion || 1, scope: run.scope ?? "" };
