@@ -40,7 +40,7 @@ from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.liveness import Heartbeat, keep_beating, open_heartbeat, stop_beating
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.ops import files, reflection, security, tracing_settings
+from sidecar.ops import auth, files, limits, reflection, security, tracing_settings
 from sidecar.ops.drain import LINGER_SECONDS, CallGate
 from sidecar.ops.listening import SERVER_OPTIONS, bind
 from sidecar.ops.metrics import (
@@ -61,14 +61,6 @@ from sidecar.upstream.inprocess import InProcessStoreClient
 log = structlog.get_logger()
 
 SERVICE_NAME = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"].full_name
-# Well above every documented payload limit, so that an oversized field gets
-# the sidecar's own INVALID_ARGUMENT rather than a bare transport error.
-MAX_MESSAGE_BYTES = 16 << 20
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    *SERVER_OPTIONS,
-]
 
 
 @dataclass
@@ -325,6 +317,7 @@ async def create_server(
     """
     traces = _tracing()
     metrics = Metrics()
+    api_token = auth.load(config.api_token_file)
     if config.metrics_listen is not None and ledger is None:
         metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
     gate = CallGate()
@@ -386,13 +379,16 @@ async def create_server(
         interceptors=[
             # The call's span first, so that everything below runs within it.
             *(traces.server_interceptors() if traces is not None else ()),
+            # Before every interceptor that keeps the handlers it wraps (sidecar.ops.auth).
+            *auth.interceptors(api_token, config.api_token_exempt, refusals=metrics.refusals),
             MetricsInterceptor(metrics),
             gate,
             # Parses requests itself, for the log context below and the handlers.
             RequestDecodingInterceptor(),
             LogContextInterceptor(),
         ],
-        options=GRPC_OPTIONS,
+        # Message sizes, streams and pings one caller may take (sidecar.ops.limits).
+        options=[*limits.grpc_server_options(), *SERVER_OPTIONS],
     )
     run_actions_pb2_grpc.add_RunActionsServiceServicer_to_server(
         RunActionsServicer(actions), server
@@ -404,7 +400,7 @@ async def create_server(
     # Method names resolve too, so that ghz and grpcurl call RPCs with no proto file.
     reflection.enable(server, [SERVICE_NAME, health.SERVICE_NAME])
     port = bind(server, config.listen)
-    mcp = _mcp_listener(config, actions, metrics, traces) if config.mcp_listen else None
+    mcp = _mcp_listener(config, actions, metrics, traces, api_token) if config.mcp_listen else None
     health_server, health_port = (
         await create_health_server(health_servicer, config.health_listen)
         if config.health_listen
@@ -449,7 +445,11 @@ def _tracing() -> Tracing | None:
 
 
 def _mcp_listener(
-    config: Config, actions: RunActions, metrics: Metrics, traces: Tracing | None
+    config: Config,
+    actions: RunActions,
+    metrics: Metrics,
+    traces: Tracing | None,
+    api_token: auth.TokenFile | None,
 ) -> McpListener:
     """The MCP front, and the gateway when upstreams are named (imported only then)."""
     from sidecar.fronts.mcp.app import McpFront, McpListener
@@ -479,6 +479,7 @@ def _mcp_listener(
         record=metrics.front_call("mcp"),
         host=config.mcp_listen.rpartition(":")[0].strip("[]"),
         tracing=traces,
+        api_token=api_token,
     )
     return McpListener(front, config.mcp_listen)
 

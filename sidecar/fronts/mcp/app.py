@@ -40,6 +40,8 @@ from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownA
 from sidecar.fronts.mcp import tools
 from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
+from sidecar.ops import auth
+from sidecar.ops.auth import TokenFile
 
 if TYPE_CHECKING:
     from sidecar.ops.tracing import Tracing
@@ -97,6 +99,7 @@ class McpFront:
         record: Recorder = _no_record,
         host: str = "127.0.0.1",
         tracing: Tracing | None = None,
+        api_token: TokenFile | None = None,
     ) -> None:
         self.actions = actions
         self.gateway = gateway
@@ -133,6 +136,8 @@ class McpFront:
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
             ],
             lifespan=self._lifespan,
+            # Every route needs the API token when one is configured (sidecar.ops.auth).
+            middleware=auth.middleware(api_token),
         )
 
     @contextlib.asynccontextmanager
