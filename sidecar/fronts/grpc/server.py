@@ -37,7 +37,7 @@ from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecod
 from sidecar.fronts.grpc.servicer import RunActionsServicer
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.liveness import Heartbeat, keep_beating, open_heartbeat, stop_beating
+from sidecar.ledger.liveness import Heartbeat, open_heartbeat
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.ops import auth, files, limits, reflection, security, tracing_settings
@@ -91,7 +91,6 @@ class Sidecar:
     # Says in the ledger that this sidecar is alive (sidecar.ledger.liveness).
     heartbeat: Heartbeat | None = None
     _health_task: asyncio.Task[None] | None = None
-    _beat_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
 
     async def start(self) -> None:
@@ -109,7 +108,7 @@ class Sidecar:
         await self.check_health()
         self._health_task = asyncio.create_task(self._watch_health())
         if self.heartbeat is not None:
-            self._beat_task = asyncio.create_task(keep_beating(self.heartbeat))
+            self.heartbeat.start()
 
     async def check_health(self) -> bool:
         """SERVING only when both the ledger and the store answer."""
@@ -203,7 +202,7 @@ class Sidecar:
         # and ledger go.
         await _bounded("writes", self.actions.settle(), left())
         if self.heartbeat is not None:
-            await _bounded("heartbeat", stop_beating(self.heartbeat, self._beat_task), left())
+            await _bounded("heartbeat", self.heartbeat.stop(), left())
         await _bounded("store_client", self.store.close(), left())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)
