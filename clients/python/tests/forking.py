@@ -36,10 +36,14 @@ class Forks:
 
 
 @contextmanager
-def forking_worker(module: str) -> Iterator[Forks]:
+def forking_worker(
+    module: str, python: str = sys.executable, env: dict[str, str] | None = None
+) -> Iterator[Forks]:
+    """A forking worker of ``module``, run by ``python`` (an agent's own environment's
+    interpreter, say) with ``env``."""
     process = subprocess.Popen(
-        [sys.executable, str(HERE / "forking_worker.py"), module],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [python, str(HERE / "forking_worker.py"), module],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
         yield Forks(process)

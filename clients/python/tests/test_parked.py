@@ -60,9 +60,7 @@ def sent(job: Job) -> dict[str, list[str]]:
 
 
 def charged(world: World, job: Job) -> dict[str, int]:
-    with world.ledger.lock:
-        customers = [c["customer"][len(job.run_id) + 1 :] for c in world.ledger.charges
-                     if c["customer"].startswith(job.run_id)]  # fmt: skip
+    customers = [customer[len(job.run_id) + 1 :] for customer, _ in world.charged(job.run_id)]
     return {customer: customers.count(customer) for customer in sorted(set(customers))}
 
 
