@@ -25,6 +25,8 @@ class Job:
     kill_at: int = 0  # the write after which the process kills itself (0: none)
     kill_at_model: int = 0  # the model call as which the process kills itself (0: none)
     kill_in_flight: bool = False  # the "siblings" scenario's kill (tests/delivery.py: Siblings)
+    lease_seconds: float = 0.0  # the queue's lease on the delivery, from its start (0: none)
+    hold_model: str = ""  # a file: the first model call waits until it exists ("": none)
 
 
 class Writes:

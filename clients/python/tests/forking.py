@@ -16,8 +16,9 @@ HERE = Path(__file__).resolve().parent
 class Forks:
     """A running forking worker of one module."""
 
-    def __init__(self, process: subprocess.Popen[str]) -> None:
+    def __init__(self, process: subprocess.Popen[str], env: dict[str, str] | None) -> None:
         self.process = process
+        self.env = env  # the worker's environment, None for this process's
 
     def deliver(self, job: dict[str, Any]) -> dict[str, Any] | None:
         """Run ``job`` in a forked process; what it wrote to its result file, or None
@@ -46,7 +47,7 @@ def forking_worker(
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        yield Forks(process)
+        yield Forks(process, env)
     finally:
         assert process.stdin is not None
         process.stdin.close()  # the worker stops when its stdin closes

@@ -21,13 +21,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from delivery import WORDINGS, Job, Writes
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.outputs import ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langchain_mcp_adapters.client import MultiServerMCPClient
@@ -41,7 +44,7 @@ from langgraph.pregel import Pregel
 from scripted_model import DONE, ScriptedChatModel, Turn
 
 from actonce_client import Client
-from actonce_client.errors import ActonceError
+from actonce_client.deliveries import actonce_cause
 from actonce_client.langgraph import (
     Actonce,
     Parked,
@@ -72,6 +75,21 @@ def script(job: Job) -> list[Turn]:
          ("notice", {"thread_id": job.thread_id, "text": OPENED})],
         DONE,
     ]  # fmt: skip
+
+
+class HeldChatModel(ScriptedChatModel):
+    """The scripted model, whose first call waits until the file ``hold`` exists (and says
+    it is waiting in ``hold``.pending): a model call pending past the delivery's lease."""
+
+    hold: str = ""
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: Any = None, **kwargs: Any) -> ChatResult:  # fmt: skip
+        if self.hold and self.calls == 0:
+            Path(f"{self.hold}.pending").touch()
+            while not Path(self.hold).exists():
+                time.sleep(0.02)
+        return super()._generate(messages, stop, run_manager, **kwargs)
 
 
 def counting(writes: Writes) -> Callable[[Any, Callable[[Any], Any]], Any]:
@@ -137,29 +155,35 @@ def warm() -> None:
         app.invoke({"messages": [HumanMessage("go")]}, config)
 
 
+def _options(job: Job, actonce: Actonce) -> dict[str, Any]:
+    lease = datetime.now(UTC) + timedelta(seconds=job.lease_seconds)
+    return {"actonce": actonce, "lease_deadline": lease if job.lease_seconds else None}
+
+
 def _deliver(job: Job, actonce: Actonce, model: Any, writes: Writes) -> Any:
     thread, first = f"thread-{job.run_id}", {"messages": [HumanMessage("go")]}
     if job.scenario == "sync":
         tools = sync_tools(asyncio.run(mcp_tools(job, writes)))
         saver = SqliteSaver(sqlite3.connect(job.checkpoints, check_same_thread=False))
-        return deliver(build("sync", model, tools, saver), job.run_id, thread, first,
-                       actonce=actonce)  # fmt: skip
+        app = build("sync", model, tools, saver)
+        return deliver(app, job.run_id, thread, first, **_options(job, actonce))
     return asyncio.run(_adeliver(job, actonce, model, writes))
 
 
 async def _adeliver(job: Job, actonce: Actonce, model: Any, writes: Writes) -> Any:
     thread, first = f"thread-{job.run_id}", {"messages": [HumanMessage("go")]}
+    options = _options(job, actonce)
     tools = await mcp_tools(job, writes)
     if job.scenario == "async+nocp":
         app = build("async", model, tools, None)
-        return await adeliver(app, job.run_id, thread, first, actonce=actonce)
+        return await adeliver(app, job.run_id, thread, first, **options)
     async with AsyncSqliteSaver.from_conn_string(job.checkpoints) as saver:
         app = build(job.scenario, model, tools, saver)
         if job.scenario != "astream":
-            return await adeliver(app, job.run_id, thread, first, actonce=actonce)
+            return await adeliver(app, job.run_id, thread, first, **options)
         last: Any = None
         async for chunk in astream(app, job.run_id, thread, first, stream_mode="values",
-                                   actonce=actonce):  # fmt: skip
+                                   **options):  # fmt: skip
             last = chunk
         return last
 
@@ -168,7 +192,7 @@ def run(given: dict[str, Any]) -> None:
     """One delivery of the job ``given`` (a Job's fields); what it did goes to its result."""
     job = Job(**given)
     writes = Writes(job.kill_at)
-    model = ScriptedChatModel(script=script(job), kill_at_call=job.kill_at_model)
+    model = HeldChatModel(script=script(job), kill_at_call=job.kill_at_model, hold=job.hold_model)
     parked: list[str] = []
     with Client(job.target) as client:
         try:
@@ -178,7 +202,10 @@ def run(given: dict[str, Any]) -> None:
                 parked = [item.id for item in out.items]
             else:
                 state = "done"
-        except ActonceError as error:
-            state = error.reason
+        except Exception as error:
+            cause = actonce_cause(error)
+            if cause is None:
+                raise
+            state = cause.reason
     done = {"state": state, "writes": writes.count, "model_calls": model.calls, "parked": parked}
     Path(job.result).write_text(json.dumps(done))
