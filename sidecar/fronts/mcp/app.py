@@ -8,7 +8,8 @@ Routes (all on ``--mcp-listen``):
   scoped attempt of that tool call's scope in the delivery (core/deliveries.py);
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
 - ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?,
-  "delivery_attempt_id"?}`` -> ``{"attempt_id"}`` (BeginAttempt's fields), and ``POST /attempts/{attempt_id}/end`` -> the counts.
+  "delivery_attempt_id"?}`` -> ``{"attempt_id"}`` (BeginAttempt's fields), and
+  ``POST /attempts/{attempt_id}/end`` -> the counts.
 
 The harness binds the attempt, never the model: no tool takes an attempt id.
 """
