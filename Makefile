@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two stamps: what serving needs (`make run`), and beside it the development extras.
+SERVE_STAMP := $(VENV)/.serve-installed
 STAMP := $(VENV)/.installed
 NODE_BIN := node_modules/.bin
 BUF := $(NODE_BIN)/buf
@@ -15,9 +17,17 @@ TEST_TARGETS := test-python
 
 .PHONY: run test check venv lint typecheck check-gen gen buf-lint test-python bench-ledger clean
 
-$(STAMP): pyproject.toml constraints.txt
+# The sidecar and every feature the README offers (MCP front, traces, console,
+# PostgreSQL), without the development extras. --no-compile: byte-compiling every
+# installed package up front took about a third of a fresh install, and Python
+# compiles what it imports on first use anyway.
+$(SERVE_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
@@ -27,7 +37,7 @@ $(BUF): package.json package-lock.json
 	npm ci --silent --no-audit --no-fund
 	touch $(BUF)
 
-run: $(STAMP)
+run: $(SERVE_STAMP)
 	$(VENV)/bin/actonce serve
 
 # The generated Python stubs, one copy for the sidecar and the Python client.

@@ -16,5 +16,5 @@ browser:
 
 test-python: browser
 
-console: $(STAMP)
+console: $(SERVE_STAMP)
 	$(VENV)/bin/actonce console
