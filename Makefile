@@ -17,18 +17,24 @@ TEST_TARGETS := test-python
 
 .PHONY: run test check venv lint typecheck check-gen gen buf-lint test-python bench-ledger clean
 
-# The sidecar and every feature the README offers (MCP front, traces, console,
-# PostgreSQL), without the development extras. --no-compile: byte-compiling every
-# installed package up front took about a third of a fresh install, and Python
-# compiles what it imports on first use anyway.
+# setuptools tells of every editable install it makes, as a warning screen that pip shows:
+# information, not a fault, and kept off the terminal.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet \
+	--disable-pip-version-check
+
+# The sidecar alone: what `actonce serve`, `audit`, `demo` and `store` import. The MCP
+# front, traces, the console and PostgreSQL are extras (pyproject.toml), which the
+# development install below brings. --no-compile: byte-compiling every installed
+# package up front took a third of a fresh install, and Python compiles what it
+# imports on first use anyway.
 $(SERVE_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
+	$(PIP_INSTALL) --no-compile -c constraints.txt -e .
 	touch $(SERVE_STAMP)
 
 $(STAMP): $(SERVE_STAMP) pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -16,5 +16,5 @@ browser:
 
 test-python: browser
 
-console: $(SERVE_STAMP)
+console: $(STAMP)
 	$(VENV)/bin/actonce console

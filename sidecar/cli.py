@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sidecar import defaults
+from sidecar import defaults, extras, version
 from sidecar.config import Config
 from sidecar.ops import logs, tracing_settings
 
@@ -311,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="actonce",
         description="A gRPC sidecar that makes every write of an agent's run land once.",
     )
+    parser.add_argument("--version", action="version", version=f"actonce {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -423,6 +424,19 @@ def _check_mcp(values: dict[str, Any]) -> None:
             raise ConfigError(f"--tool-effects {values['tool_effects']}: {exc}") from None
 
 
+def _require_extras(command: str, values: dict[str, Any]) -> None:
+    """Stop with the install command when a feature asked for lacks its extra."""
+    if command == "console":
+        extras.require(extras.CONSOLE, "actonce console")
+    if values.get("mcp_listen") is not None:
+        extras.require(extras.MCP, "--mcp-listen")
+    if command in ("serve", "store") and tracing_settings.requested():
+        extras.require(extras.OTEL, "traces (asked for by OTEL_* variables)")
+    for key in ("audit_dsn", "store_dsn"):
+        if values.get(key) is not None:
+            extras.require(extras.POSTGRES, f"--{key.replace('_', '-')}")
+
+
 def config_from(values: dict[str, Any]) -> Config:
     _check_upstream(values)
     _check_mcp(values)
@@ -462,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.command == "serve":
             _check_environment(SERVE_SETTINGS)
             values = _resolve(args, SERVE_SETTINGS)
+            _require_extras("serve", values)
             config = config_from(values)
             tracing_settings.check()
             logs.configure(config.log_level, config.log_format)
@@ -470,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(serve(config, grace_seconds=values["grace_period"]))
         elif args.command == "audit":
             values = _resolve(args, AUDIT_SETTINGS)
+            _require_extras("audit", values)
             from sidecar.ledger.audit_command import run_audit
 
             for key in ("json", "item_id", "decision", "result_json", "by", "reason",
@@ -478,6 +494,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
         elif args.command == "console":
             values = _resolve(args, CONSOLE_SETTINGS)
+            _require_extras("console", values)
             logs.configure(values["log_level"], values["log_format"])
             from sidecar.console.serve import run_console
 
@@ -489,6 +506,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
+            _require_extras("store", values)
             tracing_settings.check()
             logs.configure(values["log_level"], values["log_format"])
             from sidecar.ops.security import read_token, server_credentials
@@ -510,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     credentials=credentials,
                 )
             )
-    except (ConfigError, tracing_settings.TracingSettingError) as exc:
+    except (ConfigError, tracing_settings.TracingSettingError, extras.MissingExtra) as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot start: {exc}")
