@@ -99,7 +99,7 @@ class RunActions:
         self, *, attempt_id: str, kind: str, data_json: str, propose: bool, request_id: str
     ) -> WriteResult:
         canonical.require_name(kind, "kind")
-        _data, form = canonical.parse_canonical(data_json, "data_json")
+        _data, form = canonical.parse_document(data_json, "data_json")
         attempt = self._attempt(attempt_id)
         data_digest = canonical.digest(form)
         stored = form.decode("utf-8")

@@ -134,12 +134,16 @@ def test_bad_input_is_refused(sidecar: RunningSidecar) -> None:
     )
 
 
+# PATCH_FAILED and VALIDATION_FAILED from a store: the sidecar refuses first what the
+# reference store would (a missing parent, data that is no object: tests/integration/
+# test_array_edits.py, test_bad_input.py), so a store that answers them is a fault's
+# (tests/faults/test_store_faults.py) or a hostile store's (test_hostile_store.py).
 @pytest.mark.parametrize(
     ("case", "reason"),
     [
         ("not_found", "NOT_FOUND"),
-        ("patch_failed", "PATCH_FAILED"),
-        ("validation", "VALIDATION_FAILED"),
+        ("patch_failed", "INVALID_ARGUMENT"),
+        ("validation", "INVALID_ARGUMENT"),
     ],
 )
 def test_not_found_validation_failed_patch_failed_are_refused(
