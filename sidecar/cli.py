@@ -360,7 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
         _add_settings(sub, AUDIT_SETTINGS)
     console = commands.add_parser("console", help="serve the operator's web console over a ledger")
     _add_settings(console, CONSOLE_SETTINGS)
-    commands.add_parser("demo", help="see a run killed mid-way and retried land each write once")
+    demo = commands.add_parser(
+        "demo", help="see a run killed mid-way and retried land each write once"
+    )
+    demo.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR",
+        help="folder the demo keeps its store and ledger in, to open afterwards "
+        "(default .actonce-demo)",
+    )  # fmt: skip
     return parser
 
 
@@ -500,9 +507,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             raise SystemExit(run_console(values))
         elif args.command == "demo":
-            from sidecar.demo import run_demo
+            from sidecar.demo import DATA_DIR, run_demo
 
-            raise SystemExit(run_demo())
+            raise SystemExit(run_demo(args.data_dir or DATA_DIR))
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
