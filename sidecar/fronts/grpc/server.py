@@ -338,7 +338,7 @@ async def create_server(
             ),
             token_file=config.store_token_file,
             timeout_seconds=config.store_timeout_seconds,
-            interceptors=traces.store_client_interceptors() if traces is not None else (),
+            interceptors=traces.store_client_interceptors(target) if traces is not None else (),
         )
     else:
         backend = open_store_backend(config)
