@@ -259,6 +259,23 @@ STORE_SETTINGS: dict[str, Setting] = {
 }  # fmt: skip
 
 
+# actonce store check: the same variables as the sidecar's --store-* flags, so that in a
+# sidecar's environment it checks the store that sidecar calls.
+CHECK_SETTINGS: dict[str, Setting] = {
+    "--target": ("ACTONCE_STORE_TARGET", _listen, None,
+                 "HOST:PORT or unix:PATH of the store to check"),
+    "--tls-ca": (*SERVE_SETTINGS["--store-tls-ca"][:3], "PEM file of the CA that signed the "
+                 "store's certificate: TLS to the store"),
+    "--tls-cert": (*SERVE_SETTINGS["--store-tls-cert"][:3], "PEM file of a client "
+                   "certificate: mutual TLS"),
+    "--tls-key": (*SERVE_SETTINGS["--store-tls-key"][:3], "PEM file of the key of --tls-cert"),
+    "--token-file": (*SERVE_SETTINGS["--store-token-file"][:3], "file holding the bearer "
+                     "token the store expects; with it, a call without it must be FORBIDDEN"),
+    "--timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 10.0,
+                  "seconds each call, and reaching the store, may take"),
+}  # fmt: skip
+
+
 def _add_settings(parser: argparse.ArgumentParser, settings: dict[str, Setting]) -> None:
     for flag, (env, _parse, default, text) in settings.items():
         shown = "" if default in (None, frozenset(), {}) else f" (default {default})"
@@ -323,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
         "store", help="run the reference artifact store alone", epilog=tracing_settings.EPILOG
     )
     _add_settings(store, STORE_SETTINGS)
+    store_commands = store.add_subparsers(dest="store_command", metavar="{check}")
+    check = store_commands.add_parser(
+        "check",
+        help="run the store contract's behaviour against a store and print what holds; "
+        "exit 0 when all of it does",
+    )
+    _add_settings(check, CHECK_SETTINGS)
     audit = commands.add_parser("audit", help="inspect and verify the audit ledger")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
     for name, text in [
@@ -431,6 +455,23 @@ def _check_mcp(values: dict[str, Any]) -> None:
             raise ConfigError(f"--tool-effects {values['tool_effects']}: {exc}") from None
 
 
+def _store_check(values: dict[str, Any]) -> int:
+    if values["target"] is None:
+        raise ConfigError("store check needs --target HOST:PORT (or ACTONCE_STORE_TARGET)")
+    if (values["tls_cert"] is None) != (values["tls_key"] is None):
+        raise ConfigError("--tls-cert and --tls-key go together (mutual TLS)")
+    from sidecar.conformance import check_store
+
+    return check_store(
+        values["target"],
+        tls_ca=values["tls_ca"],
+        tls_cert=values["tls_cert"],
+        tls_key=values["tls_key"],
+        token_file=values["token_file"],
+        timeout=values["timeout"],
+    )
+
+
 def _require_extras(command: str, values: dict[str, Any]) -> None:
     """Stop with the install command when a feature asked for lacks its extra."""
     if command == "console":
@@ -510,6 +551,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             from sidecar.demo import DATA_DIR, run_demo
 
             raise SystemExit(run_demo(args.data_dir or DATA_DIR))
+        elif args.command == "store" and args.store_command == "check":
+            raise SystemExit(_store_check(_resolve(args, CHECK_SETTINGS)))
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
