@@ -21,6 +21,7 @@ TEST_TARGETS := test-python
 # information, not a fault, and kept off the terminal.
 PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet \
 	--disable-pip-version-check
+PIP_WHEEL := $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps
 
 # The sidecar alone: what `actonce serve`, `audit`, `demo` and `store` import. The MCP
 # front, traces, the console and PostgreSQL are extras (pyproject.toml), which the
@@ -88,4 +89,4 @@ bench-ledger: $(STAMP)
 	$(PY) -m bench.ledger_bench
 
 clean:
-	rm -rf $(VENV) node_modules .gen-check .actonce
+	rm -rf $(VENV) node_modules .gen-check .actonce .actonce-demo dist

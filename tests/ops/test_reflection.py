@@ -7,6 +7,7 @@ proto file.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import grpc
@@ -105,3 +106,46 @@ def test_the_store_answers_for_its_methods(tmp_path: Path) -> None:
         store.stop()
     for files in answers:
         assert isinstance(files, list) and files[0] == "actonce/store/v1/artifact_store.proto"
+
+
+# grpcurl, built by `make grpcurl` (mk/reflection.mk), a dependency of the Python suite.
+GRPCURL = sorted(Path(__file__).resolve().parents[2].glob(".tools/grpcurl-*/grpcurl"))
+
+
+def _describe(target: str, symbol: str) -> str:
+    assert GRPCURL, "grpcurl is not built: run `make grpcurl`"
+    done = subprocess.run(
+        [str(GRPCURL[-1]), "-plaintext", target, "describe", symbol],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_grpcurl_describe_shows_the_protos_comments(tmp_path: Path) -> None:
+    """What a person sees with grpcurl: the comment of a service, an RPC, a message and a
+    field, as the protos have them, from the sidecar and from the store."""
+    sidecar = start_sidecar(sidecar_config(tmp_path / "sidecar"))
+    store = start_store(tmp_path / "store")
+    try:
+        service = _describe(f"127.0.0.1:{sidecar.port}", "actonce.v1.RunActionsService")
+        request = _describe(f"127.0.0.1:{sidecar.port}", "actonce.v1.NoticeRequest")
+        stored = _describe(store.target, "actonce.store.v1.PatchArtifactRequest")
+    finally:
+        sidecar.stop()
+        store.stop()
+    assert "// Errors carry google.rpc.ErrorInfo (domain \"actonce\") with a reason and" in service
+    assert "// Notice posts a message of kind \"notice\" to a thread: it starts and" in service
+    assert "// NoticeRequest posts a notice to a thread." in request
+    assert "// The version the patch was computed against; VERSION_CONFLICT otherwise." in stored
+
+
+def test_only_our_files_come_from_the_documented_set() -> None:
+    from sidecar.ops import reflection
+
+    documented = reflection.documented_files()
+    protos = Path(__file__).resolve().parents[2] / "protos"
+    assert set(documented) == {str(p.relative_to(protos)) for p in protos.rglob("*.proto")}
+    assert all(f.HasField("source_code_info") for f in documented.values())
