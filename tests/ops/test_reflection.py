@@ -136,8 +136,8 @@ def test_grpcurl_describe_shows_the_protos_comments(tmp_path: Path) -> None:
     finally:
         sidecar.stop()
         store.stop()
-    assert "// Errors carry google.rpc.ErrorInfo (domain \"actonce\") with a reason and" in service
-    assert "// Notice posts a message of kind \"notice\" to a thread: it starts and" in service
+    assert '// Errors carry google.rpc.ErrorInfo (domain "actonce") with a reason and' in service
+    assert '// Notice posts a message of kind "notice" to a thread: it starts and' in service
     assert "// NoticeRequest posts a notice to a thread." in request
     assert "// The version the patch was computed against; VERSION_CONFLICT otherwise." in stored
 
