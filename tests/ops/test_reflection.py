@@ -7,13 +7,15 @@ proto file.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 
 from tests.harness import sidecar_config, start_sidecar, start_store
 
@@ -108,38 +110,34 @@ def test_the_store_answers_for_its_methods(tmp_path: Path) -> None:
         assert isinstance(files, list) and files[0] == "actonce/store/v1/artifact_store.proto"
 
 
-# grpcurl, built by `make grpcurl` (mk/reflection.mk), a dependency of the Python suite.
-GRPCURL = sorted(Path(__file__).resolve().parents[2].glob(".tools/grpcurl-*/grpcurl"))
+def _comments(target: str, symbol: str) -> list[str]:
+    """The comments of the file that holds ``symbol``, as a reflection client receives it:
+    grpcio-reflection's own client, over the wire, as grpcurl's ``describe`` asks."""
+    with grpc.insecure_channel(target) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        file = database.FindFileContainingSymbol(symbol)
+    return [
+        line.strip()
+        for location in file.source_code_info.location
+        for line in (location.leading_comments + location.trailing_comments).splitlines()
+    ]
 
 
-def _describe(target: str, symbol: str) -> str:
-    assert GRPCURL, "grpcurl is not built: run `make grpcurl`"
-    done = subprocess.run(
-        [str(GRPCURL[-1]), "-plaintext", target, "describe", symbol],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def test_grpcurl_describe_shows_the_protos_comments(tmp_path: Path) -> None:
-    """What a person sees with grpcurl: the comment of a service, an RPC, a message and a
-    field, as the protos have them, from the sidecar and from the store."""
+def test_a_reflection_client_gets_the_protos_comments(tmp_path: Path) -> None:
+    """The comment of a service, an RPC, a message and a field, as the protos have them,
+    from the sidecar and from the store."""
     sidecar = start_sidecar(sidecar_config(tmp_path / "sidecar"))
     store = start_store(tmp_path / "store")
     try:
-        service = _describe(f"127.0.0.1:{sidecar.port}", "actonce.v1.RunActionsService")
-        request = _describe(f"127.0.0.1:{sidecar.port}", "actonce.v1.NoticeRequest")
-        stored = _describe(store.target, "actonce.store.v1.PatchArtifactRequest")
+        api = _comments(f"127.0.0.1:{sidecar.port}", "actonce.v1.RunActionsService.Notice")
+        stored = _comments(store.target, "actonce.store.v1.PatchArtifactRequest")
     finally:
         sidecar.stop()
         store.stop()
-    assert '// Errors carry google.rpc.ErrorInfo (domain "actonce") with a reason and' in service
-    assert '// Notice posts a message of kind "notice" to a thread: it starts and' in service
-    assert "// NoticeRequest posts a notice to a thread." in request
-    assert "// The version the patch was computed against; VERSION_CONFLICT otherwise." in stored
+    assert 'Errors carry google.rpc.ErrorInfo (domain "actonce") with a reason and' in api
+    assert 'Notice posts a message of kind "notice" to a thread: it starts and' in api
+    assert "NoticeRequest posts a notice to a thread." in api
+    assert "The version the patch was computed against; VERSION_CONFLICT otherwise." in stored
 
 
 def test_only_our_files_come_from_the_documented_set() -> None:
