@@ -49,6 +49,7 @@ V = re.escape(VERSION)
 AT_DIST = "/path/to/actonce/dist/"
 WHEEL = r"-py3-none-any\.whl(\[[a-z,-]+\])?'?"
 GO_MODULE = r"github\.com/actonce/actonce/clients/go"
+INSTALL_FILE = r"org\.apache\.maven\.plugins:maven-install-plugin:3\.[0-9.]+:install-file"
 # What each form installs; each has a test below that runs its instructions.
 FORMS: dict[str, str] = {
     "sidecar-wheel": rf"pip install '?{AT_DIST}actonce-{V}{WHEEL}",
@@ -56,7 +57,7 @@ FORMS: dict[str, str] = {
     "client-folder": r"pip install '?/path/to/actonce/clients/python(\[[a-z,-]+\])?'?",
     "typescript-tarball": rf"npm install {AT_DIST}actonce-client-{V}\.tgz",
     "typescript-folder": r"npm install /path/to/actonce/clients/typescript",
-    "java-jar": rf"mvn (-q -B )?install:install-file -Dfile={AT_DIST}actonce-client-{V}\.jar",
+    "java-jar": rf"mvn (-q -B )?{INSTALL_FILE} -Dfile={AT_DIST}actonce-client-{V}\.jar",
     "java-source": r"mvn -q -B -f /path/to/actonce/clients/java/pom\.xml install -DskipTests",
     "go-folder": rf"go mod edit -replace {GO_MODULE}=/path/to/actonce/clients/go",
     # Run by scripts/image_archive.sh (make dist-image), which needs root and buildah.
