@@ -293,6 +293,15 @@ POM = """<?xml version="1.0" encoding="UTF-8"?>
   <dependencies>
 {dependency}
   </dependencies>
+  <build>
+    <plugins>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-compiler-plugin</artifactId>
+        <version>3.13.0</version>
+      </plugin>
+    </plugins>
+  </build>
 </project>
 """
 
