@@ -25,12 +25,14 @@ dist-packages: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR)
 # Rebuilt whenever asked: a wheel's inputs are most of the tree.
 .PHONY: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR)
 
+# setuptools builds in build/ of the source folder and keeps what it finds there: a module
+# deleted since the last build would ship again, so each wheel starts from none.
 $(SIDECAR_WHEEL): $(STAMP)
-	mkdir -p $(DIST) && rm -f $(DIST)/actonce-*.whl
+	mkdir -p $(DIST) && rm -f $(DIST)/actonce-*.whl && rm -rf build
 	$(PIP_WHEEL) --wheel-dir $(DIST) .
 
 $(CLIENT_WHEEL): $(STAMP)
-	mkdir -p $(DIST) && rm -f $(DIST)/actonce_client-*.whl
+	mkdir -p $(DIST) && rm -f $(DIST)/actonce_client-*.whl && rm -rf clients/python/build
 	$(PIP_WHEEL) --wheel-dir $(DIST) ./clients/python
 
 $(TS_TARBALL): $(TS_CLIENT_STAMP)
