@@ -50,9 +50,10 @@ def test_the_changelog_has_an_entry_for_the_version() -> None:
 
 def _ledger_names() -> set[str]:
     ddl = schema.tables("BIGINT") + schema.checkpoints_table("BIGINT")
-    for module in ("sqlite", "postgres"):
+    ddl += schema.run_rules_table() + schema.schema_table()
+    for module in ("sqlite", "pgschema", "liveness"):
         ddl += (ROOT / "sidecar" / "ledger" / f"{module}.py").read_text()
-    names = set(re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", ddl))
+    names = set(re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)\s*(?:\(| ON )", ddl))
     names |= {f"audit_events.{column}" for column, _, _ in schema.ADDED_COLUMNS}
     return names
 
@@ -62,6 +63,11 @@ def test_the_upgrade_notes_name_every_part_of_the_ledger_schema() -> None:
     assert {"audit_events", "audit_runs", "audit_checkpoints", "audit_events.scope"} <= names
     missing = sorted(name for name in names if f"`{name}`" not in UPGRADING)
     assert not missing, f"docs/upgrading.md names no {missing}: add its schema revision"
+
+
+def test_the_upgrade_notes_reach_the_ledger_schema_version() -> None:
+    rows = re.findall(r"^\| (\d+) \| ", UPGRADING, re.M)
+    assert rows and max(int(row) for row in rows) == schema.SCHEMA_VERSION, rows
 
 
 def test_the_upgrade_notes_say_the_store_schema_version() -> None:
