@@ -341,8 +341,15 @@ def _dsns_from_files(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+# What the agent beside the sidecar reads (its clients, and their test harness): a sidecar
+# and its agent may share one env file, so these are no typo of a setting here.
+CLIENT_VARIABLES = frozenset(
+    {"ACTONCE_TARGET", "ACTONCE_API_TOKEN", "ACTONCE_API_TOKEN_FILE", "ACTONCE_BIN"}
+)
+
+
 def _check_environment(settings: dict[str, Setting]) -> None:
-    known = {env for env, *_ in settings.values()}
+    known = {env for env, *_ in settings.values()} | CLIENT_VARIABLES
     known |= {env for env, *_ in STORE_SETTINGS.values()}
     known |= {env for env, *_ in CONSOLE_SETTINGS.values()}
     unknown = sorted(k for k in os.environ if k.startswith("ACTONCE_") and k not in known)

@@ -3,7 +3,9 @@ a small endpoint that begins and ends attempts for harnesses without gRPC.
 
 Routes (all on ``--mcp-listen``):
 
-- ``/mcp``, the attempt bound by the header ``actonce-attempt-id``;
+- ``/mcp``, the attempt bound by the header ``actonce-attempt-id``; with the header
+  ``actonce-scope`` too, that attempt is the delivery, and each call is made in the
+  scoped attempt of that tool call's scope in the delivery (core/deliveries.py);
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
 - ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?}`` ->
   ``{"attempt_id"}``, and ``POST /attempts/{attempt_id}/end`` -> the counts.
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 ATTEMPT_HEADER = "actonce-attempt-id"
+SCOPE_HEADER = "actonce-scope"
 FRONT_NAME = "mcp"
 # What the metrics and traces call a tool that is not listed.
 UNLISTED_TOOL = "unlisted"
@@ -76,6 +79,11 @@ def _attempt_of(request: Any) -> str:
             "/mcp/attempts/{attempt_id}"
         )
     return str(attempt_id)
+
+
+def _scope_of(request: Any) -> str:
+    scope = request.headers.get(SCOPE_HEADER) if request is not None else None
+    return str(scope or "")
 
 
 class McpFront:
@@ -150,7 +158,7 @@ class McpFront:
         rpc = self.metric_name(name)
         structlog.contextvars.bind_contextvars(front=FRONT_NAME, rpc=rpc)
         try:
-            attempt_id = _attempt_of(ctx.request)
+            attempt_id = await self._bound_attempt(ctx.request)
             request_id = request_identity(params.meta, getattr(ctx.request, "headers", None))
             if ctx.request is not None:
                 refuse_duplicate_keys(await ctx.request.body())
@@ -160,6 +168,15 @@ class McpFront:
             log.info("refused", reason=error.reason, failure_class=error.failure_class.value)
             self.record(rpc, "failed", error)
             return tools.error_result(error)
+
+    async def _bound_attempt(self, request: Any) -> str:
+        """The attempt a call is made in: the one the harness bound, or, when it names a
+        tool call's scope too, the scoped attempt of that tool call in the bound delivery."""
+        attempt_id = _attempt_of(request)
+        scope = _scope_of(request)
+        if not scope:
+            return attempt_id
+        return (await self.actions.scoped_attempt(attempt_id, scope)).attempt_id
 
     async def _dispatch(
         self, rpc: str, name: str, attempt_id: str, arguments: Mapping[str, Any], request_id: str
