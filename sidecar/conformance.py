@@ -7,7 +7,7 @@ refusal is how a retried write lands once. The kit runs the contract's behaviour
 store over gRPC and prints what holds:
 
 - ids: every write type (artifact, proposal, thread, message) refuses a used id, and the
-  first write is what the store still holds;
+  first write is what the store still holds; of writers racing for one id, one lands;
 - states: an artifact starts at version 1, unarchived; archived, it refuses patches,
   proposed edits and another archive with INVALID_STATE {ARCHIVED}; a refusal names every
   state that refused it (a used proposal id of an archived artifact: ID_USED and ARCHIVED);
@@ -33,6 +33,7 @@ import json
 import secrets
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -45,6 +46,9 @@ from grpc_status import rpc_status
 
 from sidecar.ops.security import CHANNEL_OPTIONS, channel_credentials, read_token, store_tls
 from sidecar.store_codes import ARCHIVED, ID_USED, STATUS_CODES, STORE_DOMAIN, RefusalCode
+
+# Writers that race for one id in ids/race.
+RACERS = 8
 
 
 class Broken(Exception):
@@ -233,6 +237,32 @@ def used_message_id_with_turn(store: Store) -> str:
     return (
         "a message posted with its turn request, posted again, is refused ID_USED; one turn request"
     )
+
+
+def racing_writers(store: Store) -> str:
+    artifact_id = store.id("raced")
+    kind = f"{store.prefix}-kind"
+
+    def create(n: int) -> tuple[int, Answer | None]:
+        request = pb.CreateArtifactRequest(
+            artifact_id=artifact_id, kind=kind, data_json=json.dumps({"writer": n})
+        )
+        try:
+            store.call("CreateArtifact", request)
+        except grpc.RpcError as error:
+            return n, _answer(error)
+        return n, None
+
+    with ThreadPoolExecutor(RACERS) as pool:
+        answers = list(pool.map(create, range(RACERS)))
+    landed = [n for n, refused in answers if refused is None]
+    if len(landed) != 1:
+        raise Broken(f"{len(landed)} of {RACERS} creates racing for one id succeeded, not 1")
+    for _, refused in answers:
+        if refused is not None:
+            expect(refused, RefusalCode.INVALID_STATE, {ID_USED})
+    same("the raced artifact's data", _data(store.artifact(artifact_id)), {"writer": landed[0]})
+    return f"of {RACERS} creates racing for one id, exactly one lands; the others are ID_USED"
 
 
 # -- states and versions ------------------------------------------------------------------
@@ -550,6 +580,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("ids/thread", used_thread_id),
     ("ids/message", used_message_id),
     ("ids/message-with-turn", used_message_id_with_turn),
+    ("ids/race", racing_writers),
     ("states/created", created_state),
     ("states/archived", archived_artifact),
     ("states/every-state-named", every_state_is_named),
