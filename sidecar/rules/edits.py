@@ -18,7 +18,7 @@ from typing import Any
 import jsonpointer
 import rfc8785
 
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, PatchDoesNotApply
 from sidecar.rules.canonical import MAX_NAME_BYTES, as_doubles, canonical, compact
 
 _MISSING = object()
@@ -75,18 +75,18 @@ def set_patch(document: Any, path: str, value: Any, field: str = "path") -> str:
     """The JSON Patch document that sets ``value`` at ``path`` of ``document``.
 
     The patch is chosen by what holds the last token: an array's element is replaced, so
-    it must exist; an object's member is added or replaced (an ``add``). A path whose parent
-    the artifact does not have, or whose parent is no object or array, is refused here as
-    bad input (InvalidArgument on ``field``) naming the member that is missing and how to
-    change the call: the store would only refuse the patch (PATCH_FAILED), and no store's
-    wording can say what the caller meant. The store applies the patch only at the version
-    it was chosen for.
+    it must exist (InvalidArgument otherwise); an object's member is added or replaced (an
+    ``add``). A path whose parent the artifact does not have, or whose parent is no object or
+    array, is refused here (PatchDoesNotApply: PATCH_FAILED, as the store would answer the
+    patch, with ``field`` named) with the member that is missing and how to change the call,
+    which no store's wording can say. The store applies the patch only at the version it was
+    chosen for.
     """
     pointer = jsonpointer.JsonPointer(path)
     parent_parts = pointer.parts[:-1]
     found, parent = value_at(document, jsonpointer.JsonPointer.from_parts(parent_parts).path)
     if not found:
-        raise InvalidArgument(field, _missing_parent(document, path, pointer.parts))
+        raise PatchDoesNotApply(field, _missing_parent(document, path, pointer.parts))
     if isinstance(parent, list):
         token = pointer.parts[-1]
         if not _is_index(token):
@@ -102,7 +102,7 @@ def set_patch(document: Any, path: str, value: Any, field: str = "path") -> str:
         return compact([{"op": "replace", "path": path, "value": value}])
     if not isinstance(parent, dict):
         where = jsonpointer.JsonPointer.from_parts(parent_parts).path
-        raise InvalidArgument(
+        raise PatchDoesNotApply(
             field,
             f"{path!r} sets a member inside {where!r}, which holds {_kind(parent)}, not an "
             f"object or an array. Edit {where!r} itself, or a path inside an object",

@@ -129,9 +129,10 @@ def test_object_members_are_still_added_or_replaced_and_a_missing_parent_is_refu
     got = refusal(caught.value)
     # The path and the missing member are named, with how to change the call; the
     # artifact's data is not quoted.
+    # PATCH_FAILED, as the store would answer the patch, but said before it is sent.
     assert (got.code, got.reason, got.failure_class, got.fields, got.message) == (
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "INVALID_ARGUMENT",
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "PATCH_FAILED",
         "REFUSED",
         ["path"],
         "path: '/missing/deeper' cannot be set: the artifact has no member 'missing'; an edit "
@@ -142,5 +143,5 @@ def test_object_members_are_still_added_or_replaced_and_a_missing_parent_is_refu
     assert json.loads(stored.data_json) == {"items": ["a", "b", "c"], "owner": "bob"}
     assert stored.version == before.version  # no patch reached the store
     edits = [e.event for e in sidecar.audit("run-o") if e.event.phase == "outcome"]
-    assert [(e.outcome, e.reason) for e in edits][-1] == ("", "INVALID_ARGUMENT")
+    assert [(e.outcome, e.reason) for e in edits][-1] == ("", "PATCH_FAILED")
     assert [e.outcome for e in edits].count("OUTCOME_APPLIED") == 2

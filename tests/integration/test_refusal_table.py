@@ -134,15 +134,16 @@ def test_bad_input_is_refused(sidecar: RunningSidecar) -> None:
     )
 
 
-# PATCH_FAILED and VALIDATION_FAILED from a store: the sidecar refuses first what the
-# reference store would (a missing parent, data that is no object: tests/integration/
-# test_array_edits.py, test_bad_input.py), so a store that answers them is a fault's
-# (tests/faults/test_store_faults.py) or a hostile store's (test_hostile_store.py).
+# The sidecar says first what the reference store would refuse: a missing parent is
+# PATCH_FAILED before the patch is sent (tests/integration/test_array_edits.py), data that
+# is no object INVALID_ARGUMENT before anything is audited (test_bad_input.py). The store's
+# own VALIDATION_FAILED and PATCH_FAILED are a fault's (tests/faults/test_store_faults.py)
+# or a hostile store's (test_hostile_store.py).
 @pytest.mark.parametrize(
     ("case", "reason"),
     [
         ("not_found", "NOT_FOUND"),
-        ("patch_failed", "INVALID_ARGUMENT"),
+        ("patch_failed", "PATCH_FAILED"),
         ("validation", "INVALID_ARGUMENT"),
     ],
 )

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, PatchDoesNotApply
 from sidecar.rules import edits
 
 
@@ -79,8 +79,9 @@ def test_an_edit_replaces_an_array_element_and_adds_or_replaces_an_object_member
 def test_a_path_whose_parent_is_missing_names_the_member_and_the_fix(
     doc: dict[str, object], path: str, says: str
 ) -> None:
-    with pytest.raises(InvalidArgument) as caught:
+    with pytest.raises(PatchDoesNotApply) as caught:
         edits.set_patch(doc, path, 2)
+    assert (caught.value.reason, caught.value.failure_class) == ("PATCH_FAILED", "REFUSED")
     (violation,) = caught.value.violations
     assert (violation.field, violation.description) == ("path", says)
     assert "Disk full" not in str(caught.value)  # names paths, never the artifact's data
