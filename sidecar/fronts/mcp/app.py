@@ -40,6 +40,8 @@ from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownA
 from sidecar.fronts.mcp import tools
 from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
+from sidecar.ops import auth
+from sidecar.ops.auth import TokenFile
 
 if TYPE_CHECKING:
     from sidecar.ops.tracing import Tracing
@@ -97,6 +99,7 @@ class McpFront:
         record: Recorder = _no_record,
         host: str = "127.0.0.1",
         tracing: Tracing | None = None,
+        api_token: TokenFile | None = None,
     ) -> None:
         self.actions = actions
         self.gateway = gateway
@@ -112,7 +115,7 @@ class McpFront:
         # own spans (sidecar.ops.tracing) take its place when it traces, and nothing does
         # when it does not.
         self.server.middleware = (
-            [tracing.mcp_middleware(self.metric_name)] if tracing is not None else []
+            [tracing.mcp_middleware(self.tool_name)] if tracing is not None else []
         )
         security = None
         if host in ("127.0.0.1", "localhost", "::1"):
@@ -133,6 +136,8 @@ class McpFront:
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
             ],
             lifespan=self._lifespan,
+            # Every route needs the API token when one is configured (sidecar.ops.auth).
+            middleware=auth.middleware(api_token),
         )
 
     @contextlib.asynccontextmanager
@@ -197,12 +202,15 @@ class McpFront:
         raise InvalidArgument("name", f"no tool named {name!r}; list the tools to see them")
 
     def metric_name(self, tool: str) -> str:
-        """The name a call is counted and traced under: its RPC for a builtin tool, its
-        listed name for an upstream's, one fixed name for anything else, so that a
-        model's made-up names cannot mint metric series or span names."""
-        rpc = tools.RPC_OF.get(tool)
-        if rpc is not None:
-            return rpc
+        """The name a call is counted under: its RPC for a builtin tool, else its bounded
+        name (:meth:`tool_name`)."""
+        return tools.RPC_OF.get(tool) or self.tool_name(tool)
+
+    def tool_name(self, tool: str) -> str:
+        """``tool`` when it is listed (a builtin tool or an upstream's), one fixed name for
+        anything else: a model's made-up names mint no metric series nor span names."""
+        if tool in tools.RPC_OF:
+            return tool
         if self.gateway is not None and self.gateway.is_listed(tool):
             return tool
         return UNLISTED_TOOL
