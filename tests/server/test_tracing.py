@@ -488,7 +488,7 @@ def test_an_mcp_call_continues_the_trace_its_meta_names(
     assert set(meta) == {"traceparent"}
     trace_id = format(caller.get_span_context().trace_id, "032x")
     spans = traced.wait_for_trace(trace_id, count=4)
-    tool = _one(spans, name="tools/call Create", service=SIDECAR_SERVICE)
+    tool = _one(spans, name="tools/call create", service=SIDECAR_SERVICE)
     assert (tool.kind, tool.parent_span_id) == (
         SERVER,
         format(caller.get_span_context().span_id, "016x"),
@@ -561,9 +561,9 @@ def test_an_mcp_refusal_is_told_on_the_tool_span(
     assert result.is_error, result
     trace_id = format(caller.get_span_context().trace_id, "032x")
     spans = traced.wait_for(
-        lambda spans: any(s.name == "tools/call Edit" and s.trace_id == trace_id for s in spans)
+        lambda spans: any(s.name == "tools/call edit" and s.trace_id == trace_id for s in spans)
     )
-    tool = _one(spans, name="tools/call Edit", service=SIDECAR_SERVICE)
+    tool = _one(spans, name="tools/call edit", service=SIDECAR_SERVICE)
     assert tool.attributes["actonce.reason"] == reason
     assert tool.attributes["actonce.failure_class"] == failure_class
     assert tool.attributes["error.type"] == "tool_error"
