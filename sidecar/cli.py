@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,6 +23,11 @@ from typing import Any, NoReturn
 from sidecar import defaults
 from sidecar.config import Config
 from sidecar.ops import logs, tracing_settings
+from sidecar.ops.http_guard import (
+    beyond_loopback_problem,
+    parse_allowed_hosts,
+    parse_allowed_origins,
+)
 
 
 class ConfigError(Exception):
@@ -133,6 +139,15 @@ def _trace_url_template(value: str) -> str:
     return value
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_name(text: str) -> str:
+    if not _TOKEN.fullmatch(text):
+        raise ValueError("expected an HTTP header's name, such as X-Forwarded-Email")
+    return text.lower()
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -209,13 +224,23 @@ SERVE_SETTINGS: dict[str, Setting] = {
     "--tool-effects": ("ACTONCE_TOOL_EFFECTS", _readable_file, None,
                        "JSON or YAML map from NAME__tool to a ToolEffect value name; a tool "
                        "it does not name is TOOL_EFFECT_NON_IDEMPOTENT_WRITE"),
+    "--mcp-allowed-hosts": ("ACTONCE_MCP_ALLOWED_HOSTS", parse_allowed_hosts, (),
+                            "NAME or NAME:PORT that callers of the MCP front may name in Host, "
+                            "besides the loopback names; needed to listen beyond loopback; "
+                            "repeatable (comma-separated)"),
+    "--mcp-allowed-origins": ("ACTONCE_MCP_ALLOWED_ORIGINS", parse_allowed_origins, (),
+                              "SCHEME://NAME[:PORT] of web pages that may call the MCP front, "
+                              "besides loopback pages and the allowed hosts' own; repeatable"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
                      "json, console, or auto (console in a terminal)"),
 }  # fmt: skip
 # Flags that may be given more than once.
-REPEATABLE = frozenset({"--mcp-upstream", "--mcp-upstream-headers"})
+REPEATABLE = frozenset({
+    "--mcp-upstream", "--mcp-upstream-headers", "--mcp-allowed-hosts", "--mcp-allowed-origins",
+    "--allowed-hosts", "--allowed-origins",
+})  # fmt: skip
 
 AUDIT_SETTINGS: dict[str, Setting] = {
     "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
@@ -230,6 +255,17 @@ CONSOLE_SETTINGS: dict[str, Setting] = {
     "--token-file": ("ACTONCE_CONSOLE_TOKEN_FILE", _readable_file, None,
                      "file holding the operator's token: resolving needs it, and with it "
                      "the console may serve beyond loopback"),
+    "--allowed-hosts": ("ACTONCE_CONSOLE_ALLOWED_HOSTS", parse_allowed_hosts, (),
+                        "NAME or NAME:PORT that browsers may name in Host, besides the "
+                        "loopback names; needed to serve beyond loopback; repeatable"),
+    "--allowed-origins": ("ACTONCE_CONSOLE_ALLOWED_ORIGINS", parse_allowed_origins, (),
+                          "SCHEME://NAME[:PORT] of other pages that may send requests, besides "
+                          "loopback pages and the allowed hosts' own; repeatable"),
+    "--operator-header": ("ACTONCE_CONSOLE_OPERATOR_HEADER", _header_name, None,
+                          "header in which a sign-in proxy names the signed-in operator "
+                          "(e.g. X-Forwarded-Email): a decision records that name, and "
+                          "resolving needs it; trusted only when set, and the proxy must "
+                          "strip it from clients' requests"),
     "--trace-url-template": ("ACTONCE_CONSOLE_TRACE_URL_TEMPLATE", _trace_url_template, None,
                              "URL of a trace in your trace viewer, with {trace_id} where its "
                              "id goes (e.g. http://jaeger:16686/trace/{trace_id}): each traced "
@@ -261,7 +297,7 @@ STORE_SETTINGS: dict[str, Setting] = {
 
 def _add_settings(parser: argparse.ArgumentParser, settings: dict[str, Setting]) -> None:
     for flag, (env, _parse, default, text) in settings.items():
-        shown = "" if default in (None, frozenset(), {}) else f" (default {default})"
+        shown = "" if default in (None, frozenset(), {}, ()) else f" (default {default})"
         action = "append" if flag in REPEATABLE else "store"
         parser.add_argument(flag, default=None, action=action, help=f"{text}{shown} [env {env}]")
 
@@ -407,13 +443,20 @@ def _check_store_tls(values: dict[str, Any]) -> None:
 
 
 def _check_mcp(values: dict[str, Any]) -> None:
-    gateway = ("mcp_upstream", "mcp_upstream_headers", "tool_effects")
+    gateway = ("mcp_upstream", "mcp_upstream_headers", "tool_effects", "mcp_allowed_hosts",
+               "mcp_allowed_origins")  # fmt: skip
     named = [key for key in gateway if values.get(key)]
     if named and values.get("mcp_listen") is None:
         raise ConfigError(f"--{named[0].replace('_', '-')} needs --mcp-listen")
     for name in values.get("mcp_upstream_headers") or {}:
         if name not in values["mcp_upstream"]:
             raise ConfigError(f"--mcp-upstream-headers names {name}, which no --mcp-upstream is")
+    if values.get("mcp_listen") is not None:
+        problem = beyond_loopback_problem(
+            values["mcp_listen"], values.get("mcp_allowed_hosts") or (), "--mcp-allowed-hosts"
+        )
+        if problem is not None:
+            raise ConfigError(f"--mcp-listen {problem}")
     if values.get("tool_effects") is not None:
         from sidecar.fronts.mcp.settings import load_effects
 
@@ -453,6 +496,8 @@ def config_from(values: dict[str, Any]) -> Config:
         mcp_upstreams=values["mcp_upstream"],
         mcp_upstream_headers=values["mcp_upstream_headers"],
         tool_effects=values["tool_effects"],
+        mcp_allowed_hosts=values["mcp_allowed_hosts"],
+        mcp_allowed_origins=values["mcp_allowed_origins"],
     )
 
 

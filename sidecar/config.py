@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar import defaults
+from sidecar.ops.http_guard import AllowedHost
 
 
 @dataclass
@@ -57,6 +58,9 @@ class Config:
     mcp_upstreams: dict[str, str] = field(default_factory=dict)
     mcp_upstream_headers: dict[str, Path] = field(default_factory=dict)
     tool_effects: Path | None = None
+    # Names and origins the MCP front takes besides the loopback ones (Host, Origin).
+    mcp_allowed_hosts: tuple[AllowedHost, ...] = ()
+    mcp_allowed_origins: tuple[str, ...] = ()
 
     @property
     def audit_path(self) -> Path:

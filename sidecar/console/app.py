@@ -6,7 +6,12 @@ Pages are rendered on the server and work without JavaScript. Access:
   other client needs the operator's token, as ``Authorization: Bearer`` or
   through the sign-in form, and without a token nobody else gets in at all;
 - resolving needs the token every time, typed into the form, and a form token
-  bound to the browser's session (a request forged by another site has neither).
+  bound to the browser's session (a request forged by another site has neither);
+- behind a sign-in proxy (``--operator-header``), the operator is who the proxy's header
+  names, recorded in the decision; the header is trusted only when so configured;
+- before any of that, the HTTP guard (sidecar.ops.http_guard): Host and Origin on every
+  route (a name rebound to loopback reaches nothing), the forms' own media type on every
+  POST, the body's size; and the hardening headers on every answer.
 
 The console reads the ledger through OperatorLedger, whose queries page in SQL,
 and appends nothing but an operator's decisions; it is never on a write's path.
@@ -43,12 +48,41 @@ from sidecar.console.chain import ChainWatch
 from sidecar.errors import InvalidArgument
 from sidecar.ledger.operator import OUTCOMES, OperatorLedger, PendingTracker, RunFilter
 from sidecar.ledger.pending import Decision, DecisionRefused, PendingItem
+from sidecar.ops import http_guard
 from sidecar.rules import canonical
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
 RUN_PAGE_EVENTS = 2000
 PENDING_SHOWN = 200  # the newest; `actonce audit pending` and /api/pending list them all
+MAX_OPERATOR_BYTES = canonical.MAX_NAME_BYTES
+
+# Pages of the console's own, styled by its own stylesheet: no script, no frame, forms
+# posted here only. A same-origin referrer, not none: a browser sends `Origin: null` on a
+# form's POST from a page whose policy is no-referrer, and the guard refuses that origin.
+PAGE_HEADERS: tuple[tuple[str, str], ...] = (
+    ("content-security-policy",
+     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+     "frame-ancestors 'none'; base-uri 'none'"),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("cache-control", "no-store"),
+    ("referrer-policy", "same-origin"),
+)  # fmt: skip
+
+
+def console_policy(
+    hosts: tuple[http_guard.AllowedHost, ...] = (), origins: tuple[str, ...] = ()
+) -> http_guard.RequestPolicy:
+    """What the console takes: its forms' encoding on a POST, its pages' headers."""
+    return http_guard.RequestPolicy(
+        hosts=hosts,
+        origins=origins,
+        media_types=frozenset({http_guard.FORM}),
+        headers=PAGE_HEADERS,
+        hosts_flag="--allowed-hosts",
+        origins_flag="--allowed-origins",
+    )
 
 
 @dataclass
@@ -58,6 +92,8 @@ class ConsoleState:
     ledger: OperatorLedger
     token: str | None
     chain: ChainWatch
+    # The header a sign-in proxy names the operator in; None: the operator types a name.
+    operator_header: str | None = None
     tracker: PendingTracker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -65,6 +101,16 @@ class ConsoleState:
 
     def pending(self) -> list[PendingItem]:
         return self.tracker.items()
+
+    def operator(self, request: Request) -> str | None:
+        """Who the sign-in proxy says sends ``request``; None when no proxy is configured
+        or it named nobody usable."""
+        if self.operator_header is None:
+            return None
+        name = request.headers.get(self.operator_header, "").strip()
+        if not name or len(name.encode()) > MAX_OPERATOR_BYTES or not name.isprintable():
+            return None
+        return name
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -94,8 +140,10 @@ def create_app(
     chain: ChainWatch,
     session_secret: str | None = None,
     trace_url_template: str | None = None,
+    policy: http_guard.RequestPolicy | None = None,
+    operator_header: str | None = None,
 ) -> Starlette:
-    state = ConsoleState(ledger, token, chain)
+    state = ConsoleState(ledger, token, chain, operator_header=operator_header)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["lanes"] = timeline.LANES
     # A link from each traced entry to the trace viewer (--trace-url-template).
@@ -115,6 +163,8 @@ def create_app(
             "pending_count": len(items),
             "csrf": csrf_token(request),
             "token_set": state.token is not None,
+            "proxy_signs_in": state.operator_header is not None,
+            "operator": state.operator(request),
         }
         return templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
 
@@ -211,6 +261,19 @@ def create_app(
                 item_id,
                 fields,
             )
+        by = fields.get("by", "").strip()
+        if state.operator_header is not None:
+            signed_in = state.operator(request)
+            if signed_in is None:
+                return await _refuse(
+                    request,
+                    403,
+                    "The sign-in proxy named no operator: open the console through it. "
+                    "Nothing was recorded.",
+                    item_id,
+                    fields,
+                )
+            by = signed_in
         try:
             decision = Decision(fields.get("decision", ""))
         except ValueError:
@@ -230,10 +293,11 @@ def create_app(
                 lambda: state.ledger.resolve(
                     item_id,
                     decision,
-                    by=fields.get("by", "").strip(),
+                    by=by,
                     reason=fields.get("reason", "").strip(),
                     result_json=result_json,
                     digest=digest,
+                    by_header=state.operator_header or "",
                 )
             )
         except DecisionRefused as exc:
@@ -297,6 +361,8 @@ def create_app(
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     middleware = [
+        # Outermost first: the guard's layers, then the console's own.
+        *http_guard.middleware(policy or console_policy()),
         Middleware(
             SessionMiddleware,
             secret_key=session_secret or secrets.token_urlsafe(32),
