@@ -46,7 +46,13 @@ from starlette.templating import Jinja2Templates
 from sidecar.console import timeline
 from sidecar.console.chain import ChainWatch
 from sidecar.errors import InvalidArgument
-from sidecar.ledger.operator import OUTCOMES, OperatorLedger, PendingTracker, RunFilter
+from sidecar.ledger.operator import (
+    OUTCOMES,
+    OperatorLedger,
+    PendingTracker,
+    RunFilter,
+    RunsPage,
+)
 from sidecar.ledger.pending import Decision, DecisionRefused, PendingItem
 from sidecar.ops import http_guard
 from sidecar.rules import canonical
@@ -56,6 +62,7 @@ PAGE_SIZE = 50
 RUN_PAGE_EVENTS = 2000
 PENDING_SHOWN = 200  # the newest; `actonce audit pending` and /api/pending list them all
 MAX_OPERATOR_BYTES = canonical.MAX_NAME_BYTES
+SQL_INT_MAX = 2**63 - 1
 
 # Pages of the console's own, styled by its own stylesheet: no script, no frame, forms
 # posted here only. A same-origin referrer, not none: a browser sends `Origin: null` on a
@@ -235,6 +242,14 @@ def create_app(
         item_id = request.path_params["item_id"]
         form = await request.form()
         fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
+        if _names_nothing(item_id, *fields.values()):
+            return await _refuse(
+                request,
+                400,
+                "The form holds a NUL character: nothing was recorded.",
+                item_id,
+                {},
+            )
         expected = request.session.get("csrf")
         if not expected or not hmac.compare_digest(fields.get("csrf", ""), str(expected)):
             return await _refuse(
@@ -418,7 +433,15 @@ class AccessMiddleware:
         return bool(request.session.get("signed_in"))
 
 
+def _names_nothing(*texts: str) -> bool:
+    """Whether an id or filter holds a NUL: the ledger holds no such id (the sidecar refuses
+    them as input), and PostgreSQL cannot even be asked about one."""
+    return any("\x00" in text for text in texts)
+
+
 def _runs_page(state: ConsoleState, filters: RunFilter, offset: int) -> Any:
+    if _names_nothing(filters.run_id, filters.rule):
+        return RunsPage([], offset, PAGE_SIZE, more=False)
     counts: dict[str, int] = {}
     for item in state.pending():
         counts[item.run_id] = counts.get(item.run_id, 0) + 1
@@ -426,6 +449,8 @@ def _runs_page(state: ConsoleState, filters: RunFilter, offset: int) -> Any:
 
 
 def _run_events(state: ConsoleState, run_id: str, after: int) -> tuple[list[Any], list[Any]]:
+    if _names_nothing(run_id):
+        return [], []
     events = state.ledger.run_events(run_id, after=after, limit=RUN_PAGE_EVENTS)
     items = [i for i in state.pending() if i.run_id == run_id]
     return events, items
@@ -458,9 +483,11 @@ def _iso(text: str) -> str:
 
 def _int(text: str | None, default: int) -> int:
     try:
-        return int(text) if text else default
+        value = int(text) if text else default
     except ValueError:
         return default
+    # The ledger's SQL takes 64-bit integers: beyond them there is no page to show anyway.
+    return max(-SQL_INT_MAX, min(value, SQL_INT_MAX))
 
 
 def _link(query: dict[str, str], offset: int) -> str:

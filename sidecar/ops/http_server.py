@@ -69,6 +69,10 @@ class DeadlineProtocol(H11Protocol):
         self._disarm()
         super().connection_lost(exc)
 
+    def send_400_response(self, msg: str) -> None:
+        super().send_400_response(msg)
+        self._abandon_request()
+
     # -- the deadline ------------------------------------------------------------------
 
     def _request_begins(self) -> None:
@@ -104,8 +108,17 @@ class DeadlineProtocol(H11Protocol):
         if not answering or self.cycle.response_complete:
             self.transport.write(_timeout_answer(self._head_received, self.limits))
         log.info("http_request_timeout", head_received=self._head_received)
-        # The application, if it waits for the body, is told the client went away.
         self.transport.close()
+        self._abandon_request()
+
+    def _abandon_request(self) -> None:
+        """Tell the application of a request in hand that its client went away, at once: the
+        connection is answered and closing, and an answer of its own would meet h11's closed
+        state (an error, logged with its traceback) before uvicorn noticed the close."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
 
 
 def _timeout_answer(head_received: bool, limits: ServingLimits) -> bytes:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -175,12 +175,15 @@ def test_pages_on_other_sites_reach_neither_front(tmp_path: Path) -> None:
     mcp = free_port()
     sidecar = spawn_sidecar(config, tmp_path / "serve.log", "--mcp-listen", f"127.0.0.1:{mcp}")
     channel = grpc.insecure_channel(sidecar.target)
-    try:
+    with ExitStack() as stack:
+        stack.callback(sidecar.stop)
+        stack.callback(channel.close)
         stub = pb_grpc.RunActionsServiceStub(channel)
         agent = stub.BeginAttempt(
             pb.BeginAttemptRequest(run_id="pay-7781", rule="payments", checkpoint="cp-1")
         ).attempt_id
         console = start_console(config, tmp_path, token=False)
+        stack.callback(console.stop)
         page = ATTACK % {"mcp": mcp, "run": "pay-7781", "attempt": agent}
         rules = "MAP evil.example 127.0.0.1, MAP rebound.example 127.0.0.1"
         with site(page) as evil, chromium(f"--host-resolver-rules={rules}") as browser:
@@ -204,14 +207,10 @@ def test_pages_on_other_sites_reach_neither_front(tmp_path: Path) -> None:
             answers = browser.execute_async_script(REBOUND, "pay-7781", agent)
             assert isinstance(answers, list), answers
             assert [status for status, _ in answers] == [421, 421], answers
-        console.stop()
         # Nothing began, nothing ended: the agent's attempt goes on, unfenced.
         created = stub.Create(pb.CreateRequest(attempt_id=agent, kind="charge", data_json="{}"))
         assert created.outcome == types_pb2.OUTCOME_APPLIED
         stub.EndAttempt(pb.EndAttemptRequest(attempt_id=agent))
-    finally:
-        channel.close()
-        sidecar.stop()
     begun = [
         e.event.attempt_id
         for e in read_events(config.audit_path)

@@ -115,8 +115,10 @@ class McpFront:
         mcp_app = StreamableHTTPASGIApp(self.sessions)
         self.app = Starlette(
             routes=[
-                Route("/mcp", endpoint=mcp_app),
-                Route("/mcp/attempts/{attempt_id}", endpoint=mcp_app),
+                # POST alone: a stateless server has nothing to push, and the SDK's GET
+                # stream stays open for ever, each one a connection under the cap.
+                Route("/mcp", endpoint=mcp_app, methods=["POST"]),
+                Route("/mcp/attempts/{attempt_id}", endpoint=mcp_app, methods=["POST"]),
                 Route("/attempts", endpoint=self._begin_attempt, methods=["POST"]),
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
             ],

@@ -428,3 +428,12 @@ def test_past_the_connection_cap_a_request_is_answered_503(tight: int) -> None:
             sock.close()
     time.sleep(0.3)
     assert call(tight, "POST", "/attempts", headers=[JSON], body=begin_body("r")).status == 200
+
+
+def test_no_route_holds_a_connection_open(served: RunningSidecar) -> None:
+    # The SDK would open a stream on GET that is never closed; a stateless front has
+    # nothing to push on it.
+    began = time.monotonic()
+    answer = call(mcp_port(served), "GET", "/mcp", headers=[("Accept", "text/event-stream")])
+    assert (answer.status, answer.headers["allow"]) == (405, "POST")
+    assert time.monotonic() - began < 2
