@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from sidecar import defaults
 from sidecar.ops.http_guard import AllowedHost
@@ -61,7 +62,27 @@ class Config:
     # Names and origins the MCP front takes besides the loopback ones (Host, Origin).
     mcp_allowed_hosts: tuple[AllowedHost, ...] = ()
     mcp_allowed_origins: tuple[str, ...] = ()
+    mcp_upstream_timeout_seconds: float = defaults.MCP_UPSTREAM_TIMEOUT_SECONDS
+
+    @property
+    def ledger(self) -> str:
+        """The ledger actually used, as a log line may name it: the DSN without its
+        password, or the SQLite file."""
+        return without_password(self.audit_dsn) if self.audit_dsn else str(self.audit_path)
 
     @property
     def audit_path(self) -> Path:
         return self.audit_db if self.audit_db is not None else self.data_dir / "audit.db"
+
+
+def without_password(dsn: str) -> str:
+    """A postgresql:// DSN with its password (in the URL or as a parameter) left out."""
+    parts = urlsplit(dsn)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}@{host}"
+    query = "&".join(
+        item for item in parts.query.split("&") if item and not item.startswith("password=")
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -11,16 +11,17 @@ its answer is classified, is written here, one ``perform`` per write.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import structlog
 
 from sidecar.core import classify, leases, writes
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.deliveries import ScopedAttempts
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
@@ -39,6 +40,8 @@ from sidecar.rules import canonical, edits, effects, ids, refusals
 from sidecar.upstream.base import Refusal, StoreClient
 
 log = structlog.get_logger()
+
+T = TypeVar("T")
 
 
 def _no_reread() -> None:
@@ -74,6 +77,7 @@ class RunActions:
         self._steps = Steps(self._path, audit, ledger)
         self._reads = Reads(store, audit)
         self._lifecycle = Lifecycle(attempts, audit, settings)
+        self._scoped = ScopedAttempts(attempts, self._lifecycle.begin)
 
     # -- attempts -------------------------------------------------------------
 
@@ -81,12 +85,19 @@ class RunActions:
         return await self._lifecycle.begin(**start)
 
     async def end_attempt(self, attempt_id: str) -> AttemptCounts:
-        return await self._lifecycle.end(attempt_id)
+        counts = await self._lifecycle.end(attempt_id)
+        for scoped in self._scoped.ended(attempt_id):
+            await self._lifecycle.end(scoped)  # a front's scoped attempts end with their delivery
+        return counts
+
+    async def scoped_attempt(self, delivery_attempt_id: str, scope: str) -> Attempt:
+        """The scoped attempt of a tool call of the delivery, begun on the first call of
+        its scope, the same one after (a front that binds scopes by a header)."""
+        return await self._scoped.of(delivery_attempt_id, scope)
 
     async def extend_lease(self, attempt_id: str, lease_deadline: datetime) -> datetime:
-        leases.require_future(lease_deadline)
-        self._attempt(attempt_id).lease_deadline = lease_deadline
-        return lease_deadline
+        self._attempt(attempt_id)
+        return await self._lifecycle.extend(attempt_id, lease_deadline)
 
     async def settle(self) -> None:
         """Wait until every write under way, also those whose callers gave up, has
@@ -246,14 +257,18 @@ class RunActions:
     # -- steps: the agent's own tools (docs/design.md, "Steps") --------------
 
     async def begin_step(
-        self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str
-    ) -> WriteResult:
+        self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str,
+        wait_seconds: float | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Begin a step; a BeginStep that repeats one of this attempt still open waits
+        up to ``wait_seconds`` (default: the settings') for it to end."""
         canonical.require_name(tool, "tool")
         _args, form = canonical.parse_canonical(args_json, "args_json")
         attempt = self._attempt(attempt_id)
+        wait = self.settings.step_repeat_wait_seconds if wait_seconds is None else wait_seconds
         return await self._steps.begin(
             attempt, tool=tool, declared=effects.declared(effect),
-            args_digest=canonical.digest(form), request_id=request_id,
+            args_digest=canonical.digest(form), request_id=request_id, wait_seconds=wait,
         )  # fmt: skip
 
     async def end_step(
@@ -278,6 +293,22 @@ class RunActions:
         writes.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         return await self._steps.abort(attempt, step_id, reason=reason, request_id=request_id)
+
+    async def fail_step(
+        self, *, attempt_id: str, step_id: str, error: str, request_id: str
+    ) -> WriteResult:
+        """Record that a begun step's call was sent and failed, or that its tool answered
+        an error: it may have acted and has not ended (sidecar.core.steps)."""
+        canonical.require_name(step_id, "step_id")
+        writes.require_request_id(request_id)
+        attempt = self._attempt(attempt_id)
+        return await self._steps.fail(attempt, step_id, error=error, request_id=request_id)
+
+    async def to_the_end(self, attempt_id: str, work: Awaitable[T]) -> T:
+        """Await ``work``, a call of ``attempt_id``'s, in a task of its own that goes on
+        if the caller gives up, as a write does: EndAttempt and the drain wait for it."""
+        attempt = self._attempt(attempt_id)
+        return await self._path.to_the_end(attempt, work)
 
     # -- reads ----------------------------------------------------------------
 
@@ -330,7 +361,8 @@ class _Edit:
         except TurnNotCome:
             raise StoreDeadlineExceeded(
                 f"edits of artifact {self.artifact_id} queued in this sidecar past the store's "
-                "deadline; this one was not sent, and a retry with the same derived id is safe"
+                "deadline; this one was not sent, and a retry with the same derived id is safe",
+                nothing_sent=True,
             ) from None
 
     async def _edit(self, derived: str) -> WriteResult:

@@ -3,8 +3,9 @@
 A required event fails its call closed when it cannot be made durable
 (AUDIT_PERSISTENCE_FAILED); a best-effort one is logged when it is lost, and the
 call goes on. Either way, an event refused because a newer attempt of the run
-fenced this one stops the attempt (ATTEMPT_FENCED). Every event names the front
-its call came through.
+fenced this one stops the attempt (ATTEMPT_FENCED), and a begin refused because
+its run belongs to another rule is FORBIDDEN. Every event names the front its
+call came through.
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ from dataclasses import dataclass
 import structlog
 
 from sidecar.core.attempts import Attempt
-from sidecar.errors import ActonceError, AttemptFenced, AuditPersistenceFailed
-from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError
+from sidecar.errors import ActonceError, AttemptFenced, AuditPersistenceFailed, RunOfAnotherRule
+from sidecar.ledger.base import (
+    DELIVERY_KEY,
+    AuditEvent,
+    AuditLedger,
+    FencedError,
+    LedgerError,
+    RunRuleError,
+)
 
 log = structlog.get_logger()
 
@@ -48,7 +56,10 @@ def event(
     refused: ActonceError | None = None,
     detail: Mapping[str, object] | None = None,
 ) -> AuditEvent:
-    """An event of ``attempt``'s call ``rpc``; ``refused`` names the error it failed with."""
+    """An event of ``attempt``'s call ``rpc``; ``refused`` names the error it failed with.
+    Every event of a delivery's scoped attempt names the delivery: the ledger fences it
+    by the delivery too (sidecar.ledger.base.fenced)."""
+    delivery = {DELIVERY_KEY: attempt.delivery_attempt_id} if attempt.delivery_attempt_id else {}
     return AuditEvent(
         run_id=attempt.run_id,
         attempt_id=attempt.attempt_id,
@@ -65,7 +76,7 @@ def event(
         outcome=outcome,
         reason=refused.reason if refused else "",
         failure_class=refused.failure_class.value if refused else "",
-        detail={**(detail or {}), "front": FRONT.get()},
+        detail={**(detail or {}), **delivery, "front": FRONT.get()},
     )
 
 
@@ -81,6 +92,8 @@ class Audit:
             await self.ledger.append(event)
         except FencedError as exc:
             raise _fenced(event, exc) from exc
+        except RunRuleError as exc:
+            raise _other_rule(exc) from exc
         except LedgerError as exc:
             raise AuditPersistenceFailed(f"{because}: {exc}" if because else str(exc)) from exc
 
@@ -92,6 +105,13 @@ class Audit:
             raise _fenced(event, exc) from exc
         except LedgerError as exc:
             log.warning(lost, error=str(exc))
+
+
+def _other_rule(exc: RunRuleError) -> RunOfAnotherRule:
+    return RunOfAnotherRule(
+        f"{exc}: an attempt of it under another rule is refused",
+        metadata={"run_id": exc.run_id, "rule": exc.rule, "run_rule": exc.run_rule},
+    )
 
 
 def _fenced(event: AuditEvent, exc: FencedError) -> AttemptFenced:

@@ -200,9 +200,10 @@ class Tracing:
             "span_id": format_span_id(context.span_id),
         }
 
-    def mcp_middleware(self) -> McpSpans:
-        """The MCP front's span of each tool call (sidecar.fronts.mcp)."""
-        return McpSpans(self.tracer)
+    def mcp_middleware(self, name_of: Callable[[str], str]) -> McpSpans:
+        """The MCP front's span of each tool call (sidecar.fronts.mcp); ``name_of`` gives
+        the bounded name a tool's span is called by."""
+        return McpSpans(self.tracer, name_of)
 
     def shutdown(self) -> None:
         """Export what is pending, then stop (bounded by the exporter's own timeout)."""
@@ -298,14 +299,16 @@ class McpSpans:
     provider sends them. Other MCP requests (initialize, tools/list) are not traced.
     """
 
-    def __init__(self, tracer: trace.Tracer) -> None:
+    def __init__(self, tracer: trace.Tracer, name_of: Callable[[str], str]) -> None:
         self._tracer = tracer
+        self._name_of = name_of
 
     async def __call__(self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
         if ctx.method != "tools/call":
             return await call_next(ctx)
         params = ctx.params or {}
-        tool = params.get("name") if isinstance(params, Mapping) else None
+        named = params.get("name") if isinstance(params, Mapping) else None
+        tool = self._name_of(named) if isinstance(named, str) else None
         meta = ctx.meta
         parent = propagate.extract(meta) if isinstance(meta, Mapping) else None
         if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 from card_processor import card_processor
-from langgraph_worker import DONE
-from scripted_model import ScriptedChatModel, turn
+from scripted_model import DONE, ScriptedChatModel, turn
 
 from actonce_client.testing import LocalSidecar
 

@@ -288,15 +288,29 @@ def test_json_nested_past_the_limit_is_a_clear_400_and_no_traceback(tmp_path: Pa
             )
             refused(answer, 400, "INVALID_ARGUMENT")
             assert "nests 50000 levels; the limit is 100" in answer.json()["message"]
-        # Brackets inside strings do not nest; the limit itself is taken.
-        fine = (
-            b'{"run_id": "'
-            + b"[" * 500
-            + b'", "rule": "t", "checkpoint": "c", "x": '
-            + (b"[" * 99 + b"]" * 99)
-            + b"}"
+        # Brackets inside strings do not nest; within the limit, the field's own limit
+        # answers, as a tool result the model can act on.
+        agent = json.loads(
+            call(port, "POST", "/attempts", headers=[JSON], body=begin_body("r-deep")).body
+        )["attempt_id"]
+        data = b"[" * 90 + b'"' + b"[" * 500 + b'"' + b"]" * 90
+        tool_call = (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": '
+            b'{"name": "create", "arguments": {"kind": "k", "data": ' + data + b"}}}"
         )
-        assert call(port, "POST", "/attempts", headers=[JSON], body=fine).status == 200
+        headers = [
+            JSON,
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-06-18"),
+            ("actonce-attempt-id", agent),
+        ]
+        answer = call(port, "POST", "/mcp", headers=headers, body=tool_call)
+        assert answer.status == 200, answer.body
+        result = answer.json()["result"]
+        assert (
+            result["isError"]
+            and "data nests 90 levels; the limit is 64" in (result["structuredContent"]["message"])
+        )
         # What once made a 500 with a traceback: a document deep enough for json.loads's
         # recursion, but within the body limit.
         assert call(port, "POST", "/attempts", headers=[JSON], body=deep[:1] * 3000).status == 400

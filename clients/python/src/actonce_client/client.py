@@ -157,6 +157,39 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+def begin_request(
+    run_id: str,
+    rule: str,
+    checkpoint: str,
+    *,
+    lease_deadline: datetime | None,
+    scope: str,
+    delivery_attempt_id: str,
+) -> pb.BeginAttemptRequest:
+    """A BeginAttempt request, as both clients send it."""
+    request = pb.BeginAttemptRequest(
+        run_id=run_id, rule=rule, checkpoint=checkpoint, scope=scope,
+        delivery_attempt_id=delivery_attempt_id,
+    )  # fmt: skip
+    if lease_deadline is not None:
+        request.lease_deadline.CopyFrom(_timestamp(lease_deadline))
+    return request
+
+
+def json_text(value: Any) -> str:
+    """A write's JSON data as the sidecar takes it: JSON text (RawJSON as it is)."""
+    return _json_text(value)
+
+
+def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """A lease deadline as the sidecar takes it: timezone-aware, in UTC."""
+    return _timestamp(value)
+
+
+def outcome_of(value: int) -> Outcome:
+    return _outcome(value)
+
+
 def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
     if value.tzinfo is None:
         raise ValueError("lease deadlines must be timezone-aware datetimes")
@@ -181,6 +214,9 @@ class Client:
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
+        self.target = target
+        self.credentials = credentials
+        self.options = tuple(options)
         channel_options = [("grpc.service_config", SERVICE_CONFIG), *options]
         self._channel = (
             grpc.secure_channel(target, credentials, options=channel_options)
@@ -199,22 +235,29 @@ class Client:
         *,
         lease_deadline: datetime | None = None,
         scope: str = "",
+        delivery_attempt_id: str = "",
     ) -> Attempt:
         """Start one try of a run from its last checkpoint ("" at the run's start).
 
         ``scope`` names the attempt's part of the run, stable across its retries
         (a tool call's id, say): fencing and derived ids are per (run, scope), so
         sibling scopes never fence each other and the same write in two scopes
-        is two writes.
+        is two writes. ``delivery_attempt_id`` names the unscoped attempt (the
+        queue's delivery of the run) a scoped attempt belongs to: a newer delivery
+        fences it, and its lease is bounded by the delivery's.
         """
-        request = pb.BeginAttemptRequest(
-            run_id=run_id, rule=rule, checkpoint=checkpoint, scope=scope
-        )
-        if lease_deadline is not None:
-            request.lease_deadline.CopyFrom(_timestamp(lease_deadline))
+        request = begin_request(run_id, rule, checkpoint, lease_deadline=lease_deadline,
+                                scope=scope, delivery_attempt_id=delivery_attempt_id)  # fmt: skip
         response = self._call(self._stub.BeginAttempt, request)
         return Attempt(self, response.attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
-                       scope=scope, id_scheme_version=response.id_scheme_version or 1)  # fmt: skip
+                       scope=scope, id_scheme_version=response.id_scheme_version or 1,
+                       delivery_attempt_id=delivery_attempt_id)  # fmt: skip
+
+    def attempt(self, attempt_id: str, *, run_id: str, rule: str, checkpoint: str = "",
+                scope: str = "", id_scheme_version: int = 1) -> Attempt:  # fmt: skip
+        """A handle on an attempt begun elsewhere (by the asyncio client, say)."""
+        return Attempt(self, attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
+                       scope=scope, id_scheme_version=id_scheme_version)  # fmt: skip
 
     def _call(self, method: Callable[..., T], request: Any, *, request_id: str = "") -> T:
         try:
@@ -250,7 +293,8 @@ class Attempt:
     first answer back instead of a second write."""
 
     def __init__(self, client: Client, attempt_id: str, *, run_id: str, rule: str,
-                 checkpoint: str, scope: str = "", id_scheme_version: int = 1) -> None:  # fmt: skip
+                 checkpoint: str, scope: str = "", id_scheme_version: int = 1,
+                 delivery_attempt_id: str = "") -> None:  # fmt: skip
         self._client = client
         self._stub = client._stub
         self.id = attempt_id
@@ -258,6 +302,8 @@ class Attempt:
         self.rule = rule
         self.checkpoint = checkpoint
         self.scope = scope
+        # The delivery (an unscoped attempt of the run) a scoped attempt belongs to.
+        self.delivery_attempt_id = delivery_attempt_id
         # The derived-id scheme the sidecar derives this attempt's ids with
         # (actonce_client.ids); a run keeps the version it began with.
         self.id_scheme_version = id_scheme_version
