@@ -104,8 +104,12 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
-deep = st.integers(0, 5000).flatmap(
-    lambda n: st.sampled_from([b"[" * n + b"]" * n, b'{"a":' * n + b"1" + b"}" * n, b"[" * n])
+deep = (
+    st.integers(0, 5000)
+    .map(lambda n: max(n, 1500) if n % 2 else n)
+    .flatmap(
+        lambda n: st.sampled_from([b"[" * n + b"]" * n, b'{"a":' * n + b"1" + b"}" * n, b"[" * n])
+    )
 )
 sized = st.integers(LIMIT - 16, LIMIT + 16).map(lambda n: b'"' + b"a" * max(n - 2, 0) + b'"')
 
@@ -166,14 +170,17 @@ begins = st.fixed_dictionaries(
 
 
 def bodies_of(route: str, fronts: Fronts) -> st.SearchStrategy[bytes]:
-    """Bodies of the kind ``route`` takes, with random contents."""
-    if route.startswith("/mcp"):
-        return tool_calls(fronts.attempt)
-    if route == "/attempts":
-        return begins
+    """Bodies of the kind ``route`` takes, with random contents; one in four of them past
+    a limit (nesting, size)."""
     if route in ("/pending/{id}/resolve", "/sign-in"):
         return forms
-    return st.just(b"") | json_texts
+    if route.startswith("/mcp"):
+        usual = tool_calls(fronts.attempt)
+    elif route == "/attempts":
+        usual = begins
+    else:
+        usual = st.just(b"") | json_texts
+    return st.integers(0, 3).flatmap(lambda n: usual if n else deep | sized)
 
 
 forms = st.dictionaries(
@@ -241,7 +248,7 @@ def requests(draw: st.DrawFn, front: str, fronts: Fronts) -> Request:
         ]
         known = [RUN, fronts.step]
     route = draw(st.sampled_from(routes))
-    path = route.replace("{id}", draw(st.sampled_from(known) | ids))
+    path = route.replace("{id}", draw(mostly(st.sampled_from(known), ids)))
     if draw(st.booleans()):
         query = draw(
             st.dictionaries(
@@ -250,6 +257,7 @@ def requests(draw: st.DrawFn, front: str, fronts: Fronts) -> Request:
                 ),
                 st.text(max_size=12)
                 | st.integers(-(2**70), 2**70).map(str)
+                | st.sampled_from(["9223372036854775808", "-9223372036854775809"])
                 | st.sampled_from(
                     [
                         "9223372036854775808",

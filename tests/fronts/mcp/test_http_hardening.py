@@ -48,8 +48,8 @@ def mcp_port(served: RunningSidecar) -> int:
     return served.sidecar.mcp_port
 
 
-def begin_body(run_id: str) -> bytes:
-    return json.dumps({"run_id": run_id, "rule": "triage", "checkpoint": "cp-0"}).encode()
+def begin_body(run_id: str, rule: str = "triage") -> bytes:
+    return json.dumps({"run_id": run_id, "rule": rule, "checkpoint": "cp-0"}).encode()
 
 
 def attempts_of(served: RunningSidecar, run_id: str) -> list[str]:
@@ -99,7 +99,7 @@ def test_a_page_on_another_site_cannot_begin_or_end_the_agents_attempts(
 ) -> None:
     port = mcp_port(served)
     agent = served.begin("run-pay", rule="payments")
-    body = begin_body("run-pay")
+    body = begin_body("run-pay", rule="payments")  # the run's own rule: a page can guess it
     # What a page can make a browser send without asking the server first (no preflight):
     # text/plain, a form's encodings, no type at all.
     for media_type in (
@@ -194,7 +194,15 @@ def test_allowed_hosts_and_origins_widen_the_loopback_names(tmp_path: Path) -> N
 
 
 def test_listening_beyond_loopback_needs_the_names_callers_use(tmp_path: Path) -> None:
-    stopped = run_cli("serve", "--data-dir", str(tmp_path / "d"), "--mcp-listen", "0.0.0.0:0")
+    stopped = run_cli(
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--mcp-listen",
+        "0.0.0.0:0",
+    )
     assert stopped.returncode == 2
     assert len(stopped.stderr.splitlines()) == 1 and "--mcp-allowed-hosts" in stopped.stderr
     bad = run_cli("serve", "--mcp-listen", "127.0.0.1:0", "--mcp-allowed-origins", "evil.example")
