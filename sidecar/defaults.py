@@ -47,3 +47,6 @@ HTTP_MAX_HEADER_BYTES = 16 << 10
 HTTP_HEADER_TIMEOUT_SECONDS = 5.0
 HTTP_READ_TIMEOUT_SECONDS = 30.0
 HTTP_KEEP_ALIVE_SECONDS = 5
+# The services that stay open when callers need the API token: probes and grpcurl
+# call them, and they change nothing and hold nothing of a run's.
+API_TOKEN_EXEMPT = frozenset({"health", "reflection"})

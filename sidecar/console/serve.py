@@ -16,6 +16,7 @@ from sidecar.console.chain import ChainWatch
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import LedgerError
 from sidecar.ledger.operator import open_operator_ledger
+from sidecar.ops import auth
 from sidecar.ops.http_guard import beyond_loopback_problem, is_loopback_listen
 from sidecar.ops.http_server import server_config
 
@@ -35,6 +36,7 @@ def run_console(values: dict[str, Any]) -> int:
     host, _, port = str(values["listen"]).rpartition(":")
     try:
         token = _token(values.get("token_file"))
+        api_token = auth.load(values.get("api_token_file"))
     except (OSError, ValueError) as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
@@ -65,6 +67,7 @@ def run_console(values: dict[str, Any]) -> int:
         trace_url_template=values.get("trace_url_template"),
         policy=console_policy(hosts, values.get("allowed_origins") or ()),
         operator_header=values.get("operator_header"),
+        api_token=api_token,
     )
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

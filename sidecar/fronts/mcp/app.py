@@ -44,7 +44,8 @@ from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownA
 from sidecar.fronts.mcp import tools
 from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
-from sidecar.ops import http_guard, http_server
+from sidecar.ops import auth, http_guard, http_server
+from sidecar.ops.auth import TokenFile
 
 if TYPE_CHECKING:
     from sidecar.ops.tracing import Tracing
@@ -102,6 +103,7 @@ class McpFront:
         record: Recorder = _no_record,
         policy: http_guard.RequestPolicy | None = None,
         tracing: Tracing | None = None,
+        api_token: TokenFile | None = None,
     ) -> None:
         self.actions = actions
         self.gateway = gateway
@@ -117,7 +119,7 @@ class McpFront:
         # own spans (sidecar.ops.tracing) take its place when it traces, and nothing does
         # when it does not.
         self.server.middleware = (
-            [tracing.mcp_middleware(self.metric_name)] if tracing is not None else []
+            [tracing.mcp_middleware(self.tool_name)] if tracing is not None else []
         )
         # The guard checks Host and Origin on every route, /mcp too, wherever the front
         # listens; the SDK's own check, of /mcp alone, would be a second rule to keep equal.
@@ -135,8 +137,12 @@ class McpFront:
                 Route("/attempts", endpoint=self._begin_attempt, methods=["POST"]),
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
             ],
-            # Outermost first; a layer of the front's own goes after the guard's.
-            middleware=[*http_guard.middleware(policy or http_guard.RequestPolicy())],
+            # Outermost first: the guard's layers, then the API token on every route when
+            # one is configured (sidecar.ops.auth).
+            middleware=[
+                *http_guard.middleware(policy or http_guard.RequestPolicy()),
+                *auth.middleware(api_token),
+            ],
             lifespan=self._lifespan,
         )
 
@@ -202,12 +208,15 @@ class McpFront:
         raise InvalidArgument("name", f"no tool named {name!r}; list the tools to see them")
 
     def metric_name(self, tool: str) -> str:
-        """The name a call is counted and traced under: its RPC for a builtin tool, its
-        listed name for an upstream's, one fixed name for anything else, so that a
-        model's made-up names cannot mint metric series or span names."""
-        rpc = tools.RPC_OF.get(tool)
-        if rpc is not None:
-            return rpc
+        """The name a call is counted under: its RPC for a builtin tool, else its bounded
+        name (:meth:`tool_name`)."""
+        return tools.RPC_OF.get(tool) or self.tool_name(tool)
+
+    def tool_name(self, tool: str) -> str:
+        """``tool`` when it is listed (a builtin tool or an upstream's), one fixed name for
+        anything else: a model's made-up names mint no metric series nor span names."""
+        if tool in tools.RPC_OF:
+            return tool
         if self.gateway is not None and self.gateway.is_listed(tool):
             return tool
         return UNLISTED_TOOL

@@ -13,6 +13,7 @@ belongs to the event loop it was made in: make the client inside it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
@@ -23,6 +24,7 @@ import grpc.aio
 
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_client.auth import ApiToken
 from actonce_client.client import (
     DEFAULT_TIMEOUT,
     SERVICE_CONFIG,
@@ -48,8 +50,9 @@ T = TypeVar("T")
 class AsyncClient:
     """A ``grpc.aio`` channel to one sidecar, for the event loop it is made in.
 
-    ``target``, ``timeout``, ``credentials`` and ``options`` are those of
-    :class:`~actonce_client.Client`; :meth:`like` makes one with a blocking
+    ``target``, ``timeout``, ``credentials``, ``options``, ``api_token`` and
+    ``api_token_file`` are those of :class:`~actonce_client.Client` (the token found
+    in the environment the same way too); :meth:`like` makes one with a blocking
     client's settings.
     """
 
@@ -60,7 +63,10 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        api_token: str | None = None,
+        api_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._token = ApiToken.resolve(api_token, api_token_file)
         channel_options = [("grpc.service_config", SERVICE_CONFIG), *options]
         self._channel = (
             grpc.aio.secure_channel(target, credentials, options=channel_options)
@@ -75,8 +81,10 @@ class AsyncClient:
     @classmethod
     def like(cls, client: Client) -> AsyncClient:
         """An asyncio client to ``client``'s sidecar, with its deadline and channel settings."""
-        return cls(client.target, timeout=client.timeout, credentials=client.credentials,
+        made = cls(client.target, timeout=client.timeout, credentials=client.credentials,
                    options=client.options)  # fmt: skip
+        made._token = client._token  # the same token, followed as its file changes
+        return made
 
     async def begin(
         self,
@@ -106,8 +114,9 @@ class AsyncClient:
     async def _call(
         self, method: Callable[..., Awaitable[T]], request: Any, *, request_id: str = ""
     ) -> T:
+        metadata = self._token.metadata() if self._token is not None else None
         try:
-            return await method(request, timeout=self.timeout)
+            return await method(request, timeout=self.timeout, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             raise from_rpc_error(
                 error, request_id=request_id, caller_cancelled=self._closed

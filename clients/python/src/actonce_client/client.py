@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from google.protobuf import timestamp_pb2
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
+from actonce_client.auth import ApiToken
 from actonce_client.errors import from_rpc_error
 
 DEFAULT_TIMEOUT = 10.0
@@ -204,6 +206,10 @@ class Client:
     ``target`` is where the sidecar listens: ``"127.0.0.1:50051"`` or
     ``"unix:///run/actonce.sock"``. It runs in the agent's pod, so the channel
     is plaintext unless ``credentials`` are given.
+
+    Every call carries the sidecar's API token when there is one: ``api_token``
+    or ``api_token_file``, else the file named by ``ACTONCE_API_TOKEN_FILE``, else
+    ``ACTONCE_API_TOKEN`` (actonce_client.auth).
     """
 
     def __init__(
@@ -213,7 +219,10 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        api_token: str | None = None,
+        api_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._token = ApiToken.resolve(api_token, api_token_file)
         self.target = target
         self.credentials = credentials
         self.options = tuple(options)
@@ -260,8 +269,9 @@ class Client:
                        scope=scope, id_scheme_version=id_scheme_version)  # fmt: skip
 
     def _call(self, method: Callable[..., T], request: Any, *, request_id: str = "") -> T:
+        metadata = self._token.metadata() if self._token is not None else None
         try:
-            return method(request, timeout=self.timeout)
+            return method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as error:
             # A blocking call is cancelled only by closing its channel: a CANCELLED
             # after close() is the caller's own doing, any other is not.
