@@ -512,9 +512,9 @@ def _check_store_tls(values: dict[str, Any]) -> None:
 
 
 def _check_mcp(values: dict[str, Any]) -> None:
-    gateway = ("mcp_upstream", "mcp_upstream_headers", "tool_effects", "mcp_allowed_hosts",
-               "mcp_allowed_origins")  # fmt: skip
-    named = [key for key in gateway if values.get(key)]
+    of_the_front = ("mcp_upstream", "mcp_upstream_headers", "tool_effects",
+                    "mcp_allowed_hosts", "mcp_allowed_origins")  # fmt: skip
+    named = [key for key in of_the_front if values.get(key)]
     if named and values.get("mcp_listen") is None:
         raise ConfigError(f"--{named[0].replace('_', '-')} needs --mcp-listen")
     for name in values.get("mcp_upstream_headers") or {}:
