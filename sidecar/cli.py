@@ -262,8 +262,9 @@ SERVE_SETTINGS: dict[str, Setting] = {
                             "besides the loopback names; needed to listen beyond loopback; "
                             "repeatable (comma-separated)"),
     "--mcp-allowed-origins": ("ACTONCE_MCP_ALLOWED_ORIGINS", parse_allowed_origins, (),
-                              "SCHEME://NAME[:PORT] of web pages that may call the MCP front, "
-                              "besides loopback pages and the allowed hosts' own; repeatable"),
+                              "SCHEME://NAME[:PORT] of web pages that may send requests, "
+                              "besides loopback pages and the allowed hosts' own (behind a "
+                              "proxy that rewrites Host, say); repeatable"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
@@ -293,8 +294,9 @@ CONSOLE_SETTINGS: dict[str, Setting] = {
                         "NAME or NAME:PORT that browsers may name in Host, besides the "
                         "loopback names; needed to serve beyond loopback; repeatable"),
     "--allowed-origins": ("ACTONCE_CONSOLE_ALLOWED_ORIGINS", parse_allowed_origins, (),
-                          "SCHEME://NAME[:PORT] of other pages that may send requests, besides "
-                          "loopback pages and the allowed hosts' own; repeatable"),
+                          "SCHEME://NAME[:PORT] of pages that may send requests, besides "
+                          "loopback pages and the allowed hosts' own (behind a proxy that "
+                          "rewrites Host, say); repeatable"),
     "--operator-header": ("ACTONCE_CONSOLE_OPERATOR_HEADER", _header_name, None,
                           "header in which a sign-in proxy names the signed-in operator "
                           "(e.g. X-Forwarded-Email): a decision records that name, and "
