@@ -257,19 +257,33 @@ class RunActions:
     # -- steps: the agent's own tools (docs/design.md, "Steps") --------------
 
     async def begin_step(
-        self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str,
+        self,
+        *,
+        attempt_id: str,
+        tool: str,
+        effect: int,
+        args_json: str,
+        request_id: str,
         wait_seconds: float | None = None,
-    ) -> WriteResult:  # fmt: skip
-        """Begin a step; a BeginStep that repeats one of this attempt still open waits
-        up to ``wait_seconds`` (default: the settings') for it to end."""
+        within_seconds: float | None = None,
+    ) -> WriteResult:
+        """Begin a step. A BeginStep that repeats one of this attempt still running waits
+        for it to end: ``wait_seconds`` (default: the settings'), and no longer than its
+        caller waits for the answer (``within_seconds``, when it says)."""
         canonical.require_name(tool, "tool")
         _args, form = canonical.parse_canonical(args_json, "args_json")
         attempt = self._attempt(attempt_id)
         wait = self.settings.step_repeat_wait_seconds if wait_seconds is None else wait_seconds
+        if within_seconds is not None:
+            wait = min(wait, within_seconds)
         return await self._steps.begin(
-            attempt, tool=tool, declared=effects.declared(effect),
-            args_digest=canonical.digest(form), request_id=request_id, wait_seconds=wait,
-        )  # fmt: skip
+            attempt,
+            tool=tool,
+            declared=effects.declared(effect),
+            args_digest=canonical.digest(form),
+            request_id=request_id,
+            wait_seconds=wait,
+        )
 
     async def end_step(
         self, *, attempt_id: str, step_id: str, result_json: str, request_id: str
