@@ -68,9 +68,10 @@ from sidecar.ledger.base import AuditEvent, AuditLedger, WrappedLedger
 from sidecar.ops import tracing_settings
 from sidecar.ops.metrics import error_info_of
 from sidecar.refstore.server import SERVICE_NAME as STORE_SERVICE_NAME
-from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
+from sidecar.upstream.base import Refusal, Settle, StoreClient, StoreWrite, WrappedStore
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # The instrumentation's factories, as they are used here (the package has no type hints).
 _server_interceptor = cast(Callable[..., grpc.aio.ServerInterceptor], aio_server_interceptor)
@@ -424,11 +425,32 @@ def _store_result(error: BaseException) -> str:
 
 
 class _TracedStore(WrappedStore):
-    """A span per store call, named after the operation, with the id it names."""
+    """A span per store call, named after the operation, with the id it names. A write made
+    one commit with its audit names the call's trace in its two events, as the traced
+    ledger does for events it appends itself."""
 
     def __init__(self, inner: StoreClient, tracer: trace.Tracer) -> None:
         super().__init__(inner)
         self._tracer = tracer
+
+    async def commit_write(
+        self, intent: AuditEvent, call: StoreWrite, settle: Settle[_R], *, timeout: float | None
+    ) -> _R:
+        current = trace.get_current_span()
+        if not current.is_recording():
+            return await super().commit_write(intent, call, settle, timeout=timeout)
+        context = current.get_span_context()
+        trace_id, span_id = format_trace_id(context.trace_id), format_span_id(context.span_id)
+        attributes = event_attributes(intent)
+        current.set_attributes({k: v for k, v in attributes.items()
+                                if k not in (PHASE, OCCURRENCE)})  # fmt: skip
+
+        def traced(answer: object) -> tuple[AuditEvent, _R]:
+            outcome, result = settle(answer)
+            return replace(outcome, trace_id=trace_id, span_id=span_id), result
+
+        intent = replace(intent, trace_id=trace_id, span_id=span_id)
+        return await super().commit_write(intent, call, traced, timeout=timeout)
 
     async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
         if not trace.get_current_span().is_recording():

@@ -16,6 +16,12 @@ finish commits for all, with one sync. No call answers before the commit that ma
 did, or what it read, durable; when that commit fails, or SQLite ends the transaction early,
 every call in it fails. One sync per call cost most of a write's time and CPU under load.
 
+A job of several parts (:meth:`SqliteStoreBackend.in_one_transaction`: a write's audit
+intent, its store call and its outcome, when the ledger shares this file) runs in one savepoint
+of the group's transaction; a store call it makes runs in a savepoint nested in that one, so a
+refusal rolls back the call alone and the job goes on, while a failure of the job rolls back
+all of it. Nothing of the job is durable before the commit, and all of it is after.
+
 The rules (what each call checks, refuses and changes) are the shared ones in `sql`; this
 module supplies the file, its schema, and the group-committed transaction each call runs in.
 """
@@ -113,6 +119,9 @@ class SqliteStoreBackend(SqlStoreBackend):
         # transaction its last call was in.
         self._deferring: int | None = None
         self._deferred_batch = 0
+        # The thread whose call holds the connection now: a call it makes meanwhile (a job's
+        # store call) nests in that call's savepoint instead of waiting for itself.
+        self._holder: int | None = None
         # isolation_level=None: the module opens no transactions of its own; each method
         # says where its transaction begins and ends.
         self._db = sqlite3.connect(
@@ -152,8 +161,31 @@ class SqliteStoreBackend(SqlStoreBackend):
         # A read joins the open transaction too: it sees the writes of the calls before it,
         # so it answers only once they are durable. Several statements see one snapshot.
         # A write gets a savepoint of its own, so that its refusal rolls back it alone.
+        if self._holder == threading.get_ident():
+            return self._nested(work)
         with self._batched(savepoint=write) as db:
             return work(db)
+
+    def in_one_transaction(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``job`` in one savepoint of the group's transaction, and answer once it is
+        durable: all of what it did commits, or none. This backend's calls that ``job``
+        makes run inside it, each in a savepoint of its own (a refusal rolls back that call
+        alone); what else ``job`` writes on the connection (the ledger's rows, when the
+        ledger shares this file) is in the same transaction."""
+        with self._batched(savepoint=True) as db:
+            return job(db)
+
+    def _nested(self, work: Callable[[Connection], _T]) -> _T:
+        self._db.execute("SAVEPOINT nested")
+        try:
+            answer = work(self._db)
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK TO nested")
+                self._db.execute("RELEASE nested")
+            raise
+        self._db.execute("RELEASE nested")
+        return answer
 
     @contextmanager
     def _batched(self, *, savepoint: bool) -> Iterator[sqlite3.Connection]:
@@ -174,6 +206,7 @@ class SqliteStoreBackend(SqlStoreBackend):
             error: BaseException | None = None
             if savepoint:
                 self._db.execute("SAVEPOINT call")
+            self._holder = threading.get_ident()
             try:
                 yield self._db
             except BaseException as exc:
@@ -189,6 +222,8 @@ class SqliteStoreBackend(SqlStoreBackend):
             else:
                 if savepoint:
                     self._db.execute("RELEASE call")
+            finally:
+                self._holder = None
             if self._deferring == threading.get_ident():
                 # run_batch waits for the commit once, for all of its calls.
                 self._deferred_batch = batch
