@@ -171,9 +171,12 @@ class WritePath:
             settled = await store.commit_write(
                 intent, perform.call(landing.derived_id),
                 lambda answer: context.run(settle, answer), timeout=timeout,
+                before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
             )  # fmt: skip
         except FencedError as fenced:  # refused with the intent: the store was not called
             raise not_durable(intent, fenced) from fenced
+        except LeaseExpired:  # refused before anything was written
+            raise
         except LedgerError as lost:
             landing.store_called = True  # none of it committed, as far as SQLite says
             raise not_durable(intent, lost, because="the write and its audit did not commit"

@@ -127,11 +127,16 @@ class SqliteStoreBackend(SqlStoreBackend):
         self._db = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
         )
+        self._reading = threading.Lock()
+        self._reader = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+        )
         try:
             self._configure()
             self._migrate()
         except BaseException:
             self._db.close()
+            self._reader.close()
             raise
 
     def _configure(self) -> None:
@@ -163,8 +168,27 @@ class SqliteStoreBackend(SqlStoreBackend):
         # A write gets a savepoint of its own, so that its refusal rolls back it alone.
         if self._holder == threading.get_ident():
             return self._nested(work)
+        if not write and self._idle():
+            return self._read_alone(work)
         with self._batched(savepoint=write) as db:
             return work(db)
+
+    def _idle(self) -> bool:
+        # No transaction open, none committing, no call on its way in: nothing a read could
+        # see that is not durable yet, so it needs no writer's lock.
+        with self._turn:
+            return not (self._batch_calls or self._committing or self._arrived != self._entered)
+
+    def _read_alone(self, work: Callable[[Connection], _T]) -> _T:
+        """A read on a connection of its own, in a snapshot of what has committed: it waits
+        for no writer, and answers while another process holds the file's write lock (a
+        ledger that shares the file, locked by an operator's tool or a prune)."""
+        with self._reading:
+            self._reader.execute("BEGIN")
+            try:
+                return work(self._reader)
+            finally:
+                self._reader.execute("ROLLBACK")
 
     def in_one_transaction(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``job`` in one savepoint of the group's transaction, and answer once it is
@@ -314,3 +338,5 @@ class SqliteStoreBackend(SqlStoreBackend):
             while self._committing or self._batch_calls:
                 self._turn.wait()
             self._db.close()
+        with self._reading:
+            self._reader.close()

@@ -44,6 +44,11 @@ class StoreWrite:
         return await call(*self.args, timeout=timeout, **self.kwargs)
 
 
+def nothing() -> None:
+    """Checks nothing: what a job runs first when it is given no check."""
+    return None
+
+
 # What the write makes of the store's answer (its record, a Refusal, or the error the call
 # failed with), inside the commit: its outcome's event, and what the write answers.
 Settle = Callable[[object], tuple[AuditEvent, _R]]
@@ -59,10 +64,18 @@ class CommitsWrites(Protocol):
         ...
 
     async def commit_write(
-        self, intent: AuditEvent, call: StoreWrite, settle: Settle[_R], *, timeout: float | None
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
     ) -> _R:
         """Append ``intent``, make ``call``, append the event ``settle`` makes of its answer,
         all in one transaction, and answer what ``settle`` made once that is durable.
+        ``before`` runs first, where the job runs: what it raises refuses the write before
+        anything is written (the lease, checked again after any wait for the file).
 
         FencedError when the intent is fenced (nothing is written, the store is not called);
         LedgerError when the transaction did not commit (none of it is durable, though a
@@ -242,13 +255,41 @@ class WrappedStore:
         return joins_commits(self._inner) is not None
 
     async def commit_write(
-        self, intent: AuditEvent, call: StoreWrite, settle: Settle[_R], *, timeout: float | None
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
     ) -> _R:
         inner = joins_commits(self._inner)
         if inner is None:
             raise TypeError("the wrapped store client cannot make a write one commit")
-        made = inner.commit_write(intent, call, settle, timeout=timeout)
-        return await self._around(call.method, call.store_id, made)
+        # The store's refusal is an answer inside the job, not an error of it: raised within
+        # _around here, as a store call's own refusal would be, so that a wrapper's timing
+        # and spans tell it the same way, and then the job's result is answered after all.
+        answers: list[object] = []
+        made: list[_R] = []
+
+        def watched(answer: object) -> tuple[AuditEvent, _R]:
+            answers.append(answer)
+            return settle(answer)
+
+        async def job() -> _R:
+            made.append(
+                await inner.commit_write(intent, call, watched, timeout=timeout, before=before)
+            )
+            if answers and isinstance(answers[0], Exception):
+                raise answers[0]
+            return made[0]
+
+        try:
+            return await self._around(call.method, call.store_id, job())
+        except Exception as error:
+            if made and answers and error is answers[0]:
+                return made[0]
+            raise
 
     async def ping(self) -> None:
         await self._inner.ping()

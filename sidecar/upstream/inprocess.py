@@ -51,7 +51,7 @@ from sidecar.ops import scheduling
 from sidecar.refstore import backend as store
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
 from sidecar.refstore.refusals import StoreRefusal
-from sidecar.upstream.base import Refusal, Settle, StoreWrite
+from sidecar.upstream.base import Refusal, Settle, StoreWrite, nothing
 
 log = structlog.get_logger()
 
@@ -168,11 +168,13 @@ class InProcessStoreClient:
         timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
         workers: int = DEFAULT_WORKERS,
         ledger: SharedLedger | None = None,
+        ledger_wait_seconds: float = defaults.AUDIT_BUSY_TIMEOUT_MS / 1000,
     ) -> None:
         self._backend = backend
         self.timeout_seconds = timeout_seconds
         # Given only where the ledger shares the backend's file (sidecar.fronts.grpc.server).
         self._ledger = ledger if isinstance(backend, OneTransactionBackend) else None
+        self._ledger_wait = ledger_wait_seconds
         self._batches: _BatchRunner | None = None
         self._executor: ThreadPoolExecutor | None = None
         if isinstance(backend, BatchingBackend):
@@ -214,7 +216,13 @@ class InProcessStoreClient:
         return self._ledger is not None and self._batches is not None
 
     async def commit_write(
-        self, intent: AuditEvent, call: StoreWrite, settle: Settle[_R], *, timeout: float | None
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
     ) -> _R:
         ledger, batches, backend = self._ledger, self._batches, self._backend
         if ledger is None or batches is None or not isinstance(backend, OneTransactionBackend):
@@ -222,6 +230,7 @@ class InProcessStoreClient:
         operation, made = self._backend_write(call)
 
         def one_commit(db: Any) -> _R:
+            before()
             [intended] = ledger.append_in(db, [intent])
             if isinstance(intended, LedgerError):  # fenced: nothing of the job is kept
                 raise intended
@@ -241,15 +250,19 @@ class InProcessStoreClient:
         future: asyncio.Future[_R] = loop.create_future()
         batches.submit(_Job(functools.partial(backend.in_one_transaction, one_commit), future,
                             loop))  # fmt: skip
+        # The store's deadline, and the time the intent may wait for the file as the
+        # ledger's own appends may: the three commits in turn do not bound that wait by the
+        # store's deadline either, and ``before`` checks the lease once it is over.
+        bound = (self.timeout_seconds if timeout is None else timeout) + self._ledger_wait
         try:
-            async with asyncio.timeout(self.timeout_seconds if timeout is None else timeout):
+            async with asyncio.timeout(bound):
                 return await future
         except TimeoutError:
             raise StoreDeadlineExceeded(
                 f"{operation} and its audit did not commit in time; the write may have "
                 "landed, and a retry with the same derived id is safe"
             ) from None
-        except LedgerError:
+        except (LedgerError, ActonceError):
             raise
         except Exception as error:
             # The transaction did not commit, or SQLite ended it: none of the job is durable.

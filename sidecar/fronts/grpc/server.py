@@ -326,7 +326,10 @@ async def create_server(
     if ledger is None and config.one_file:
         # One file: the store's connection is its one writer, and the ledger writes through
         # it; a write of one store call then commits with its audit as one transaction.
-        sqlite_backend = SqliteStoreBackend(config.store_path)
+        # The file's lock is the ledger's: its busy timeout is the ledger's too.
+        sqlite_backend = SqliteStoreBackend(
+            config.store_path, busy_timeout_ms=config.audit_busy_timeout_ms
+        )
         backend = sqlite_backend
         ledger = shared = SqliteLedger(config.audit_path, through=sqlite_backend,
                                        busy_timeout_ms=config.audit_busy_timeout_ms)  # fmt: skip
@@ -361,8 +364,10 @@ async def create_server(
         target = embedded_store_socket(config.data_dir)
         embedded, _ = await create_store_server(backend, target)
         os.chmod(target.removeprefix("unix:"), 0o600)
-        upstream = InProcessStoreClient(backend, timeout_seconds=config.store_timeout_seconds,
-                                        ledger=shared)  # fmt: skip
+        upstream = InProcessStoreClient(
+            backend, timeout_seconds=config.store_timeout_seconds, ledger=shared,
+            ledger_wait_seconds=config.audit_busy_timeout_ms / 1000,
+        )  # fmt: skip
     store = instrument_store(upstream, metrics)
     if traces is not None:
         store = traces.store(store)
