@@ -21,7 +21,7 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
-from tests.harness import ServerProcess, free_port, spawn_sidecar, sidecar_config
+from tests.harness import ServerProcess, free_port, sidecar_config, spawn_sidecar
 from tests.helpers.env import scrubbed_env
 from tests.helpers.health import NeverAnswered, wait_serving
 
