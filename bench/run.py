@@ -85,16 +85,22 @@ FLOOR_SCENARIOS = ("create", "notice")
 STORE_SCENARIOS = ("create", "storm", "notice", "read")
 SIDECAR_TARGETS = (
     "sqlite-before",
+    "sqlite-twofiles",
     "sqlite-unaudited",
     "sqlite-audited",
     "postgres-unaudited",
     "postgres-audited",
 )
 ALL_TARGETS = (*FLOOR_TARGETS, "store", "store-postgres", *SIDECAR_TARGETS)
+# Targets a run can name besides those it runs by default: `actonce serve` on PostgreSQL as
+# it was at --before-ref, and a data folder of two files (one made before the store moved
+# into the ledger's file), whose writes make their three commits in turn.
+EXTRA_TARGETS = ("postgres-before", "sqlite-batch")
 SMOKE_TARGETS = ("floor1", "floor3", "store", "sqlite-unaudited", "sqlite-audited")
 # Concurrency 1: the floor and the writes, on the store alone and each SQLite sidecar in the run.
 C1_SCENARIOS = ("health", "notice", "create", "edit")
-C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited", "sqlite-audited")
+C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
+              "sqlite-twofiles", "sqlite-audited", "postgres-audited")  # fmt: skip
 PARTS = ("saturation", "c1", "contended", "peers", "half-rate", "growth", "tracing", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
@@ -295,6 +301,10 @@ def start_target(
         args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     elif mode == "unaudited":
         args, kind = [*serve, "--unaudited"], "sidecar"
+    elif mode == "twofiles":  # a folder with the store's file of its own, as made before
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "store.db").touch()
+        args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     elif mode == "batch":  # audited, its writer threads under SCHED_BATCH (bench only)
         args, kind = [*serve, "--sched-batch"], "sidecar"
     elif mode == "profiled":  # audited, under cProfile (bench/profile.py names the file)
@@ -552,10 +562,11 @@ def run_c1(ghz: Path, plan: Plan, work: Path) -> None:
     and the store alone's own Health/Check, PostMessage and CreateArtifact, one call at a
     time, in alternated rounds (targets and scenarios both rotated)."""
     targets = [t for t in C1_TARGETS if t in plan.targets]
+    dsns = postgres_dsns(targets)
     for round_ in range(plan.c1_rounds):
         plan.fsync.append(fsync_ms(work))
         for name in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
-            target = start_target(name, work)
+            target = start_target(name, work, dsns=dsns.get(name))
             try:
                 env = prepare(target)
                 measure(ghz, "notice", target, env, seconds=plan.warmup_seconds, concurrency=1)
@@ -809,7 +820,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         targets = [t for t in args.targets.split(",") if t]
         parts = [p for p in args.parts.split(",") if p]
-        unknown = sorted(set(targets) - set(ALL_TARGETS)) + sorted(set(parts) - set(PARTS))
+        known = {*ALL_TARGETS, *EXTRA_TARGETS}
+        unknown = sorted(set(targets) - known) + sorted(set(parts) - set(PARTS))
         if unknown:
             parser.error(f"unknown targets or parts {unknown}; known: "
                          f"{', '.join(ALL_TARGETS)}; {', '.join(PARTS)}")  # fmt: skip
