@@ -174,6 +174,8 @@ class WrappedStore:
 
     def __init__(self, inner: StoreClient) -> None:
         self._inner = inner
+        # Found once: a runtime Protocol's isinstance is slow on a write's path.
+        self._joined = joins_commits(inner)
 
     async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
         return await call
@@ -252,7 +254,7 @@ class WrappedStore:
 
     @property
     def commits_writes(self) -> bool:
-        return joins_commits(self._inner) is not None
+        return self._joined is not None
 
     async def commit_write(
         self,
@@ -263,7 +265,7 @@ class WrappedStore:
         timeout: float | None,
         before: Callable[[], None] = nothing,
     ) -> _R:
-        inner = joins_commits(self._inner)
+        inner = self._joined
         if inner is None:
             raise TypeError("the wrapped store client cannot make a write one commit")
         # The store's refusal is an answer inside the job, not an error of it: raised within

@@ -173,7 +173,11 @@ class InProcessStoreClient:
         self._backend = backend
         self.timeout_seconds = timeout_seconds
         # Given only where the ledger shares the backend's file (sidecar.fronts.grpc.server).
-        self._ledger = ledger if isinstance(backend, OneTransactionBackend) else None
+        # Checked once: a runtime Protocol's isinstance is slow on a write's path.
+        self._one_transaction = (
+            backend if ledger is not None and isinstance(backend, OneTransactionBackend) else None
+        )
+        self._ledger = ledger if self._one_transaction is not None else None
         self._ledger_wait = ledger_wait_seconds
         self._batches: _BatchRunner | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -224,8 +228,8 @@ class InProcessStoreClient:
         timeout: float | None,
         before: Callable[[], None] = nothing,
     ) -> _R:
-        ledger, batches, backend = self._ledger, self._batches, self._backend
-        if ledger is None or batches is None or not isinstance(backend, OneTransactionBackend):
+        ledger, batches, backend = self._ledger, self._batches, self._one_transaction
+        if ledger is None or batches is None or backend is None:
             raise TypeError("this store does not share the ledger's file")
         operation, made = self._backend_write(call)
 
