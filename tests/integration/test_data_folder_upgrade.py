@@ -85,7 +85,7 @@ class _Stub:
         self.channel.close()
 
 
-def _writes(stub: pb_grpc.RunActionsServiceStub, run_id: str) -> tuple[str, list[int]]:
+def _writes(stub: pb_grpc.RunActionsServiceStub, run_id: str) -> tuple[str, list[object]]:
     """One attempt's writes: a thread, a notice, two creates; their id and outcomes."""
     attempt = stub.BeginAttempt(
         pb.BeginAttemptRequest(run_id=run_id, rule="triage", checkpoint="cp-0")
