@@ -85,7 +85,7 @@ class _Stub:
         self.channel.close()
 
 
-def _writes(stub: pb_grpc.RunActionsServiceStub, run_id: str) -> tuple[str, list[object]]:
+def _writes(stub: pb_grpc.RunActionsServiceStub, run_id: str) -> tuple[str, list[int]]:
     """One attempt's writes: a thread, a notice, two creates; their id and outcomes."""
     attempt = stub.BeginAttempt(
         pb.BeginAttemptRequest(run_id=run_id, rule="triage", checkpoint="cp-0")
@@ -96,7 +96,7 @@ def _writes(stub: pb_grpc.RunActionsServiceStub, run_id: str) -> tuple[str, list
     creates = [stub.Create(pb.CreateRequest(attempt_id=attempt, kind="ticket",
                                             data_json=f'{{"n":{n}}}')) for n in range(2)]  # fmt: skip
     outcomes = [thread.outcome, notice.outcome, *(c.outcome for c in creates)]
-    return creates[0].id, outcomes
+    return creates[0].id, [int(o) for o in outcomes]
 
 
 def _tables(path: Path) -> set[str]:
