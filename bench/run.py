@@ -74,7 +74,7 @@ LOAD_CORE = 1
 # The "before" target's code: the commit before the latest speed work, so that each change
 # is measured beside what it replaced, in the same run. `--before-ref` (or BENCH_BEFORE_REF)
 # names another commit.
-BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "2c379812ce7f49fc8c4d5845ce1a5c76a72d9b26")
+BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "1bb115c338680079ef36847b7743506d0345de88")
 
 SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
 # The floors (bench/floor.py): a bare grpcio aio server making one SQLite commit per write
