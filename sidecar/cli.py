@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -62,6 +63,16 @@ def _dsn(text: str) -> str:
     if not text.startswith(("postgresql://", "postgres://")):
         raise ValueError("expected a postgresql:// DSN")
     return text
+
+
+def _dsn_file(text: str) -> str:
+    # A Secret mounted as a file: the DSN, with its password, is in no flag, variable or
+    # pod spec. Read at start-up, so that a missing mount stops the sidecar with its path.
+    path = _readable_file(text)
+    try:
+        return _dsn(path.read_text(encoding="utf-8").strip())
+    except ValueError:
+        raise ValueError("holds no postgresql:// DSN") from None
 
 
 def _host_port(text: str) -> str:
@@ -154,10 +165,14 @@ SERVE_SETTINGS: dict[str, Setting] = {
                    "the audit ledger's SQLite file (default DATA_DIR/audit.db)"),
     "--audit-dsn": ("ACTONCE_AUDIT_DSN", _dsn, None,
                     "PostgreSQL DSN of a ledger shared by many sidecars, instead of --audit-db"),
+    "--audit-dsn-file": ("ACTONCE_AUDIT_DSN_FILE", _dsn_file, None,
+                         "file holding --audit-dsn's DSN (a Secret mount), instead of it"),
     "--store-target": ("ACTONCE_STORE_TARGET", _listen, None,
                        "HOST:PORT or unix:PATH of an external store, instead of the embedded one"),
     "--store-dsn": ("ACTONCE_STORE_DSN", _dsn, None,
                     "PostgreSQL DSN for the reference store's data, instead of DATA_DIR"),
+    "--store-dsn-file": ("ACTONCE_STORE_DSN_FILE", _dsn_file, None,
+                         "file holding --store-dsn's DSN (a Secret mount), instead of it"),
     "--send-allowlist": ("ACTONCE_SEND_ALLOWLIST", _allowlist, frozenset(),
                          "comma-separated rules allowed to Send (ask for a thread's turn)"),
     "--rules": ("ACTONCE_RULES", _rules, None,
@@ -207,8 +222,13 @@ SERVE_SETTINGS: dict[str, Setting] = {
                                "NAME=FILE: a file of 'Header: value' lines sent to that "
                                "upstream (tokens); repeatable"),
     "--tool-effects": ("ACTONCE_TOOL_EFFECTS", _readable_file, None,
-                       "JSON or YAML map from NAME__tool to a ToolEffect value name; a tool "
-                       "it does not name is TOOL_EFFECT_NON_IDEMPOTENT_WRITE"),
+                       "JSON or YAML map from NAME__tool to a ToolEffect value name, or to "
+                       "{effect, idempotency_key, errors_mean_nothing_happened}; a tool it "
+                       "does not name is TOOL_EFFECT_NON_IDEMPOTENT_WRITE"),
+    "--mcp-upstream-timeout": ("ACTONCE_MCP_UPSTREAM_TIMEOUT", _positive_float,
+                               defaults.MCP_UPSTREAM_TIMEOUT_SECONDS,
+                               "seconds the gateway waits for an upstream's answer; a call "
+                               "sent and not answered in time is UPSTREAM_FAILED"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
@@ -221,6 +241,7 @@ AUDIT_SETTINGS: dict[str, Setting] = {
     "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
                    "the ledger's SQLite file (default .actonce/audit.db)"),
     "--audit-dsn": SERVE_SETTINGS["--audit-dsn"],
+    "--audit-dsn-file": SERVE_SETTINGS["--audit-dsn-file"],
 }  # fmt: skip
 
 CONSOLE_SETTINGS: dict[str, Setting] = {
@@ -244,6 +265,7 @@ STORE_SETTINGS: dict[str, Setting] = {
     "--data-dir": ("ACTONCE_STORE_DATA_DIR", Path, Path(".actonce-store"),
                    "folder for the store's SQLite file"),
     "--store-dsn": SERVE_SETTINGS["--store-dsn"],
+    "--store-dsn-file": SERVE_SETTINGS["--store-dsn-file"],
     # The same variable as the sidecar's --store-token-file: both sides read one Secret.
     "--token-file": ("ACTONCE_STORE_TOKEN_FILE", _readable_file, None,
                      "file holding the bearer token every store call must carry; "
@@ -286,6 +308,19 @@ def _resolve(args: argparse.Namespace, settings: dict[str, Setting]) -> dict[str
             # A DSN carries its password: the one line names the setting, not its value.
             shown = "" if env.endswith("_DSN") else f"={raw!r}"
             raise ConfigError(f"{source}{shown} is not valid: {exc}") from None
+    return _dsns_from_files(values)
+
+
+def _dsns_from_files(values: dict[str, Any]) -> dict[str, Any]:
+    """A DSN read from its file takes the DSN's place; both at once name it twice."""
+    for key in ("audit_dsn", "store_dsn"):
+        from_file = values.pop(f"{key}_file", None)
+        if from_file is None:
+            continue
+        if values.get(key):
+            flag = key.replace("_", "-")
+            raise ConfigError(f"--{flag} and --{flag}-file both name a DSN: give one")
+        values[key] = from_file
     return values
 
 
@@ -332,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("pending", "what needs a person, newest first; exit 3 when anything is pending"),
         ("resolve", "record a person's decision on a pending step or write"),
         ("prune", "export the oldest events to a file, then remove them from the ledger"),
+        ("migrate", "create or upgrade a PostgreSQL ledger's schema, as its owner role"),
     ]:
         sub = audit_commands.add_parser(name, help=text)
         if name == "show":
@@ -352,8 +388,19 @@ def build_parser() -> argparse.ArgumentParser:
                 "--export", required=True, type=Path, metavar="PATH",
                 help="a new file that receives what is removed, as `audit export` writes it",
             )  # fmt: skip
+        if name == "migrate":
+            sub.add_argument(
+                "--writer-role", metavar="NAME",
+                help="an existing role the sidecars connect as: granted only what they need "
+                "(append events, fence, bind runs, decide), never to UPDATE or DELETE an event",
+            )  # fmt: skip
         if name == "pending":
             sub.add_argument("--json", action="store_true", help="one JSON object a line")
+            sub.add_argument(
+                "--in-flight", action="store_true",
+                help="list instead the steps whose call is in flight on a live sidecar: "
+                "not in doubt, and not decidable until their attempt is no longer live",
+            )  # fmt: skip
         if name == "resolve":
             _add_decision(sub)
         _add_settings(sub, AUDIT_SETTINGS)
@@ -453,7 +500,18 @@ def config_from(values: dict[str, Any]) -> Config:
         mcp_upstreams=values["mcp_upstream"],
         mcp_upstream_headers=values["mcp_upstream_headers"],
         tool_effects=values["tool_effects"],
+        mcp_upstream_timeout_seconds=values["mcp_upstream_timeout"],
     )
+
+
+def _cannot_start(exc: Exception) -> bool:
+    """Whether ``exc`` says a ledger, a store or an address cannot be used (refused,
+    unreachable, a schema this sidecar cannot use): one line at start-up, as every setting
+    error, never a traceback. Its classes are imported only when something failed."""
+    from sidecar.ledger.base import LedgerError
+    from sidecar.refstore.backend import StoreUnavailableError
+
+    return isinstance(exc, OSError | sqlite3.Error | LedgerError | StoreUnavailableError)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -472,8 +530,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             values = _resolve(args, AUDIT_SETTINGS)
             from sidecar.ledger.audit_command import run_audit
 
-            for key in ("json", "item_id", "decision", "result_json", "by", "reason",
-                        "with_export", "before", "export"):  # fmt: skip
+            for key in ("json", "in_flight", "item_id", "decision", "result_json", "by", "reason",
+                        "with_export", "before", "export", "writer_role"):  # fmt: skip
                 values[key] = getattr(args, key, None)
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
         elif args.command == "console":
@@ -512,8 +570,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
     except (ConfigError, tracing_settings.TracingSettingError) as exc:
         _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot start: {exc}")
+    except Exception as exc:
+        if not _cannot_start(exc):
+            raise
+        _fail(f"cannot start: {' '.join(str(exc).split())}")
     except KeyboardInterrupt:
         pass
 

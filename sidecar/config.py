@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from sidecar import defaults
 
@@ -57,6 +58,13 @@ class Config:
     mcp_upstreams: dict[str, str] = field(default_factory=dict)
     mcp_upstream_headers: dict[str, Path] = field(default_factory=dict)
     tool_effects: Path | None = None
+    mcp_upstream_timeout_seconds: float = defaults.MCP_UPSTREAM_TIMEOUT_SECONDS
+
+    @property
+    def ledger(self) -> str:
+        """The ledger actually used, as a log line may name it: the DSN without its
+        password, or the SQLite file."""
+        return without_password(self.audit_dsn) if self.audit_dsn else str(self.audit_path)
 
     @property
     def audit_path(self) -> Path:
@@ -87,3 +95,16 @@ def embedded_store_file(data_dir: Path, audit_db: Path | None = None) -> Path:
     if own.exists() or (audit_db is not None and audit_db != default_ledger):
         return own
     return default_ledger
+
+
+def without_password(dsn: str) -> str:
+    """A postgresql:// DSN with its password (in the URL or as a parameter) left out."""
+    parts = urlsplit(dsn)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}@{host}"
+    query = "&".join(
+        item for item in parts.query.split("&") if item and not item.startswith("password=")
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -15,6 +15,7 @@ builds a status by hand: :func:`to_status` turns any of these into a
     ├── ArtifactArchived         INVALID_STATE           PERMANENT
     ├── SendNotAllowed           FORBIDDEN               PERMANENT
     ├── RuleNotServed            FORBIDDEN               PERMANENT
+    ├── RunOfAnotherRule         FORBIDDEN               PERMANENT
     ├── LeaseExpired             LEASE_EXPIRED           RETRYABLE
     ├── AttemptFenced            ATTEMPT_FENCED          RETRYABLE
     ├── InDoubt                  IN_DOUBT                UNKNOWN
@@ -72,9 +73,13 @@ class ActonceError(Exception):
         code: grpc.StatusCode | None = None,
         metadata: Mapping[str, str] | None = None,
         violations: Sequence[FieldViolation] = (),
+        nothing_sent: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
+        # Set where the sidecar knows the write was never sent to the store: it did
+        # not land, and the audit says so (not "may have landed").
+        self.nothing_sent = nothing_sent
         if reason is not None:
             self.reason = reason
         if failure_class is not None:
@@ -171,6 +176,15 @@ class SendNotAllowed(ActonceError):
 
 class RuleNotServed(ActonceError):
     """BeginAttempt for a rule the operator did not pin this sidecar to (``--rules``)."""
+
+    reason = RefusalCode.FORBIDDEN.value
+    failure_class = FailureClass.PERMANENT
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class RunOfAnotherRule(ActonceError):
+    """BeginAttempt of a run under another rule than the one its first attempt began
+    under: a run belongs to its rule, on every sidecar sharing the ledger."""
 
     reason = RefusalCode.FORBIDDEN.value
     failure_class = FailureClass.PERMANENT

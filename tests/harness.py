@@ -7,6 +7,7 @@ call it through ordinary blocking stubs exactly as an agent would.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import subprocess
 import sys
@@ -238,11 +239,20 @@ class ServerProcess:
             self.process.kill()
         self.process.wait(10)
 
+    def drain(self, timeout: float = 30) -> int:
+        """Stop it as an orchestrator does (SIGTERM), and wait for it to exit."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
 
-def spawn_sidecar(config: Config, log_path: Path, *extra: str) -> ServerProcess:
-    """Start a sidecar process with ``config``'s settings and wait until it is SERVING."""
+
+def spawn_sidecar(
+    config: Config, log_path: Path, *extra: str, prefix: Sequence[str] = ()
+) -> ServerProcess:
+    """Start a sidecar process with ``config``'s settings and wait until it is SERVING;
+    ``prefix`` runs it under another command (faketime, say)."""
     port = free_port()
-    args = [sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"127.0.0.1:{port}",
+    args = [*prefix, sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"127.0.0.1:{port}",
             "--data-dir", str(config.data_dir), "--log-format", "json", *extra]  # fmt: skip
     if config.audit_dsn:
         args += ["--audit-dsn", config.audit_dsn]

@@ -41,7 +41,13 @@ from starlette.templating import Jinja2Templates
 from sidecar.console import timeline
 from sidecar.console.chain import ChainWatch
 from sidecar.errors import InvalidArgument
-from sidecar.ledger.operator import OUTCOMES, OperatorLedger, PendingTracker, RunFilter
+from sidecar.ledger.operator import (
+    OUTCOMES,
+    InFlight,
+    OperatorLedger,
+    PendingTracker,
+    RunFilter,
+)
 from sidecar.ledger.pending import Decision, DecisionRefused, PendingItem
 from sidecar.rules import canonical
 
@@ -65,6 +71,9 @@ class ConsoleState:
 
     def pending(self) -> list[PendingItem]:
         return self.tracker.items()
+
+    def in_flight(self) -> list[InFlight]:
+        return self.tracker.in_flight()
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -175,11 +184,16 @@ def create_app(
 
     async def pending_page(request: Request) -> Response:
         items = await run_in_threadpool(state.pending)
+        flying = await run_in_threadpool(state.in_flight)
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"pending": [i.as_json() for i in items]})
-        return await run_in_threadpool(
-            page, request, "pending.html", {"items": items[:PENDING_SHOWN], "total": len(items)}
-        )
+            return JSONResponse(
+                {
+                    "pending": [i.as_json() for i in items],
+                    "in_flight": [{**f.item.as_json(), "note": f.note} for f in flying],
+                }
+            )
+        shown = {"items": items[:PENDING_SHOWN], "total": len(items), "in_flight": flying}
+        return await run_in_threadpool(page, request, "pending.html", shown)
 
     async def resolve(request: Request) -> Response:
         item_id = request.path_params["item_id"]

@@ -67,6 +67,7 @@ class Entry:
     fences: int = 0  # attempt_begin: the attempt this one fenced
     by_decision: bool = False  # a step answered from an operator's decision, not an attempt's end
     trace_id: str = ""  # the trace of the call that made the entry, when it was traced
+    error: str = ""  # a step whose call failed: what its tool answered, or why none came
 
     @property
     def elapsed_ms(self) -> float | None:
@@ -161,6 +162,8 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
                 e.failure_class,
             )
             entry.state = _settled_state(entry)
+            if e.detail.get("landed") == "unknown":
+                entry.state = "may_have_landed"  # the store was called: it may have it
             if entry.kind == "step" and entry.state == "already_applied":
                 entry.by_decision = decided.get(e.derived_id) == "ran"
         elif e.phase == Phase.STEP_END:
@@ -174,6 +177,14 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
             if entry_or_none is not None:
                 entry_or_none.ended_ts = stored.ts
                 entry_or_none.state = "aborted"
+        elif e.phase == Phase.STEP_FAILED:
+            entry_or_none = open_entries.get(key)
+            if entry_or_none is not None:
+                entry_or_none.state = "call_failed"
+                entry_or_none.error = str(e.detail.get("error", ""))
+        elif e.phase == Phase.LEASE:
+            if attempt is not None:
+                attempt.lease_deadline = str(e.detail.get("lease_deadline", ""))
         elif e.phase == Phase.READ:
             entries.append(
                 _entry(

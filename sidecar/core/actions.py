@@ -11,10 +11,10 @@ its answer is classified, is written here, one ``perform`` per write.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 import structlog
 
@@ -40,6 +40,8 @@ from sidecar.rules import canonical, edits, effects, ids, refusals
 from sidecar.upstream.base import Refusal, StoreClient, StoreWrite, WriteMethod, joins_commits
 
 log = structlog.get_logger()
+
+T = TypeVar("T")
 
 
 def _no_reread() -> None:
@@ -95,9 +97,8 @@ class RunActions:
         return await self._lifecycle.end(attempt_id)
 
     async def extend_lease(self, attempt_id: str, lease_deadline: datetime) -> datetime:
-        leases.require_future(lease_deadline)
-        self._attempt(attempt_id).lease_deadline = lease_deadline
-        return lease_deadline
+        self._attempt(attempt_id)
+        return await self._lifecycle.extend(attempt_id, lease_deadline)
 
     async def settle(self) -> None:
         """Wait until every write under way, also those whose callers gave up, has
@@ -222,8 +223,8 @@ class RunActions:
         kind = "message" if is_send else "notice"
 
         def call(derived: str) -> StoreWrite:
-            return StoreWrite("post_message", derived, (derived, thread_id, kind, text),
-                              {"request_turn": is_send})  # fmt: skip
+            arguments = (derived, thread_id, kind, text)
+            return StoreWrite("post_message", derived, arguments, {"request_turn": is_send})
 
         perform = OneCall(self.store, call, _applied_or_used, lambda: self._deadline(attempt))
 
@@ -253,14 +254,18 @@ class RunActions:
     # -- steps: the agent's own tools (docs/design.md, "Steps") --------------
 
     async def begin_step(
-        self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str
-    ) -> WriteResult:
+        self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str,
+        wait_seconds: float | None = None,
+    ) -> WriteResult:  # fmt: skip
+        """Begin a step; a BeginStep that repeats one of this attempt still open waits
+        up to ``wait_seconds`` (default: the settings') for it to end."""
         canonical.require_name(tool, "tool")
         _args, form = canonical.parse_canonical(args_json, "args_json")
         attempt = self._attempt(attempt_id)
+        wait = self.settings.step_repeat_wait_seconds if wait_seconds is None else wait_seconds
         return await self._steps.begin(
             attempt, tool=tool, declared=effects.declared(effect),
-            args_digest=canonical.digest(form), request_id=request_id,
+            args_digest=canonical.digest(form), request_id=request_id, wait_seconds=wait,
         )  # fmt: skip
 
     async def end_step(
@@ -285,6 +290,22 @@ class RunActions:
         writes.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         return await self._steps.abort(attempt, step_id, reason=reason, request_id=request_id)
+
+    async def fail_step(
+        self, *, attempt_id: str, step_id: str, error: str, request_id: str
+    ) -> WriteResult:
+        """Record that a begun step's call was sent and failed, or that its tool answered
+        an error: it may have acted and has not ended (sidecar.core.steps)."""
+        canonical.require_name(step_id, "step_id")
+        writes.require_request_id(request_id)
+        attempt = self._attempt(attempt_id)
+        return await self._steps.fail(attempt, step_id, error=error, request_id=request_id)
+
+    async def to_the_end(self, attempt_id: str, work: Awaitable[T]) -> T:
+        """Await ``work``, a call of ``attempt_id``'s, in a task of its own that goes on
+        if the caller gives up, as a write does: EndAttempt and the drain wait for it."""
+        attempt = self._attempt(attempt_id)
+        return await self._path.to_the_end(attempt, work)
 
     # -- reads ----------------------------------------------------------------
 
@@ -337,7 +358,8 @@ class _Edit:
         except TurnNotCome:
             raise StoreDeadlineExceeded(
                 f"edits of artifact {self.artifact_id} queued in this sidecar past the store's "
-                "deadline; this one was not sent, and a retry with the same derived id is safe"
+                "deadline; this one was not sent, and a retry with the same derived id is safe",
+                nothing_sent=True,
             ) from None
 
     async def _edit(self, derived: str) -> WriteResult:

@@ -16,16 +16,18 @@ writes get the same derived ids.
 from __future__ import annotations
 
 import asyncio
+import enum
 import secrets
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NotRequired, TypedDict, Unpack
 
 from sidecar import defaults
-from sidecar.core.types import AttemptCounts, Outcome, WriteResult
+from sidecar.core.requests import REQUEST_BYTES, Requests
+from sidecar.core.types import AttemptCounts, Outcome
 from sidecar.errors import InvalidArgument, UnknownAttempt
 from sidecar.rules import effects
 from sidecar.rules.ids import Identity, WriteType
@@ -33,21 +35,16 @@ from sidecar.rules.ids import Identity, WriteType
 # How many ended attempts' answers are kept for a repeated EndAttempt (bounded
 # memory: the oldest are forgotten first).
 ENDED_REMEMBERED = 10_000
-# What a live attempt and each request_id it holds cost, about (Python objects
-# measured with tracemalloc, rounded up): the memory bound counts these. The
-# process's resident memory grows about twice as fast (allocator slack, the
-# ledger's and gRPC's buffers), which the defaults below allow for.
+# What a live attempt costs, about (Python objects measured with tracemalloc, rounded
+# up), and each call it holds (sidecar.core.requests.REQUEST_BYTES): the memory bound
+# counts these. The process's resident memory grows about twice as fast (allocator
+# slack, the ledger's and gRPC's buffers), which the defaults below allow for.
 ATTEMPT_BYTES = 1024
-REQUEST_BYTES = 2560
 
 # Why an attempt was forgotten before it ended.
 IDLE = "idle"
 PRESSURE = "pressure"
 ForgetHook = Callable[["Attempt", str], None]
-
-
-def _no_charge(_bytes: int) -> None:
-    return None
 
 
 class Occurrences:
@@ -79,41 +76,60 @@ class Occurrences:
         return frozenset(self._taken.get((write_type, identity), ()))
 
 
-@dataclass
-class _Request:
-    fingerprint: Hashable
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    answer: WriteResult | None = None
-    # The occurrence a call of this request took once its write may have landed
-    # and whose outcome is unknown: a repeat makes that same write again.
-    occurrence: int | None = None
+class StepStatus(enum.Enum):
+    """Where a step this attempt began stands."""
+
+    RUNNING = "running"  # begun: its call is under way
+    ENDED = "ended"  # its effect happened: a repeat gets its result
+    ABORTED = "aborted"  # its effect did not happen: a repeat runs it anew
+    FAILED = "failed"  # its call was sent and failed, or answered an error: it may have acted
+    REFUSED = "refused"  # its begin was refused: nothing ran
 
 
-@dataclass(frozen=True)
-class Claim:
-    """What a call with a request_id may do: send the first answer again, or make
-    the write, under ``occurrence`` when an earlier call of it may have landed."""
-
-    answer: WriteResult | None = None
-    occurrence: int | None = None
-
-
-@dataclass
+@dataclass(eq=False)
 class StepState:
-    """A step this attempt began: its effect, and whether it ended or was aborted."""
+    """A step this attempt began: its tool, effect, identity and occurrence, where it
+    stands, and the result it ended with."""
 
     tool: str
     effect: effects.ToolEffect
-    ended: bool = False
+    identity: Identity = ()
+    occurrence: int = 0
+    step_id: str = ""
+    status: StepStatus = StepStatus.RUNNING
+    result_json: str = ""
+    # Set whenever the step is not running: a repeat of it waits for this.
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
     # Two EndSteps of one step at once: the second waits, then finds it ended.
     ending: asyncio.Lock = field(default_factory=asyncio.Lock)
-    aborted: bool = False
-    identity: Identity = ()
 
     @property
     def is_write(self) -> bool:
         """Whether the step writes: its audit then fails closed, else it is best effort."""
         return effects.is_write(self.effect)
+
+    @property
+    def ended(self) -> bool:
+        return self.status is StepStatus.ENDED
+
+    @property
+    def aborted(self) -> bool:
+        return self.status is StepStatus.ABORTED
+
+    @property
+    def is_open(self) -> bool:
+        """Whether an identical call is this step repeated: it runs, or may have acted."""
+        return self.status in (StepStatus.RUNNING, StepStatus.FAILED)
+
+    def settle(self, status: StepStatus, result_json: str = "") -> None:
+        self.status = status
+        self.result_json = result_json
+        self.settled.set()
+
+    def run_again(self) -> None:
+        """A repeat runs the step again (it is idempotent): it is under way once more."""
+        self.status = StepStatus.RUNNING
+        self.settled = asyncio.Event()
 
 
 class AttemptStart(TypedDict):
@@ -147,61 +163,16 @@ class Attempt:
     last_used: float = field(default_factory=time.monotonic)
     steps: dict[str, StepState] = field(default_factory=dict)
     # Writes under way, also those whose caller gave up: EndAttempt counts them too.
-    writing: set[asyncio.Task[WriteResult]] = field(default_factory=set)
-    _requests: dict[str, _Request] = field(default_factory=dict)
-    # Tells the registry how the attempt's memory grows (request ids it holds).
-    charge: Callable[[int], None] = field(default=_no_charge, repr=False, compare=False)
+    writing: set[asyncio.Task[object]] = field(default_factory=set)
+    # The calls a repeat can meet (sidecar.core.requests); the registry gives it a
+    # charge that tells how the attempt's memory grows.
+    requests: Requests = field(default_factory=Requests)
 
-    async def claim(self, request_id: str, fingerprint: Hashable) -> Claim:
-        """The first answer to ``request_id`` if it was answered; else the caller's
-        claim on the request, which it settles with :meth:`answered`,
-        :meth:`released` or :meth:`unsettled`.
-
-        A repeat that arrives while the first call is in flight waits for it. A
-        repeat of a call whose write may have landed, outcome unknown, gets that
-        write's occurrence, never a new one. Reusing a request_id for a different
-        request is bad input (AIP-155).
-        """
-        while True:
-            held = self._requests.get(request_id)
-            if held is None:
-                self._requests[request_id] = _Request(fingerprint)
-                self.charge(REQUEST_BYTES)
-                return Claim()
-            if held.fingerprint != fingerprint:
-                raise InvalidArgument(
-                    "request_id", "was already used in this attempt for a different request"
-                )
-            if not held.done.is_set():
-                await held.done.wait()
-                continue
-            if held.answer is not None:
-                return Claim(answer=held.answer)
-            # Unsettled: this repeat makes the same write again, and holds it meanwhile.
-            held.done = asyncio.Event()
-            return Claim(occurrence=held.occurrence)
-
-    def answered(self, request_id: str, answer: WriteResult) -> None:
-        """Record the answer to a claimed request_id."""
-        held = self._requests.get(request_id)
-        if held is not None:
-            held.answer = answer
-            held.done.set()
-
-    def released(self, request_id: str) -> None:
-        """Release a claimed request_id whose write did not land, so a repeat runs anew."""
-        held = self._requests.pop(request_id, None)
-        if held is not None:
-            self.charge(-REQUEST_BYTES)
-            held.done.set()
-
-    def unsettled(self, request_id: str, occurrence: int) -> None:
-        """Bind a claimed request_id to the occurrence of a write that may have landed
-        but was not answered: a repeat makes that write again under the same id."""
-        held = self._requests.get(request_id)
-        if held is not None:
-            held.occurrence = occurrence
-            held.done.set()
+    def open_step(self, identity: Identity) -> StepState | None:
+        """The oldest step of ``identity`` that an identical call repeats: one that
+        runs, or that may have acted without an answer."""
+        found = [s for s in self.steps.values() if s.identity == identity and s.is_open]
+        return min(found, key=lambda s: s.occurrence) if found else None
 
 
 class AttemptRegistry:
@@ -226,7 +197,7 @@ class AttemptRegistry:
         self._idle_ttl = idle_ttl_seconds
         self._max_attempts = max_attempts
         self._max_bytes = max_bytes
-        self._on_forget = on_forget
+        self._on_forget: list[ForgetHook] = [on_forget] if on_forget is not None else []
         self._bytes = 0
 
     @property
@@ -237,7 +208,7 @@ class AttemptRegistry:
     def begin(self, *, id_scheme: int = 1, **start: Unpack[AttemptStart]) -> Attempt:
         self.expire()
         attempt = Attempt(attempt_id=f"att_{secrets.token_hex(16)}", id_scheme=id_scheme, **start)
-        attempt.charge = self._charge_for(attempt)
+        attempt.requests = Requests(self._charge_for(attempt))
         self._attempts[attempt.attempt_id] = attempt
         self._bytes += ATTEMPT_BYTES
         self._shed(keep=attempt.attempt_id)
@@ -311,14 +282,18 @@ class AttemptRegistry:
                 return  # the attempt in use alone exceeds the bound: keep it
             self._forget(oldest, PRESSURE)
 
+    def also_on_forget(self, hook: ForgetHook) -> None:
+        """Have ``hook`` hear of each attempt forgotten early too."""
+        self._on_forget.append(hook)
+
     def _forget(self, attempt: Attempt, why: str) -> None:
         self._drop(attempt.attempt_id)
-        if self._on_forget is not None:
-            self._on_forget(attempt, why)
+        for hook in self._on_forget:
+            hook(attempt, why)
 
     def _drop(self, attempt_id: str) -> None:
         attempt = self._attempts.pop(attempt_id)
-        self._bytes -= ATTEMPT_BYTES + REQUEST_BYTES * len(attempt._requests)
+        self._bytes -= ATTEMPT_BYTES + REQUEST_BYTES * len(attempt.requests)
 
     def __len__(self) -> int:
         return len(self._attempts)

@@ -3,8 +3,9 @@
 A required event fails its call closed when it cannot be made durable
 (AUDIT_PERSISTENCE_FAILED); a best-effort one is logged when it is lost, and the
 call goes on. Either way, an event refused because a newer attempt of the run
-fenced this one stops the attempt (ATTEMPT_FENCED). Every event names the front
-its call came through.
+fenced this one stops the attempt (ATTEMPT_FENCED), and a begin refused because
+its run belongs to another rule is FORBIDDEN. Every event names the front its
+call came through.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 import structlog
 
 from sidecar.core.attempts import Attempt
-from sidecar.errors import ActonceError, AttemptFenced, AuditPersistenceFailed
-from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError
+from sidecar.errors import ActonceError, AttemptFenced, AuditPersistenceFailed, RunOfAnotherRule
+from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, RunRuleError
 
 log = structlog.get_logger()
 
@@ -94,10 +95,20 @@ class Audit:
 
 def not_durable(event: AuditEvent, exc: LedgerError, *, because: str = "") -> ActonceError:
     """The error a call fails closed with when ``event`` could not be made durable:
-    ATTEMPT_FENCED when a newer attempt fenced it, else AUDIT_PERSISTENCE_FAILED."""
+    ATTEMPT_FENCED when a newer attempt fenced it, FORBIDDEN when its run belongs to
+    another rule, else AUDIT_PERSISTENCE_FAILED."""
     if isinstance(exc, FencedError):
         return _fenced(event, exc)
+    if isinstance(exc, RunRuleError):
+        return _other_rule(exc)
     return AuditPersistenceFailed(f"{because}: {exc}" if because else str(exc))
+
+
+def _other_rule(exc: RunRuleError) -> RunOfAnotherRule:
+    return RunOfAnotherRule(
+        f"{exc}: an attempt of it under another rule is refused",
+        metadata={"run_id": exc.run_id, "rule": exc.rule, "run_rule": exc.run_rule},
+    )
 
 
 def _fenced(event: AuditEvent, exc: FencedError) -> AttemptFenced:

@@ -8,6 +8,7 @@ once every write it made has ended, also those whose callers gave up.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Unpack
 
 import structlog
@@ -16,7 +17,7 @@ from sidecar.core import leases
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
-from sidecar.errors import AuditPersistenceFailed, InvalidArgument, RuleNotServed
+from sidecar.errors import ActonceError, AuditPersistenceFailed, InvalidArgument, RuleNotServed
 from sidecar.ledger.base import LedgerError, Phase
 from sidecar.rules import canonical, ids
 
@@ -28,6 +29,31 @@ class Lifecycle:
         self.attempts = attempts
         self.audit = audit
         self.settings = settings
+        self._forgetting: set[asyncio.Task[None]] = set()
+        attempts.also_on_forget(self._forgotten)
+
+    def _forgotten(self, attempt: Attempt, why: str) -> None:
+        # An attempt forgotten early ends, as the ledger sees it: its steps are no longer
+        # in flight, and an operator may decide them (sidecar.ledger.liveness).
+        ended = event(attempt, "EndAttempt", Phase.ATTEMPT_END, detail={"forgotten": why})
+        task = asyncio.ensure_future(self.audit.best_effort(ended, lost="attempt_end_lost"))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+
+    async def extend(self, attempt_id: str, lease_deadline: datetime) -> datetime:
+        """Move an attempt's lease, audited first: an operator must not take a step whose
+        lease was extended for one that is no longer in flight."""
+        leases.require_future(lease_deadline)
+        attempt = self.attempts.get(attempt_id)
+        moved = event(
+            attempt,
+            "ExtendLease",
+            Phase.LEASE,
+            detail={"lease_deadline": lease_deadline.isoformat()},
+        )
+        await self.audit.required(moved, because="the lease's extension was not persisted")
+        attempt.lease_deadline = lease_deadline
+        return lease_deadline
 
     async def begin(self, **start: Unpack[AttemptStart]) -> Attempt:
         run_id, scope = start["run_id"], start.get("scope", "")
@@ -38,13 +64,15 @@ class Lifecycle:
         attempt = self.attempts.begin(id_scheme=id_scheme, **start)
         structlog.contextvars.bind_contextvars(run_id=run_id, attempt_id=attempt.attempt_id)
         detail: dict[str, object] = {"id_scheme": id_scheme}
+        if self.settings.sidecar_id:
+            detail["sidecar"] = self.settings.sidecar_id
         if lease_deadline:
             detail["lease_deadline"] = lease_deadline.isoformat()
         try:
             await self.audit.required(
                 event(attempt, "BeginAttempt", Phase.ATTEMPT_BEGIN, detail=detail)
             )
-        except AuditPersistenceFailed:
+        except ActonceError:  # not durable, or refused (a run of another rule): no attempt
             self.attempts.end(attempt.attempt_id)
             raise
         return attempt

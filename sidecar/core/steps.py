@@ -1,34 +1,55 @@
 """Steps: the agent's own tools, bracketed by BeginStep and EndStep (or AbortStep).
 
-A step takes its id as a write does (claim or replay, take the id, release; see
+A step takes its id as a write does (take the id, release; see
 :mod:`sidecar.core.writes`), and audits itself by its declared effect: fail
 closed for a write step, best effort for a read-only one (docs/design.md,
 "Steps"). Beginning a step asks the ledger whether an earlier attempt
 already ended it (its result is answered again), or began a non-idempotent
-write and never ended it (in doubt: a person decides).
+write and never ended it (in doubt: a person decides). A read-only step is run
+every time.
+
+Within one attempt, a step is under way from its begin to its end: a BeginStep
+without a request identity that is identical to a step still running, or to one
+whose call was sent and failed (it may have acted), is that step repeated. It
+waits for the step, then gets its result; a non-idempotent step that did not end
+is ``IN_DOUBT``; an idempotent or read-only one is run again under the same id.
+Only once the step ended is an identical BeginStep a new step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 import structlog
 
 from sidecar.core import writes
-from sidecar.core.attempts import Attempt, StepState
+from sidecar.core.attempts import Attempt, StepState, StepStatus
 from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.requests import Claim
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.core.writes import Landing, Write, WritePath
-from sidecar.errors import AuditPersistenceFailed, InDoubt, StepAborted, StepEnded, UnknownStep
+from sidecar.errors import (
+    ActonceError,
+    AuditPersistenceFailed,
+    InDoubt,
+    StepAborted,
+    StepEnded,
+    UnknownStep,
+)
 from sidecar.ledger import pending
 from sidecar.ledger.base import AuditEvent, AuditLedger, LedgerError, Phase, StoredEvent
 from sidecar.rules import effects, ids
 
 log = structlog.get_logger()
 
+# What a failed step's error keeps in the ledger, at most: enough for an operator to read.
+ERROR_TEXT_BYTES = 2048
+
 
 class Steps:
-    """BeginStep, EndStep and AbortStep of an attempt."""
+    """BeginStep, EndStep, AbortStep, and a failed step's record, of an attempt."""
 
     def __init__(self, path: WritePath, audit: Audit, ledger: AuditLedger) -> None:
         self.path = path
@@ -45,39 +66,80 @@ class Steps:
         declared: effects.ToolEffect,
         args_digest: str,
         request_id: str,
+        wait_seconds: float,
     ) -> WriteResult:
         step = Write(
-            rpc="BeginStep", write_type=ids.WriteType.STEP,
-            identity=ids.step_identity(tool, args_digest), request_id=request_id,
-            fingerprint=("BeginStep", tool, args_digest, int(declared)), digest=args_digest,
+            rpc="BeginStep",
+            write_type=ids.WriteType.STEP,
+            identity=ids.step_identity(tool, args_digest),
+            request_id=request_id,
+            fingerprint=("BeginStep", tool, args_digest, int(declared)),
+            digest=args_digest,
             detail={"tool": tool, "effect": declared.name},
-        )  # fmt: skip
+        )
         writes.require_request_id(request_id)
-        claim = await writes.claim_or_replay(attempt, request_id, step.fingerprint)
-        if claim.answer is not None:
-            return claim.answer
+        claim = Claim()
+        if request_id:
+            claim = await writes.claim_or_replay(attempt, request_id, step.fingerprint)
+            if claim.answer is not None:
+                return claim.answer
+        else:
+            repeated = await _repeat_of_open_step(attempt, step.identity, declared, wait_seconds)
+            if repeated is not None:
+                return repeated
         landing = self.path.take_id(attempt, step, claim)
-        state = StepState(tool, declared, identity=step.identity)
+        # Registered before anything is awaited: an identical call from now on repeats it.
+        state = StepState(
+            tool,
+            declared,
+            identity=step.identity,
+            occurrence=landing.occurrence,
+            step_id=landing.derived_id,
+        )
+        attempt.steps[landing.derived_id] = state
         return await self.path.to_the_end(attempt, self._land_begin(landing, state))
 
     async def _land_begin(self, landing: Landing, state: StepState) -> WriteResult:
         try:
             await self._audit_begin(landing, state)
-            result = await self.path.perform(landing, lambda _: self._find_earlier(landing, state))
-            await self._audit(state, writes.outcome_event(landing, result),
-                              because="the write landed but its audit outcome was not persisted",
-                              lost="audit_outcome_lost_fail_soft")  # fmt: skip
-        except BaseException as error:  # a cancelled step, too, settles what it held
+            result = await self._look_up_earlier(landing, state)
+            await self._audit(
+                state,
+                writes.outcome_event(landing, result),
+                because="the step began but its audit outcome was not persisted",
+                lost="audit_outcome_lost_fail_soft",
+            )
+        except BaseException as error:  # a cancelled begin, too, settles what it held
+            _refused(landing.attempt, state)
             writes.release(landing, error)
             raise
         return writes.answered(landing, result)
 
     async def _audit_begin(self, landing: Landing, state: StepState) -> None:
-        began = event(landing.attempt, "BeginStep", Phase.STEP_BEGIN, landing.subject,
-                      detail=landing.write.detail)  # fmt: skip
-        await self._audit(state, began,
-                          because="audit intent not persisted, the store was not called",
-                          lost="audit_intent_lost_fail_soft")  # fmt: skip
+        began = event(
+            landing.attempt,
+            "BeginStep",
+            Phase.STEP_BEGIN,
+            landing.subject,
+            detail=landing.write.detail,
+        )
+        await self._audit(
+            state,
+            began,
+            because="audit intent not persisted, the store was not called",
+            lost="audit_intent_lost_fail_soft",
+        )
+
+    async def _look_up_earlier(self, landing: Landing, state: StepState) -> WriteResult:
+        # A refusal found in the ledger (in doubt, say) closes this try: recorded, best effort.
+        try:
+            return await self._find_earlier(landing, state)
+        except ActonceError as error:
+            refusal = event(
+                landing.attempt, "BeginStep", Phase.OUTCOME, landing.subject, refused=error
+            )
+            await self.audit.best_effort(refusal, lost="audit_failure_record_lost")
+            raise
 
     async def _find_earlier(self, landing: Landing, state: StepState) -> WriteResult:
         """What earlier attempts did with this step: ended it (its result again), left
@@ -85,13 +147,13 @@ class Steps:
         attempt, step_id = landing.attempt, landing.derived_id
         history = await self._history(step_id, state)
         earlier = [e for e in history if e.event.attempt_id != attempt.attempt_id]
-        result = _ended_result(earlier, history)
-        if result is not None:
-            state.ended = True
-            attempt.steps[step_id] = state
-            return WriteResult(Outcome.ALREADY_APPLIED, id=step_id, result_json=result)
+        effect = _effect_with_earlier(state.effect, earlier)
+        if effect is not effects.ToolEffect.READ_ONLY:  # a read-only step runs every time
+            result = _ended_result(earlier, history)
+            if result is not None:
+                state.settle(StepStatus.ENDED, result)
+                return WriteResult(Outcome.ALREADY_APPLIED, id=step_id, result_json=result)
         _refuse_if_in_doubt(earlier, history, state, step_id)
-        attempt.steps[step_id] = state
         return WriteResult(Outcome.APPLIED, id=step_id)
 
     async def _history(self, step_id: str, state: StepState) -> list[StoredEvent]:
@@ -106,7 +168,7 @@ class Steps:
             log.warning("step_history_unreadable", error=str(exc))
             return []
 
-    # -- EndStep and AbortStep --------------------------------------------------
+    # -- EndStep, AbortStep, and a failed call ----------------------------------
 
     def begun(self, attempt: Attempt, step_id: str) -> StepState:
         """The step ``attempt`` began as ``step_id``; UNKNOWN_STEP if none."""
@@ -119,23 +181,33 @@ class Steps:
         return state
 
     async def end(
-        self, attempt: Attempt, step_id: str, *, result_json: str, result_digest: str,
+        self,
+        attempt: Attempt,
+        step_id: str,
+        *,
+        result_json: str,
+        result_digest: str,
         request_id: str,
-    ) -> WriteResult:  # fmt: skip
+    ) -> WriteResult:
         state = self.begun(attempt, step_id)
-        claim = await writes.claim_or_replay(attempt, request_id,
-                                             ("EndStep", step_id, result_digest))  # fmt: skip
-        if claim.answer is not None:
-            return claim.answer
-        ending = self._end(attempt, state, step_id, result_json, result_digest, request_id)
-        return await self.path.to_the_end(attempt, _answer_once(attempt, request_id, ending))
+        return await self._once(
+            attempt,
+            request_id,
+            ("EndStep", step_id, result_digest),
+            lambda: self._end(attempt, state, result_json, result_digest, request_id),
+        )
 
     async def _end(
-        self, attempt: Attempt, state: StepState, step_id: str, result_json: str,
-        result_digest: str, request_id: str,
-    ) -> WriteResult:  # fmt: skip
+        self,
+        attempt: Attempt,
+        state: StepState,
+        result_json: str,
+        result_digest: str,
+        request_id: str,
+    ) -> WriteResult:
         # One step ends once: a second EndStep, concurrent or later, waits for the
         # first and appends nothing, counts nothing.
+        step_id = state.step_id
         async with state.ending:
             if state.ended:
                 return WriteResult(Outcome.ALREADY_APPLIED, id=step_id)
@@ -146,11 +218,20 @@ class Steps:
                     metadata={"step_id": step_id},
                 )
             subject = Subject(ids.WriteType.STEP.value, step_id, request_id, digest=result_digest)
-            ended = event(attempt, "EndStep", Phase.STEP_END, subject,
-                          detail={"tool": state.tool, "result_json": result_json})  # fmt: skip
-            await self._audit(state, ended, because="the step's end was not persisted",
-                              lost="step_end_audit_failed")  # fmt: skip
-            state.ended = True
+            ended = event(
+                attempt,
+                "EndStep",
+                Phase.STEP_END,
+                subject,
+                detail={"tool": state.tool, "result_json": result_json},
+            )
+            await self._audit(
+                state,
+                ended,
+                because="the step's end was not persisted",
+                lost="step_end_audit_failed",
+            )
+            state.settle(StepStatus.ENDED, result_json)
             attempt.outcomes[Outcome.APPLIED] += 1
             return WriteResult(Outcome.APPLIED, id=step_id)
 
@@ -164,17 +245,19 @@ class Steps:
         so that the same step begun again, now or by a retry, has the same id.
         """
         state = self.begun(attempt, step_id)
-        claim = await writes.claim_or_replay(attempt, request_id, ("AbortStep", step_id, reason))
-        if claim.answer is not None:
-            return claim.answer
-        aborting = self._abort(attempt, state, step_id, reason, request_id)
-        return await self.path.to_the_end(attempt, _answer_once(attempt, request_id, aborting))
+        return await self._once(
+            attempt,
+            request_id,
+            ("AbortStep", step_id, reason),
+            lambda: self._abort(attempt, state, reason, request_id),
+        )
 
     async def _abort(
-        self, attempt: Attempt, state: StepState, step_id: str, reason: str, request_id: str
+        self, attempt: Attempt, state: StepState, reason: str, request_id: str
     ) -> WriteResult:
         # An abort and an end of one step exclude each other: whichever comes
         # second finds the step settled.
+        step_id = state.step_id
         async with state.ending:
             if state.ended:
                 raise StepEnded(
@@ -184,14 +267,83 @@ class Steps:
             if state.aborted:
                 return WriteResult(Outcome.ALREADY_APPLIED, id=step_id)
             subject = Subject(ids.WriteType.STEP.value, step_id, request_id)
-            aborted = event(attempt, "AbortStep", Phase.STEP_ABORT, subject,
-                            detail={"tool": state.tool, "reason": reason})  # fmt: skip
-            await self._audit(state, aborted, because="the step's abort was not persisted",
-                              lost="step_abort_audit_failed")  # fmt: skip
-            state.aborted = True
-            _give_back_occurrence(attempt, step_id, state.identity)
+            aborted = event(
+                attempt,
+                "AbortStep",
+                Phase.STEP_ABORT,
+                subject,
+                detail={"tool": state.tool, "reason": reason},
+            )
+            await self._audit(
+                state,
+                aborted,
+                because="the step's abort was not persisted",
+                lost="step_abort_audit_failed",
+            )
+            state.settle(StepStatus.ABORTED)
+            attempt.occurrences.give_back(ids.WriteType.STEP, state.identity, state.occurrence)
             attempt.outcomes[Outcome.APPLIED] += 1
             return WriteResult(Outcome.APPLIED, id=step_id)
+
+    async def fail(
+        self, attempt: Attempt, step_id: str, *, error: str, request_id: str
+    ) -> WriteResult:
+        """Record that a begun step's call was sent and failed, or that its tool answered
+        an error: it may have acted, and it has not ended. A later attempt never takes
+        it for done: it runs an idempotent or read-only step again, and finds a
+        non-idempotent one in doubt, with ``error`` for the operator to read."""
+        state = self.begun(attempt, step_id)
+        fingerprint = ("FailStep", step_id, error)
+        return await self._once(
+            attempt, request_id, fingerprint, lambda: self._fail(attempt, state, error)
+        )
+
+    async def _fail(self, attempt: Attempt, state: StepState, error: str) -> WriteResult:
+        step_id = state.step_id
+        async with state.ending:
+            if state.ended:
+                raise StepEnded(
+                    f"step {step_id} has ended: its effect happened; it cannot fail now",
+                    metadata={"step_id": step_id},
+                )
+            if state.aborted or state.status is StepStatus.FAILED:
+                return WriteResult(Outcome.APPLIED, id=step_id)
+            subject = Subject(ids.WriteType.STEP.value, step_id)
+            failed = event(
+                attempt,
+                "FailStep",
+                Phase.STEP_FAILED,
+                subject,
+                detail={"tool": state.tool, "error": _bounded(error)},
+            )
+            try:
+                await self._audit(
+                    state,
+                    failed,
+                    because="the step's failure was not persisted",
+                    lost="step_failure_audit_failed",
+                )
+            finally:
+                # Whether or not the ledger took it, the step may have acted: a repeat
+                # in this attempt must not wait for it any more.
+                state.settle(StepStatus.FAILED)
+            return WriteResult(Outcome.APPLIED, id=step_id)
+
+    async def _once(
+        self,
+        attempt: Attempt,
+        request_id: str,
+        fingerprint: Hashable,
+        work: Callable[[], Awaitable[WriteResult]],
+    ) -> WriteResult:
+        """``work``'s answer, kept for ``request_id`` when there is one: a repeat of it
+        gets that answer (the step's own state settles repeats without one)."""
+        claim = Claim()
+        if request_id:
+            claim = await writes.claim_or_replay(attempt, request_id, fingerprint)
+            if claim.answer is not None:
+                return claim.answer
+        return await self.path.to_the_end(attempt, _answer_once(claim, work()))
 
     async def _audit(
         self, state: StepState, record: AuditEvent, *, because: str, lost: str
@@ -203,19 +355,73 @@ class Steps:
             await self.audit.best_effort(record, lost=lost)
 
 
-async def _answer_once(
-    attempt: Attempt, request_id: str, work: Awaitable[WriteResult]
-) -> WriteResult:
-    """``work``'s answer, recorded for ``request_id``; a failure releases it."""
+async def _repeat_of_open_step(
+    attempt: Attempt, identity: ids.Identity, declared: effects.ToolEffect, wait_seconds: float
+) -> WriteResult | None:
+    """The answer to a BeginStep that repeats a step of this attempt still open, or
+    None when it repeats none (a new step begins)."""
+    state = attempt.open_step(identity)
+    while state is not None:
+        if state.status is StepStatus.RUNNING:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.settled.wait(), timeout=max(wait_seconds, 0.0))
+        if state.status is StepStatus.ENDED:
+            return WriteResult(
+                Outcome.ALREADY_APPLIED, id=state.step_id, result_json=state.result_json
+            )
+        if state.status in (StepStatus.ABORTED, StepStatus.REFUSED):
+            state = attempt.open_step(identity)
+            continue
+        return _open_step_again(state, declared)
+    return None
+
+
+def _open_step_again(state: StepState, declared: effects.ToolEffect) -> WriteResult:
+    # Still running past the wait, or sent and failed: it may have acted.
+    if max(state.effect, declared) is effects.ToolEffect.NON_IDEMPOTENT_WRITE:
+        running = state.status is StepStatus.RUNNING
+        raise InDoubt(
+            f"step {state.step_id} ({state.tool}) is a non-idempotent write that "
+            + ("is still running" if running else "was sent and did not end")
+            + " in this attempt; an identical call is that step repeated, and it is not "
+            "run again automatically",
+            metadata={"step_id": state.step_id, "tool": state.tool},
+        )
+    state.run_again()
+    return WriteResult(Outcome.APPLIED, id=state.step_id)
+
+
+def _refused(attempt: Attempt, state: StepState) -> None:
+    # A begin that failed ran nothing: an identical call waiting for it begins anew.
+    state.settle(StepStatus.REFUSED)
+    if attempt.steps.get(state.step_id) is state:
+        del attempt.steps[state.step_id]
+
+
+async def _answer_once(claim: Claim, work: Awaitable[WriteResult]) -> WriteResult:
+    """``work``'s answer, recorded on ``claim``; a failure releases it."""
     try:
         result = await work
-    except BaseException:  # a cancelled call, too, releases its request_id
-        if request_id:
-            attempt.released(request_id)
+    except BaseException:  # a cancelled call, too, releases its claim
+        claim.released()
         raise
-    if request_id:
-        attempt.answered(request_id, result)
+    claim.answered(result)
     return result
+
+
+def _bounded(text: str) -> str:
+    encoded = text.encode("utf-8", "replace")
+    if len(encoded) <= ERROR_TEXT_BYTES:
+        return text
+    return encoded[: ERROR_TEXT_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+def _effect_with_earlier(
+    declared: effects.ToolEffect, earlier: Sequence[StoredEvent]
+) -> effects.ToolEffect:
+    """The strictest of the step's declared effect and those its earlier begins recorded."""
+    began = [e for e in earlier if e.event.phase == Phase.STEP_BEGIN]
+    return max([declared, *(pending.recorded_effect(e.event) for e in began)])
 
 
 def _ended_result(earlier: Sequence[StoredEvent], history: Sequence[StoredEvent]) -> str | None:
@@ -244,27 +450,12 @@ def _refuse_if_in_doubt(
     ]
     if not began:
         return
-    recorded = max(_recorded_effect(e.event) for e in began)
+    recorded = max(pending.recorded_effect(e.event) for e in began)
     if max(recorded, state.effect) is effects.ToolEffect.NON_IDEMPOTENT_WRITE:
+        failed = pending.failure_of(earlier)
+        said = f"; its call failed: {failed}" if failed else ""
         raise InDoubt(
             f"step {step_id} ({state.tool}) is a non-idempotent write that began in an "
-            "earlier attempt and never ended; it is not run again automatically",
+            f"earlier attempt and never ended{said}; it is not run again automatically",
             metadata={"step_id": step_id, "tool": state.tool},
         )
-
-
-def _recorded_effect(event: AuditEvent) -> effects.ToolEffect:
-    # A step read back from the ledger: its recorded effect if it names one,
-    # else the effect its tool's name resolves to (unknown: non-idempotent).
-    name = str(event.detail.get("effect", ""))
-    if name in effects.ToolEffect.__members__:
-        return effects.declared(effects.ToolEffect[name])
-    return effects.effect_for(str(event.detail.get("tool", "")))
-
-
-def _give_back_occurrence(attempt: Attempt, step_id: str, identity: ids.Identity) -> None:
-    # The step's id names its occurrence: the one among those taken that derives it.
-    for occurrence in attempt.occurrences.taken(ids.WriteType.STEP, identity):
-        if step_id == writes.derive(attempt, ids.WriteType.STEP, identity, occurrence):
-            attempt.occurrences.give_back(ids.WriteType.STEP, identity, occurrence)
-            return

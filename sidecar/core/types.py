@@ -67,3 +67,9 @@ class Settings:
     # The derived-id scheme of a (run, scope) the ledger has no attempt of; one
     # it has keeps the scheme its first attempt began with.
     id_scheme: int = defaults.ID_SCHEME
+    # How long a BeginStep that repeats a step of its attempt still running waits for
+    # that step to end, before it is answered without its result.
+    step_repeat_wait_seconds: float = defaults.STEP_REPEAT_WAIT_SECONDS
+    # This sidecar process's id, which its attempts' begins record and its heartbeat in
+    # the ledger names (sidecar.ledger.liveness); "" when it beats no heartbeat.
+    sidecar_id: str = ""

@@ -1,19 +1,22 @@
 """The write path, in the phases every write goes through.
 
-1. **Claim or replay**: a request_id already answered in this attempt gets that
-   answer again; otherwise the call claims it.
+1. **Claim or replay**: a call that repeats an earlier one of the attempt (by its
+   request identity, or identical to one without an answer yet: the repeat rule of
+   :mod:`sidecar.core.requests`) gets that call's answer, or makes its write again;
+   any other call claims a new one.
 2. **Take the id**: the lease is checked, the write takes its occurrence, and its
    id is derived.
 3. **Audit the intent**, fail closed: the store is not called without it.
 4. **Perform**: the write's own call to the store, classified.
 5. **Audit the outcome**, fail closed even though the write landed.
-6. **Answer, or release**: a write that succeeded answers its request_id; one that
-   failed gives its occurrence and request_id back, unless it may have landed.
+6. **Answer, or release**: a write that succeeded answers its claim; one that
+   failed gives its occurrence and claim back, unless it may have landed: then it
+   keeps both, and a repeat makes that same write again.
 
 From the intent on, a write runs in a task of its own that goes on when its
 caller gives up (:meth:`WritePath.to_the_end`): cut off between its intent and its
 outcome, it would leave the store and the ledger in a state nobody knows. Steps
-take phases 1, 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
+take phases 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
 
 A write that is one call of the store (:class:`OneCall`) goes through phases 3 to 5 as
 one job where the store client can make it so (its store shares the ledger's file:
@@ -29,12 +32,14 @@ import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import structlog
 
 from sidecar.core import leases
-from sidecar.core.attempts import Attempt, Claim
+from sidecar.core.attempts import Attempt
 from sidecar.core.audit import Audit, Subject, event, not_durable
+from sidecar.core.requests import Claim
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import (
     ActonceError,
@@ -50,12 +55,20 @@ from sidecar.upstream.base import CommitsWrites, Refusal, StoreClient, StoreWrit
 
 log = structlog.get_logger()
 
+T = TypeVar("T")
 Perform = Callable[[str], Awaitable[WriteResult]]
 
 # Failures that say the write did not land: refused before it acted, or by the
 # store. Any other failure once the store was called (a deadline, an unreachable
 # store, an outcome that could not be audited) leaves it unknown.
 NOTHING_LANDED = (LeaseExpired, StoreRefused, ArtifactArchived, InDoubt)
+
+
+def nothing_landed(error: BaseException) -> bool:
+    """Whether ``error`` says its write did not land: refused, or never sent."""
+    if isinstance(error, NOTHING_LANDED):
+        return True
+    return isinstance(error, ActonceError) and error.nothing_sent
 
 
 @dataclass(frozen=True)
@@ -99,17 +112,22 @@ class Landing:
 
     attempt: Attempt
     write: Write
+    claim: Claim
     occurrence: int
     derived_id: str
-    # An earlier call of its request_id may have landed it: it keeps its occurrence.
-    bound: bool
     store_called: bool = False
+
+    @property
+    def bound(self) -> bool:
+        """Whether an earlier call of this one may have landed it: it keeps its occurrence."""
+        return self.claim.is_repeat_of_landed
 
     @property
     def subject(self) -> Subject:
         write = self.write
-        return Subject(write.write_type.value, self.derived_id, write.request_id,
-                       self.occurrence, write.digest)  # fmt: skip
+        return Subject(
+            write.write_type.value, self.derived_id, write.request_id, self.occurrence, write.digest
+        )
 
 
 class WritePath:
@@ -122,7 +140,7 @@ class WritePath:
         self.settings = settings
         # The store client that makes a one-call write and its audit one commit, if any.
         self._commits = commits
-        self._under_way: set[asyncio.Task[WriteResult]] = set()
+        self._under_way: set[asyncio.Task[object]] = set()
 
     async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
         """Make ``write`` in ``attempt``, phase by phase; ``perform`` calls the store."""
@@ -151,8 +169,13 @@ class WritePath:
     ) -> WriteResult:
         """Phases 3 to 5 as one transaction: the intent, the store's call and the outcome
         are durable together or not at all, and nothing answers before they are."""
-        intent = event(landing.attempt, landing.write.rpc, Phase.INTENT, landing.subject,
-                       detail=landing.write.detail)  # fmt: skip
+        intent = event(
+            landing.attempt,
+            landing.write.rpc,
+            Phase.INTENT,
+            landing.subject,
+            detail=landing.write.detail,
+        )
         timeout = perform.timeout()  # the lease is checked before anything is written
 
         def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
@@ -161,26 +184,34 @@ class WritePath:
                     raise answer
                 result = perform.classify(landing.derived_id, answer)
             except ActonceError as error:
-                return event(landing.attempt, landing.write.rpc, Phase.OUTCOME, landing.subject,
-                             refused=error), error  # fmt: skip
+                return event(
+                    landing.attempt,
+                    landing.write.rpc,
+                    Phase.OUTCOME,
+                    landing.subject,
+                    refused=error,
+                ), error
             return outcome_event(landing, result), result
 
         # The store's thread makes the outcome's event: in this call's context (its front).
         context = contextvars.copy_context()
         try:
             settled = await store.commit_write(
-                intent, perform.call(landing.derived_id),
-                lambda answer: context.run(settle, answer), timeout=timeout,
+                intent,
+                perform.call(landing.derived_id),
+                lambda answer: context.run(settle, answer),
+                timeout=timeout,
                 before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
-            )  # fmt: skip
+            )
         except FencedError as fenced:  # refused with the intent: the store was not called
             raise not_durable(intent, fenced) from fenced
         except LeaseExpired:  # refused before anything was written
             raise
         except LedgerError as lost:
             landing.store_called = True  # none of it committed, as far as SQLite says
-            raise not_durable(intent, lost, because="the write and its audit did not commit"
-                              ) from lost  # fmt: skip
+            raise not_durable(
+                intent, lost, because="the write and its audit did not commit"
+            ) from lost
         except BaseException:
             landing.store_called = True  # past its deadline, or cancelled: it may still land
             raise
@@ -192,22 +223,28 @@ class WritePath:
     def take_id(self, attempt: Attempt, write: Write, claim: Claim) -> Landing:
         """Check the lease, take the write's occurrence (or the one its request_id
         is bound to), derive its id."""
-        bound = claim.occurrence is not None
         try:
             leases.check(attempt, self.settings.store_timeout_seconds)
         except ActonceError:
-            settle_failed(attempt, write, claim.occurrence, may_have_landed=bound)
+            settle_failed(
+                attempt, write, claim, claim.occurrence, may_have_landed=claim.is_repeat_of_landed
+            )
             raise
         occurrence = claim.occurrence
         if occurrence is None:
             occurrence = attempt.occurrences.take(write.write_type, write.identity)
         derived = derive(attempt, write.write_type, write.identity, occurrence)
         structlog.contextvars.bind_contextvars(derived_id=derived)
-        return Landing(attempt, write, occurrence, derived, bound=bound)
+        return Landing(attempt, write, claim, occurrence, derived)
 
     async def _audit_intent(self, landing: Landing) -> None:
-        intent = event(landing.attempt, landing.write.rpc, Phase.INTENT, landing.subject,
-                       detail=landing.write.detail)  # fmt: skip
+        intent = event(
+            landing.attempt,
+            landing.write.rpc,
+            Phase.INTENT,
+            landing.subject,
+            detail=landing.write.detail,
+        )
         await self.audit.required(
             intent, because="audit intent not persisted, the store was not called"
         )
@@ -219,8 +256,16 @@ class WritePath:
         try:
             return await perform(landing.derived_id)
         except ActonceError as error:
-            failure = event(landing.attempt, landing.write.rpc, Phase.OUTCOME, landing.subject,
-                            refused=error)  # fmt: skip
+            # A write the store may have made says so: the audit must not call it failed.
+            detail = {} if nothing_landed(error) else {"landed": "unknown"}
+            failure = event(
+                landing.attempt,
+                landing.write.rpc,
+                Phase.OUTCOME,
+                landing.subject,
+                refused=error,
+                detail=detail,
+            )
             await self.audit.best_effort(failure, lost="audit_failure_record_lost")
             raise
 
@@ -230,18 +275,18 @@ class WritePath:
             because="the write landed but its audit outcome was not persisted",
         )
 
-    async def to_the_end(self, attempt: Attempt, landing: Awaitable[WriteResult]) -> WriteResult:
+    async def to_the_end(self, attempt: Attempt, landing: Awaitable[T]) -> T:
         """Await ``landing`` in a task of its own that goes on if the caller gives up.
 
         A write cut off between its intent and its outcome would leave the store
         and the ledger in a state nobody knows; run to its end, it settles its
         request_id with an answer that a repeat gets.
         """
-        task = asyncio.ensure_future(landing)
+        task: asyncio.Task[T] = asyncio.ensure_future(landing)
         self._under_way.add(task)
         attempt.writing.add(task)
 
-        def landed(done: asyncio.Task[WriteResult]) -> None:
+        def landed(done: asyncio.Task[T]) -> None:
             self._under_way.discard(done)
             attempt.writing.discard(done)
             if not done.cancelled():
@@ -258,11 +303,8 @@ class WritePath:
 
 
 async def claim_or_replay(attempt: Attempt, request_id: str, fingerprint: Hashable) -> Claim:
-    """The call's claim on ``request_id``, or the first answer to it (``claim.answer``).
-    A call without a request_id claims nothing."""
-    if not request_id:
-        return Claim()
-    claim = await attempt.claim(request_id, fingerprint)
+    """The call's claim, or the answer of the earlier call it repeats (``claim.answer``)."""
+    claim = await attempt.requests.claim(request_id, fingerprint)
     if claim.answer is not None:
         log.info("request_replayed", request_id=request_id)
     return claim
@@ -273,23 +315,33 @@ def derive(
 ) -> str:
     """The id of ``attempt``'s write of this type, identity and occurrence."""
     return ids.derive_id(
-        write_type, run_id=attempt.run_id, checkpoint=attempt.checkpoint, identity=identity,
-        occurrence=occurrence, scope=attempt.scope, scheme=attempt.id_scheme,
-    )  # fmt: skip
+        write_type,
+        run_id=attempt.run_id,
+        checkpoint=attempt.checkpoint,
+        identity=identity,
+        occurrence=occurrence,
+        scope=attempt.scope,
+        scheme=attempt.id_scheme,
+    )
 
 
 def outcome_event(landing: Landing, result: WriteResult) -> AuditEvent:
     """The event of a write's outcome."""
-    return event(landing.attempt, landing.write.rpc, Phase.OUTCOME, landing.subject,
-                 outcome=result.outcome.value, detail={"version": result.version})  # fmt: skip
+    return event(
+        landing.attempt,
+        landing.write.rpc,
+        Phase.OUTCOME,
+        landing.subject,
+        outcome=result.outcome.value,
+        detail={"version": result.version},
+    )
 
 
 def answered(landing: Landing, result: WriteResult) -> WriteResult:
     """Count the write's outcome and answer its request_id with ``result``."""
     attempt = landing.attempt
     attempt.outcomes[result.outcome] += 1
-    if landing.write.request_id:
-        attempt.answered(landing.write.request_id, result)
+    landing.claim.answered(result)
     # Debug, not info: the write's outcome event in the ledger and the writes counter say the
     # same, and rendering and printing a line per write cost about a tenth of its CPU.
     log.debug("write", outcome=result.outcome.value, occurrence=landing.occurrence)
@@ -300,28 +352,37 @@ def release(landing: Landing, error: BaseException) -> None:
     """Settle what a write that failed with ``error`` held."""
     if isinstance(error, ActonceError):
         landing.attempt.failed += 1
-    acted = landing.store_called and not isinstance(error, NOTHING_LANDED)
-    settle_failed(landing.attempt, landing.write, landing.occurrence,
-                  may_have_landed=landing.bound or acted)  # fmt: skip
+    acted = landing.store_called and not nothing_landed(error)
+    settle_failed(
+        landing.attempt,
+        landing.write,
+        landing.claim,
+        landing.occurrence,
+        may_have_landed=landing.bound or acted,
+    )
 
 
 def settle_failed(
-    attempt: Attempt, write: Write, occurrence: int | None, *, may_have_landed: bool
+    attempt: Attempt,
+    write: Write,
+    claim: Claim,
+    occurrence: int | None,
+    *,
+    may_have_landed: bool,
 ) -> None:
-    """Settle what a write that failed held: its occurrence and its request_id.
+    """Settle what a write that failed held: its occurrence and its claim.
 
-    A write with a request_id that may have landed keeps both: its occurrence is
-    its own for good, and a repeat of the request makes the same write again,
-    under the same id. Any other gives its occurrence back and releases its
-    request_id: made again, it is the same write, with the same id.
+    A write that may have landed keeps both: its occurrence is its own for good,
+    and a repeat of it (by its request identity, or identical without one) makes
+    the same write again, under the same id. Any other gives its occurrence back
+    and releases its claim: made again, it is the same write, with the same id.
     """
-    if may_have_landed and write.request_id and occurrence is not None:
-        attempt.unsettled(write.request_id, occurrence)
+    if may_have_landed and occurrence is not None:
+        claim.unsettled(occurrence)
         return
     if occurrence is not None:
         attempt.occurrences.give_back(write.write_type, write.identity, occurrence)
-    if write.request_id:
-        attempt.released(write.request_id)
+    claim.released()
 
 
 def require_request_id(request_id: str) -> None:

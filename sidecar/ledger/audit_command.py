@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sidecar import defaults
 from sidecar.errors import InvalidArgument
 from sidecar.ledger import inspect
 from sidecar.ledger.base import LedgerError, LedgerReader
+from sidecar.ledger.pending import PendingItem
+
+if TYPE_CHECKING:
+    from sidecar.ledger.operator import OperatorLedger
 from sidecar.rules import canonical
 
 
@@ -38,6 +42,7 @@ def _progress(done: int, total: int) -> None:
 
 
 PENDING_FOUND = 3
+NOT_FOUND = 1
 
 
 def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
@@ -45,6 +50,8 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         return run_operator(command, values)
     if command == "prune":
         return run_prune(values)
+    if command == "migrate":
+        return run_migrate(values)
     try:
         reader = open_reader(values)
     except LedgerError as exc:
@@ -54,7 +61,10 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         if command == "list":
             inspect.list_runs(reader, sys.stdout)
         elif command == "show":
-            inspect.show_run(reader, run_id, sys.stdout)
+            if not inspect.show_run(reader, run_id, sys.stdout):
+                print(f"actonce: error: the ledger holds no event of run {run_id!r}",
+                      file=sys.stderr)  # fmt: skip
+                return NOT_FOUND
         elif command == "export":
             inspect.export(reader, sys.stdout, _progress)
         elif command == "verify":
@@ -75,6 +85,20 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
 
 
 def _span(verdict: inspect.Verdict) -> str:
+    return _where(verdict) + _notes(verdict)
+
+
+def _notes(verdict: inspect.Verdict) -> str:
+    notes = []
+    if verdict.exports_empty:
+        notes.append("; the exports hold no event (prunes that found nothing to remove)")
+    if verdict.leftover:
+        notes.append(f"; {verdict.leftover} of them, at or before the checkpoint, a prune had "
+                     "not deleted yet (the next prune deletes them)")  # fmt: skip
+    return "".join(notes)
+
+
+def _where(verdict: inspect.Verdict) -> str:
     if verdict.exported:
         return (f" ({verdict.exported} in the exports, {verdict.checked - verdict.exported} "
                 f"in the ledger, from event #{verdict.after + 1})")  # fmt: skip
@@ -88,7 +112,7 @@ def run_prune(values: dict[str, Any]) -> int:
     from sidecar.ledger.retention import PruneRefused, open_retention, parse_before
 
     try:
-        before = parse_before(str(values["before"]))
+        parse_before(str(values["before"]))
     except ValueError as exc:
         print(f"actonce: error: --before {exc}", file=sys.stderr)
         return 2
@@ -101,10 +125,15 @@ def run_prune(values: dict[str, Any]) -> int:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
     try:
+        # An age counts back from the ledger's own time, which stamped its events.
+        before = parse_before(str(values["before"]), ledger.now())
         result = ledger.prune(before, export, _progress)
     except PruneRefused as exc:
         print(f"actonce: refused: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # a time past the ledger's own clock
+        print(f"actonce: error: --before {exc}", file=sys.stderr)
+        return 2
     except (LedgerError, OSError) as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
@@ -124,6 +153,67 @@ def run_prune(values: dict[str, Any]) -> int:
     return PENDING_FOUND if result.held_by_pending else 0
 
 
+def _pending(ledger: OperatorLedger, values: dict[str, Any]) -> int:
+    """``pending``: what a person can decide now; or, with --in-flight, the steps that
+    are still running and so are nobody's to decide yet."""
+    undecided = ledger.undecided()
+    items, flying = ledger.split_in_flight(undecided)
+    if values.get("in_flight"):
+        for entry in flying:
+            _print_item(entry.item, values, why=entry.note, kind="step_in_flight")
+        if not flying and not values.get("json"):
+            print("no step in flight")
+        return 0
+    for item in items:
+        _print_item(item, values, why=item.why, kind=item.kind.value)
+    if not items and not values.get("json"):
+        print("nothing pending")
+    if flying:
+        note = (
+            f"{len(flying)} step(s) in flight on live sidecars are not listed: they are not "
+            "in doubt; `actonce audit pending --in-flight` shows them"
+        )
+        print(note, file=sys.stderr)
+    return PENDING_FOUND if items else 0
+
+
+def _print_item(item: PendingItem, values: dict[str, Any], *, why: str, kind: str) -> None:
+    if values.get("json"):
+        line = {**item.as_json(), "kind": kind, "why": why}
+        print(json.dumps(line, sort_keys=True, separators=(",", ":")))
+        return
+    what = f"step {item.tool}" if item.tool else f"{item.rpc} {item.write_type}"
+    print(
+        f"{item.ts}  {kind}  run={item.run_id} rule={item.rule} attempt={item.attempt_id} "
+        f"what={what!r} id={item.id} digest={item.digest or '-'}\n    why: {why}"
+    )
+
+
+def run_migrate(values: dict[str, Any]) -> int:
+    """``migrate``: create or upgrade the schema as the ledger's owner (sidecar.ledger.pgschema),
+    and grant ``--writer-role`` what a sidecar needs. A SQLite file needs none: the sidecar
+    that opens it brings it up to date."""
+    dsn, role = values.get("audit_dsn"), values.get("writer_role")
+    if not dsn:
+        print("actonce: error: migrate is for a PostgreSQL ledger (--audit-dsn or "
+              "--audit-dsn-file); a SQLite file is brought up to date by the sidecar that "
+              "opens it", file=sys.stderr)  # fmt: skip
+        return 2
+    from sidecar.ledger.pgschema import migrate
+
+    try:
+        state = migrate(str(dsn), writer_role=role)
+    except LedgerError as exc:
+        print(f"actonce: error: {exc}", file=sys.stderr)
+        return 2
+    was = "new" if state.migrated_from is None else f"was version {state.migrated_from}"
+    print(f"ledger schema at version {state.version} ({was}), owned by role {state.role}")
+    if role:
+        print(f"role {role} may append events, fence, bind runs and decide; it may not update "
+              "or delete an event, nor write a checkpoint")  # fmt: skip
+    return 0
+
+
 def run_operator(command: str, values: dict[str, Any]) -> int:
     """``pending`` and ``resolve``: what needs a person, and a person's decision."""
     from sidecar.ledger.operator import open_operator_ledger
@@ -140,18 +230,7 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
         return 2
     try:
         if command == "pending":
-            items = ledger.pending()
-            for item in items:
-                if values.get("json"):
-                    print(json.dumps(item.as_json(), sort_keys=True, separators=(",", ":")))
-                else:
-                    what = f"step {item.tool}" if item.tool else f"{item.rpc} {item.write_type}"
-                    print(f"{item.ts}  {item.kind.value}  run={item.run_id} rule={item.rule} "
-                          f"attempt={item.attempt_id} what={what!r} id={item.id} "
-                          f"digest={item.digest or '-'}\n    why: {item.why}")  # fmt: skip
-            if not items and not values.get("json"):
-                print("nothing pending")
-            return PENDING_FOUND if items else 0
+            return _pending(ledger, values)
         result_json = values.get("result_json") or ""
         if result_json:
             try:

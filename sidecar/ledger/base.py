@@ -31,6 +31,21 @@ class FencedError(LedgerError):
     """
 
 
+class RunRuleError(LedgerError):
+    """An attempt of a run begun under another rule than the run's: refused, unwritten.
+
+    A run belongs to the rule of its first attempt. The binding is read and made in the
+    same transaction that would make the attempt's begin durable, so two sidecars
+    beginning one run under two rules at once cannot both win.
+    """
+
+    def __init__(self, run_id: str, rule: str, run_rule: str) -> None:
+        super().__init__(f"run {run_id} belongs to rule {run_rule!r}, not {rule!r}")
+        self.run_id = run_id
+        self.rule = rule
+        self.run_rule = run_rule
+
+
 class Phase:
     """What an event records."""
 
@@ -42,6 +57,10 @@ class Phase:
     STEP_BEGIN = "step_begin"
     STEP_END = "step_end"
     STEP_ABORT = "step_abort"  # the agent declares a begun step's effect did not happen
+    # A begun step's call failed after it was sent, or its tool answered an error: it may
+    # have acted, and it did not end (a later attempt never takes it for done).
+    STEP_FAILED = "step_failed"
+    LEASE = "lease"  # an attempt's lease was extended
     DECISION = "decision"  # an operator's decision on what needs a person
 
 
@@ -108,6 +127,21 @@ class StoredEvent:
     hash: str
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """What one prune recorded: the last event it removed (number and hash), and how many
+    it removed, which ran from the event after the checkpoint before it."""
+
+    seq: int
+    hash: str
+    events: int
+
+    @property
+    def after(self) -> int:
+        """The last event of the chain before what this prune removed."""
+        return self.seq - self.events
+
+
 def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
     """The chain hash of an event: over its number, time, content and predecessor."""
     # The fields as asdict() gives them, without its deep copy: the JSON is the same.
@@ -137,12 +171,20 @@ def fenced(event: AuditEvent, newest_attempt: str | None) -> FencedError | None:
     )
 
 
+def other_rule(event: AuditEvent, run_rules: dict[str, str]) -> RunRuleError | None:
+    """The refusal of a begin ``event`` whose run belongs to another rule; else None, and
+    a run the ledger has not bound yet is bound to the event's rule in ``run_rules``."""
+    bound = run_rules.setdefault(event.run_id, event.rule)
+    return None if bound == event.rule else RunRuleError(event.run_id, event.rule, bound)
+
+
 class AuditLedger(Protocol):
     """What the sidecar needs of a ledger backend."""
 
     async def append(self, event: AuditEvent) -> int:
         """Make ``event`` durable and return its sequence number; LedgerError if
-        not, FencedError if a newer attempt of its run began (intents only)."""
+        not, FencedError if a newer attempt of its run began (intents only),
+        RunRuleError if its run belongs to another rule (begins only)."""
         ...
 
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
@@ -208,6 +250,14 @@ class LedgerReader(Protocol):
     def checkpoint(self) -> tuple[int, str]:
         """Where the chain the ledger holds begins: the sequence number and hash of the
         last event the newest prune removed, or (0, GENESIS_HASH) if none was."""
+        ...
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Every prune's checkpoint, oldest first."""
+        ...
+
+    def first_seq(self) -> int | None:
+        """The number of the oldest event the ledger still holds; None when it holds none."""
         ...
 
     def snapshot(self) -> AbstractContextManager[None]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TextIO
 
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
+    Checkpoint,
     LedgerReader,
     Phase,
     StoredEvent,
@@ -42,26 +43,38 @@ class Verdict:
     after: int = 0
     # How many of ``checked`` came from exports rather than the ledger.
     exported: int = 0
+    # Events at or before the checkpoint still in the ledger (a prune's deletion cut
+    # short, which the next prune finishes): walked and verified like the rest.
+    leftover: int = 0
+    # Exports were given, and none held an event (prunes that found nothing to remove).
+    exports_empty: bool = False
 
 
 @dataclass
 class _Chain:
-    """A walk along the chain: the next sequence number and hash each event must link to."""
+    """A walk along the chain: the next sequence number and hash each event must link to
+    (None: the first event's own link is taken, as the chain's start)."""
 
     expected: int
-    prev: str
+    prev: str | None
     checked: int = 0
+    # The checkpoints' hashes by number: an event walked at a checkpoint must have it.
+    marks: dict[int, str] = field(default_factory=dict)
 
     def take(self, stored: StoredEvent) -> tuple[int, str] | None:
         """The first bad event and why, if ``stored`` does not follow the chain so far."""
         if stored.seq != self.expected:
             return self.expected, (f"event {self.expected} is missing: the next event is "
                                    f"{stored.seq} (deleted or renumbered)")  # fmt: skip
-        if stored.prev_hash != self.prev:
+        prev = stored.prev_hash if self.prev is None else self.prev
+        if stored.prev_hash != prev:
             return stored.seq, ("it does not link to the event before it (an event was "
                                 "deleted, inserted or reordered)")  # fmt: skip
-        if event_hash(stored.seq, stored.ts, stored.event, self.prev) != stored.hash:
+        if event_hash(stored.seq, stored.ts, stored.event, prev) != stored.hash:
             return stored.seq, "its content does not match its hash (the event was edited)"
+        if self.marks.get(stored.seq, stored.hash) != stored.hash:
+            return stored.seq, (f"the checkpoint after event #{stored.seq} names another hash "
+                                "than the event's: it was not recorded by a prune")  # fmt: skip
         self.prev = stored.hash
         self.expected += 1
         self.checked += 1
@@ -71,7 +84,8 @@ class _Chain:
 def verify(
     reader: LedgerReader, progress: Progress | None = None, exports: Sequence[Path] = ()
 ) -> Verdict:
-    """Walk the chain from the ledger's checkpoint; name the first event that does not fit.
+    """Walk the chain: every event the ledger holds, and the exports before it; name the
+    first event that does not fit.
 
     An edited event no longer matches its own hash; a deleted, inserted or
     reordered one breaks the numbering or its successor's link; events deleted
@@ -80,17 +94,29 @@ def verify(
     otherwise look like events deleted from the end of a live ledger.
 
     A pruned ledger's chain begins after its checkpoint, the last event the newest
-    prune removed. With ``exports`` (what ``audit prune`` wrote, in any order), the
-    walk goes through them first, and the ledger must go on exactly where they end:
-    the exports and the ledger verify as one chain.
+    prune removed. A checkpoint is trusted only for what is gone: each must follow
+    the one before it, no event it says was removed first may still be there, and
+    an event still there at a checkpoint (a prune's deletion cut short) is walked
+    and must have the checkpoint's hash. So a checkpoint recorded without a prune
+    is caught, and none can hide an event the ledger still holds. With
+    ``exports`` (what ``audit prune`` wrote, in any order), the walk goes through
+    them first, and the ledger must go on exactly where they end: the exports and
+    the ledger verify as one chain. Exports that hold no event (prunes that found
+    nothing to remove) vouch for nothing and are checked as such.
     """
     with reader.snapshot():
-        after, prev = reader.checkpoint()
-        if not exports:
-            return _walk_ledger(reader, _Chain(after + 1, prev), after, 0, progress)
-        walked = _walk_exports(exports)
+        marks = reader.checkpoints()
+        low = reader.first_seq()
+        forged = _forged_checkpoint(marks, low)
+        if forged is not None:
+            return forged
+        after, prev = (marks[-1].seq, marks[-1].hash) if marks else (0, GENESIS_HASH)
+        by_seq = {mark.seq: mark.hash for mark in marks}
+        walked = _walk_exports(exports, by_seq) if exports else None
         if isinstance(walked, Verdict):
             return walked
+        if walked is None:
+            return _walk_ledger(reader, after, prev, by_seq, progress, bool(exports))
         chain, first = walked
         if (chain.expected - 1, chain.prev) != (after, prev):
             where = f"after event {after}" if after else "at the first event (never pruned)"
@@ -98,49 +124,98 @@ def verify(
                            f"the exports end at event {chain.expected - 1} but the ledger's "
                            f"chain begins {where}: an export is missing, or is not of this "
                            "ledger", after=first)  # fmt: skip
-        return _walk_ledger(reader, chain, first, chain.checked, progress)
+        return _walk_ledger(
+            reader, after, prev, by_seq, progress, False, exported=chain.checked, first=first
+        )
+
+
+def _forged_checkpoint(marks: Sequence[Checkpoint], low: int | None) -> Verdict | None:
+    """The verdict on a checkpoint no prune can have recorded: one that does not follow
+    the one before it, or the newest while the first event it says was removed is still
+    there (a prune deletes that one in the transaction that records it)."""
+    before = 0
+    for mark in marks:
+        if mark.after != before:
+            return Verdict(False, 0, mark.after + 1,
+                           f"the checkpoint after event #{mark.seq} says a prune removed events "
+                           f"#{mark.after + 1} to #{mark.seq}, but the prune before it removed "
+                           f"up to #{before}: it was not recorded by a prune")  # fmt: skip
+        before = mark.seq
+    newest = marks[-1] if marks else None
+    if newest is not None and newest.events and low is not None and low <= newest.after + 1:
+        return Verdict(False, 0, low,
+                       f"the checkpoint after event #{newest.seq} says a prune removed events "
+                       f"#{newest.after + 1} to #{newest.seq}, but event #{low} is still in the "
+                       "ledger: it was not recorded by a prune (or an earlier release's prune "
+                       "was cut short before it deleted anything: prune again)")  # fmt: skip
+    return None
 
 
 def _walk_ledger(
-    reader: LedgerReader, chain: _Chain, after: int, exported: int, progress: Progress | None
+    reader: LedgerReader,
+    after: int,
+    prev: str,
+    marks: dict[int, str],
+    progress: Progress | None,
+    exports_empty: bool,
+    *,
+    exported: int = 0,
+    first: int | None = None,
 ) -> Verdict:
+    """Walk every event the ledger holds: from the checkpoint, or from the oldest event
+    left at or before it, which links to an event a prune removed."""
+    low = reader.first_seq()
+    leftover = after - low + 1 if low is not None and low <= after else 0
+    chain = _Chain(low, None, marks=marks) if low is not None and leftover else None
+    chain = chain or _Chain(after + 1, prev, marks=marks)
+    begin = after if first is None else first
     # What the head says is there, for the progress: counting the rows would read them all
     # a second time.
-    total = reader.head()[0] - after
+    total = reader.head()[0] - chain.expected + 1
+
+    def verdict(intact: bool, bad: tuple[int, str] | None = None) -> Verdict:
+        # Events before the checkpoint that the exports hold too are counted once.
+        checked = chain.checked - (leftover if exported else 0) + exported
+        return Verdict(intact, max(0, checked), bad[0] if bad else None, bad[1] if bad else "",
+                       begin, exported, leftover, exports_empty)  # fmt: skip
+
     for stored in reader.events(after=chain.expected - 1):
         bad = chain.take(stored)
         if bad is not None:
-            return Verdict(False, chain.checked, bad[0], bad[1], after, exported)
+            return verdict(False, bad)
         if progress is not None and chain.checked % PROGRESS_EVERY == 0:
             progress(chain.checked, total)
     head_seq, head_hash = reader.head()
     last = chain.expected - 1
-    if (head_seq, head_hash) != (last, chain.prev):
-        return Verdict(False, chain.checked, chain.expected,
-                       f"the chain ends at event {last} but the ledger's head records "
-                       f"event {head_seq} (events were deleted from the end)",
-                       after, exported)  # fmt: skip
+    ends = (last, chain.prev) if last > after else (after, prev)
+    if (head_seq, head_hash) != ends:
+        return verdict(False, (chain.expected,
+                               f"the chain ends at event {ends[0]} but the ledger's head records "
+                               f"event {head_seq} (events were deleted from the end)"))  # fmt: skip
     if progress is not None:
         progress(chain.checked, total)
-    return Verdict(True, chain.checked, after=after, exported=exported)
+    return verdict(True)
 
 
-def _walk_exports(exports: Sequence[Path]) -> tuple[_Chain, int] | Verdict:
+def _walk_exports(
+    exports: Sequence[Path], marks: dict[int, str]
+) -> tuple[_Chain, int] | Verdict | None:
     """Walk the exports in the order of their first events: the chain they make and
-    the event it follows, or the verdict naming the first event that does not fit."""
+    the event it follows, the verdict naming the first event that does not fit, or None
+    when none holds an event."""
     starts: list[tuple[int, Path]] = []
     for path in exports:
         first = next(_read_export(path), None)
         if first is not None:  # a prune that removed nothing exported nothing
             starts.append((first.seq, path))
     if not starts:
-        return Verdict(False, 0, None, "the exports hold no event")
+        return None
     starts.sort()
     begin = next(_read_export(starts[0][1]))
     after = begin.seq - 1
     # An export from the first event links to the genesis hash; a later one to its
     # predecessor's hash, which only an earlier export (or trust) vouches for.
-    chain = _Chain(begin.seq, GENESIS_HASH if begin.seq == 1 else begin.prev_hash)
+    chain = _Chain(begin.seq, GENESIS_HASH if begin.seq == 1 else begin.prev_hash, marks=marks)
     for _start, path in starts:
         try:
             for stored in _read_export(path):
@@ -165,7 +240,8 @@ def list_runs(reader: LedgerReader, out: TextIO) -> int:
 
 
 def show_run(reader: LedgerReader, run_id: str, out: TextIO) -> int:
-    """A readable timeline of one run: attempts, writes, outcomes, refusals.
+    """A readable timeline of one run: attempts, writes, outcomes, refusals; how many
+    events it shows (0, and nothing written, for a run the ledger does not hold).
 
     A run whose attempts have scopes (a tool call's attempts, say) is shown as
     one timeline per scope, the unscoped attempts first, then each scope in
@@ -175,8 +251,6 @@ def show_run(reader: LedgerReader, run_id: str, out: TextIO) -> int:
     for stored in reader.events(run_id=run_id):
         by_scope.setdefault(stored.event.scope, []).append(stored)
     shown = sum(len(events) for events in by_scope.values())
-    if shown == 0:
-        out.write(f"no events for run {run_id}\n")
     scoped = len(by_scope) > 1
     for scope, events in by_scope.items():
         if scoped and events:
@@ -201,6 +275,13 @@ def _timeline_line(stored: StoredEvent) -> str:
         scheme = f", id scheme {e.detail['id_scheme']}" if "id_scheme" in e.detail else ""
         return (f"{head} attempt {e.attempt_id} began (rule {e.rule}, checkpoint "
                 f"{e.checkpoint!r}{scope}{scheme})")  # fmt: skip
+    if e.phase == Phase.ATTEMPT_END and "forgotten" in e.detail:
+        return (
+            f"{head} attempt {e.attempt_id} forgotten by its sidecar "
+            f"({e.detail['forgotten']}): its later calls get UNKNOWN_ATTEMPT"
+        )
+    if e.phase == Phase.LEASE:
+        return f"{head} attempt {e.attempt_id}'s lease extended to {e.detail.get('lease_deadline')}"
     if e.phase == Phase.ATTEMPT_END:
         d = e.detail
         return (f"{head} attempt {e.attempt_id} ended: applied {d.get('applied', 0)}, "
@@ -219,9 +300,19 @@ def _timeline_line(stored: StoredEvent) -> str:
         return f"{head}   {what}: step ended"
     if e.phase == Phase.STEP_ABORT:
         return f"{head}   {what}: step aborted ({e.detail.get('reason', '')!r})"
+    if e.phase == Phase.STEP_FAILED:
+        return (
+            f"{head}   {what}: its call failed, the step did not end, it may have acted "
+            f"({e.detail.get('error', '')!r})"
+        )
     if e.phase == Phase.READ:
         result = f"refused {e.reason}/{e.failure_class}" if e.reason else "read"
         return f"{head}   {what}: {result}"
+    if e.reason and e.detail.get("landed") == "unknown":
+        return (
+            f"{head}   {what}: the store was called and did not answer ({e.reason}): "
+            "it may have landed, and a retry with the same id finds it"
+        )
     if e.reason:
         return f"{head}   {what}: refused {e.reason} ({e.failure_class})"
     return f"{head}   {what}: {e.outcome.removeprefix('OUTCOME_')}"

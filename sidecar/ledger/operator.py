@@ -28,19 +28,32 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, RunSummary, StoredEvent
+from sidecar.ledger.liveness import (
+    POSTGRES_CLOCK,
+    SQLITE_CLOCK,
+    AttemptLife,
+    Clock,
+    alive_query,
+    in_flight_note,
+    lives,
+    why_not_live,
+)
 from sidecar.ledger.pending import (
     Decision,
     DecisionNote,
+    DecisionRefused,
+    Kind,
     PendingItem,
     decision_event,
     pending_item,
 )
-from sidecar.ledger.schema import chain, readable_columns, row_to_event
+from sidecar.ledger.schema import EventClock, chain, readable_columns, row_to_event
 from sidecar.ledger.sql import (
     POSTGRES,
     RUN_SUMMARY,
     SQLITE,
     Queries,
+    ledger_clock,
     marks,
     phase,
     run_summary,
@@ -71,6 +84,14 @@ class RunFilter:
 
 
 @dataclass(frozen=True)
+class InFlight:
+    """A step that would be in doubt, but whose attempt is live: nobody may decide it yet."""
+
+    item: PendingItem
+    note: str  # why, and when it can be decided
+
+
+@dataclass(frozen=True)
 class RunRow(RunSummary):
     """One run on the runs page: its summary, its writes by outcome, what is pending."""
 
@@ -93,14 +114,16 @@ class OperatorLedger:
     """The queries; a backend subclass supplies ``_fetch``, ``_execute`` and ``_locked_head``."""
 
     _queries: Queries  # the statements in the backend's words
+    _clock: Clock  # the ledger's own time, in the backend's words
 
     # -- primitives a backend supplies -------------------------------------------
 
     def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
-    def _locked_head(self) -> contextlib.AbstractContextManager[tuple[int, str]]:
-        """A transaction holding the chain's head row locked; yields (seq, hash)."""
+    def _locked_head(self) -> contextlib.AbstractContextManager[tuple[int, str, EventClock]]:
+        """A transaction holding the chain's head row locked; yields (seq, hash) and the
+        clock its event is stamped with."""
         raise NotImplementedError
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
@@ -125,9 +148,58 @@ class OperatorLedger:
 
     # -- pending and decisions ----------------------------------------------------
 
-    def pending(self, *, run_id: str | None = None) -> list[PendingItem]:
-        """Everything that needs a person, newest first; one run's when ``run_id`` is given."""
+    def undecided(self, *, run_id: str | None = None) -> list[PendingItem]:
+        """Everything the ledger leaves open, newest first, steps in flight included; one
+        run's when ``run_id`` is given."""
         return self.pending_of(self._candidate_ids(run_id))
+
+    def pending(self, *, run_id: str | None = None) -> list[PendingItem]:
+        """Everything a person can decide now, newest first: what is open, but steps in
+        flight on a live sidecar (sidecar.ledger.liveness)."""
+        return self.split_in_flight(self.undecided(run_id=run_id))[0]
+
+    def in_flight(self, *, run_id: str | None = None) -> list[InFlight]:
+        """The steps that would be in doubt but that their live attempt is still running."""
+        return self.split_in_flight(self.undecided(run_id=run_id))[1]
+
+    def split_in_flight(
+        self, items: Sequence[PendingItem]
+    ) -> tuple[list[PendingItem], list[InFlight]]:
+        """``items`` apart: those a person can decide, and the steps in flight."""
+        steps = [item for item in items if item.kind is Kind.STEP_IN_DOUBT]
+        if not steps:
+            return list(items), []
+        lives = self._lives({item.run_id for item in steps})
+        alive = self._alive({life.sidecar for life in lives.values() if life.sidecar})
+        decidable: list[PendingItem] = []
+        flying: list[InFlight] = []
+        for item in items:
+            life = lives.get(item.attempt_id)
+            if item.kind is Kind.STEP_IN_DOUBT and life and not why_not_live(life, alive):
+                flying.append(InFlight(item, in_flight_note(life)))
+            else:
+                decidable.append(item)
+        return decidable, flying
+
+    def _lives(self, run_ids: set[str]) -> dict[str, AttemptLife]:
+        found: dict[str, AttemptLife] = {}
+        phases = ", ".join(phase(p) for p in (Phase.ATTEMPT_BEGIN, Phase.ATTEMPT_END, Phase.LEASE))
+        sql = self._sql(
+            "SELECT seq, attempt_id, scope, phase, detail FROM audit_events "
+            f"WHERE run_id = ? AND phase IN ({phases}) ORDER BY seq"
+        )
+        for run_id in sorted(run_ids):
+            found.update(lives(self._fetch(sql, [run_id])))
+        return found
+
+    def _alive(self, sidecars: set[str]) -> set[str]:
+        if not sidecars:
+            return set()
+        try:
+            rows = self._fetch(self._sql(alive_query(self._clock, len(sidecars))), sorted(sidecars))
+        except LedgerError:
+            return set()  # a ledger no sidecar of this version wrote: none beats
+        return {str(row[0]) for row in rows}
 
     def pending_of(self, ids: Sequence[str]) -> list[PendingItem]:
         """Which of ``ids`` are pending, newest first."""
@@ -194,13 +266,22 @@ SELECT b.derived_id FROM audit_events b
     ) -> StoredEvent:
         """Append an operator's decision on ``item_id`` to the chain; DecisionRefused if
         there is nothing to decide (the decision already taken is named)."""
-        with self._locked_head() as (seq, head):
+        with self._locked_head() as (seq, head, clock):
             events = self.events_for(item_id)
+            self._refuse_in_flight(events)
             event = decision_event(events, item_id, decision, **note)
-            batch = chain([event], seq, head, {})
+            batch = chain([event], seq, head, {}, clock=clock)
             self._execute_many(self._queries.insert_event, batch.rows)
             self._execute_many(self._queries.set_head, [(batch.seq, batch.head)])
         return self.event(batch.seq)
+
+    def _refuse_in_flight(self, events: Sequence[StoredEvent]) -> None:
+        item = pending_item(events)
+        if item is None:
+            return
+        flying = self.split_in_flight([item])[1]
+        if flying:
+            raise DecisionRefused(f"{item.id} cannot be decided yet: {flying[0].note}")
 
     def event(self, seq: int) -> StoredEvent:
         rows = self._fetch(
@@ -309,7 +390,8 @@ def _like_escape(text: str) -> str:
 
 class PendingTracker:
     """What is pending, kept current cheaply: the whole ledger once, then only the ids
-    that events appended since name (an id's state depends on its own events alone)."""
+    that events appended since name (an id's state depends on its own events alone).
+    Which of them are in flight is asked anew each time: a sidecar dies without an event."""
 
     def __init__(self, ledger: OperatorLedger, *, full_after: int = 20_000) -> None:
         self.ledger = ledger
@@ -319,10 +401,17 @@ class PendingTracker:
         self._lock = threading.Lock()
 
     def items(self) -> list[PendingItem]:
+        """What a person can decide now, newest first."""
+        return self.ledger.split_in_flight(self.undecided())[0]
+
+    def in_flight(self) -> list[InFlight]:
+        return self.ledger.split_in_flight(self.undecided())[1]
+
+    def undecided(self) -> list[PendingItem]:
         with self._lock:
             head = self.ledger.head()[0]
             if self._head is None or head < self._head or head - self._head > self._full_after:
-                found = self.ledger.pending()
+                found = self.ledger.undecided()
             elif head == self._head:
                 found = list(self._items.values())
             else:
@@ -340,6 +429,7 @@ class SqliteOperatorLedger(OperatorLedger):
     """The queries on a ledger file. Opened read-write: decisions append to it."""
 
     _queries = Queries(SQLITE)
+    _clock = SQLITE_CLOCK
 
     def __init__(self, path: Path, *, busy_timeout_ms: int = 5000, read_only: bool = False) -> None:
         from sidecar.ledger.sqlite import connect
@@ -372,7 +462,7 @@ class SqliteOperatorLedger(OperatorLedger):
         self._conn.executemany(sql, rows)
 
     @contextlib.contextmanager
-    def _locked_head(self) -> Iterator[tuple[int, str]]:
+    def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
         # BEGIN IMMEDIATE takes the file's write lock, as the sidecar's writer does.
         with self._lock:
             conn = self._conn
@@ -380,7 +470,7 @@ class SqliteOperatorLedger(OperatorLedger):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     row = conn.execute(self._queries.lock_head).fetchone()
-                    yield int(row[0]), str(row[1])
+                    yield int(row[0]), str(row[1]), ledger_clock(row[2], row[3])
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -405,23 +495,24 @@ class PostgresOperatorLedger(OperatorLedger):
     """The queries on a PostgreSQL ledger shared by many sidecars."""
 
     _queries = Queries(POSTGRES)
+    _clock = POSTGRES_CLOCK
 
     def __init__(self, dsn: str, *, read_only: bool = False, lock_timeout_ms: int = 5000) -> None:
         import psycopg
 
-        from sidecar.ledger.postgres import ensure_schema
+        from sidecar.ledger.pgschema import ensure_schema, one_line
 
         self._psycopg = psycopg
         self._dsn = dsn
         # A ledger locked by another process fails a decision in bounded time, as
         # SQLite's busy timeout does, rather than hang the operator's command.
         self._options = f"-c lock_timeout={int(lock_timeout_ms)}"
+        if not read_only:
+            ensure_schema(dsn)
         try:
-            if not read_only:
-                ensure_schema(dsn)
             self._conn = self._connect()
         except psycopg.Error as exc:
-            raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
+            raise LedgerError(f"cannot open the PostgreSQL ledger: {one_line(exc)}") from exc
         self._lock = threading.RLock()
 
     def _connect(self) -> Any:
@@ -450,7 +541,7 @@ class PostgresOperatorLedger(OperatorLedger):
             cur.executemany(sql, rows)
 
     @contextlib.contextmanager
-    def _locked_head(self) -> Iterator[tuple[int, str]]:
+    def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
         with self._lock:
             conn = self._connection()
             try:
@@ -458,7 +549,7 @@ class PostgresOperatorLedger(OperatorLedger):
                     row = conn.execute(self._queries.lock_head)
                     head = row.fetchone()
                     assert head is not None
-                    yield int(head[0]), str(head[1])
+                    yield int(head[0]), str(head[1]), ledger_clock(head[2], head[3])
             except self._psycopg.Error as exc:
                 raise LedgerError(f"the decision was not recorded: {exc}") from exc
 

@@ -32,7 +32,6 @@ from sidecar.rules import effects
 
 # The rpc field of a decision event: it is no call of the agent's.
 DECISION_RPC = "Resolve"
-STEP_WRITE_TYPE = "step"
 
 
 class Kind(enum.StrEnum):
@@ -130,6 +129,15 @@ def recorded_effect(event: AuditEvent) -> effects.ToolEffect:
     return effects.effect_for(str(event.detail.get("tool", "")))
 
 
+def failure_of(events: Sequence[StoredEvent]) -> str:
+    """The error the newest failed call of a step answered (its tool's error, or why
+    no answer came), or "" when none failed."""
+    for stored in reversed(events):
+        if stored.event.phase == Phase.STEP_FAILED:
+            return str(stored.event.detail.get("error", ""))
+    return ""
+
+
 def tries_that_may_have_acted(events: Sequence[StoredEvent]) -> list[StoredEvent]:
     """The begins, among one step's events, of tries that may have acted.
 
@@ -174,11 +182,13 @@ def _step_in_doubt(
         return None  # read-only and idempotent steps are simply run again
     first = began[0]
     tool = str(first.event.detail.get("tool", ""))
+    failed = failure_of(since)
+    said = f"; its call failed: {failed}" if failed else ""
     return _item(
         Kind.STEP_IN_DOUBT,
         first,
         f"non-idempotent step {tool!r} began in attempt {first.event.attempt_id} and never "
-        "ended: later attempts get IN_DOUBT until someone decides whether it ran",
+        f"ended{said}: later attempts get IN_DOUBT until someone decides whether it ran",
     )
 
 

@@ -28,29 +28,11 @@ from typing import Any
 import psycopg
 import structlog
 
-from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
-from sidecar.ledger.schema import (
-    ADDED_COLUMNS,
-    checkpoints_table,
-    readable_columns,
-    row_to_event,
-    tables,
-)
+from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
+from sidecar.ledger.pgschema import ensure_schema, one_line
+from sidecar.ledger.schema import readable_columns, row_to_event
 from sidecar.ledger.sql import POSTGRES, SqlLedger, SqlLedgerReader, append, present_columns
 from sidecar.ops import pgbounds
-
-SCHEMA = (
-    tables("BIGINT")
-    + checkpoints_table("BIGINT")
-    + """
-CREATE TABLE IF NOT EXISTS audit_head (
-    id BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id),
-    seq BIGINT NOT NULL,
-    hash TEXT NOT NULL
-);
-INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT DO NOTHING;
-"""
-)
 
 _CONNECT_TIMEOUT_SECONDS = 5
 # A health check, and the connection it may open, answer within this: readiness turns
@@ -82,22 +64,6 @@ def _connection_lost(conn: psycopg.Connection[Any], error: psycopg.Error) -> boo
     return conn.broken or state.startswith(_CONNECTION_LOST)
 
 
-def ensure_schema(dsn: str) -> None:
-    """Create the ledger's tables if missing; safe to run from many sidecars at once."""
-    with _connect(dsn) as conn:
-        # The advisory lock keeps two sidecars starting together from racing
-        # on CREATE TABLE IF NOT EXISTS, which is not atomic in PostgreSQL.
-        conn.execute("SELECT pg_advisory_xact_lock(7263001)")
-        conn.execute(SCHEMA.replace("{genesis}", GENESIS_HASH))
-        # A ledger written before a column came gains it in place, under the
-        # same lock; earlier sidecars name their columns, so the defaults fill them.
-        present = present_columns(conn, POSTGRES)
-        for name, statement, _ in ADDED_COLUMNS:
-            if name not in present:
-                conn.execute(statement)
-        conn.commit()
-
-
 class PostgresLedger(SqlLedger):
     """An AuditLedger on a PostgreSQL database shared by many sidecars."""
 
@@ -109,10 +75,15 @@ class PostgresLedger(SqlLedger):
         super().__init__(POSTGRES, append_timeout_seconds=lock_timeout_ms / 1000)
         self.dsn = dsn
         self._lock_timeout_ms = max(1, lock_timeout_ms - min(250, lock_timeout_ms // 5))
-        try:
-            ensure_schema(dsn)
-        except psycopg.Error as exc:
-            raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
+        state = ensure_schema(dsn)
+        if state.owner:
+            log.warning(
+                "ledger_owned_by_sidecar",
+                role=state.role,
+                why="this sidecar's role owns the ledger's tables (or is a superuser), so it "
+                "could UPDATE or DELETE the fleet's audit: run sidecars as a writer role "
+                "(actonce audit migrate --writer-role NAME)",
+            )
         self._conn: psycopg.Connection[Any] | None = None
         self._read_lock = threading.Lock()
         self._reader: psycopg.Connection[Any] | None = None
@@ -212,7 +183,7 @@ class PostgresLedgerReader(SqlLedgerReader[psycopg.Connection[Any]]):
         try:
             conn = psycopg.connect(dsn, connect_timeout=_CONNECT_TIMEOUT_SECONDS, autocommit=True)
         except psycopg.Error as exc:
-            raise LedgerError(f"cannot open the PostgreSQL ledger: {exc}") from exc
+            raise LedgerError(f"cannot open the PostgreSQL ledger: {one_line(exc)}") from exc
         # Every transaction this reader opens (a snapshot, a scan) reads one snapshot and
         # can write nothing.
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ

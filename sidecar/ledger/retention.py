@@ -49,6 +49,7 @@ from sidecar.ledger.inspect import _Chain, export_line
 from sidecar.ledger.operator import OperatorLedger, PostgresOperatorLedger, SqliteOperatorLedger
 from sidecar.ledger.schema import CHECKPOINT_QUERY, COLUMNS, row_to_event
 from sidecar.ledger.sqlite import read_snapshot
+from sidecar.ops import files
 
 # Events one SQLite transaction deletes: a few milliseconds of the write lock.
 DELETE_BATCH = 2000
@@ -164,6 +165,12 @@ class Retention(OperatorLedger):
     def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
         raise NotImplementedError
 
+    def now(self) -> datetime:
+        """The ledger's time, which its events are stamped with and ``--before`` counts
+        back from: PostgreSQL's clock, or this host's for a SQLite file (every process
+        writing it runs on this host)."""
+        return datetime.now(UTC)
+
     def checkpoint(self) -> tuple[int, str]:
         rows = self._fetch(CHECKPOINT_QUERY)
         return (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS_HASH)
@@ -226,7 +233,7 @@ class Retention(OperatorLedger):
         after, prev = self.checkpoint()
         chain = _Chain(after + 1, prev)
         total = plan.cut - plan.after
-        with path.open("x", encoding="utf-8") as out:
+        with files.new_private_text(path) as out:
             rows = self._stream(
                 self._sql(f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? AND seq <= ? "
                           "ORDER BY seq"), [plan.after, plan.cut])  # fmt: skip
@@ -250,10 +257,10 @@ class Retention(OperatorLedger):
         if progress is not None and total:
             progress(chain.checked, total)
         plan.exported = chain.checked
-        plan.hash = chain.prev
+        plan.hash = chain.prev or prev
 
     def _checkpoint_row(self, plan: PruneResult, before: datetime) -> list[object]:
-        return [plan.cut, plan.hash, event_time(datetime.now(UTC)), event_time(before),
+        return [plan.cut, plan.hash, event_time(self.now()), event_time(before),
                 plan.exported]  # fmt: skip
 
 
@@ -289,44 +296,64 @@ class SqliteRetention(Retention, SqliteOperatorLedger):
         return read_snapshot(self._conn)
 
     def _remove_after_snapshot(self, plan: PruneResult, before: datetime, export: Path) -> None:
+        # What an earlier prune cut short left at or before its checkpoint goes first:
+        # `audit verify` takes an event still there at or before the newest checkpoint's
+        # first removed one as a sign that no prune recorded it.
+        self._delete_up_to(plan.after)
         if plan.cut > plan.after:
-            conn = self._conn
             try:
-                # The write lock, as a sidecar's batch takes it: short, and checked against
-                # another prune since the plan, whose export this one's would overlap.
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    if self.checkpoint()[0] != plan.after:
-                        raise PruneRefused("another prune ran meanwhile; nothing was pruned")
-                    conn.execute(_INSERT_CHECKPOINT, self._checkpoint_row(plan, before))
-                    conn.execute("COMMIT")
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
+                self._record_checkpoint(plan, before)
             except (sqlite3.Error, PruneRefused) as exc:
                 _discard(export)
                 if isinstance(exc, PruneRefused):
                     raise
                 raise LedgerError(f"the checkpoint was not recorded: {exc}") from exc
-        # From the oldest event left, also what an earlier prune cut short left behind.
+        self._delete_up_to(plan.cut)
+
+    def _record_checkpoint(self, plan: PruneResult, before: datetime) -> None:
+        """Record the checkpoint and delete the first batch it covers, in one short write
+        transaction, as a sidecar's batch takes the lock: refused if another prune moved
+        the checkpoint since the plan, whose export this one's would overlap."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if self.checkpoint()[0] != plan.after:
+                raise PruneRefused("another prune ran meanwhile; nothing was pruned")
+            conn.execute(_INSERT_CHECKPOINT, self._checkpoint_row(plan, before))
+            high = min(plan.cut, plan.after + DELETE_BATCH)
+            conn.execute("DELETE FROM audit_events WHERE seq > ? AND seq <= ?", (plan.after, high))
+            conn.execute("COMMIT")
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+    def _delete_up_to(self, cut: int) -> None:
+        """Delete the events up to ``cut`` (all pruned: a checkpoint at or after it is
+        recorded), oldest first, a batch per transaction."""
         while True:
             low = self._fetch("SELECT MIN(seq) FROM audit_events")[0][0]
-            if low is None or int(low) > plan.cut:
+            if low is None or int(low) > cut:
                 return
-            high = min(plan.cut, int(low) + DELETE_BATCH - 1)
+            high = min(cut, int(low) + DELETE_BATCH - 1)
             try:
                 self._conn.execute(
                     "DELETE FROM audit_events WHERE seq >= ? AND seq <= ?", (int(low), high)
                 )
             except sqlite3.Error as exc:
                 raise LedgerError(
-                    f"events up to #{plan.cut} are pruned (checkpoint recorded) but could not "
+                    f"events up to #{cut} are pruned (checkpoint recorded) but could not "
                     f"all be deleted: {exc}; the next prune deletes the rest"
                 ) from exc
 
 
 class PostgresRetention(Retention, PostgresOperatorLedger):
     """Prunes a PostgreSQL ledger in one transaction; sidecars append meanwhile."""
+
+    def now(self) -> datetime:
+        # The server's clock, which stamped every event: the cut depends on no writer's.
+        when = self._fetch("SELECT clock_timestamp()")[0][0]
+        assert isinstance(when, datetime)
+        return when.astimezone(UTC)
 
     def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
         # A server-side cursor in the prune's transaction: the export streams.

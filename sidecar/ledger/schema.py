@@ -11,6 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sidecar.ledger import liveness
 from sidecar.ledger.base import (
     FENCED_PHASES,
     AuditEvent,
@@ -19,7 +20,16 @@ from sidecar.ledger.base import (
     StoredEvent,
     event_hash,
     fenced,
+    other_rule,
 )
+
+# The schema this release writes and reads. A ledger records the versions it was brought
+# up to in ``audit_schema``; whoever finds an older one (a sidecar that may create tables,
+# or `actonce audit migrate`) runs the DDL below again, which creates only what is missing.
+# Any change to the DDL bumps it. 1: the tables, columns and checkpoints of the releases
+# before versions were recorded; 2: runs bound to their rules (``audit_run_rules``) and the
+# sidecars' heartbeats (``audit_sidecars``).
+SCHEMA_VERSION = 2
 
 COLUMNS = (
     "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
@@ -51,7 +61,8 @@ def readable_columns(present: Collection[str]) -> str:
 
 def tables(seq_type: str) -> str:
     """DDL of the events and runs tables; ``seq_type`` is the dialect's 64-bit integer."""
-    return f"""
+    return (
+        f"""
 CREATE TABLE IF NOT EXISTS audit_events (
     seq {seq_type} PRIMARY KEY,
     ts TEXT NOT NULL,
@@ -97,6 +108,8 @@ CREATE TABLE IF NOT EXISTS audit_scopes (
     PRIMARY KEY (run_id, scope)
 );
 """
+        + liveness.TABLE
+    )
 
 
 def checkpoints_table(seq_type: str) -> str:
@@ -117,8 +130,36 @@ CREATE TABLE IF NOT EXISTS audit_checkpoints (
 """
 
 
+def run_rules_table() -> str:
+    """DDL of the rule each run belongs to: that of its first attempt, recorded in the
+    transaction that makes the begin durable. Like the fencing tables, never pruned: a
+    run keeps its rule after its events are gone."""
+    return """
+CREATE TABLE IF NOT EXISTS audit_run_rules (
+    run_id TEXT PRIMARY KEY,
+    rule TEXT NOT NULL
+);
+"""
+
+
+def schema_table() -> str:
+    """DDL of the schema versions a ledger was brought up to, one row each."""
+    return """
+CREATE TABLE IF NOT EXISTS audit_schema (
+    version INTEGER PRIMARY KEY
+);
+"""
+
+
+# What a backend runs after the DDL, with SCHEMA_VERSION, to record the version it reached.
+RECORD_VERSION = "INSERT INTO audit_schema (version) VALUES (?) ON CONFLICT DO NOTHING"
+SCHEMA_VERSION_QUERY = "SELECT MAX(version) FROM audit_schema"
+
+
 # The ledger's checkpoint: the last event removed by the newest prune.
 CHECKPOINT_QUERY = "SELECT seq, hash FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
+# Every prune's checkpoint, oldest first, with how many events it removed.
+CHECKPOINTS_QUERY = "SELECT seq, hash, events FROM audit_checkpoints ORDER BY seq"
 
 
 def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:
@@ -216,10 +257,31 @@ class ChainedBatch:
     begun: list[tuple[str, str]] = field(default_factory=list)
     begun_scoped: list[tuple[str, str, str]] = field(default_factory=list)
     results: list[int | LedgerError] = field(default_factory=list)
+    # Runs the batch binds to a rule: (run, rule), for audit_run_rules.
+    bound: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EventClock:
+    """Where a batch's times come from: ``now``, the ledger's own time when its database
+    keeps one (PostgreSQL's), else this process's; never earlier than ``floor``, the
+    newest event's time, so that the chain's times never go back."""
+
+    now: str | None = None
+    floor: str = ""
+
+    def stamp(self) -> str:
+        return max(self.now or now(), self.floor)
 
 
 def chain(
-    events: list[AuditEvent], seq: int, head: str, newest: dict[RunScope, str]
+    events: list[AuditEvent],
+    seq: int,
+    head: str,
+    newest: dict[RunScope, str],
+    *,
+    run_rules: dict[str, str] | None = None,
+    clock: EventClock = EventClock(),
 ) -> ChainedBatch:
     """Number, timestamp and hash a batch onto the chain after (seq, head).
 
@@ -228,11 +290,19 @@ def chain(
     been written alone. A fenced intent is refused and takes no number. Each
     scope fences alone: a new attempt of one scope, or an unscoped one, leaves
     the attempts of every other scope of the run as they were.
+
+    ``run_rules`` holds the rule of each run the batch begins attempts of, where the
+    ledger has bound one: a begin under another rule is refused and changes nothing
+    (neither the run's fencing nor its rule); the first begin of a run binds it.
     """
     out = ChainedBatch(seq, head)
     for event in events:
         key = (event.run_id, event.scope)
         if event.phase == Phase.ATTEMPT_BEGIN:
+            refused = _bind_rule(event, run_rules, out)
+            if refused is not None:
+                out.results.append(refused)
+                continue
             if event.scope:
                 out.begun_scoped.append((event.run_id, event.scope, event.attempt_id))
             else:
@@ -244,9 +314,24 @@ def chain(
                 out.results.append(refusal)
                 continue
         out.seq += 1
-        ts = now()
+        ts = clock.stamp()
+        clock = EventClock(clock.now, ts)
         digest = event_hash(out.seq, ts, event, out.head)
         out.rows.append(event_row(out.seq, ts, event, out.head, digest))
         out.head = digest
         out.results.append(out.seq)
     return out
+
+
+def _bind_rule(
+    event: AuditEvent, run_rules: dict[str, str] | None, out: ChainedBatch
+) -> LedgerError | None:
+    """The refusal of a begin whose run belongs to another rule; a run not bound yet is
+    bound to the begin's rule (in ``run_rules``, and for the batch to record)."""
+    if run_rules is None:
+        return None
+    known = event.run_id in run_rules
+    refusal = other_rule(event, run_rules)
+    if refusal is None and not known:
+        out.bound.append((event.run_id, event.rule))
+    return refusal

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
+    Checkpoint,
     LedgerError,
     Phase,
     RunSummary,
@@ -26,7 +28,9 @@ from sidecar.ledger.base import (
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import (
     CHECKPOINT_QUERY,
+    CHECKPOINTS_QUERY,
     COLUMNS,
+    EventClock,
     chain,
     fenced_keys,
     newest_attempts,
@@ -60,6 +64,10 @@ class Dialect:
     # A list goes as one array parameter: one statement for any number of runs, which the
     # driver prepares once, rather than one per count.
     array_parameter: bool
+    # The database's own clock, read with the head: the one time every sidecar sharing the
+    # ledger stamps its events with. SQLite has none apart from its writer's: a ledger file
+    # lives on one host, whose clock each process writing it reads.
+    clock: str = "NULL"
 
 
 # SQLite's BEGIN IMMEDIATE already holds the whole file for the writer.
@@ -78,6 +86,7 @@ POSTGRES = Dialect(
     columns="SELECT column_name FROM information_schema.columns "
     "WHERE table_schema = current_schema() AND table_name = 'audit_events'",
     array_parameter=True,
+    clock="clock_timestamp()",
 )
 
 # A run's summary, as `audit runs` and the console's runs page show it.
@@ -114,7 +123,12 @@ class Queries:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.head = f"SELECT seq, hash FROM audit_head WHERE {dialect.head_row}"
-        self.lock_head = self.head + dialect.head_lock
+        # The head with what a batch stamps its events from: the newest event's time, and
+        # the database's clock (sidecar.ledger.schema.EventClock).
+        self.lock_head = (
+            "SELECT seq, hash, (SELECT e.ts FROM audit_events e WHERE e.seq = audit_head.seq), "
+            f"{dialect.clock} FROM audit_head WHERE {dialect.head_row}{dialect.head_lock}"
+        )
         self.set_head = self.sql(
             f"UPDATE audit_head SET seq = ?, hash = ? WHERE {dialect.head_row}"
         )
@@ -124,6 +138,9 @@ class Queries:
         self.begin_run = self.sql(
             "INSERT INTO audit_runs (run_id, attempt_id) VALUES (?, ?) "
             "ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id"
+        )
+        self.bind_run = self.sql(
+            "INSERT INTO audit_run_rules (run_id, rule) VALUES (?, ?) ON CONFLICT DO NOTHING"
         )
         self.begin_scope = self.sql(
             "INSERT INTO audit_scopes (run_id, scope, attempt_id) VALUES (?, ?, ?) "
@@ -154,14 +171,30 @@ class Queries:
         text = f"SELECT {columns} FROM audit_events WHERE {where} ORDER BY seq"
         return self.sql(text + (" LIMIT ?" if limit else ""))
 
+    def of_runs(self, runs: list[str]) -> tuple[str, Sequence[object]]:
+        """``run_id`` among ``runs``: the WHERE clause and its parameters."""
+        if self.dialect.array_parameter:
+            return "run_id = ANY(?)", [runs]
+        return f"run_id IN ({marks(len(runs))})", runs
+
+    def run_rules(self, runs: list[str]) -> tuple[str, Sequence[object]]:
+        """The rule each of ``runs`` belongs to, one statement: as bound, or, for a run begun
+        before runs were bound (by an earlier release), as its first begin says. Rows in
+        order: a run's first row is its rule."""
+        where, params = self.of_runs(runs)
+        query = (
+            "SELECT run_id, rule FROM ("
+            f"SELECT run_id, rule, 0 AS seq FROM audit_run_rules WHERE {where} UNION ALL "
+            f"SELECT e.run_id, e.rule, e.seq FROM audit_events e WHERE {where} "
+            f"AND e.phase = {phase(Phase.ATTEMPT_BEGIN)} AND NOT EXISTS "
+            "(SELECT 1 FROM audit_run_rules b WHERE b.run_id = e.run_id)) AS found ORDER BY seq"
+        )
+        return self.sql(query), [*params, *params]
+
     def newest_attempts(self, runs: list[str], *, scoped: bool) -> tuple[str, Sequence[object]]:
         """The newest attempt of ``runs``' unscoped attempts, or of their scopes: the
         statement and its parameters."""
-        params: Sequence[object]
-        if self.dialect.array_parameter:
-            where, params = "run_id = ANY(?)", [runs]
-        else:
-            where, params = f"run_id IN ({marks(len(runs))})", runs
+        where, params = self.of_runs(runs)
         if scoped:
             query = f"SELECT run_id, scope, attempt_id FROM audit_scopes WHERE {where}"
         else:
@@ -185,6 +218,7 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
     # deleted from one that simply ends there.
     head = db.execute(sql.lock_head).fetchone()
     seq, prev = int(head[0]), str(head[1])
+    clock = ledger_clock(head[2], head[3])
     # One statement per table for the newest attempts the batch fences, not one per
     # intent: each statement hands the interpreter back and forth with the event loop.
     keys = fenced_keys(events)
@@ -196,7 +230,12 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
     if keys.scoped:
         query, params = sql.newest_attempts(keys.scoped_runs, scoped=True)
         scoped = [(r, s, a) for r, s, a in db.execute(query, params).fetchall()]
-    batch = chain(events, seq, prev, newest_attempts(keys, unscoped, scoped))
+    run_rules = _run_rules(db, sql, events)
+    batch = chain(
+        events, seq, prev, newest_attempts(keys, unscoped, scoped), run_rules=run_rules, clock=clock
+    )
+    if batch.bound:
+        db.executemany(sql.bind_run, batch.bound)
     if batch.begun:
         db.executemany(sql.begin_run, batch.begun)
     if batch.begun_scoped:
@@ -205,6 +244,27 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
         db.executemany(sql.insert_event, batch.rows)
         db.execute(sql.set_head, (batch.seq, batch.head))
     return batch.results
+
+
+def ledger_clock(newest_ts: object, database_now: object) -> EventClock:
+    """The batch's clock from its head row: the database's time when it keeps one."""
+    when = None
+    if isinstance(database_now, datetime):
+        when = database_now.astimezone(UTC).isoformat(timespec="microseconds")
+    return EventClock(when, str(newest_ts or ""))
+
+
+def _run_rules(db: Cursor, sql: Queries, events: list[AuditEvent]) -> dict[str, str]:
+    """The rule of each run whose attempts ``events`` begin, where one is bound: read in the
+    batch's transaction, after the head's lock, so that no other batch binds it meanwhile."""
+    runs = sorted({e.run_id for e in events if e.phase == Phase.ATTEMPT_BEGIN})
+    if not runs:
+        return {}
+    query, params = sql.run_rules(runs)
+    rules: dict[str, str] = {}
+    for run, rule in db.execute(query, params).fetchall():
+        rules.setdefault(str(run), str(rule))
+    return rules
 
 
 class SqlLedger(GroupCommitLedger):
@@ -272,6 +332,16 @@ class SqlLedgerReader(Generic[_C]):
             return 0, GENESIS_HASH
         row = self._conn.execute(CHECKPOINT_QUERY).fetchone()
         return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        if not self._has_checkpoints():
+            return []
+        rows = self._conn.execute(CHECKPOINTS_QUERY).fetchall()
+        return [Checkpoint(int(seq), str(hash_), int(events)) for seq, hash_, events in rows]
+
+    def first_seq(self) -> int | None:
+        row = self._conn.execute("SELECT MIN(seq) FROM audit_events").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
 
     def _has_checkpoints(self) -> bool:
         """Whether the ledger has its checkpoints table; without touching it, which on

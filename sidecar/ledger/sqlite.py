@@ -20,8 +20,18 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
-from sidecar.ledger.schema import ADDED_COLUMNS, checkpoints_table, readable_columns, tables
+from sidecar.ledger.schema import (
+    ADDED_COLUMNS,
+    RECORD_VERSION,
+    SCHEMA_VERSION,
+    checkpoints_table,
+    readable_columns,
+    run_rules_table,
+    schema_table,
+    tables,
+)
 from sidecar.ledger.sql import SQLITE, SqlLedger, SqlLedgerReader, append, present_columns
+from sidecar.ops import files
 
 _T = TypeVar("_T")
 
@@ -36,6 +46,8 @@ class Transactions(Protocol):
 SCHEMA = (
     tables("INTEGER")
     + checkpoints_table("INTEGER")
+    + run_rules_table()
+    + schema_table()
     + """
 CREATE TABLE IF NOT EXISTS audit_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -48,8 +60,8 @@ INSERT OR IGNORE INTO audit_head (id, seq, hash) VALUES (1, 0, '{genesis}');
 
 
 def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
-    """Open a ledger file with the settings durability needs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Open a ledger file with the settings durability needs, readable by its owner alone."""
+    files.private_database(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     conn.execute("PRAGMA journal_mode = WAL")
@@ -81,6 +93,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         for name, statement, _ in ADDED_COLUMNS:
             if name not in present:
                 conn.execute(statement)
+        conn.execute(RECORD_VERSION, (SCHEMA_VERSION,))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

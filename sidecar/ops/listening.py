@@ -9,8 +9,11 @@ first, which gives the cause, and grpc's own failure becomes an OSError too.
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import grpc
+
+from sidecar.ops import files
 
 # gRPC sets SO_REUSEPORT by default: a second sidecar started on a busy port would bind
 # it and silently take half the calls, and the attempts it does not know would fail.
@@ -48,4 +51,7 @@ def bind(server: grpc.aio.Server, listen: str) -> int:
         port = 0
     if port == 0 and not listen.startswith("unix:"):
         raise OSError(f"could not listen on {listen}")
+    if listen.startswith("unix:"):
+        # Whoever may open the socket may call the sidecar: its owner alone, whatever the umask.
+        files.tighten(Path(listen.removeprefix("unix:")))
     return port

@@ -202,9 +202,10 @@ class Tracing:
             "span_id": format_span_id(context.span_id),
         }
 
-    def mcp_middleware(self) -> McpSpans:
-        """The MCP front's span of each tool call (sidecar.fronts.mcp)."""
-        return McpSpans(self.tracer)
+    def mcp_middleware(self, name_of: Callable[[str], str]) -> McpSpans:
+        """The MCP front's span of each tool call (sidecar.fronts.mcp); ``name_of`` gives
+        the bounded name a tool's span is called by."""
+        return McpSpans(self.tracer, name_of)
 
     def shutdown(self) -> None:
         """Export what is pending, then stop (bounded by the exporter's own timeout)."""
@@ -300,14 +301,16 @@ class McpSpans:
     provider sends them. Other MCP requests (initialize, tools/list) are not traced.
     """
 
-    def __init__(self, tracer: trace.Tracer) -> None:
+    def __init__(self, tracer: trace.Tracer, name_of: Callable[[str], str]) -> None:
         self._tracer = tracer
+        self._name_of = name_of
 
     async def __call__(self, ctx: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
         if ctx.method != "tools/call":
             return await call_next(ctx)
         params = ctx.params or {}
-        tool = params.get("name") if isinstance(params, Mapping) else None
+        named = params.get("name") if isinstance(params, Mapping) else None
+        tool = self._name_of(named) if isinstance(named, str) else None
         meta = ctx.meta
         parent = propagate.extract(meta) if isinstance(meta, Mapping) else None
         if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
@@ -449,8 +452,9 @@ class _TracedStore(WrappedStore):
         context = current.get_span_context()
         trace_id, span_id = format_trace_id(context.trace_id), format_span_id(context.span_id)
         attributes = event_attributes(intent)
-        current.set_attributes({k: v for k, v in attributes.items()
-                                if k not in (PHASE, OCCURRENCE)})  # fmt: skip
+        current.set_attributes(
+            {k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)}
+        )
 
         written = [replace(intent, trace_id=trace_id, span_id=span_id)]
 
@@ -468,8 +472,13 @@ class _TracedStore(WrappedStore):
             # A span per event, as the traced ledger makes, over the job that made it durable;
             # the call's span says what its events say.
             for made in written[1:]:
-                current.set_attributes({k: v for k, v in event_attributes(made).items()
-                                        if k not in (PHASE, OCCURRENCE)})  # fmt: skip
+                current.set_attributes(
+                    {
+                        k: v
+                        for k, v in event_attributes(made).items()
+                        if k not in (PHASE, OCCURRENCE)
+                    }
+                )
             for made in written:
                 self._tracer.start_span(
                     "ledger.append", start_time=started, attributes=event_attributes(made)

@@ -22,7 +22,7 @@ from actonce_api.store.v1 import artifact_store_pb2 as pb
 from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar.ops import reflection, tracing_settings
+from sidecar.ops import files, reflection, tracing_settings
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.servicer import ArtifactStoreServicer
 from sidecar.refstore.sqlite import SqliteStoreBackend
@@ -94,6 +94,8 @@ async def create_store_server(
     except RuntimeError as error:
         # gRPC reports a failed bind as RuntimeError; callers (the CLI) expect an OSError.
         raise OSError(f"cannot listen on {listen}: {error}") from error
+    if listen.startswith("unix:"):
+        files.tighten(Path(listen.removeprefix("unix:")))
     return server, 0 if listen.startswith("unix:") else port
 
 
@@ -111,7 +113,7 @@ def open_store_backend(data_dir: Path | None = None, *, dsn: str | None = None) 
         return PostgresStoreBackend(dsn)
     if data_dir is None:
         raise ValueError("the store needs a data folder or a PostgreSQL DSN")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    files.private_folder(data_dir)
     return SqliteStoreBackend(data_dir / "store.db")
 
 

@@ -35,6 +35,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
 
+from sidecar.ops import files
 from sidecar.refstore.sql import Connection, Dialect, SqlStoreBackend
 
 __all__ = ["SCHEMA_VERSION", "SqliteStoreBackend"]
@@ -102,7 +103,8 @@ class SqliteStoreBackend(SqlStoreBackend):
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000) -> None:
         """Open (creating it and its folder if missing) the database file at `path`."""
         super().__init__(_DIALECT)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # Every artifact is in it: its owner alone reads it, whatever the umask.
+        files.private_database(Path(path))
         self._lock = threading.Lock()
         # Group commit (see the module's docstring). Calls count themselves in before they
         # wait for the connection, so the one holding it knows whether others will join.

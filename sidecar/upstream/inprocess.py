@@ -252,8 +252,9 @@ class InProcessStoreClient:
 
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_R] = loop.create_future()
-        batches.submit(_Job(functools.partial(backend.in_one_transaction, one_commit), future,
-                            loop))  # fmt: skip
+        batches.submit(
+            _Job(functools.partial(backend.in_one_transaction, one_commit), future, loop)
+        )
         # The store's deadline, and the time the intent may wait for the file as the
         # ledger's own appends may: the three commits in turn do not bound that wait by the
         # store's deadline either, and ``before`` checks the lease once it is over.

@@ -12,12 +12,11 @@ from sidecar.core.attempts import (
     ATTEMPT_BYTES,
     IDLE,
     PRESSURE,
-    REQUEST_BYTES,
     Attempt,
     AttemptRegistry,
-    Claim,
     Occurrences,
 )
+from sidecar.core.requests import REQUEST_BYTES, Claim
 from sidecar.errors import UnknownAttempt
 from sidecar.rules.ids import WriteType
 
@@ -52,9 +51,13 @@ def test_past_the_bytes_the_attempt_holding_requests_is_counted_and_others_go() 
     busy = begin(registry, "busy")
     assert registry.approximate_bytes == 2 * ATTEMPT_BYTES
 
+    claims: list[Claim] = []
+
     async def claim(attempt: Attempt, ids: range) -> None:
         for i in ids:
-            assert await attempt.claim(f"req-{i}", ("Create", i)) == Claim()
+            claimed = await attempt.requests.claim(f"req-{i}", ("Create", i))
+            assert claimed.answer is None and claimed.occurrence is None
+            claims.append(claimed)
 
     asyncio.run(claim(registry.get(busy.attempt_id), range(2)))
     assert registry.approximate_bytes == 2 * ATTEMPT_BYTES + 2 * REQUEST_BYTES
@@ -64,7 +67,7 @@ def test_past_the_bytes_the_attempt_holding_requests_is_counted_and_others_go() 
     assert heard == ["old"]
     assert registry.approximate_bytes == ATTEMPT_BYTES + 3 * REQUEST_BYTES
     # A failed request gives its bytes back; an ended attempt gives back all of its own.
-    busy.released("req-2")
+    claims[-1].released()
     assert registry.approximate_bytes == ATTEMPT_BYTES + 2 * REQUEST_BYTES
     registry.end(busy.attempt_id)
     assert registry.approximate_bytes == 0
@@ -75,7 +78,7 @@ def test_the_attempt_in_use_is_never_the_one_forgotten() -> None:
     alone = begin(registry, "alone")
 
     async def claim() -> None:
-        await alone.claim("req", ("Create", 0))
+        await alone.requests.claim("req", ("Create", 0))
 
     asyncio.run(claim())  # alone past the bound: kept, since forgetting it frees nothing in use
     assert registry.get(alone.attempt_id) is alone

@@ -70,6 +70,15 @@ async def _begun(actions: RunActions, attempt_id: str) -> str:
     return (await _begin_pay(actions, attempt_id)).id
 
 
+async def _begun_lookup(actions: RunActions, attempt_id: str) -> str:
+    # An idempotent step: a retry runs it again after a failed call.
+    answer = await actions.begin_step(
+        attempt_id=attempt_id, tool="lookup", effect=int(ToolEffect.IDEMPOTENT_WRITE),
+        args_json='{"q": 1}', request_id="",
+    )  # fmt: skip
+    return answer.id
+
+
 async def _ended(actions: RunActions, attempt_id: str, answer: WriteResult, ctx: Any) -> None:
     await _end_pay(actions, attempt_id, answer.id, "")
 
@@ -146,6 +155,15 @@ async def _abort_step(
     )
 
 
+async def _fail_step(
+    actions: RunActions, attempt_id: str, request_id: str, ctx: Any
+) -> WriteResult:
+    assert isinstance(ctx, str)
+    return await actions.fail_step(
+        attempt_id=attempt_id, step_id=ctx, error="connection reset", request_id=request_id
+    )
+
+
 INTENT = f"ledger.append {Phase.INTENT}"
 OUTCOME = f"ledger.append {Phase.OUTCOME}"
 
@@ -175,6 +193,12 @@ KINDS: dict[str, Kind] = {
     "end step": Kind(_end_step, (f"ledger.append {Phase.STEP_END}",), before=_begun),
     "abort step": Kind(
         _abort_step, (f"ledger.append {Phase.STEP_ABORT}",), before=_begun, acts_again=True
+    ),
+    "failed step": Kind(
+        _fail_step,
+        (f"ledger.append {Phase.STEP_FAILED}",),
+        before=_begun_lookup,
+        acts_again=True,
     ),
 }
 
@@ -363,7 +387,7 @@ def test_the_await_points_are_the_ones_the_table_names(name: str) -> None:
 def test_every_write_of_run_actions_has_a_kind_above() -> None:
     # A new public operation is a new kind of write, to be added to KINDS, until this
     # test says otherwise.
-    others = {"begin_attempt", "end_attempt", "extend_lease", "read", "settle"}
+    others = {"begin_attempt", "end_attempt", "extend_lease", "read", "settle", "to_the_end"}
     public = {n for n in dir(RunActions) if not n.startswith("_")} - others
     assert public == {"create", "edit", "notice", "send", "create_thread", "begin_step",
-                      "end_step", "abort_step"}  # fmt: skip
+                      "end_step", "abort_step", "fail_step"}  # fmt: skip

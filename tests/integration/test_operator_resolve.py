@@ -10,6 +10,7 @@ chain still verifies.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import grpc
@@ -19,6 +20,7 @@ from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
 from sidecar.config import Config
+from sidecar.ledger import liveness
 from tests.conftest import MakeConfig
 from tests.harness import refusal, spawn_sidecar
 from tests.server.processes import run_cli
@@ -56,6 +58,12 @@ def interrupted_step(config: Config, tmp_path: Path) -> str:
     assert began.outcome == types_pb2.OUTCOME_APPLIED
     sidecar.process.kill()  # SIGKILL: no EndStep, no EndAttempt, nothing flushed by hand
     sidecar.process.wait(10)
+    # Its heartbeat goes stale within the bound the README states: only then is the step
+    # in doubt rather than in flight, and decidable.
+    deadline = time.monotonic() + liveness.STALE_SECONDS + 5
+    while str(began.step_id) not in run_cli("audit", "pending", *ledger_flags(config)).stdout:
+        assert time.monotonic() < deadline, "the killed sidecar's step never became decidable"
+        time.sleep(0.5)
     return str(began.step_id)
 
 

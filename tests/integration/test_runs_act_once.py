@@ -113,6 +113,9 @@ def test_a_retried_attempt_makes_the_same_writes_with_the_same_ids(
     if how == "shuffled":
         answers = [_call(sidecar, retry, *plan[i]) for i in order]
     else:
+        # At once, two identical calls are one call unless each has its own request_id.
+        for i, (_rpc, request) in enumerate(plan):
+            request.request_id = f"call-{i}"
         with ThreadPoolExecutor(max_workers=len(plan)) as pool:
             answers = list(pool.map(lambda i: _call(sidecar, retry, *plan[i]), order))
     assert sorted(ident for ident, _ in answers) == ids_first
@@ -307,7 +310,8 @@ def test_notices_by_default_send_only_for_a_rule_on_the_allowlist(
         "PERMANENT",
     )
     sent = sidecar.stub.Send(
-        pb.SendRequest(attempt_id=sidecar.begin(rule="pager"), thread_id=thread, text="go")
+        # A run of the pager rule (a run belongs to the rule it began under).
+        pb.SendRequest(attempt_id=sidecar.begin("run-2", rule="pager"), thread_id=thread, text="go")
     )
     kinds = [(m.kind, m.text) for m in sidecar.messages(thread)]
     assert kinds == [("notice", "fyi"), ("message", "go")]  # the refused send never landed

@@ -276,6 +276,7 @@ def test_prune_never_writes_over_an_export_and_refuses_a_ledger_that_is_not_inta
 def test_a_ledger_from_before_pruning_gains_its_checkpoints_table(ledger: Ledger) -> None:
     ledger.append(*finished_run("a"))
     ledger.sql("DROP TABLE audit_checkpoints")
+    ledger.sql("DROP TABLE audit_schema")  # nor did it record schema versions
     assert ledger.verdict().intact  # read as never pruned
     assert ledger.prune("e.jsonl").returncode == 0
     assert ledger.verdict("e.jsonl").checked == 4
@@ -348,3 +349,87 @@ def test_before_takes_a_time_or_an_age() -> None:
             parse_before(bad, now)
     # Events record UTC with microseconds: the cut compares as time, as text.
     assert event_time(datetime(2026, 9, 1, 2, tzinfo=UTC)) == "2026-09-01T02:00:00.000000+00:00"
+
+
+def test_a_checkpoint_recorded_without_a_prune_is_caught(ledger: Ledger) -> None:
+    """One row in audit_checkpoints must not let the events before it be edited unseen."""
+    ledger.append(begin("pay", "p1"), step_in_doubt("pay", "p1", "stp_charge"),
+                  *finished_run("later"))  # fmt: skip
+    (h2,) = ledger.sql("SELECT hash FROM audit_events WHERE seq = 2")[0]
+    ledger.sql("INSERT INTO audit_checkpoints (seq, hash, pruned_at, cut_before, events) "
+               "VALUES (2, ?, '2026-01-01', '2026-01-01', 2)", (h2,))  # fmt: skip
+    forged = ledger.verdict()
+    assert not forged.intact and forged.first_bad == 1, forged
+    assert "not recorded by a prune" in forged.problem
+    # With the step's event edited too, it is still caught, never "intact".
+    ledger.sql("UPDATE audit_events SET derived_id = 'stp_forged' WHERE seq = 2")
+    assert ledger.cli("verify").returncode == 1
+    # A row that claims less than it covers does not follow the (absent) prune before it.
+    ledger.sql("UPDATE audit_checkpoints SET events = 1")
+    assert not ledger.verdict().intact
+
+
+def test_a_checkpoint_naming_another_hash_than_the_pruned_event_is_caught(
+    ledger: Ledger,
+) -> None:
+    ledger.append(*finished_run("old"), *finished_run("new"))
+    assert ledger.prune("e.jsonl", before=_between(ledger, 4)).returncode == 0
+    ledger.sql("UPDATE audit_checkpoints SET hash = ?", ("f" * 64,))
+    broken = ledger.verdict()
+    assert not broken.intact and broken.first_bad == 5, broken
+    assert not ledger.verdict("e.jsonl").intact
+
+
+def test_an_empty_export_verifies_as_what_it_is(ledger: Ledger) -> None:
+    ledger.append(*finished_run("fresh"))
+    # A new deployment's nightly prune: nothing is old enough yet.
+    nothing = ledger.prune("night-1.jsonl", before="1h")
+    assert nothing.returncode == 0 and "nothing to prune" in nothing.stdout
+    assert (ledger.folder / "night-1.jsonl").read_text() == ""
+    alone = ledger.cli("verify", "--with-export", str(ledger.folder / "night-1.jsonl"))
+    assert alone.returncode == 0, alone.stdout
+    assert "ledger intact: 4 events" in alone.stdout and "hold no event" in alone.stdout
+    # Beside exports that hold events, it changes nothing; a pruned ledger still needs those.
+    assert ledger.prune("night-2.jsonl").returncode == 0
+    assert ledger.verdict("night-1.jsonl", "night-2.jsonl").intact
+    assert ledger.verdict("night-1.jsonl").intact  # the ledger alone, from its checkpoint
+    assert not ledger.verdict("night-2.jsonl", "night-1.jsonl").exports_empty
+
+
+def test_a_prune_cut_short_leaves_a_ledger_that_verifies_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite, where a prune deletes in batches (on PostgreSQL it is one transaction)."""
+    from sidecar.ledger import retention
+
+    ledger = Ledger(tmp_path / "audit.db", None, "sqlite", tmp_path)
+    ledger.append(*finished_run("a"), *finished_run("b"), *finished_run("c"))
+    monkeypatch.setattr(retention, "DELETE_BATCH", 3)
+    # The process dies after the checkpoint's transaction, before the other batches.
+    monkeypatch.setattr(retention.SqliteRetention, "_delete_up_to", lambda self, cut: None)
+    assert ledger.prune("e.jsonl", before=_between(ledger, 8)).returncode == 0
+    assert ledger.seqs() == list(range(4, 13))
+    short = ledger.verdict()
+    assert short.intact and short.leftover == 5 and short.checked == 9, short
+    assert ledger.verdict("e.jsonl").intact
+    # What the prune had not deleted yet is verified like the rest (a BeginStep reads it).
+    ledger.sql("UPDATE audit_events SET derived_id = 'art_forged' WHERE seq = 6")
+    assert not ledger.verdict().intact and ledger.verdict().first_bad == 6
+    ledger.sql("UPDATE audit_events SET derived_id = 'art_b' WHERE seq = 6")
+    assert ledger.verdict().intact
+    monkeypatch.undo()
+    # The next prune deletes the rest first.
+    assert ledger.prune("e2.jsonl", before=_between(ledger, 8)).returncode == 0
+    assert ledger.seqs() == list(range(9, 13))
+    assert ledger.verdict("e.jsonl", "e2.jsonl").intact
+
+
+def test_show_of_a_run_the_ledger_does_not_hold_exits_non_zero(ledger: Ledger) -> None:
+    ledger.append(*finished_run("known"))
+    shown = ledger.cli("show", "known")
+    assert shown.returncode == 0 and "attempt known-a1 began" in shown.stdout
+    missing = ledger.cli("show", "no-such-run")
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr.splitlines() == [
+        "actonce: error: the ledger holds no event of run 'no-such-run'"
+    ]

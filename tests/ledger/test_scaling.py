@@ -18,7 +18,7 @@ from sidecar.ledger import inspect, schema
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, Phase
 from sidecar.ledger.operator import SqliteOperatorLedger
-from sidecar.ledger.postgres import ensure_schema
+from sidecar.ledger.pgschema import ensure_schema
 from sidecar.ledger.sqlite import connect
 from tests.helpers import postgres as pg
 

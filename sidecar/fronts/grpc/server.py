@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import os
+import secrets
 import signal
 import tempfile
 import time
@@ -37,9 +37,10 @@ from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecod
 from sidecar.fronts.grpc.servicer import RunActionsServicer
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.liveness import Heartbeat, keep_beating, open_heartbeat, stop_beating
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.ops import reflection, security, tracing_settings
+from sidecar.ops import files, reflection, security, tracing_settings
 from sidecar.ops.drain import LINGER_SECONDS, CallGate
 from sidecar.ops.listening import SERVER_OPTIONS, bind
 from sidecar.ops.metrics import (
@@ -95,7 +96,10 @@ class Sidecar:
     mcp_port: int = 0
     # Traces, when the OTEL_* variables ask for them (sidecar.ops.tracing); else None.
     tracing: Tracing | None = None
+    # Says in the ledger that this sidecar is alive (sidecar.ledger.liveness).
+    heartbeat: Heartbeat | None = None
     _health_task: asyncio.Task[None] | None = None
+    _beat_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
 
     async def start(self) -> None:
@@ -112,6 +116,8 @@ class Sidecar:
         await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         await self.check_health()
         self._health_task = asyncio.create_task(self._watch_health())
+        if self.heartbeat is not None:
+            self._beat_task = asyncio.create_task(keep_beating(self.heartbeat))
 
     async def check_health(self) -> bool:
         """SERVING only when both the ledger and the store answer."""
@@ -205,6 +211,8 @@ class Sidecar:
         # A write whose caller gave up (or was cut) runs to its end before its store
         # and ledger go.
         await _bounded("writes", self.actions.settle(), left())
+        if self.heartbeat is not None:
+            await _bounded("heartbeat", stop_beating(self.heartbeat, self._beat_task), left())
         await _bounded("store_client", self.store.close(), left())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)
@@ -252,7 +260,7 @@ def embedded_store_socket(data_dir: Path) -> str:
     A socket path is limited to about 100 bytes; a deeper data folder gets a
     private temporary folder instead.
     """
-    data_dir.mkdir(parents=True, exist_ok=True)
+    files.private_folder(data_dir)
     path = data_dir.resolve() / "store.sock"
     if len(str(path)) > 100:
         path = Path(tempfile.mkdtemp(prefix="actonce-")) / "store.sock"
@@ -266,6 +274,8 @@ def open_ledger(config: Config) -> GroupCommitLedger:
         from sidecar.ledger.postgres import PostgresLedger
 
         return PostgresLedger(config.audit_dsn, lock_timeout_ms=config.audit_busy_timeout_ms)
+    if config.audit_db is None:
+        files.private_folder(config.data_dir)
     return SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
 
 
@@ -300,6 +310,8 @@ def open_store_backend(config: Config) -> StoreBackend:
         # Past the store timeout the caller has given up: its connection is cut then,
         # so that a database that stopped answering holds no thread for long.
         return PostgresStoreBackend(config.store_dsn, call_timeout=config.store_timeout_seconds)
+    if config.audit_db is None:
+        files.private_folder(config.data_dir)
     return SqliteStoreBackend(config.store_path)
 
 
@@ -321,18 +333,25 @@ async def create_server(
     if config.metrics_listen is not None and ledger is None:
         metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
     gate = CallGate()
+    heartbeat = None
+    if ledger is None:
+        heartbeat = open_heartbeat(
+            f"sc_{secrets.token_hex(8)}", config.audit_path, config.audit_dsn
+        )
     backend: StoreBackend | None = None
     shared: SqliteLedger | None = None
     if ledger is None and config.one_file:
         # One file: the store's connection is its one writer, and the ledger writes through
         # it; a write of one store call then commits with its audit as one transaction.
         # The file's lock is the ledger's: its busy timeout is the ledger's too.
+        files.private_folder(config.data_dir)
         sqlite_backend = SqliteStoreBackend(
             config.store_path, busy_timeout_ms=config.audit_busy_timeout_ms
         )
         backend = sqlite_backend
-        ledger = shared = SqliteLedger(config.audit_path, through=sqlite_backend,
-                                       busy_timeout_ms=config.audit_busy_timeout_ms)  # fmt: skip
+        ledger = shared = SqliteLedger(
+            config.audit_path, through=sqlite_backend, busy_timeout_ms=config.audit_busy_timeout_ms
+        )
     ledger = ledger if ledger is not None else open_ledger(config)
     if traces is not None:
         traces.watch_commits(ledger)
@@ -363,11 +382,12 @@ async def create_server(
         # there would bypass the audit ledger.
         target = embedded_store_socket(config.data_dir)
         embedded, _ = await create_store_server(backend, target)
-        os.chmod(target.removeprefix("unix:"), 0o600)
         upstream = InProcessStoreClient(
-            backend, timeout_seconds=config.store_timeout_seconds, ledger=shared,
+            backend,
+            timeout_seconds=config.store_timeout_seconds,
+            ledger=shared,
             ledger_wait_seconds=config.audit_busy_timeout_ms / 1000,
-        )  # fmt: skip
+        )
     store = instrument_store(upstream, metrics)
     if traces is not None:
         store = traces.store(store)
@@ -380,6 +400,7 @@ async def create_server(
             rules=config.rules,
             store_timeout_seconds=config.store_timeout_seconds,
             id_scheme=config.id_scheme,
+            sidecar_id=heartbeat.sidecar_id if heartbeat is not None else "",
         ),
         on_reread=metrics.version_conflict_rereads.inc,
     )
@@ -430,6 +451,7 @@ async def create_server(
         mcp=mcp,
         mcp_port=mcp.port if mcp is not None else 0,
         tracing=traces,
+        heartbeat=heartbeat,
     )
     return sidecar, port
 
@@ -471,7 +493,9 @@ def _mcp_listener(
             for name, url in config.mcp_upstreams.items()
         ]
         effects = load_effects(config.tool_effects) if config.tool_effects else {}
-        gateway = Gateway(actions, upstreams, effects)
+        gateway = Gateway(
+            actions, upstreams, effects, timeout_seconds=config.mcp_upstream_timeout_seconds
+        )
     front = McpFront(
         actions,
         gateway=gateway,
@@ -501,7 +525,7 @@ async def serve(config: Config, *, grace_seconds: float = 10.0) -> None:
         listen=config.listen,
         port=port,
         store=config.store_target or "embedded",
-        audit_db=str(config.audit_path),
+        ledger=config.ledger,
         health_listen=config.health_listen,
         metrics_listen=config.metrics_listen,
         mcp_listen=config.mcp_listen,

@@ -5,7 +5,7 @@ Routes (all on ``--mcp-listen``):
 
 - ``/mcp``, the attempt bound by the header ``actonce-attempt-id``;
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
-- ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?}`` ->
+- ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?}`` ->
   ``{"attempt_id"}``, and ``POST /attempts/{attempt_id}/end`` -> the counts.
 
 The harness binds the attempt, never the model: no tool takes an attempt id.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from sidecar.core.actions import RunActions
 from sidecar.core.audit import FRONT
 from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownAttempt
 from sidecar.fronts.mcp import tools
+from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ log = structlog.get_logger()
 
 ATTEMPT_HEADER = "actonce-attempt-id"
 FRONT_NAME = "mcp"
+# What the metrics and traces call a tool that is not listed.
+UNLISTED_TOOL = "unlisted"
 
 # (rpc, outcome or "failed", the error when failed): what the metrics count.
 Recorder = Callable[[str, str, ActonceError | None], None]
@@ -100,7 +103,9 @@ class McpFront:
         # The SDK traces each message through the process's global provider; the sidecar's
         # own spans (sidecar.ops.tracing) take its place when it traces, and nothing does
         # when it does not.
-        self.server.middleware = [tracing.mcp_middleware()] if tracing is not None else []
+        self.server.middleware = (
+            [tracing.mcp_middleware(self.metric_name)] if tracing is not None else []
+        )
         security = None
         if host in ("127.0.0.1", "localhost", "::1"):
             security = TransportSecuritySettings(
@@ -142,28 +147,48 @@ class McpFront:
     ) -> types.CallToolResult:
         FRONT.set(FRONT_NAME)
         name = params.name
-        rpc = tools.RPC_OF.get(name, name)
+        rpc = self.metric_name(name)
         structlog.contextvars.bind_contextvars(front=FRONT_NAME, rpc=rpc)
         try:
             attempt_id = _attempt_of(ctx.request)
+            request_id = request_identity(params.meta, getattr(ctx.request, "headers", None))
+            if ctx.request is not None:
+                refuse_duplicate_keys(await ctx.request.body())
             arguments = check_arguments(params.arguments)
-            handler = tools.HANDLERS.get(name)
-            if handler is not None:
-                content = await handler(self.actions, attempt_id, arguments)
-                self.record(rpc, str(content.get("outcome", "ok")), None)
-                return tools.ok_result(content)
-            if self.gateway is not None and self.gateway.owns(name):
-                called = await self.gateway.call(attempt_id, name, arguments)
-                self.record(rpc, called.outcome.value, None)
-                meta = dict(called.result.meta or {})
-                meta["actonce/outcome"] = called.outcome.value
-                meta["actonce/step_id"] = called.step_id
-                return called.result.model_copy(update={"meta": meta})
-            raise InvalidArgument("name", f"no tool named {name!r}; list the tools to see them")
+            return await self._dispatch(rpc, name, attempt_id, arguments, request_id)
         except ActonceError as error:
             log.info("refused", reason=error.reason, failure_class=error.failure_class.value)
             self.record(rpc, "failed", error)
             return tools.error_result(error)
+
+    async def _dispatch(
+        self, rpc: str, name: str, attempt_id: str, arguments: Mapping[str, Any], request_id: str
+    ) -> types.CallToolResult:
+        handler = tools.HANDLERS.get(name)
+        if handler is not None:
+            content = await handler(self.actions, attempt_id, arguments, request_id)
+            self.record(rpc, str(content.get("outcome", "ok")), None)
+            return tools.ok_result(content)
+        if self.gateway is not None and self.gateway.owns(name):
+            called = await self.gateway.call(attempt_id, name, arguments, request_id=request_id)
+            outcome = called.outcome.value if called.outcome is not None else "tool_error"
+            self.record(rpc, outcome, None)
+            meta = dict(called.result.meta or {})
+            meta["actonce/outcome"] = outcome
+            meta["actonce/step_id"] = called.step_id
+            return called.result.model_copy(update={"meta": meta})
+        raise InvalidArgument("name", f"no tool named {name!r}; list the tools to see them")
+
+    def metric_name(self, tool: str) -> str:
+        """The name a call is counted and traced under: its RPC for a builtin tool, its
+        listed name for an upstream's, one fixed name for anything else, so that a
+        model's made-up names cannot mint metric series or span names."""
+        rpc = tools.RPC_OF.get(tool)
+        if rpc is not None:
+            return rpc
+        if self.gateway is not None and self.gateway.is_listed(tool):
+            return tool
+        return UNLISTED_TOOL
 
     # -- attempts over plain HTTP -----------------------------------------------
 
@@ -172,11 +197,13 @@ class McpFront:
         try:
             body = await _json_body(request)
             deadline = body.get("lease_deadline")
+            _only(body, {"run_id", "rule", "checkpoint", "lease_deadline", "scope"})
             attempt = await self.actions.begin_attempt(
                 run_id=_field(body, "run_id"),
                 rule=_field(body, "rule"),
                 checkpoint=_field(body, "checkpoint"),
                 lease_deadline=_timestamp(deadline) if deadline is not None else None,
+                scope=_field(body, "scope"),
             )
         except ActonceError as error:
             return _http_error(error)
@@ -199,6 +226,12 @@ async def _json_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidArgument("body", "must be a JSON object")
     return body
+
+
+def _only(body: dict[str, Any], allowed: set[str]) -> None:
+    for name in body:
+        if name not in allowed:
+            raise InvalidArgument(name, "is not a field of this request")
 
 
 def _field(body: dict[str, Any], name: str) -> str:

@@ -39,9 +39,50 @@ def read_headers(path: Path) -> dict[str, str]:
     return headers
 
 
-def load_effects(path: Path) -> dict[str, ToolEffect]:
-    """The operator's effects file: a JSON or YAML map from ``NAME__tool`` to a
-    ``ToolEffect`` value name (``TOOL_EFFECT_NON_IDEMPOTENT_WRITE``, ...)."""
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the operator's effects file says of one upstream tool.
+
+    ``key_argument`` / ``key_meta``: where the tool takes an idempotency key (an
+    argument, or a ``_meta`` key); the gateway fills it from the step id, which is
+    the same on every attempt. ``errors_mean_nothing_happened``: the tool's error
+    answers (``isError``) say it did not act.
+    """
+
+    effect: ToolEffect = ToolEffect.NON_IDEMPOTENT_WRITE
+    key_argument: str = ""
+    key_meta: str = ""
+    errors_mean_nothing_happened: bool = False
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.key_argument or self.key_meta)
+
+    @property
+    def step_effect(self) -> ToolEffect:
+        """The effect its steps are bracketed with: a write that takes its key is sent
+        again with the same key, as an idempotent one is, instead of going in doubt."""
+        if self.keyed and self.effect is ToolEffect.NON_IDEMPOTENT_WRITE:
+            return ToolEffect.IDEMPOTENT_WRITE
+        return self.effect
+
+    @property
+    def label(self) -> str:
+        """How the tool's listing names its class to the model and the operator."""
+        keyed = " (idempotency key filled by actonce)" if self.keyed else ""
+        return f"{EFFECT_PREFIX}{self.effect.name}{keyed}"
+
+
+UNLISTED = ToolSpec()
+
+_SPEC_KEYS = frozenset({"effect", "idempotency_key", "errors_mean_nothing_happened"})
+
+
+def load_effects(path: Path) -> dict[str, ToolSpec]:
+    """The operator's effects file: a JSON or YAML map from ``NAME__tool`` to either a
+    ``ToolEffect`` value name (``TOOL_EFFECT_NON_IDEMPOTENT_WRITE``, ...) or an object:
+    ``{"effect": ..., "idempotency_key": {"argument": NAME} or {"meta": KEY},
+    "errors_mean_nothing_happened": true}``."""
     text = path.read_text(encoding="utf-8")
     loaded: Any
     if path.suffix.lower() == ".json":
@@ -56,14 +97,44 @@ def load_effects(path: Path) -> dict[str, ToolEffect]:
     if loaded is None:
         loaded = {}
     if not isinstance(loaded, dict):
-        raise ValueError("expected a map from NAME__tool to a ToolEffect value name")
-    effects: dict[str, ToolEffect] = {}
+        raise ValueError("expected a map from NAME__tool to a ToolEffect value name or object")
+    specs: dict[str, ToolSpec] = {}
     for name, value in loaded.items():
         if not isinstance(name, str) or SEPARATOR not in name:
             raise ValueError(f"{name!r} is not a listed tool name (NAME__tool)")
-        member = str(value).removeprefix(EFFECT_PREFIX)
-        if not isinstance(value, str) or member not in ToolEffect.__members__:
-            allowed = ", ".join(EFFECT_PREFIX + m for m in ToolEffect.__members__)
-            raise ValueError(f"{name}: {value!r} is not one of {allowed}")
-        effects[name] = declared(ToolEffect[member])
-    return effects
+        specs[name] = _spec(name, value)
+    return specs
+
+
+def _spec(name: str, value: Any) -> ToolSpec:
+    if not isinstance(value, Mapping):
+        return ToolSpec(_effect(name, value))
+    unknown = set(value) - _SPEC_KEYS
+    if unknown:
+        raise ValueError(f"{name}: unknown keys {sorted(unknown)}; allowed: {sorted(_SPEC_KEYS)}")
+    if "effect" not in value:
+        raise ValueError(f"{name}: name its effect (effect: TOOL_EFFECT_...)")
+    argument, meta = _key_place(name, value.get("idempotency_key"))
+    nothing = value.get("errors_mean_nothing_happened", False)
+    if not isinstance(nothing, bool):
+        raise ValueError(f"{name}: errors_mean_nothing_happened is true or false")
+    return ToolSpec(_effect(name, value["effect"]), argument, meta, nothing)
+
+
+def _effect(name: str, value: Any) -> ToolEffect:
+    member = str(value).removeprefix(EFFECT_PREFIX)
+    if not isinstance(value, str) or member not in ToolEffect.__members__:
+        allowed = ", ".join(EFFECT_PREFIX + m for m in ToolEffect.__members__)
+        raise ValueError(f"{name}: {value!r} is not one of {allowed}")
+    return declared(ToolEffect[member])
+
+
+def _key_place(name: str, value: Any) -> tuple[str, str]:
+    if value is None:
+        return "", ""
+    if not isinstance(value, Mapping) or len(value) != 1 or set(value) - {"argument", "meta"}:
+        raise ValueError(f"{name}: idempotency_key is {{argument: NAME}} or {{meta: KEY}}")
+    ((where, key),) = value.items()
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{name}: idempotency_key's {where} is a non-empty string")
+    return (key, "") if where == "argument" else ("", key)

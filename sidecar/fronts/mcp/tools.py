@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
 
 from sidecar.core.actions import RunActions
 from sidecar.core.types import ReadResult, WriteResult
-from sidecar.errors import ActonceError, FailureClass, InvalidArgument
-
-# An MCP call has no request_id that survives a retry (each retried call carries a
-# new JSON-RPC id): each call is a write of its own, told apart by its occurrence.
-NO_REQUEST_ID = ""
+from sidecar.errors import ActonceError, FailureClass, FieldViolation, InvalidArgument
 
 _OUTCOMES = ["OUTCOME_APPLIED", "OUTCOME_ALREADY_APPLIED", "OUTCOME_SKIPPED"]
 _NAME = {"type": "string", "minLength": 1}
@@ -71,15 +66,6 @@ _READ_ANSWER: dict[str, Any] = {
             },
         },
     },
-}
-ERROR_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "reason": {"type": "string"},
-        "failure_class": {"type": "string", "enum": [c.value for c in FailureClass]},
-        "message": {"type": "string"},
-    },
-    "required": ["reason", "failure_class", "message"],
 }
 
 
@@ -163,7 +149,6 @@ TOOLS: list[types.Tool] = [
         annotations=_READ,
     ),
 ]
-TOOL_NAMES = frozenset(tool.name for tool in TOOLS)
 # The RPC each tool is, as the audit and the metrics name it.
 RPC_OF = {
     "create": "Create",
@@ -173,15 +158,6 @@ RPC_OF = {
     "send": "Send",
     "read": "Read",
 }
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A tool's answer before it is an MCP result: its structured content, or an error."""
-
-    content: dict[str, Any]
-    error: ActonceError | None = None
-    outcome: str = ""
 
 
 def _text(arguments: Mapping[str, Any], name: str, *, required: bool = True) -> str:
@@ -236,22 +212,28 @@ def _read(result: ReadResult) -> dict[str, Any]:
     return {"messages": [{"id": m.id, "kind": m.kind, "text": m.text} for m in result.messages]}
 
 
-Handler = Callable[[RunActions, str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
+# A tool's handler: the actions, the bound attempt, the arguments and the call's request
+# identity ("" when the client gave none: then the core's repeat rule tells repeats apart).
+Handler = Callable[[RunActions, str, Mapping[str, Any], str], Awaitable[dict[str, Any]]]
 
 
-async def _create(actions: RunActions, attempt_id: str, a: Mapping[str, Any]) -> dict[str, Any]:
+async def _create(
+    actions: RunActions, attempt_id: str, a: Mapping[str, Any], request_id: str
+) -> dict[str, Any]:
     _unexpected(a, frozenset({"kind", "data", "propose"}))
     result = await actions.create(
         attempt_id=attempt_id,
         kind=_text(a, "kind"),
         data_json=_json_text(a, "data"),
         propose=_flag(a, "propose"),
-        request_id=NO_REQUEST_ID,
+        request_id=request_id,
     )
     return _written(result)
 
 
-async def _edit(actions: RunActions, attempt_id: str, a: Mapping[str, Any]) -> dict[str, Any]:
+async def _edit(
+    actions: RunActions, attempt_id: str, a: Mapping[str, Any], request_id: str
+) -> dict[str, Any]:
     _unexpected(a, frozenset({"artifact_id", "path", "value", "propose"}))
     artifact_id = _text(a, "artifact_id")
     result = await actions.edit(
@@ -260,44 +242,50 @@ async def _edit(actions: RunActions, attempt_id: str, a: Mapping[str, Any]) -> d
         path=_text(a, "path"),
         value_json=_json_text(a, "value"),
         propose=_flag(a, "propose"),
-        request_id=NO_REQUEST_ID,
+        request_id=request_id,
     )
     return {**_written(result, id=artifact_id), "proposal_id": result.proposal_id}
 
 
-async def _notice(actions: RunActions, attempt_id: str, a: Mapping[str, Any]) -> dict[str, Any]:
+async def _notice(
+    actions: RunActions, attempt_id: str, a: Mapping[str, Any], request_id: str
+) -> dict[str, Any]:
     _unexpected(a, frozenset({"thread_id", "text"}))
     result = await actions.notice(
         attempt_id=attempt_id,
         thread_id=_text(a, "thread_id"),
         text=_text(a, "text"),
-        request_id=NO_REQUEST_ID,
+        request_id=request_id,
     )
     return _written(result)
 
 
-async def _send(actions: RunActions, attempt_id: str, a: Mapping[str, Any]) -> dict[str, Any]:
+async def _send(
+    actions: RunActions, attempt_id: str, a: Mapping[str, Any], request_id: str
+) -> dict[str, Any]:
     _unexpected(a, frozenset({"thread_id", "text"}))
     result = await actions.send(
         attempt_id=attempt_id,
         thread_id=_text(a, "thread_id"),
         text=_text(a, "text"),
-        request_id=NO_REQUEST_ID,
+        request_id=request_id,
     )
     return _written(result)
 
 
 async def _create_thread(
-    actions: RunActions, attempt_id: str, a: Mapping[str, Any]
+    actions: RunActions, attempt_id: str, a: Mapping[str, Any], request_id: str
 ) -> dict[str, Any]:
     _unexpected(a, frozenset({"title"}))
     result = await actions.create_thread(
-        attempt_id=attempt_id, title=_text(a, "title"), request_id=NO_REQUEST_ID
+        attempt_id=attempt_id, title=_text(a, "title"), request_id=request_id
     )
     return _written(result)
 
 
-async def _read_tool(actions: RunActions, attempt_id: str, a: Mapping[str, Any]) -> dict[str, Any]:
+async def _read_tool(
+    actions: RunActions, attempt_id: str, a: Mapping[str, Any], _request_id: str
+) -> dict[str, Any]:
     _unexpected(a, frozenset({"artifact_id", "thread_id"}))
     if "artifact_id" in a and "thread_id" in a:
         raise InvalidArgument("target", "name an artifact_id or a thread_id, not both")
@@ -319,10 +307,20 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+# The core names the JSON text it takes; the model gave the value as this argument.
+ARGUMENT_OF = {"data_json": "data", "value_json": "value"}
+
+
+def _violations(error: ActonceError) -> list[FieldViolation]:
+    return [
+        FieldViolation(ARGUMENT_OF.get(v.field, v.field), v.description) for v in error.violations
+    ]
+
+
 def refused_text(error: ActonceError) -> str:
     """The message a model reads: for REFUSED, how to correct the call."""
     if error.failure_class is FailureClass.REFUSED:
-        fields = ", ".join(f"{v.field} {v.description}" for v in error.violations)
+        fields = ", ".join(f"{v.field} {v.description}" for v in _violations(error))
         what = fields or error.message
         return (
             f"The call was refused ({error.reason}): {what}. Nothing was written. "
@@ -335,16 +333,20 @@ def refused_text(error: ActonceError) -> str:
 
 
 def error_result(error: ActonceError) -> types.CallToolResult:
-    """Every error is a tool result with isError and its reason and class."""
+    """Every error is a tool result with isError, its reason, its class and, for bad input,
+    the fields at fault (as gRPC's BadRequest names them)."""
     text = refused_text(error)
+    said: dict[str, Any] = {
+        "reason": error.reason,
+        "failure_class": error.failure_class.value,
+        "message": text,
+    }
+    if error.violations:
+        said["field_violations"] = [
+            {"field": v.field, "description": v.description} for v in _violations(error)
+        ]
     return types.CallToolResult(
-        content=[types.TextContent(text=text)],
-        structured_content={
-            "reason": error.reason,
-            "failure_class": error.failure_class.value,
-            "message": text,
-        },
-        is_error=True,
+        content=[types.TextContent(text=text)], structured_content=said, is_error=True
     )
 
 

@@ -52,3 +52,35 @@ def test_the_readme_configuration_lists_and_calls_tools_once(tmp_path: Path) -> 
         assert again.structured_content["id"] == first.structured_content["id"]
     finally:
         sidecar.stop()
+
+
+def test_the_agents_sdks_own_retry_of_a_slow_charge_makes_one_charge(tmp_path: Path) -> None:
+    """The README's configuration plus ``max_retry_attempts=1``: the SDK's session times
+    out on a 6 s charge (its read timeout is 5 s) and calls again; one charge."""
+    from tests.fronts.mcp.charges import Charges
+    from tests.fronts.mcp.gateway_support import serve_gateway
+
+    upstream = Charges(tmp_path / "payments.log", free_port(), charge_seconds=6).start()
+    sidecar, base = serve_gateway(sidecar_config(tmp_path / "data"), tmp_path, upstream.url, "sdk")
+    port = base.rsplit(":", 1)[1]
+    code = readme_snippet("openai-agents").replace("127.0.0.1:8765", f"127.0.0.1:{port}")
+    code = code.replace(
+        "cache_tools_list=True,", "cache_tools_list=True,\n    max_retry_attempts=1,"
+    )
+
+    async def run(attempt_id: str) -> Any:
+        namespace: dict[str, Any] = {"attempt_id": attempt_id}
+        exec(compile(code, "README.md", "exec"), namespace)
+        server = namespace["actonce"]
+        assert server.max_retry_attempts == 1
+        async with server:
+            return await server.call_tool("payments__charge", {"customer": "sdk", "cents": 6})
+
+    try:
+        answer = asyncio.run(run(begin_over_http(base, "run-sdk", rule="billing")))
+        assert not answer.is_error, answer
+        assert answer.structured_content["charge_id"] == "ch_sdk_6_1"
+    finally:
+        sidecar.stop()
+        upstream.kill()
+    assert upstream.lines("charge sdk") == ["charge sdk 6"]

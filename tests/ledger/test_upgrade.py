@@ -1,0 +1,90 @@
+"""A ledger made by the release before schema versions keeps working after an upgrade.
+
+`data/ledger-release-0.1.json` holds a ledger as that release left it, on either database:
+its DDL, its rows (a run with an ended step, a scoped attempt, one prune) and the prune's
+export. Opened by this release, it verifies as it did, gains what this schema adds, and
+its runs keep the rules their first attempts began under.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+
+from sidecar.ledger.audit_command import open_reader
+from sidecar.ledger.pgschema import connect, schema_version
+from sidecar.ledger.schema import SCHEMA_VERSION
+from tests.harness import refusal, sidecar_config, start_sidecar
+from tests.helpers import postgres as pg
+from tests.ledger.support import LedgerPlace
+
+RELEASE = json.loads((Path(__file__).parent / "data" / "ledger-release-0.1.json").read_text())
+
+
+def _load(backend: str, tmp_path: Path) -> LedgerPlace:
+    tables: dict[str, Any] = RELEASE["tables"]
+    if backend == "sqlite":
+        db = tmp_path / "audit.db"
+        with sqlite3.connect(db) as lite:
+            lite.executescript(RELEASE["sqlite_schema"])
+            lite.execute("DELETE FROM audit_head")
+            for name, table in tables.items():
+                marks = ", ".join("?" * len(table["columns"]))
+                lite.executemany(f"INSERT INTO {name} VALUES ({marks})", table["rows"])
+        return LedgerPlace(db, None)
+    dsn = pg.fresh_database("upgrade")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(RELEASE["postgres_schema"])
+        conn.execute("DELETE FROM audit_head")
+        for name, table in tables.items():
+            columns = ", ".join(table["columns"])
+            marks = ", ".join(["%s"] * len(table["columns"]))
+            rows = [[True, *row[1:]] if name == "audit_head" else row for row in table["rows"]]
+            with conn.cursor() as cur:
+                cur.executemany(f"INSERT INTO {name} ({columns}) VALUES ({marks})", rows)
+    return LedgerPlace(None, dsn)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def released(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerPlace]:
+    place = _load(str(request.param), tmp_path)
+    (tmp_path / "export.jsonl").write_text("\n".join(RELEASE["export"]) + "\n")
+    yield place
+    if place.dsn:
+        pg.drop_database(place.dsn)
+
+
+def test_a_ledger_of_the_release_before_verifies_upgrades_and_keeps_its_runs_rules(
+    released: LedgerPlace, tmp_path: Path
+) -> None:
+    export = tmp_path / "export.jsonl"
+    assert released.verify().intact
+    assert released.verify(export).checked == 7
+    config = sidecar_config(tmp_path / "data", audit_db=released.db, audit_dsn=released.dsn)
+    running = start_sidecar(config)  # opens the ledger, and brings its schema up to date
+    try:
+        if released.dsn:
+            with connect(released.dsn) as conn:
+                assert schema_version(conn) == SCHEMA_VERSION
+        # The run began under "payments" before runs were bound: its first begin says so.
+        with pytest.raises(grpc.RpcError) as caught:
+            running.begin("pay-7781", rule="chat")
+        assert refusal(caught.value).metadata["run_rule"] == "payments"
+        running.begin("pay-7781", rule="payments")
+        running.begin("new-run", rule="chat")
+    finally:
+        running.stop()
+    verdict = released.verify(export)
+    assert verdict.intact and verdict.checked == 9, verdict
+    reader = open_reader({"audit_db": released.db, "audit_dsn": released.dsn})
+    try:
+        assert [e.event.rule for e in reader.events(run_id="pay-7781")][-1] == "payments"
+    finally:
+        reader.close()
