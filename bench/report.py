@@ -377,7 +377,8 @@ def _targets(data: dict[str, Any]) -> list[str]:
 
 
 C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
-              "sqlite-twofiles", "sqlite-audited", "postgres-audited")  # fmt: skip
+              "sqlite-twofiles", "sqlite-audited", "postgres-before",
+              "postgres-audited")  # fmt: skip
 CONTENDED_TARGETS = ("floor1", "floor3", "sqlite-audited", "sqlite-batch")
 
 

@@ -100,7 +100,8 @@ SMOKE_TARGETS = ("floor1", "floor3", "store", "sqlite-unaudited", "sqlite-audite
 # Concurrency 1: the floor and the writes, on the store alone and each SQLite sidecar in the run.
 C1_SCENARIOS = ("health", "notice", "create", "edit")
 C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
-              "sqlite-twofiles", "sqlite-audited", "postgres-audited")  # fmt: skip
+              "sqlite-twofiles", "sqlite-audited", "postgres-before",
+              "postgres-audited")  # fmt: skip
 PARTS = ("saturation", "c1", "contended", "peers", "half-rate", "growth", "tracing", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
