@@ -9,6 +9,11 @@
 #   make gen-clients         regenerate every client's stubs from protos/
 #   make check-gen-clients   fail when regenerating would change the committed stubs
 #   make test-clients        all of the below; part of `make test`
+#   make grid                the agent frameworks' scenario grid (clients/python/tests/grid.py):
+#                            every framework and scenario killed after every write and as every
+#                            model call starts, and its table; `make test` runs every row in
+#                            the Python client's suite with every third kill, as
+#                            `make grid-quick` does
 
 TEST_TARGETS += test-clients
 
@@ -17,7 +22,7 @@ TS_CLIENT := clients/typescript
 TS_CLIENT_STAMP := $(TS_CLIENT)/node_modules/.installed
 
 .PHONY: gen-clients check-gen-clients test-clients test-clients-python test-clients-go \
-	test-clients-typescript test-clients-java test-clients-crosslang
+	test-clients-typescript test-clients-java test-clients-crosslang grid grid-quick
 
 $(CLIENTS_PY_STAMP): $(STAMP) clients/python/pyproject.toml
 	$(PY) -m pip install --quiet -c constraints.txt -e './clients/python[test]'
@@ -63,3 +68,9 @@ test-clients-crosslang: $(CLIENTS_PY_STAMP) $(TS_CLIENT_STAMP)
 	$(VENV)/bin/ruff format --check clients/crosslang clients/testkit
 	$(VENV)/bin/mypy --strict clients/crosslang clients/testkit
 	$(PY) -m pytest -q clients/crosslang
+
+grid: $(CLIENTS_PY_STAMP)
+	cd clients/python && ../../$(PY) tests/grid.py
+
+grid-quick: $(CLIENTS_PY_STAMP)
+	cd clients/python && ../../$(PY) tests/grid.py --quick

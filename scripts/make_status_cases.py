@@ -39,6 +39,21 @@ def _bad_request(field: str) -> any_pb2.Any:
     return _any(error_details_pb2.BadRequest(field_violations=[violation]))
 
 
+def _wire(number: int, value: bytes) -> bytes:
+    """One length-delimited field, written by hand: protobuf will not write what is malformed."""
+    assert number < 16 and len(value) < 128
+    return bytes([number << 3 | 2, len(value)]) + value
+
+
+def _raw_info(reason: bytes, failure_class: bytes, *, entry: bytes | None = None) -> any_pb2.Any:
+    """An ErrorInfo of domain actonce from raw bytes: its reason, and its metadata's entry
+    ``failure_class`` (or ``entry``, the entry's own bytes)."""
+    if entry is None:
+        entry = _wire(1, b"failure_class") + _wire(2, failure_class)
+    value = _wire(1, reason) + _wire(2, b"actonce") + _wire(3, entry)
+    return any_pb2.Any(type_url=_ERROR_INFO_URL, value=value)
+
+
 def _status(code: str, message: str, *details: any_pb2.Any) -> bytes:
     return bytes(
         status_pb2.Status(
@@ -235,6 +250,37 @@ def cases() -> list[dict[str, Any]]:
                 "failure_class": "UNKNOWN",
             },
             malformed + " Here the Status decodes but its ErrorInfo does not.",
+        ),
+        _error(
+            "a second ErrorInfo that does not decode",
+            "UNAVAILABLE",
+            "two ErrorInfos",
+            _status(
+                "UNAVAILABLE",
+                "two ErrorInfos",
+                _info("SHUTTING_DOWN", "RETRYABLE"),
+                any_pb2.Any(type_url=_ERROR_INFO_URL, value=b"\x00"),
+            ),
+            {"code": "UNAVAILABLE", "reason": "UNAVAILABLE", "failure_class": "UNKNOWN"},
+            malformed + " Here the first ErrorInfo is the sidecar's and decodes, and the "
+            "second does not (a field numbered 0): the first is not trusted either.",
+        ),
+        _error(
+            "ErrorInfo whose metadata does not decode",
+            "UNAVAILABLE",
+            "bad metadata",
+            _status("UNAVAILABLE", "bad metadata", _raw_info(b"SHUTTING_DOWN", b"", entry=b"\x0c")),
+            {"code": "UNAVAILABLE", "reason": "UNAVAILABLE", "failure_class": "UNKNOWN"},
+            malformed + " Here a metadata entry holds a group's end and nothing else.",
+        ),
+        _error(
+            "reason that is not UTF-8",
+            "UNAVAILABLE",
+            "not UTF-8",
+            _status("UNAVAILABLE", "not UTF-8", _raw_info(b"SHUTTING_DOWN\xff", b"RETRYABLE")),
+            {"code": "UNAVAILABLE", "reason": "UNAVAILABLE", "failure_class": "UNKNOWN"},
+            malformed + " Here the ErrorInfo's reason is not UTF-8, which a protobuf string "
+            "must be: never read as replacement characters.",
         ),
         _error(
             "details code mismatched",

@@ -144,6 +144,12 @@ def _trace_url_template(value: str) -> str:
     return value
 
 
+def _exempt(text: str) -> frozenset[str]:
+    from sidecar.ops.auth import parse_exempt
+
+    return parse_exempt(text)
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -190,6 +196,13 @@ SERVE_SETTINGS: dict[str, Setting] = {
     "--store-token-file": ("ACTONCE_STORE_TOKEN_FILE", _readable_file, None,
                            "file holding the bearer token the external store expects "
                            "(the token itself is never taken from a flag)"),
+    "--api-token-file": ("ACTONCE_API_TOKEN_FILE", _readable_file, None,
+                         "file holding the API token every caller must send as "
+                         "'authorization: Bearer TOKEN' (gRPC and the MCP front); read again "
+                         "when it changes (off by default)"),
+    "--api-token-exempt": ("ACTONCE_API_TOKEN_EXEMPT", _exempt, None,
+                           "gRPC services open without the API token: health, reflection, "
+                           "both comma-separated, or none (default health,reflection)"),
     "--audit-busy-timeout-ms": ("ACTONCE_AUDIT_BUSY_TIMEOUT_MS", _positive_int,
                                 defaults.AUDIT_BUSY_TIMEOUT_MS,
                                 "ms a ledger append waits for a locked ledger"),
@@ -251,6 +264,10 @@ CONSOLE_SETTINGS: dict[str, Setting] = {
     "--token-file": ("ACTONCE_CONSOLE_TOKEN_FILE", _readable_file, None,
                      "file holding the operator's token: resolving needs it, and with it "
                      "the console may serve beyond loopback"),
+    "--api-token-file": ("ACTONCE_API_TOKEN_FILE", _readable_file, None,
+                         "file holding the API token: every request needs it (as "
+                         "'authorization: Bearer TOKEN', or signed in), on top of the rules "
+                         "above; read again when it changes"),
     "--trace-url-template": ("ACTONCE_CONSOLE_TRACE_URL_TEMPLATE", _trace_url_template, None,
                              "URL of a trace in your trace viewer, with {trace_id} where its "
                              "id goes (e.g. http://jaeger:16686/trace/{trace_id}): each traced "
@@ -324,8 +341,13 @@ def _dsns_from_files(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+# What the agent beside the sidecar reads (its clients, and their test harness): a sidecar
+# and its agent may share one env file, so these are no typo of a setting here.
+CLIENT_VARIABLES = frozenset({"ACTONCE_TARGET", "ACTONCE_API_TOKEN", "ACTONCE_BIN"})
+
+
 def _check_environment(settings: dict[str, Setting]) -> None:
-    known = {env for env, *_ in settings.values()}
+    known = {env for env, *_ in settings.values()} | CLIENT_VARIABLES
     known |= {env for env, *_ in STORE_SETTINGS.values()}
     known |= {env for env, *_ in CONSOLE_SETTINGS.values()}
     unknown = sorted(k for k in os.environ if k.startswith("ACTONCE_") and k not in known)
@@ -470,9 +492,15 @@ def _check_mcp(values: dict[str, Any]) -> None:
             raise ConfigError(f"--tool-effects {values['tool_effects']}: {exc}") from None
 
 
+def _check_api_token(values: dict[str, Any]) -> None:
+    if values.get("api_token_exempt") is not None and values.get("api_token_file") is None:
+        raise ConfigError("--api-token-exempt needs --api-token-file")
+
+
 def config_from(values: dict[str, Any]) -> Config:
     _check_upstream(values)
     _check_mcp(values)
+    _check_api_token(values)
     return Config(
         listen=values["listen"],
         data_dir=values["data_dir"],
@@ -496,6 +524,12 @@ def config_from(values: dict[str, Any]) -> Config:
         store_tls_cert=values["store_tls_cert"],
         store_tls_key=values["store_tls_key"],
         store_token_file=values["store_token_file"],
+        api_token_file=values["api_token_file"],
+        api_token_exempt=(
+            defaults.API_TOKEN_EXEMPT
+            if values["api_token_exempt"] is None
+            else values["api_token_exempt"]
+        ),
         mcp_listen=values["mcp_listen"],
         mcp_upstreams=values["mcp_upstream"],
         mcp_upstream_headers=values["mcp_upstream_headers"],

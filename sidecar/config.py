@@ -51,6 +51,10 @@ class Config:
     store_tls_key: Path | None = None
     # The file holding the store's bearer token; the token itself is never kept here.
     store_token_file: Path | None = None
+    # The file holding the API token every caller must send (sidecar.ops.auth), and the
+    # services that stay open without it (words of sidecar.ops.auth.EXEMPTABLE).
+    api_token_file: Path | None = None
+    api_token_exempt: frozenset[str] = defaults.API_TOKEN_EXEMPT
     # The MCP front (HOST:PORT); off when None.
     mcp_listen: str | None = None
     # The gateway's upstream MCP servers (NAME -> Streamable HTTP URL), the files of

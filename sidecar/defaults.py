@@ -33,3 +33,6 @@ ATTEMPT_IDLE_TTL_SECONDS = 3600.0
 # (bench/attempt_flood.py measures it; the README has its figures).
 ATTEMPT_MAX_COUNT = 10_000
 ATTEMPT_MAX_MIB = 48
+# The services that stay open when callers need the API token: probes and grpcurl
+# call them, and they change nothing and hold nothing of a run's.
+API_TOKEN_EXEMPT = frozenset({"health", "reflection"})

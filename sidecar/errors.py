@@ -22,7 +22,9 @@ builds a status by hand: :func:`to_status` turns any of these into a
     ├── UnknownStep              UNKNOWN_STEP            REFUSED
     ├── StepEnded                STEP_ENDED              REFUSED
     ├── StepAborted              STEP_ABORTED            REFUSED
-    └── ShuttingDown             SHUTTING_DOWN           RETRYABLE
+    ├── ShuttingDown             SHUTTING_DOWN           RETRYABLE
+    ├── Unauthenticated          UNAUTHENTICATED         PERMANENT
+    └── RequestTooLarge          REQUEST_TOO_LARGE       REFUSED
 """
 
 from __future__ import annotations
@@ -245,6 +247,25 @@ class ShuttingDown(ActonceError):
     reason = "SHUTTING_DOWN"
     failure_class = FailureClass.RETRYABLE
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class Unauthenticated(ActonceError):
+    """A call without the API token the sidecar was started with, or with another one.
+
+    PERMANENT: the caller's configuration is wrong, and retrying the run cannot mend it.
+    """
+
+    reason = "UNAUTHENTICATED"
+    failure_class = FailureClass.PERMANENT
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class RequestTooLarge(ActonceError):
+    """A request larger than any the API's field limits allow; nothing of it was parsed."""
+
+    reason = "REQUEST_TOO_LARGE"
+    failure_class = FailureClass.REFUSED
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 _CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: int(code.value[0]) for code in grpc.StatusCode}

@@ -64,8 +64,10 @@ type Client struct {
 }
 
 type options struct {
-	timeout time.Duration
-	dial    []grpc.DialOption
+	timeout   time.Duration
+	dial      []grpc.DialOption
+	token     string
+	tokenFile string
 }
 
 // Option configures a Client.
@@ -84,18 +86,28 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // New connects to the sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock").
 // The sidecar runs in the agent's pod, so the connection is plaintext unless
-// WithDialOptions says otherwise.
+// WithDialOptions says otherwise. Every call carries the sidecar's API token
+// when there is one: WithAPIToken or WithAPITokenFile, else the file named by
+// ACTONCE_API_TOKEN_FILE, else ACTONCE_API_TOKEN.
 func New(target string, opts ...Option) (*Client, error) {
 	o := options{timeout: DefaultTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	dial := append([]grpc.DialOption{
+	token, err := resolveToken(o)
+	if err != nil {
+		return nil, err
+	}
+	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		// The global TracerProvider and propagator, as set when New is called.
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-	}, o.dial...)
+	}
+	if token != nil {
+		dial = append(dial, grpc.WithPerRPCCredentials(token))
+	}
+	dial = append(dial, o.dial...)
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("actonce: connect to %s: %w", target, err)

@@ -6,7 +6,10 @@ Pages are rendered on the server and work without JavaScript. Access:
   other client needs the operator's token, as ``Authorization: Bearer`` or
   through the sign-in form, and without a token nobody else gets in at all;
 - resolving needs the token every time, typed into the form, and a form token
-  bound to the browser's session (a request forged by another site has neither).
+  bound to the browser's session (a request forged by another site has neither);
+- with an API token (``--api-token-file``), every request needs it as well, on top of
+  the rules above: as ``Authorization: Bearer``, or a session signed in with it. The
+  operator's token stands for it; it opens nothing the rules above keep closed.
 
 The console reads the ledger through OperatorLedger, whose queries page in SQL,
 and appends nothing but an operator's decisions; it is never on a write's path.
@@ -49,6 +52,8 @@ from sidecar.ledger.operator import (
     RunFilter,
 )
 from sidecar.ledger.pending import Decision, DecisionRefused, PendingItem
+from sidecar.ops import auth
+from sidecar.ops.auth import TokenFile
 from sidecar.rules import canonical
 
 HERE = Path(__file__).parent
@@ -103,6 +108,7 @@ def create_app(
     chain: ChainWatch,
     session_secret: str | None = None,
     trace_url_template: str | None = None,
+    api_token: TokenFile | None = None,
 ) -> Starlette:
     state = ConsoleState(ledger, token, chain)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -287,16 +293,23 @@ def create_app(
             given = str(form.get("token", ""))
             csrf = str(form.get("csrf", ""))
             expected = str(request.session.get("csrf", ""))
-            if expected and hmac.compare_digest(csrf, expected) and _same_token(given, token):
-                request.session["signed_in"] = True
+            operator = _same_token(given, token)
+            api = api_token is not None and api_token.matches(given.encode())
+            if expected and hmac.compare_digest(csrf, expected) and (operator or api):
+                # Signed in with the API token, a session passes that token's gate alone.
+                request.session[SIGNED_IN if operator else API_SIGNED_IN] = True
                 return RedirectResponse("/", status_code=303)
             return templates.TemplateResponse(
                 request,
                 "sign_in.html",
-                {"csrf": csrf_token(request), "failed": True},
+                {"csrf": csrf_token(request), "failed": True, "api_token": api_token is not None},
                 status_code=403,
             )
-        return templates.TemplateResponse(request, "sign_in.html", {"csrf": csrf_token(request)})
+        return templates.TemplateResponse(
+            request,
+            "sign_in.html",
+            {"csrf": csrf_token(request), "api_token": api_token is not None},
+        )
 
     routes = [
         Route("/", runs),
@@ -317,6 +330,7 @@ def create_app(
             session_cookie="actonce_console",
             same_site="strict",
         ),
+        *_api_token_gate(api_token, token),
         Middleware(AccessMiddleware, token=token),
     ]
     app = Starlette(routes=routes, middleware=middleware)
@@ -363,7 +377,49 @@ class AccessMiddleware:
         header = request.headers.get("authorization", "")
         if header.startswith("Bearer ") and _same_token(header[7:], self.token):
             return True
-        return bool(request.session.get("signed_in"))
+        return bool(request.session.get(SIGNED_IN))
+
+
+# Session keys: signed in with the operator's token, or with the API token.
+SIGNED_IN = "signed_in"
+API_SIGNED_IN = "api_signed_in"
+
+
+def _api_token_gate(api_token: TokenFile | None, token: str | None) -> list[Middleware]:
+    """With an API token, a gate before AccessMiddleware: both must let a request in.
+
+    The gate lets in a request that carries the API token or the operator's, or whose
+    session signed in with either; the sign-in form and the stylesheet show nothing and
+    need neither. A page it refuses sends the browser to the sign-in form; /api/ gets 401.
+    """
+    if api_token is None:
+        return []
+
+    def admit(scope: auth.Scope) -> bool:
+        session = scope.get("session") or {}
+        if session.get(SIGNED_IN) or session.get(API_SIGNED_IN):
+            return True
+        given = auth.http_bearer(scope)
+        return given is not None and _same_token(given.decode("utf-8", "replace"), token)
+
+    return [
+        Middleware(
+            auth.ApiTokenMiddleware,
+            token=api_token,
+            exempt=lambda path: path == "/sign-in" or path.startswith("/static/"),
+            admit=admit,
+            refuse=_refuse_without_api_token,
+        )
+    ]
+
+
+async def _refuse_without_api_token(
+    scope: auth.Scope, receive: auth.Receive, send: auth.Send
+) -> None:
+    if scope["type"] == "http" and not str(scope.get("path", "")).startswith("/api/"):
+        await RedirectResponse("/sign-in", status_code=303)(scope, receive, send)
+        return
+    await auth.refuse_http(scope, receive, send)
 
 
 def _runs_page(state: ConsoleState, filters: RunFilter, offset: int) -> Any:

@@ -17,6 +17,7 @@ from sidecar.console.chain import ChainWatch
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import LedgerError
 from sidecar.ledger.operator import open_operator_ledger
+from sidecar.ops import auth
 
 log = structlog.get_logger()
 
@@ -43,6 +44,7 @@ def run_console(values: dict[str, Any]) -> int:
     host, _, port = str(values["listen"]).rpartition(":")
     try:
         token = _token(values.get("token_file"))
+        api_token = auth.load(values.get("api_token_file"))
     except (OSError, ValueError) as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
@@ -62,7 +64,11 @@ def run_console(values: dict[str, Any]) -> int:
     chain = ChainWatch(lambda: open_reader({**values, "audit_db": audit_db}))
     chain.start()
     app = create_app(
-        ledger, token=token, chain=chain, trace_url_template=values.get("trace_url_template")
+        ledger,
+        token=token,
+        chain=chain,
+        trace_url_template=values.get("trace_url_template"),
+        api_token=api_token,
     )
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

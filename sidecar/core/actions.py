@@ -21,6 +21,7 @@ import structlog
 from sidecar.core import classify, leases, writes
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.deliveries import ScopedAttempts
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
@@ -87,6 +88,7 @@ class RunActions:
         self._steps = Steps(self._path, audit, ledger)
         self._reads = Reads(store, audit)
         self._lifecycle = Lifecycle(attempts, audit, settings)
+        self._scoped = ScopedAttempts(attempts, self._lifecycle.begin)
 
     # -- attempts -------------------------------------------------------------
 
@@ -94,7 +96,15 @@ class RunActions:
         return await self._lifecycle.begin(**start)
 
     async def end_attempt(self, attempt_id: str) -> AttemptCounts:
-        return await self._lifecycle.end(attempt_id)
+        counts = await self._lifecycle.end(attempt_id)
+        for scoped in self._scoped.ended(attempt_id):
+            await self._lifecycle.end(scoped)  # a front's scoped attempts end with their delivery
+        return counts
+
+    async def scoped_attempt(self, delivery_attempt_id: str, scope: str) -> Attempt:
+        """The scoped attempt of a tool call of the delivery, begun on the first call of
+        its scope, the same one after (a front that binds scopes by a header)."""
+        return await self._scoped.of(delivery_attempt_id, scope)
 
     async def extend_lease(self, attempt_id: str, lease_deadline: datetime) -> datetime:
         self._attempt(attempt_id)

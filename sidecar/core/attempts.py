@@ -140,6 +140,7 @@ class AttemptStart(TypedDict):
     checkpoint: str
     lease_deadline: datetime | None
     scope: NotRequired[str]
+    delivery_attempt_id: NotRequired[str]
 
 
 @dataclass
@@ -156,6 +157,11 @@ class Attempt:
     scope: str = ""
     # The derived-id scheme version the attempt derives with (rules.ids).
     id_scheme: int = 1
+    # The delivery a scoped attempt belongs to (an unscoped attempt of its run), and
+    # that delivery's live attempt when it began on this sidecar: its lease bounds this
+    # one's (core/deliveries.py).
+    delivery_attempt_id: str = ""
+    delivery: Attempt | None = field(default=None, repr=False, compare=False)
     occurrences: Occurrences = field(default_factory=Occurrences)
     outcomes: Counter[Outcome] = field(default_factory=Counter)
     # Writes that failed with an error the caller was given.
@@ -205,9 +211,12 @@ class AttemptRegistry:
         """What the live attempts cost, as the memory bound counts it."""
         return self._bytes
 
-    def begin(self, *, id_scheme: int = 1, **start: Unpack[AttemptStart]) -> Attempt:
+    def begin(
+        self, *, id_scheme: int = 1, delivery: Attempt | None = None, **start: Unpack[AttemptStart]
+    ) -> Attempt:
         self.expire()
-        attempt = Attempt(attempt_id=f"att_{secrets.token_hex(16)}", id_scheme=id_scheme, **start)
+        attempt = Attempt(attempt_id=f"att_{secrets.token_hex(16)}", id_scheme=id_scheme,
+                          delivery=delivery, **start)  # fmt: skip
         attempt.requests = Requests(self._charge_for(attempt))
         self._attempts[attempt.attempt_id] = attempt
         self._bytes += ATTEMPT_BYTES
@@ -227,6 +236,10 @@ class AttemptRegistry:
         attempt.last_used = time.monotonic()
         self._attempts.move_to_end(attempt_id)
         return attempt
+
+    def find(self, attempt_id: str) -> Attempt | None:
+        """The live attempt ``attempt_id``, or None; its use is not counted."""
+        return self._attempts.get(attempt_id)
 
     def end(self, attempt_id: str, counts: AttemptCounts | None = None) -> Attempt:
         """Forget an attempt; ``counts`` are what a repeated end gets back."""

@@ -18,7 +18,14 @@ import structlog
 
 from sidecar.core.attempts import Attempt
 from sidecar.errors import ActonceError, AttemptFenced, AuditPersistenceFailed, RunOfAnotherRule
-from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, RunRuleError
+from sidecar.ledger.base import (
+    DELIVERY_KEY,
+    AuditEvent,
+    AuditLedger,
+    FencedError,
+    LedgerError,
+    RunRuleError,
+)
 
 log = structlog.get_logger()
 
@@ -49,7 +56,10 @@ def event(
     refused: ActonceError | None = None,
     detail: Mapping[str, object] | None = None,
 ) -> AuditEvent:
-    """An event of ``attempt``'s call ``rpc``; ``refused`` names the error it failed with."""
+    """An event of ``attempt``'s call ``rpc``; ``refused`` names the error it failed with.
+    Every event of a delivery's scoped attempt names the delivery: the ledger fences it
+    by the delivery too (sidecar.ledger.base.fenced)."""
+    delivery = {DELIVERY_KEY: attempt.delivery_attempt_id} if attempt.delivery_attempt_id else {}
     return AuditEvent(
         run_id=attempt.run_id,
         attempt_id=attempt.attempt_id,
@@ -66,7 +76,7 @@ def event(
         outcome=outcome,
         reason=refused.reason if refused else "",
         failure_class=refused.failure_class.value if refused else "",
-        detail={**(detail or {}), "front": FRONT.get()},
+        detail={**(detail or {}), **delivery, "front": FRONT.get()},
     )
 
 

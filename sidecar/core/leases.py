@@ -1,7 +1,9 @@
 """Leases: a write needs the store call's whole deadline left on its attempt's lease.
 
 A lease bounds the whole write, not its start: it is checked again before every
-store call, and each store call's deadline is no later than the lease's end.
+store call, and each store call's deadline is no later than the lease's end. A
+scoped attempt of a delivery is bounded by its delivery's lease too, as it stands
+(ExtendLease of the delivery moves it), since the queue's lease is the delivery's.
 """
 
 from __future__ import annotations
@@ -23,11 +25,21 @@ def require_future(lease_deadline: datetime | None) -> None:
         raise InvalidArgument("lease_deadline", "is in the past")
 
 
+def deadline(attempt: Attempt) -> datetime | None:
+    """When the attempt's lease ends: its own, or its delivery's if that ends first."""
+    bounds = [attempt.lease_deadline]
+    if attempt.delivery is not None:
+        bounds.append(attempt.delivery.lease_deadline)
+    given = [bound for bound in bounds if bound is not None]
+    return min(given) if given else None
+
+
 def check(attempt: Attempt, store_timeout: float) -> None:
     """LeaseExpired, before acting, unless the lease outlasts a store call's deadline."""
-    if attempt.lease_deadline is None:
+    ends = deadline(attempt)
+    if ends is None:
         return
-    left = (attempt.lease_deadline - now()).total_seconds()
+    left = (ends - now()).total_seconds()
     if left < store_timeout:
         raise LeaseExpired(
             f"the attempt's lease has {max(left, 0.0):.3f}s left, less than the store "
@@ -40,6 +52,7 @@ def store_deadline(attempt: Attempt, store_timeout: float) -> float:
     """The deadline of a write's next store call, no later than the lease's end;
     LeaseExpired, before the call, if the lease would not outlast it."""
     check(attempt, store_timeout)
-    if attempt.lease_deadline is None:
+    ends = deadline(attempt)
+    if ends is None:
         return store_timeout
-    return min(store_timeout, (attempt.lease_deadline - now()).total_seconds())
+    return min(store_timeout, (ends - now()).total_seconds())

@@ -13,7 +13,7 @@ from typing import Unpack
 
 import structlog
 
-from sidecar.core import leases
+from sidecar.core import deliveries, leases
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
@@ -60,8 +60,9 @@ class Lifecycle:
         lease_deadline = start["lease_deadline"]
         self._validate(run_id, start["rule"], start["checkpoint"], scope)
         leases.require_future(lease_deadline)
+        delivery = deliveries.delivery_of(self.attempts, start)
         id_scheme = await self._id_scheme(run_id, scope)
-        attempt = self.attempts.begin(id_scheme=id_scheme, **start)
+        attempt = self.attempts.begin(id_scheme=id_scheme, delivery=delivery, **start)
         structlog.contextvars.bind_contextvars(run_id=run_id, attempt_id=attempt.attempt_id)
         detail: dict[str, object] = {"id_scheme": id_scheme}
         if self.settings.sidecar_id:
@@ -72,7 +73,9 @@ class Lifecycle:
             await self.audit.required(
                 event(attempt, "BeginAttempt", Phase.ATTEMPT_BEGIN, detail=detail)
             )
-        except ActonceError:  # not durable, or refused (a run of another rule): no attempt
+        # Not durable, or refused: a run of another rule, or a delivery a newer one of its
+        # run replaced. No attempt either way.
+        except ActonceError:
             self.attempts.end(attempt.attempt_id)
             raise
         return attempt

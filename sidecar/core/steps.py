@@ -223,7 +223,11 @@ class Steps:
                 "EndStep",
                 Phase.STEP_END,
                 subject,
-                detail={"tool": state.tool, "result_json": result_json},
+                detail={
+                    "tool": state.tool,
+                    "effect": state.effect.name,
+                    "result_json": result_json,
+                },
             )
             await self._audit(
                 state,

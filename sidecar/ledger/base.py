@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
@@ -64,8 +64,18 @@ class Phase:
     DECISION = "decision"  # an operator's decision on what needs a person
 
 
-# Events whose attempt must still be the newest of its (run, scope) to be written.
-FENCED_PHASES = frozenset({Phase.INTENT, Phase.STEP_BEGIN})
+# Events whose attempt must still be the newest of its (run, scope) to be written. A step's
+# end is one: a fenced attempt's result must not become the one later attempts replay
+# (a model's answer recorded by a stale delivery would give a redelivery other tool calls
+# than those the newer delivery made), so its step stays as the newer attempt leaves it:
+# a later attempt runs it again. But for a non-idempotent step (see fences()).
+FENCED_PHASES = frozenset({Phase.INTENT, Phase.STEP_BEGIN, Phase.STEP_END})
+NON_IDEMPOTENT = "NON_IDEMPOTENT_WRITE"
+# Events of a scoped attempt that names its delivery (an unscoped attempt of its run), whose
+# delivery must still be the run's newest unscoped attempt to be written: its begin too.
+DELIVERY_FENCED_PHASES = FENCED_PHASES | {Phase.ATTEMPT_BEGIN}
+# Where an event of a scoped attempt names its delivery: the detail key.
+DELIVERY_KEY = "delivery_attempt_id"
 
 
 @dataclass(frozen=True)
@@ -159,16 +169,57 @@ def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
     return hashlib.sha256((prev_hash + body).encode("ascii")).hexdigest()
 
 
-def fenced(event: AuditEvent, newest_attempt: str | None) -> FencedError | None:
-    """The refusal of ``event`` if its attempt is no longer the newest of its
-    (run, scope); attempts of other scopes never fence it."""
-    if event.phase not in FENCED_PHASES or newest_attempt in (None, event.attempt_id):
-        return None
-    scope = f" scope {event.scope!r}" if event.scope else ""
-    return FencedError(
-        f"attempt {event.attempt_id} of run {event.run_id}{scope} was fenced by a newer "
-        f"attempt {newest_attempt}"
-    )
+# A fencing key: the run, and the attempt's scope ("" for unscoped attempts, a run's deliveries).
+RunScope = tuple[str, str]
+
+
+def delivery_of(event: AuditEvent) -> str:
+    """The delivery an event's scoped attempt belongs to, or "" when it names none."""
+    return str(event.detail.get(DELIVERY_KEY, "")) if event.scope else ""
+
+
+def fences(event: AuditEvent, phases: frozenset[str] = FENCED_PHASES) -> bool:
+    """Whether ``event`` is written only while its attempt is the newest. A non-idempotent
+    step's end is written whoever ends it: its tool acted, once, and a later attempt must
+    get that result rather than find the step in doubt."""
+    if event.phase not in phases:
+        return False
+    return not (event.phase == Phase.STEP_END and event.detail.get("effect") == NON_IDEMPOTENT)
+
+
+def fencing_keys(event: AuditEvent) -> list[RunScope]:
+    """The (run, scope) pairs whose newest attempt decides whether ``event`` is written."""
+    keys: list[RunScope] = []
+    if fences(event):
+        keys.append((event.run_id, event.scope))
+    if delivery_of(event) and fences(event, DELIVERY_FENCED_PHASES):
+        keys.append((event.run_id, ""))
+    return keys
+
+
+def fenced(event: AuditEvent, newest: Callable[[RunScope], str | None]) -> FencedError | None:
+    """The refusal of ``event`` if its attempt is no longer the newest of its (run,
+    scope), or if it names a delivery that is no longer its run's newest unscoped attempt
+    (``newest`` gives the newest attempt of a pair, None when none began); attempts of
+    other scopes never fence it."""
+    if fences(event):
+        newest_attempt = newest((event.run_id, event.scope))
+        if newest_attempt not in (None, event.attempt_id):
+            scope = f" scope {event.scope!r}" if event.scope else ""
+            return FencedError(
+                f"attempt {event.attempt_id} of run {event.run_id}{scope} was fenced by a "
+                f"newer attempt {newest_attempt}"
+            )
+    delivery = delivery_of(event)
+    if delivery and fences(event, DELIVERY_FENCED_PHASES):
+        newest_delivery = newest((event.run_id, ""))
+        if newest_delivery != delivery:
+            found = f"newer delivery {newest_delivery}" if newest_delivery else "no delivery"
+            return FencedError(
+                f"attempt {event.attempt_id} of run {event.run_id} belongs to delivery "
+                f"{delivery}, which is not the run's newest: the ledger has {found}"
+            )
+    return None
 
 
 def other_rule(event: AuditEvent, run_rules: dict[str, str]) -> RunRuleError | None:

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -63,41 +64,85 @@ SQLITE_CLOCK = Clock(SQLITE_NOW, "?")
 POSTGRES_CLOCK = Clock(POSTGRES_NOW, "%s")
 
 
-class Heartbeat:
-    """One sidecar's row in ``audit_sidecars``, renewed by :meth:`beat` (blocking: run it
-    in a thread) and removed by :meth:`gone`."""
+# A beat, or the last goodbye, that takes longer than this is cut: a ledger that stopped
+# answering (a frozen PostgreSQL) must hold neither the beats nor the process's exit.
+CALL_SECONDS = 2.0
 
-    def __init__(self, sidecar_id: str, connect: Callable[[], Any], clock: Clock) -> None:
+
+class Heartbeat:
+    """One sidecar's row in ``audit_sidecars``, renewed every BEAT_SECONDS by a daemon
+    thread of its own from :meth:`start`, and removed at :meth:`stop`. A beat that fails
+    is logged, not fatal: the sidecar's steps only become decidable sooner."""
+
+    def __init__(
+        self,
+        sidecar_id: str,
+        connect: Callable[[], Any],
+        clock: Clock,
+        bound: Callable[[Any], contextlib.AbstractContextManager[None]] | None = None,
+    ) -> None:
         self.sidecar_id = sidecar_id
         self._connect = connect
         self._clock = clock
+        self._bound = bound or (lambda _conn: contextlib.nullcontext())
         self._conn: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ledger-heartbeat", daemon=True)
+        self._thread.start()
+
+    async def stop(self, seconds: float = CALL_SECONDS + 1) -> None:
+        """Stop beating and say so, within ``seconds``: the sidecar's steps are decidable
+        at once. A daemon thread: one stuck on a ledger that stopped answering holds
+        nothing at exit."""
+        self._stop.set()
+        if self._thread is not None:
+            # Bounded: the join returns after ``seconds`` whatever the thread does.
+            await asyncio.to_thread(self._thread.join, seconds)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._try("heartbeat_failed", self.beat)
+            self._stop.wait(BEAT_SECONDS)
+        self._try("heartbeat_not_removed", self.gone)
+        self.close()
+
+    def _try(self, failed: str, call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception as exc:
+            log.warning(failed, error=str(exc))
 
     def beat(self) -> None:
         mark, now = self._clock.mark, self._clock.now
-        self._run(
+        self._execute(
             f"INSERT INTO audit_sidecars (sidecar_id, started, beat) VALUES ({mark}, {now}, {now}) "
             f"ON CONFLICT (sidecar_id) DO UPDATE SET beat = {now}",
             (self.sidecar_id,),
         )
 
     def gone(self) -> None:
-        self._run(f"DELETE FROM audit_sidecars WHERE sidecar_id = {self._clock.mark}",
-                  (self.sidecar_id,))  # fmt: skip
+        self._execute(
+            f"DELETE FROM audit_sidecars WHERE sidecar_id = {self._clock.mark}", (self.sidecar_id,)
+        )
 
     def close(self) -> None:
         if self._conn is not None:
-            self._conn.close()
+            with contextlib.suppress(Exception):
+                self._conn.close()
             self._conn = None
 
-    def _run(self, statement: str, params: tuple[object, ...]) -> None:
+    def _execute(self, statement: str, params: tuple[object, ...]) -> None:
         try:
             if self._conn is None:
                 self._conn = self._connect()
-            self._conn.execute(statement, params)
-            commit = getattr(self._conn, "commit", None)
-            if commit is not None:
-                commit()
+            with self._bound(self._conn):
+                self._conn.execute(statement, params)
+                commit = getattr(self._conn, "commit", None)
+                if commit is not None:
+                    commit()
         except Exception:
             self.close()  # a new connection next time
             raise
@@ -105,7 +150,9 @@ class Heartbeat:
 
 def sqlite_heartbeat(sidecar_id: str, path: Path) -> Heartbeat:
     def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=2.0, check_same_thread=False)
+        conn = sqlite3.connect(
+            path, isolation_level=None, timeout=CALL_SECONDS, check_same_thread=False
+        )
         # A lost beat costs nothing: the next one comes in seconds.
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(TABLE)
@@ -115,19 +162,26 @@ def sqlite_heartbeat(sidecar_id: str, path: Path) -> Heartbeat:
 
 
 def postgres_heartbeat(sidecar_id: str, dsn: str) -> Heartbeat:
+    from sidecar.ops import pgbounds
+
+    watchdog = pgbounds.Watchdog("heartbeat")
+
     def connect() -> Any:
         import psycopg
 
-        from sidecar.ops import pgbounds
-
-        conn = psycopg.connect(pgbounds.conninfo(dsn, connect_timeout=2.0), autocommit=True)
+        conn = psycopg.connect(
+            pgbounds.conninfo(dsn, connect_timeout=CALL_SECONDS), autocommit=True
+        )
         # Created with the schema; a writer role may not run DDL, even IF NOT EXISTS.
-        found = conn.execute("SELECT to_regclass('audit_sidecars')").fetchone()
-        if found is None or found[0] is None:
-            conn.execute(TABLE)
+        with watchdog.bound(conn, CALL_SECONDS):
+            found = conn.execute("SELECT to_regclass('audit_sidecars')").fetchone()
+            if found is None or found[0] is None:
+                conn.execute(TABLE)
         return conn
 
-    return Heartbeat(sidecar_id, connect, POSTGRES_CLOCK)
+    return Heartbeat(
+        sidecar_id, connect, POSTGRES_CLOCK, bound=lambda conn: watchdog.bound(conn, CALL_SECONDS)
+    )
 
 
 def open_heartbeat(sidecar_id: str, audit_path: Path, audit_dsn: str | None) -> Heartbeat:
@@ -135,30 +189,6 @@ def open_heartbeat(sidecar_id: str, audit_path: Path, audit_dsn: str | None) -> 
     if audit_dsn:
         return postgres_heartbeat(sidecar_id, audit_dsn)
     return sqlite_heartbeat(sidecar_id, audit_path)
-
-
-async def keep_beating(heartbeat: Heartbeat) -> None:
-    """Beat every BEAT_SECONDS until cancelled; a beat that fails is logged, not fatal:
-    the sidecar's steps only become decidable sooner."""
-    while True:
-        try:
-            await asyncio.to_thread(heartbeat.beat)
-        except Exception as exc:
-            log.warning("heartbeat_failed", error=str(exc))
-        await asyncio.sleep(BEAT_SECONDS)
-
-
-async def stop_beating(heartbeat: Heartbeat, task: asyncio.Task[None] | None) -> None:
-    """Stop beating and say so: the sidecar's steps are decidable at once."""
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    try:
-        await asyncio.to_thread(heartbeat.gone)
-    except Exception as exc:
-        log.warning("heartbeat_not_removed", error=str(exc))
-    await asyncio.to_thread(heartbeat.close)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -192,10 +222,13 @@ def lives(rows: Iterable[tuple[int, str, str, str, str]]) -> dict[str, AttemptLi
                 found[earlier].fenced_by = attempt_id
             newest[scope] = attempt_id
             found[attempt_id] = AttemptLife(
-                attempt_id, seq, scope, str(detail.get("sidecar", "")),
+                attempt_id,
+                seq,
+                scope,
+                str(detail.get("sidecar", "")),
                 str(detail.get("lease_deadline", "")),
                 delivery=str(detail.get("delivery_attempt_id", "")),
-            )  # fmt: skip
+            )
         elif attempt_id in found and phase == Phase.ATTEMPT_END:
             found[attempt_id].ended = True
         elif attempt_id in found and phase == Phase.LEASE:

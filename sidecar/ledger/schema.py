@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 
 from sidecar.ledger import liveness
 from sidecar.ledger.base import (
-    FENCED_PHASES,
     AuditEvent,
     LedgerError,
     Phase,
+    RunScope,
     StoredEvent,
     event_hash,
     fenced,
+    fencing_keys,
     other_rule,
 )
 
@@ -205,10 +206,6 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-# A fencing key: the run, and the attempt's scope ("" for unscoped attempts).
-RunScope = tuple[str, str]
-
-
 @dataclass(frozen=True)
 class FencedKeys:
     """What a batch must read to fence its intents: unscoped runs, scoped pairs."""
@@ -222,8 +219,9 @@ class FencedKeys:
 
 
 def fenced_keys(events: list[AuditEvent]) -> FencedKeys:
-    """The (run, scope) pairs whose newest attempt a batch must read, to fence its intents."""
-    keys = {(e.run_id, e.scope) for e in events if e.phase in FENCED_PHASES}
+    """The (run, scope) pairs whose newest attempt a batch must read, to fence its intents
+    (and a delivery's tool calls: the run's newest unscoped attempt)."""
+    keys = {key for e in events for key in fencing_keys(e)}
     return FencedKeys(
         runs=sorted(run for run, scope in keys if not scope),
         scoped=sorted((run, scope) for run, scope in keys if scope),
@@ -287,9 +285,11 @@ def chain(
 
     ``newest`` holds the newest attempt of each (run, scope) the batch fences; an
     attempt begun earlier in the same batch counts, as it would had each event
-    been written alone. A fenced intent is refused and takes no number. Each
-    scope fences alone: a new attempt of one scope, or an unscoped one, leaves
-    the attempts of every other scope of the run as they were.
+    been written alone. A fenced event (an intent, a step's begin or end, the begin
+    of a scoped attempt of a stale delivery) is refused and takes no number. Each
+    scope fences alone: a new attempt of one scope, or an unscoped one, leaves the
+    attempts of every other scope of the run as they were, but for those that name
+    an older delivery of the run.
 
     ``run_rules`` holds the rule of each run the batch begins attempts of, where the
     ledger has bound one: a begin under another rule is refused and changes nothing
@@ -297,7 +297,10 @@ def chain(
     """
     out = ChainedBatch(seq, head)
     for event in events:
-        key = (event.run_id, event.scope)
+        refusal = fenced(event, newest.get)
+        if refusal is not None:
+            out.results.append(refusal)
+            continue
         if event.phase == Phase.ATTEMPT_BEGIN:
             refused = _bind_rule(event, run_rules, out)
             if refused is not None:
@@ -307,12 +310,7 @@ def chain(
                 out.begun_scoped.append((event.run_id, event.scope, event.attempt_id))
             else:
                 out.begun.append((event.run_id, event.attempt_id))
-            newest[key] = event.attempt_id
-        elif event.phase in FENCED_PHASES:
-            refusal = fenced(event, newest.get(key))
-            if refusal is not None:
-                out.results.append(refusal)
-                continue
+            newest[(event.run_id, event.scope)] = event.attempt_id
         out.seq += 1
         ts = clock.stamp()
         clock = EventClock(clock.now, ts)

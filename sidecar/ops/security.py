@@ -65,14 +65,15 @@ def _read(path: Path, what: str) -> bytes:
         raise SecuritySettingError(f"cannot read {what} {path}: {exc.strerror}") from None
 
 
-def read_token(path: Path) -> str:
-    """The bearer token in ``path``, without the newline an editor or ``echo`` leaves."""
-    token = _read(path, "the store token file").decode("utf-8", "replace").strip()
+def read_token(path: Path, what: str = "the store token file") -> str:
+    """The bearer token in ``path``, without the newline an editor or ``echo`` leaves;
+    ``what`` names the file in the one line that says why it cannot be used."""
+    token = _read(path, what).decode("utf-8", "replace").strip()
     if not token:
-        raise SecuritySettingError(f"the store token file {path} is empty")
-    if any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise SecuritySettingError(f"{what} {path} is empty")
+    if any(ch.isspace() or not ch.isprintable() or not ch.isascii() for ch in token):
         # It travels as an HTTP/2 header value, which cannot hold these.
-        raise SecuritySettingError(f"the store token in {path} holds whitespace or control bytes")
+        raise SecuritySettingError(f"{what} {path} holds whitespace, control or non-ASCII bytes")
     return token
 
 

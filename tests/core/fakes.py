@@ -76,7 +76,7 @@ class MemoryLedger:
         if event.phase in self.failing:
             await self.trace.point(f"ledger.append {event.phase}")
             raise LedgerError("the ledger is failing")
-        refusal = fenced(event, self._newest.get((event.run_id, event.scope)))
+        refusal = fenced(event, self._newest.get)
         if refusal is not None:
             await self.trace.point(f"ledger.append {event.phase}")
             raise refusal

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,9 @@ def test_no_rpc_asks_for_a_turn_from_a_rule_off_the_allowlist(
                 tool=data.draw(st.sampled_from(["Send", "send", "RequestTurn"])),
                 effect=types_pb2.TOOL_EFFECT_IDEMPOTENT_WRITE,
                 args_json=json.dumps({"thread_id": thread, "text": text}),
+                # Its own identity: an identical step without one would repeat the step still
+                # running (and wait for it), which is not what this test is about.
+                request_id=uuid.uuid4().hex,
             ),
             "EndStep": pb.EndStepRequest(attempt_id=attempt, step_id=thread, result_json="{}"),
             "Read": pb.ReadRequest(attempt_id=attempt, thread_id=thread),

@@ -95,17 +95,24 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
 class OtlpReceiver:
     """An OTLP/gRPC trace receiver on loopback, in threads of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, credentials: grpc.ServerCredentials | None = None) -> None:
+        """With ``credentials``, the receiver speaks TLS only, as a collector's secured
+        receiver does."""
         self._lock = threading.Condition()
         self._requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         _add_trace_service(_TraceService(self), self._server)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self.tls = credentials is not None
+        self.port = (
+            self._server.add_secure_port("127.0.0.1:0", credentials)
+            if credentials is not None
+            else self._server.add_insecure_port("127.0.0.1:0")
+        )
         self._server.start()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def environment(self, **more: str) -> dict[str, str]:
         """The OTEL_* variables that send a process's traces here, exported within a

@@ -369,9 +369,12 @@ def test_an_aborted_step_is_not_left_to_a_person(sidecar: RunningSidecar) -> Non
     aborted = _step(sidecar, attempt).step_id
     _abort(sidecar, attempt, aborted)
     assert run_cli("audit", "pending", *flags).returncode == 0
-    in_doubt = _step(
-        sidecar, _begin(sidecar, "run-op2")
-    ).step_id  # begun, neither ended nor aborted
+    other = _begin(sidecar, "run-op2")
+    in_doubt = _step(sidecar, other).step_id  # begun, neither ended nor aborted
+    # While its attempt is live the step is in flight, nobody's to decide; once the
+    # attempt ends without ending it, it is in doubt.
+    assert run_cli("audit", "pending", *flags).returncode == 0
+    sidecar.stub.EndAttempt(pb.EndAttemptRequest(attempt_id=other))
     listed = run_cli("audit", "pending", *flags)
     assert listed.returncode == 3
     assert in_doubt in listed.stdout and aborted not in listed.stdout

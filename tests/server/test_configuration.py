@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from sidecar.cli import SERVE_SETTINGS, STORE_SETTINGS, build_parser, config_from
 from sidecar.cli import _resolve as resolve
 from tests.harness import free_port
+from tests.helpers.env import scrubbed_env
+from tests.helpers.health import wait_serving
 from tests.server.processes import run_cli, start_cli, start_server, wait_for_status
 from tests.server.scrape import scrape, value
 
@@ -64,6 +67,8 @@ def test_every_variable_is_named_actonce_and_unique_to_its_flag() -> None:
     ("env", "fragments"),
     [
         ({"ACTONCE_LISTNE": "127.0.0.1:1"}, ["unknown setting ACTONCE_LISTNE"]),
+        # A client-side name misspelt is still a typo.
+        ({"ACTONCE_TARGT": "127.0.0.1:1"}, ["unknown setting ACTONCE_TARGT"]),
         ({"ACTONCE_GRACE_PERIOD": "soon"}, ["ACTONCE_GRACE_PERIOD", "soon"]),
         ({"ACTONCE_GRACE_PERIOD": "-1"}, ["ACTONCE_GRACE_PERIOD", "greater than 0"]),
         ({"ACTONCE_METRICS_LISTEN": "9464"}, ["ACTONCE_METRICS_LISTEN", "HOST:PORT"]),
@@ -261,3 +266,19 @@ def test_rules_pin_what_the_sidecar_serves_and_unset_serves_any(
     monkeypatch.setenv("ACTONCE_RULES", "triage, pager")
     assert rules() == frozenset({"triage", "pager"})
     assert rules("--rules", "billing") == frozenset({"billing"})
+
+
+def test_a_sidecar_and_its_agent_share_one_env_file(tmp_path: Path) -> None:
+    # What the docs' agent reads beside what the sidecar does: serve starts with both.
+    port = free_port()
+    env = {**scrubbed_env(), "ACTONCE_LISTEN": f"127.0.0.1:{port}",
+           "ACTONCE_DATA_DIR": str(tmp_path / "data"), "ACTONCE_TARGET": f"127.0.0.1:{port}",
+           "ACTONCE_API_TOKEN": "the agent's copy", "ACTONCE_BIN": "actonce"}  # fmt: skip
+    with (tmp_path / "serve.log").open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "sidecar.cli", "serve"], env=env,
+                                   stdout=log, stderr=log)  # fmt: skip
+    try:
+        wait_serving(f"127.0.0.1:{port}", process)
+    finally:
+        process.kill()
+        process.wait(10)

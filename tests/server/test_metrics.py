@@ -221,7 +221,10 @@ def test_every_metric_is_prefixed_and_the_unlabelled_ones_show_from_the_start(
     samples = scrape(metrics_port(sidecar))
     names = {name for name, _labels in samples}
     assert names, "nothing scraped"
-    assert all(name.startswith("actonce_") for name in names), sorted(names)
+    # Ours, and the process collector's standard process_* (which dashboards expect as named).
+    assert all(name.startswith(("actonce_", "process_")) for name in names), sorted(names)
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes"} <= names
+    assert not [name for name in names if name.endswith("_created")], sorted(names)
     # Labelled series appear with their first call; these have no labels, so a
     # dashboard sees them (at 0) before anything happened.
     for wanted in (

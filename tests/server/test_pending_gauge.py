@@ -25,6 +25,9 @@ def test_a_step_in_doubt_shows_on_the_pending_gauge(tmp_path: Path) -> None:
                 args_json="{}",
             )
         )
+        # Ended without ending its step: in doubt (while the attempt was live, the step was
+        # in flight, nobody's to decide, and not counted).
+        running.stub.EndAttempt(pb.EndAttemptRequest(attempt_id=attempt))
         samples = scrape(endpoint.port)
         assert value(samples, "actonce_pending_items", kind="step_in_doubt") == 1
         assert value(samples, "actonce_pending_items", kind="write_without_outcome") == 0

@@ -1,22 +1,35 @@
 """A queue worker that runs an OpenAI Agents SDK agent on actonce: one delivery of a
-run per process, killed with SIGKILL after its k-th write when the test says so
-(tests/langgraph_worker.py does the same for LangGraph, with the same tools)."""
+run per process, killed with SIGKILL after its k-th write, or as its m-th model call
+starts, when the test says so (tests/langgraph_worker.py does the same for LangGraph).
+
+Its model is scripted as a real model answers (tests/scripted_agents_model.py): fresh
+tool-call ids on every call, parallel calls shuffled, texts worded anew. Scenarios:
+parallel calls, a tool's retries, a charge a person approves (resumed from the run's
+saved RunState), a handoff, async tools, and a streamed run.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from agents import Agent, RunState, Tool, set_tracing_disabled
-from card_processor import charge
-from delivery import Job, TransientError, Writes
+from agents import Agent, Runner, RunState, Tool, set_tracing_disabled
+from card_processor import charge, charge_async
+from delivery import WORDINGS, Job, TransientError, Writes
 from scripted_agents_model import ScriptedModel, Turn
 
 from actonce_client import Client, Effect
 from actonce_client.errors import ActonceError
-from actonce_client.openai_agents import Actonce, ToolCall, deliver
+from actonce_client.openai_agents import (
+    Actonce,
+    AsyncToolCall,
+    Parked,
+    ToolCall,
+    deliver,
+    queue_run,
+)
 
 RULE = "billing-agent"
 
@@ -72,27 +85,70 @@ def build(job: Job, client: Client, writes: Writes) -> Agent[Any]:
 
         return call.step("charge_approved", {"customer": customer, "cents": cents}, unkeyed)
 
-    tools: list[Tool] = [open_ticket, flaky_notice, charge_card, charge_approved]
-    return Agent(name="billing", instructions="Bill.", tools=tools,
-                 model=ScriptedModel(SCRIPTS[job.scenario]))  # fmt: skip
+    @actonce.tool
+    async def open_ticket_async(title: str, call: AsyncToolCall) -> str:
+        """Open a ticket and tell the thread, from async code."""
+        ticket = await call.attempt.create("ticket", {"title": title, "run": job.run_id})
+        writes.landed()
+        await call.attempt.notice(job.thread_id, f"opened a ticket: {title}")
+        writes.landed()
+        return ticket.id
+
+    @actonce.tool
+    async def charge_card_async(customer: str, cents: int, call: AsyncToolCall) -> str:
+        """Charge the customer's card from async code, keyed by the step's id."""
+
+        async def keyed(key: str) -> str:
+            made = await charge_async(job.processor, f"{job.run_id}-{customer}", cents, key)
+            writes.landed()
+            return made
+
+        charge_id = await call.step(
+            "charge_card", {"customer": customer, "cents": cents}, keyed,
+            effect=Effect.IDEMPOTENT_WRITE,
+        )  # fmt: skip
+        await call.attempt.notice(job.thread_id, f"charged {customer} {cents}")
+        writes.landed()
+        return charge_id
+
+    model = ScriptedModel(SCRIPTS[job.scenario], kill_at_call=job.kill_at_model)
+    tools: list[Tool] = [open_ticket, flaky_notice, charge_card, charge_approved,
+                         open_ticket_async, charge_card_async]  # fmt: skip
+    billing = Agent(name="billing", instructions="Bill.", tools=tools, model=model)
+    if job.scenario != "handoff":
+        return billing
+    return Agent(name="triage", instructions="Route.", handoffs=[billing], model=model,
+                 tools=[open_ticket])  # fmt: skip
 
 
+DISK, CARD = WORDINGS["Disk full"], WORDINGS["Card declined"]
+PARALLEL: list[Turn] = [
+    [("open_ticket", {"title": DISK}), ("open_ticket", {"title": DISK}),
+     ("charge_card", {"customer": "ada", "cents": 500})],
+    [],
+]  # fmt: skip
 SCRIPTS: dict[str, list[Turn]] = {
     "warm": [[]],  # no tool call: what warm() runs
-    "parallel": [
-        [("call-a", "open_ticket", {"title": "Disk full"}),
-         ("call-b", "open_ticket", {"title": "Disk full"}),
-         ("call-c", "charge_card", {"customer": "ada", "cents": 500})],
-        [],
-    ],
+    "parallel": PARALLEL,
+    "streamed": PARALLEL,
     "retry": [
-        [("call-a", "flaky_notice", {"text": "looking into it"}),
-         ("call-b", "charge_card", {"customer": "bob-reset", "cents": 700})],
+        [("flaky_notice", {"text": WORDINGS["looking into it"]}),
+         ("charge_card", {"customer": "bob-reset", "cents": 700})],
         [],
     ],
     "approval": [
-        [("call-a", "charge_approved", {"customer": "cy", "cents": 900})],
-        [("call-b", "open_ticket", {"title": "Refund later"})],
+        [("charge_approved", {"customer": "cy", "cents": 900})],
+        [("open_ticket", {"title": "Refund later"})],
+        [],
+    ],
+    "handoff": [
+        [("transfer_to_billing", {})],
+        [("open_ticket", {"title": CARD}), ("charge_card", {"customer": "dee", "cents": 300})],
+        [],
+    ],
+    "async": [
+        [("open_ticket_async", {"title": DISK}),
+         ("charge_card_async", {"customer": "eve", "cents": 400})],
         [],
     ],
 }  # fmt: skip
@@ -104,7 +160,9 @@ def warm() -> None:
     set_tracing_disabled(True)
     job = Job(scenario="warm", run_id="warm", resume=False, target="", processor="",
               thread_id="", checkpoints="", result="")  # fmt: skip
-    deliver(build(job, cast(Client, None), Writes(0)), "warm", "go")
+    agent = build(job, Client("127.0.0.1:1"), Writes(0))
+    with queue_run("warm"):
+        Runner.run_sync(agent, "go")
     # Runner.run_sync leaves its event loop open for the next run on this thread;
     # a forked child must not share its epoll and self-pipe with this process.
     loop = asyncio.get_event_loop_policy().get_event_loop()
@@ -129,17 +187,20 @@ def run(given: dict[str, Any]) -> None:
             for item in first.get_interruptions():
                 first.approve(item)
         try:
-            result = deliver(agent, job.run_id, first)
-            if result.interruptions:
+            result = deliver(agent, job.run_id, first, stream=job.scenario == "streamed")
+            if isinstance(result, Parked):
+                state = result.items[0].reason
+            elif result.interruptions:
                 paused.write_text(result.to_state().to_string())
                 state = "interrupted"
             else:
                 state = "done"
         except ActonceError as error:
             state = error.reason
-        except Exception as error:
-            cause = error.__cause__
-            if not isinstance(cause, ActonceError):
-                raise
-            state = cause.reason
-    Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count}))
+    Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count,
+                                            "model_calls": model_calls(agent)}))  # fmt: skip
+
+
+def model_calls(agent: Agent[Any]) -> int:
+    model = agent.model
+    return model.calls if isinstance(model, ScriptedModel) else 0

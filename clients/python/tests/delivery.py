@@ -21,6 +21,7 @@ class Job:
     checkpoints: str  # the SQLite file of the graph's checkpoints
     result: str  # where the delivery writes what it did
     kill_at: int = 0  # the write after which the process kills itself (0: none)
+    kill_at_model: int = 0  # the model call as which the process kills itself (0: none)
 
 
 class Writes:
@@ -34,6 +35,22 @@ class Writes:
         self.count += 1
         if self.count == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+# What a scripted model may call one text: a real model words it its own way on each call.
+WORDINGS = {
+    "Disk full": ("Disk full", "Disk is full", "disk full"),
+    "looking into it": ("looking into it", "Looking into it.", "looking into it!"),
+    "Card declined": ("Card declined", "Card was declined"),
+}
+
+
+def canonical(text: str) -> str:
+    """The script's text for any of its wordings (or the text as it is)."""
+    for plain, wordings in WORDINGS.items():
+        for wording in wordings:
+            text = text.replace(wording, plain)
+    return text
 
 
 class TransientError(ConnectionError):

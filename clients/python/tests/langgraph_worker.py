@@ -1,37 +1,53 @@
 """A queue worker that runs a LangGraph agent on actonce: one delivery of a run per
-process, killed with SIGKILL at its k-th write when the test says so.
+process, killed with SIGKILL after its k-th write, or as its m-th model call starts,
+when the test says so.
 
 Its tools make the writes an agent makes: a ticket and a notice in the store, and
 charges through the card processor (tests/card_processor.py), keyed by their step
 ids, or unkeyed and so non-idempotent. Each write counts; the k-th kills the
-process as soon as it has landed, before the agent hears of it.
+process as soon as it has landed, before the agent hears of it. Its model is scripted
+as a real model answers (tests/scripted_model.py).
+
+A scenario is a script, and how it runs: ``+nocp``, without a checkpointer (the model
+called through durable_model); ``async`` and ``astream``, with async tools, through
+``adeliver`` (ainvoke) and ``astream``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any, cast
 
-from card_processor import charge
-from delivery import Job, TransientError, Writes
+from card_processor import charge, charge_async
+from delivery import WORDINGS, Job, TransientError, Writes
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.pregel import Pregel
 from langgraph.types import Command, interrupt
-from scripted_model import ScriptedChatModel, turn
+from scripted_model import DONE, ScriptedChatModel, Turn
 
 from actonce_client import Client, Effect
 from actonce_client.errors import ActonceError
 from actonce_client.langgraph import (
     Actonce,
+    AsyncToolCall,
+    Parked,
     ToolCall,
+    adeliver,
+    astream,
     deliver,
+    durable_model,
     handle_tool_error,
     retry_policy,
 )
@@ -39,7 +55,7 @@ from actonce_client.langgraph import (
 RULE = "billing-agent"
 
 
-def build(job: Job, client: Client, writes: Writes) -> Pregel[Any, Any, Any, Any]:
+def tools_of(job: Job, client: Client, writes: Writes) -> list[BaseTool]:
     actonce = Actonce(client, rule=RULE)
     hiccups: set[str] = set()  # tool calls that already failed once in this process
 
@@ -92,18 +108,63 @@ def build(job: Job, client: Client, writes: Writes) -> Pregel[Any, Any, Any, Any
 
         return call.step("charge_approved", {"customer": customer, "cents": cents}, approved)
 
-    script = SCRIPTS[job.scenario]
-    model = ScriptedChatModel(script=script)
-    tools = [open_ticket, flaky_notice, charge_card, charge_approved]
-    saver = SqliteSaver(sqlite3.connect(job.checkpoints, check_same_thread=False))
-    if job.scenario.startswith("create_agent"):
-        return create_agent(model, tools, checkpointer=saver)
+    @actonce.tool
+    async def open_ticket_async(title: str, call: AsyncToolCall) -> str:
+        """Open a ticket and tell the thread, from async code."""
+        ticket = await call.attempt.create("ticket", {"title": title, "run": job.run_id})
+        writes.landed()
+        await call.attempt.notice(job.thread_id, f"opened a ticket: {title}")
+        writes.landed()
+        return ticket.id
+
+    @actonce.tool
+    async def charge_card_async(customer: str, cents: int, call: AsyncToolCall) -> str:
+        """Charge the customer's card from async code, keyed by the step's id."""
+
+        async def keyed(key: str) -> str:
+            made = await charge_async(job.processor, f"{job.run_id}-{customer}", cents, key)
+            writes.landed()
+            return made
+
+        charge_id = await call.step(
+            "charge_card", {"customer": customer, "cents": cents}, keyed,
+            effect=Effect.IDEMPOTENT_WRITE,
+        )  # fmt: skip
+        await call.attempt.notice(job.thread_id, f"charged {customer} {cents}")
+        writes.landed()
+        return charge_id
+
+    return [open_ticket, flaky_notice, charge_card, charge_approved, open_ticket_async,
+            charge_card_async]  # fmt: skip
+
+
+def build(
+    job: Job, client: Client, writes: Writes, saver: BaseCheckpointSaver[Any] | None = None
+) -> tuple[Pregel[Any, Any, Any, Any], Any]:
+    """The graph of the job's scenario (``saver``: its checkpointer, else a SQLite file's),
+    and its scripted model."""
+    script, _, how = job.scenario.partition("+")
+    model = ScriptedChatModel(script=SCRIPTS[script], kill_at_call=job.kill_at_model)
+    tools = tools_of(job, client, writes)
+    checkpointed = how != "nocp"
+    if checkpointed and saver is None:
+        saver = SqliteSaver(sqlite3.connect(job.checkpoints, check_same_thread=False))
+    if not checkpointed:
+        saver = None
+    chat: Any = model if checkpointed else durable_model(model)
+    if script.startswith("create_agent"):
+        return create_agent(chat, tools, checkpointer=saver), model
+    bound = chat.bind_tools(tools)
 
     def call_model(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    async def acall_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await bound.ainvoke(state["messages"])]}
 
     graph = StateGraph(MessagesState)
-    graph.add_node("model", call_model)
+    is_async = script in ("async", "astream")
+    graph.add_node("model", acall_model if is_async else call_model)
     graph.add_node(
         "tools",
         ToolNode(tools, handle_tool_errors=handle_tool_error),
@@ -114,45 +175,45 @@ def build(job: Job, client: Client, writes: Writes) -> Pregel[Any, Any, Any, Any
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
-    return graph.compile(checkpointer=saver)
+    return graph.compile(checkpointer=saver), model
 
 
-DONE = AIMessage("done")
-SCRIPTS: dict[str, list[AIMessage]] = {
+DISK = WORDINGS["Disk full"]
+PARALLEL: list[Turn] = [
+    [("open_ticket", {"title": DISK}), ("open_ticket", {"title": DISK}),
+     ("charge_card", {"customer": "ada", "cents": 500})],
+    DONE,
+]  # fmt: skip
+ASYNC: list[Turn] = [
+    [("open_ticket_async", {"title": DISK}),
+     ("charge_card_async", {"customer": "eve", "cents": 400})],
+    DONE,
+]  # fmt: skip
+SCRIPTS: dict[str, list[Turn]] = {
     # No tool call: what warm() runs.
     "warm": [DONE],
     "create_agent-warm": [DONE],
     # One turn, three tool calls at once; two of them make the same writes.
-    "parallel": [
-        turn(
-            ("call-a", "open_ticket", {"title": "Disk full"}),
-            ("call-b", "open_ticket", {"title": "Disk full"}),
-            ("call-c", "charge_card", {"customer": "ada", "cents": 500}),
-        ),
-        DONE,
-    ],
+    "parallel": PARALLEL,
     "create_agent": [
-        turn(
-            ("call-a", "open_ticket", {"title": "Disk full"}),
-            ("call-b", "charge_card", {"customer": "ada", "cents": 500}),
-        ),
+        [("open_ticket", {"title": DISK}), ("charge_card", {"customer": "ada", "cents": 500})],
         DONE,
     ],
     # A transient error after a notice; a charge whose connection resets once charged.
     "retry": [
-        turn(
-            ("call-a", "flaky_notice", {"text": "looking into it"}),
-            ("call-b", "charge_card", {"customer": "bob-reset", "cents": 700}),
-        ),
+        [("flaky_notice", {"text": WORDINGS["looking into it"]}),
+         ("charge_card", {"customer": "bob-reset", "cents": 700})],
         DONE,
     ],
     # A charge a person approves inside its step, then a ticket.
     "approval": [
-        turn(("call-a", "charge_approved", {"customer": "cy", "cents": 900})),
-        turn(("call-b", "open_ticket", {"title": "Refund later"})),
+        [("charge_approved", {"customer": "cy", "cents": 900})],
+        [("open_ticket", {"title": "Refund later"})],
         DONE,
     ],
-}
+    "async": ASYNC,
+    "astream": ASYNC,
+}  # fmt: skip
 
 
 def warm() -> None:
@@ -162,20 +223,49 @@ def warm() -> None:
         for scenario in ("warm", "create_agent-warm"):
             job = Job(scenario=scenario, run_id="warm", resume=False, target="", processor="",
                       thread_id="", checkpoints=f"{folder}/{scenario}.db", result="")  # fmt: skip
-            app = build(job, cast(Client, None), Writes(0))
-            deliver(app, "warm", "warm", {"messages": [HumanMessage("go")]})
+            app, _ = build(job, cast(Client, None), Writes(0))
+            config: RunnableConfig = {"configurable": {"thread_id": "warm",
+                                                       "actonce_run_id": "warm"}}  # fmt: skip
+            app.invoke({"messages": [HumanMessage("go")]}, config)
+
+
+async def _deliver_async(job: Job, client: Client, writes: Writes, first: Any) -> Any:
+    """A delivery through adeliver (ainvoke) or astream, on an async checkpointer."""
+    thread = f"thread-{job.run_id}"
+    async with AsyncSqliteSaver.from_conn_string(job.checkpoints) as saver:
+        app, model = build(job, client, writes, saver)
+        if job.scenario.startswith("async"):
+            return await adeliver(app, job.run_id, thread, first), model
+        last: Any = None
+        async for chunk in astream(app, job.run_id, thread, first, stream_mode="values"):
+            last = chunk
+        return last, model
+
+
+def _deliver(job: Job, client: Client, writes: Writes, first: Any) -> tuple[Any, Any]:
+    if job.scenario.partition("+")[0] in ("async", "astream"):
+        found: tuple[Any, Any] = asyncio.run(_deliver_async(job, client, writes, first))
+        return found
+    app, model = build(job, client, writes)
+    return deliver(app, job.run_id, f"thread-{job.run_id}", first), model
 
 
 def run(given: dict[str, Any]) -> None:
     """One delivery of the job ``given`` (a Job's fields); what it did goes to its result."""
     job = Job(**given)
     writes = Writes(job.kill_at)
+    models: list[Any] = []
     with Client(job.target) as client:
-        app = build(job, client, writes)
         first: Any = Command(resume=True) if job.resume else {"messages": [HumanMessage("go")]}
         try:
-            out = deliver(app, job.run_id, f"thread-{job.run_id}", first)
-            state = "interrupted" if out.get("__interrupt__") else "done"
+            out, model = _deliver(job, client, writes, first)
+            models.append(model)
+            if isinstance(out, Parked):
+                state = out.items[0].reason
+            else:
+                state = "interrupted" if out.get("__interrupt__") else "done"
         except ActonceError as error:
             state = error.reason
-    Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count}))
+    calls = models[0].calls if models else 0
+    Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count,
+                                            "model_calls": calls}))  # fmt: skip

@@ -1,9 +1,16 @@
-"""A chat model that answers from a script, the same answer for the same conversation:
-answer n is the one after n answers of the model, so a graph resumed in a new
-process asks it again and gets what the first process got."""
+"""A chat model that answers from a script, as a real model answers: answer n is the
+one after n answers of the model, but every call names its tool calls anew (a fresh id
+each time), gives parallel calls in a shuffled order, and words its texts its own way
+(a text given as a tuple of wordings is one of them, by chance). A graph that asks it
+again makes other tool calls than the first time: only a checkpointer that kept its
+answer, or a durable model turn, keeps them."""
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,9 +21,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
+Turn = list[tuple[str, dict[str, Any]]]  # (tool, arguments) each; [] answers "done"
+
 
 class ScriptedChatModel(BaseChatModel):
-    script: list[AIMessage]
+    """``kill_at_call``: the process kills itself as its k-th call starts (0: never)."""
+
+    script: list[Turn]
+    kill_at_call: int = 0
+    calls: int = 0
 
     @property
     def _llm_type(self) -> str:
@@ -29,8 +42,11 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        self.calls += 1
+        if self.calls == self.kill_at_call:
+            os.kill(os.getpid(), signal.SIGKILL)
         answered = sum(isinstance(m, AIMessage) for m in messages)
-        return ChatResult(generations=[ChatGeneration(message=self.script[answered])])
+        return ChatResult(generations=[ChatGeneration(message=answer(self.script[answered]))])
 
     def bind_tools(
         self,
@@ -42,8 +58,24 @@ class ScriptedChatModel(BaseChatModel):
         return self
 
 
-def turn(*calls: tuple[str, str, dict[str, Any]]) -> AIMessage:
-    """A model turn that calls tools: (tool call id, tool, arguments) each."""
-    return AIMessage(
-        "", tool_calls=[{"id": i, "name": name, "args": args} for i, name, args in calls]
-    )
+def answer(calls: Turn) -> AIMessage:
+    """A model turn that calls tools, fresh ids, shuffled, worded by chance; or "done"."""
+    if not calls:
+        return AIMessage("done", id=f"ai-{uuid.uuid4().hex[:8]}")
+    shuffled = list(calls)
+    random.shuffle(shuffled)
+    made = [
+        {"id": f"call_{uuid.uuid4().hex[:12]}", "name": name,
+         "args": {k: random.choice(v) if isinstance(v, tuple) else v for k, v in args.items()}}
+        for name, args in shuffled
+    ]  # fmt: skip
+    return AIMessage("", tool_calls=made, id=f"ai-{uuid.uuid4().hex[:8]}")
+
+
+def turn(*calls: tuple[str, str, dict[str, Any]]) -> Turn:
+    """A scripted turn from (tool call id, tool, arguments) each: the id is not kept, as a
+    real model keeps none."""
+    return [(name, args) for _, name, args in calls]
+
+
+DONE: Turn = []

@@ -12,14 +12,18 @@ that a kill loop is quick.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
 import pytest
-from kill_loop import SHARED_EXPECTED, Seen, World, check_every_kill, world_of
+import scenarios
+from kill_loop import World, check_every_kill, world_of
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolErrorMiddleware, ToolRetryMiddleware
 from langchain_core.messages import ToolMessage
@@ -27,16 +31,17 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph_worker import DONE
-from scripted_model import ScriptedChatModel, turn
+from scripted_model import DONE, ScriptedChatModel, turn
 
 from actonce_client import ActonceError, Client, FailureClass
+from actonce_client.deliveries import Lease, delivering
 from actonce_client.langgraph import (
     Actonce,
     ToolCall,
     deliver,
     handle_tool_error,
     is_retryable,
+    mcp_scope,
     refused_message,
     retry_policy,
 )
@@ -51,15 +56,11 @@ def world(sidecar: LocalSidecar, tmp_path_factory: pytest.TempPathFactory) -> It
         yield world
 
 
-EXPECTED = {
-    **SHARED_EXPECTED,
-    "create_agent": Seen(("Disk full",), ("charged ada 500", "opened a ticket: Disk full"),
-                         (("ada", 500),)),
-}  # fmt: skip
+EXPECTED = scenarios.LANGGRAPH
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_each_write_once_whichever_write_the_worker_is_killed_after(
+def test_each_write_once_whichever_write_or_model_call_the_worker_is_killed_at(
     world: World, scenario: str
 ) -> None:
     assert check_every_kill(world, scenario, EXPECTED[scenario]) > 0
@@ -130,10 +131,17 @@ def test_the_retry_policy_retries_retryable_and_the_listed_transient_errors_only
 
 
 def test_deliver_refuses_a_checkpointer_that_dies_with_the_worker(client: Client) -> None:
-    for checkpointer in (InMemorySaver(), None):
-        app = small_agent(client, checkpointer)
-        with pytest.raises(ValueError, match="durable checkpointer"):
-            deliver(app, "run-1", "thread-1", {"messages": [("user", "go")]})
+    app = small_agent(client, InMemorySaver())
+    with pytest.raises(ValueError, match="outlives the worker"):
+        deliver(app, "run-1", "thread-1", {"messages": [("user", "go")]})
+
+
+def test_a_graph_without_a_checkpointer_refuses_a_tool_call_no_model_turn_recorded(
+    client: Client,
+) -> None:
+    app = small_agent(client, None)  # its model is not durable_model's
+    with pytest.raises(RuntimeError, match="before any recorded model turn"):
+        deliver(app, f"run-{uuid.uuid4().hex}", "thread-1", {"messages": [("user", "go")]})
 
 
 def test_a_tool_names_its_tool_call_parameter_by_type(client: Client) -> None:
@@ -169,3 +177,31 @@ def test_create_agent_hands_refusals_to_the_model_through_its_middleware(
         out = deliver(app, f"run-{uuid.uuid4().hex}", "thread-1", {"messages": [("user", "go")]})
     answered = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert len(answered) == 1 and str(answered[0].content).startswith("refused: NOT_FOUND")
+
+
+@dataclass(frozen=True)
+class _McpRequest:
+    """What langchain-mcp-adapters hands a tool interceptor: the call's runtime and headers."""
+
+    runtime: Any
+    headers: dict[str, str] | None
+
+    def override(self, **changes: Any) -> _McpRequest:
+        return replace(self, **changes)
+
+
+def test_mcp_scope_sends_the_tool_calls_scope_beside_its_delivery(client: Client) -> None:
+    sent: dict[str, str] = {}
+
+    async def handler(request: _McpRequest) -> str:
+        sent.update(request.headers or {})
+        return "answered"
+
+    runtime = SimpleNamespace(config={}, tool_call_id="call_7")
+    with delivering(client, f"run-{uuid.uuid4().hex}", "billing", Lease()) as delivery:
+        answer = asyncio.run(mcp_scope()(_McpRequest(runtime, {"x-trace": "1"}), handler))
+    assert answer == "answered"
+    assert sent == {"x-trace": "1", "actonce-attempt-id": delivery.attempt.id,
+                    "actonce-scope": "call_7"}  # fmt: skip
+    with pytest.raises(RuntimeError, match="under deliver"):
+        asyncio.run(mcp_scope()(_McpRequest(runtime, None), handler))

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from card_processor import card_processor
 from kill_loop import store_file
-from langgraph_worker import DONE
-from scripted_model import ScriptedChatModel, turn
+from scripted_model import DONE, ScriptedChatModel, turn
 
 from actonce_client.testing import LocalSidecar
 

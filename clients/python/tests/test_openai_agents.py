@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from agents import Agent, set_tracing_disabled
-from kill_loop import SHARED_EXPECTED, World, check_every_kill, world_of
+import scenarios
+from agents import Agent, RunResult, set_tracing_disabled
+from kill_loop import World, check_every_kill, world_of
 from scripted_agents_model import ScriptedModel
 
 from actonce_client import Client
-from actonce_client.openai_agents import Actonce, ToolCall, deliver, queue_run
+from actonce_client.openai_agents import Actonce, Parked, ToolCall, deliver, queue_run
 from actonce_client.testing import LocalSidecar
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,11 +33,19 @@ def world(sidecar: LocalSidecar, tmp_path_factory: pytest.TempPathFactory) -> It
         yield world
 
 
-@pytest.mark.parametrize("scenario", sorted(SHARED_EXPECTED))
-def test_each_write_once_whichever_write_the_worker_is_killed_after(
+EXPECTED = scenarios.AGENTS
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_each_write_once_whichever_write_or_model_call_the_worker_is_killed_at(
     world: World, scenario: str
 ) -> None:
-    assert check_every_kill(world, scenario, SHARED_EXPECTED[scenario]) > 0
+    assert check_every_kill(world, scenario, EXPECTED[scenario]) > 0
+
+
+def _done(result: RunResult | Parked) -> RunResult:
+    assert isinstance(result, RunResult), result
+    return result
 
 
 def test_a_refused_call_goes_back_to_the_model_and_the_run_goes_on(client: Client) -> None:
@@ -48,9 +57,9 @@ def test_a_refused_call_goes_back_to_the_model_and_the_run_goes_on(client: Clien
         """Retitle an artifact."""
         return call.attempt.edit(artifact_id, "/title", title).id
 
-    script = [[("call-1", "retitle", {"artifact_id": "art_missing", "title": "x"})], []]
+    script = [[("retitle", {"artifact_id": "art_missing", "title": "x"})], []]
     agent = Agent(name="editor", tools=[retitle], model=ScriptedModel(script))
-    result = deliver(agent, "run-refused", "go")
+    result = _done(deliver(agent, "run-refused", "go"))
     outputs = [i.output for i in result.new_items if i.type == "tool_call_output_item"]
     assert len(outputs) == 1 and str(outputs[0]).startswith("refused: NOT_FOUND")
     assert result.final_output == "done"
@@ -65,7 +74,7 @@ def test_an_error_that_is_not_a_refusal_ends_the_run(client: Client) -> None:
         """Post nothing: the tool has a bug."""
         raise ValueError("a bug in the tool")
 
-    agent = Agent(name="editor", tools=[post], model=ScriptedModel([[("call-1", "post", {})], []]))
+    agent = Agent(name="editor", tools=[post], model=ScriptedModel([[("post", {})], []]))
     with pytest.raises(Exception) as raised:
         deliver(agent, "run-bug", "go")
     assert "a bug in the tool" in str(raised.value) + str(raised.value.__cause__)
@@ -82,7 +91,7 @@ def test_a_tool_outside_a_queue_run_refuses_to_write(client: Client) -> None:
     with queue_run("run-x"):
         pass
     set_tracing_disabled(True)
-    agent = Agent(name="editor", tools=[post], model=ScriptedModel([[("call-1", "post", {})], []]))
+    agent = Agent(name="editor", tools=[post], model=ScriptedModel([[("post", {})], []]))
     from agents import Runner
 
     with pytest.raises(Exception) as raised:

@@ -24,6 +24,7 @@ import { ActonceError, fromServiceError } from "./errors.js";
 import { type IdScheme, VERSION_1 } from "./ids.js";
 import { RunActionsServiceClient } from "./gen/actonce/v1/run_actions.js";
 import { Outcome as OutcomeCode, ToolEffect } from "./gen/actonce/v1/types.js";
+import { ApiToken } from "./token.js";
 
 /** Milliseconds a call may take unless told otherwise: above the sidecar's own
  * store deadline (5 s), so a slow store reaches the caller as its own error. */
@@ -168,6 +169,11 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** Channel credentials; the sidecar is in the agent's pod, so plaintext by default. */
   credentials?: ChannelCredentials;
+  /** The sidecar's API token (default: the file named by ACTONCE_API_TOKEN_FILE, else
+   * ACTONCE_API_TOKEN, else none). */
+  apiToken?: string;
+  /** A file holding the API token, read again at most once a second. */
+  apiTokenFile?: string;
 }
 
 type Callback<Res> = (error: ServiceError | null, response: Res) => void;
@@ -181,10 +187,12 @@ type Unary<Req, Res> = (
 /** A channel to one sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock"). */
 export class Client {
   readonly #rpc: RunActionsServiceClient;
+  readonly #token: ApiToken | undefined;
   readonly timeoutMs: number;
   #closed = false;
 
   constructor(target: string, options: ClientOptions = {}) {
+    this.#token = ApiToken.resolve(options);
     this.#rpc = new RunActionsServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
       "grpc.service_config": SERVICE_CONFIG,
     });
@@ -199,6 +207,7 @@ export class Client {
       checkpoint: run.checkpoint ?? "",
       leaseDeadline: run.leaseDeadline,
       scope: run.scope ?? "",
+      deliveryAttemptId: "",
     });
     // A sidecar from before scheme versions answers none: it derives version 1.
     const idScheme = { version: response.idSchemeVersion || 1, scope: run.scope ?? "" };
@@ -219,8 +228,10 @@ export class Client {
   call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
     const given = (request as { requestId?: unknown }).requestId;
     const requestId = typeof given === "string" ? given : "";
+    const metadata = new Metadata();
+    if (this.#token !== undefined) metadata.set("authorization", `Bearer ${this.#token.value()}`);
     return new Promise((resolve, reject) => {
-      method.call(this.#rpc, request, new Metadata(), { deadline: Date.now() + this.timeoutMs }, (error, response) => {
+      method.call(this.#rpc, request, metadata, { deadline: Date.now() + this.timeoutMs }, (error, response) => {
         try {
           // A CANCELLED after close() is the caller's own doing; any other is not.
           if (error) reject(fromServiceError(error, requestId, this.#closed));

@@ -2,6 +2,7 @@
  * The one error the client rejects with: the gRPC status code, and the reason
  * and failure class from the status's google.rpc.ErrorInfo (domain "actonce").
  */
+import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { type ServiceError, status } from "@grpc/grpc-js";
 
 import { BadRequest, ErrorInfo } from "./gen/google/rpc/error_details.js";
@@ -122,19 +123,52 @@ function decode(
   if (values.length === 0) return { info: undefined, violations };
   const [raw] = values;
   if (values.length > 1 || !(raw instanceof Uint8Array)) throw new Malformed();
-  const decoded = Status.decode(raw);
+  const decoded = Status.decode(strict(raw, STATUS));
   if (decoded.code !== code) throw new Malformed();
   let info: ErrorInfo | undefined;
   for (const any of decoded.details) {
     const name = any.typeUrl.slice(any.typeUrl.lastIndexOf("/") + 1);
     if (name === ERROR_INFO) {
-      const found = ErrorInfo.decode(any.value);
+      const found = ErrorInfo.decode(strict(any.value, ERROR_INFO_FIELDS));
       if (found.domain === DOMAIN && info === undefined) info = found;
     } else if (name === BAD_REQUEST) {
-      for (const v of BadRequest.decode(any.value).fieldViolations) {
+      for (const v of BadRequest.decode(strict(any.value, BAD_REQUEST_FIELDS)).fieldViolations) {
         violations.push({ field: v.field, description: v.description });
       }
     }
   }
   return { info, violations };
+}
+
+/**
+ * A message's fields that hold messages, by number, each with its own: the shape the
+ * well-formedness walk below follows into them (google/rpc/status.proto, error_details.proto).
+ */
+type Shape = { readonly [field: number]: Shape };
+const LEAF: Shape = {};
+const STATUS: Shape = { 3: LEAF }; // details: Any, whose value is decoded as its type
+const ERROR_INFO_FIELDS: Shape = { 3: LEAF }; // metadata: map entries
+const BAD_REQUEST_FIELDS: Shape = { 1: { 4: LEAF } }; // field_violations, localized_message
+
+const UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * A reader of bytes that protobuf's other runtimes would decode as a message of `shape`;
+ * throws where they refuse it. Written here because ts-proto's decoders are lenient where
+ * the others are not: they stop at a tag numbered 0 or at an end-group tag and keep what
+ * they read, and they read a string that is not UTF-8 as replacement characters. The
+ * walk checks every tag, length and group, into every message field; the reader it returns
+ * refuses a string that is not UTF-8.
+ */
+function strict(bytes: Uint8Array, shape: Shape): BinaryReader {
+  const walk = (reader: BinaryReader, fields: Shape): void => {
+    while (reader.pos < reader.len) {
+      const [field, type] = reader.tag(); // throws on field 0 and on wire types 6 and 7
+      const inner = fields[field];
+      if (inner !== undefined && type === WireType.LengthDelimited) walk(new BinaryReader(reader.bytes()), inner);
+      else reader.skip(type, field); // throws on a lone end-group, an unmatched group, a short read
+    }
+  };
+  walk(new BinaryReader(bytes), shape);
+  return new BinaryReader(bytes, (text) => UTF8.decode(text));
 }

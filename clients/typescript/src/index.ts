@@ -20,3 +20,4 @@ export {
 } from "./client.js";
 export { ActonceError, type FailureClass, type FieldViolation } from "./errors.js";
 export * as ids from "./ids.js";
+export { API_TOKEN_ENV, API_TOKEN_FILE_ENV } from "./token.js";

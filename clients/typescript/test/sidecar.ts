@@ -72,12 +72,13 @@ async function waitServing(target: string, child: ChildProcess, limitMs: number)
   }
 }
 
-export async function startSidecar(): Promise<Sidecar> {
+/** Start `actonce serve`, with extra flags if any. */
+export async function startSidecar(...flags: string[]): Promise<Sidecar> {
   const target = `127.0.0.1:${await freePort()}`;
   const dataDir = mkdtempSync(join(tmpdir(), "actonce-ts-test-"));
   const child = spawn(
     actonceBinary(),
-    ["serve", "--listen", target, "--data-dir", dataDir, "--send-allowlist", SEND_RULE, "--log-level", "warning"],
+    ["serve", "--listen", target, "--data-dir", dataDir, "--send-allowlist", SEND_RULE, "--log-level", "warning", ...flags],
     // `actonce serve` refuses ACTONCE_* variables it does not know, and
     // ACTONCE_BIN is this harness's, not the sidecar's.
     { stdio: ["ignore", "pipe", "pipe"], env: withoutBinVariable() },

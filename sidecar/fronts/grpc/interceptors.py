@@ -23,7 +23,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
-from sidecar.errors import InvalidArgument, to_status
+from sidecar.errors import ActonceError, InvalidArgument, RequestTooLarge, to_status
+from sidecar.ops import limits
 
 if TYPE_CHECKING:
     # The type grpc's stubs give a done callback; it exists only in the stubs.
@@ -194,7 +195,8 @@ class LogContextInterceptor(RunActionsInterceptor):
 
 
 class RequestDecodingInterceptor(RunActionsInterceptor):
-    """Refuse a request that does not parse with INVALID_ARGUMENT, ErrorInfo and BadRequest.
+    """Refuse a request that does not parse with INVALID_ARGUMENT, ErrorInfo and BadRequest,
+    and one larger than sidecar.ops.limits allows, unparsed, with REQUEST_TOO_LARGE.
 
     grpc answers a request it cannot deserialize (a string field that is not UTF-8, a
     corrupt message) with UNKNOWN and no details, which a client cannot tell from a fault of
@@ -212,10 +214,17 @@ class RequestDecodingInterceptor(RunActionsInterceptor):
         request_type: Descriptor = RUN_ACTIONS.methods_by_name[rpc].input_type
 
         async def decoded(raw: bytes, context: Context) -> Any:
-            try:
-                request = decode(raw)
-            except DecodeError as exc:
-                error = _undecodable(raw, request_type, exc)
+            error: ActonceError | None = None
+            if len(raw) > limits.MAX_REQUEST_BYTES:
+                error = RequestTooLarge(
+                    f"the request is {len(raw)} bytes; the limit is {limits.MAX_REQUEST_BYTES}"
+                )
+            else:
+                try:
+                    request = decode(raw)
+                except DecodeError as exc:
+                    error = _undecodable(raw, request_type, exc)
+            if error is not None:
                 structlog.contextvars.clear_contextvars()
                 log.info("refused", rpc=rpc, reason=error.reason,
                          failure_class=error.failure_class.value)  # fmt: skip

@@ -37,10 +37,10 @@ from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecod
 from sidecar.fronts.grpc.servicer import RunActionsServicer
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
-from sidecar.ledger.liveness import Heartbeat, keep_beating, open_heartbeat, stop_beating
+from sidecar.ledger.liveness import Heartbeat, open_heartbeat
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.ops import files, reflection, security, tracing_settings
+from sidecar.ops import auth, files, limits, reflection, security, tracing_settings
 from sidecar.ops.drain import LINGER_SECONDS, CallGate
 from sidecar.ops.listening import SERVER_OPTIONS, bind
 from sidecar.ops.metrics import (
@@ -61,14 +61,6 @@ from sidecar.upstream.inprocess import InProcessStoreClient
 log = structlog.get_logger()
 
 SERVICE_NAME = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"].full_name
-# Well above every documented payload limit, so that an oversized field gets
-# the sidecar's own INVALID_ARGUMENT rather than a bare transport error.
-MAX_MESSAGE_BYTES = 16 << 20
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    *SERVER_OPTIONS,
-]
 
 
 @dataclass
@@ -99,7 +91,6 @@ class Sidecar:
     # Says in the ledger that this sidecar is alive (sidecar.ledger.liveness).
     heartbeat: Heartbeat | None = None
     _health_task: asyncio.Task[None] | None = None
-    _beat_task: asyncio.Task[None] | None = None
     _stopped: bool = field(default=False)
 
     async def start(self) -> None:
@@ -117,7 +108,7 @@ class Sidecar:
         await self.check_health()
         self._health_task = asyncio.create_task(self._watch_health())
         if self.heartbeat is not None:
-            self._beat_task = asyncio.create_task(keep_beating(self.heartbeat))
+            self.heartbeat.start()
 
     async def check_health(self) -> bool:
         """SERVING only when both the ledger and the store answer."""
@@ -212,7 +203,7 @@ class Sidecar:
         # and ledger go.
         await _bounded("writes", self.actions.settle(), left())
         if self.heartbeat is not None:
-            await _bounded("heartbeat", stop_beating(self.heartbeat, self._beat_task), left())
+            await _bounded("heartbeat", self.heartbeat.stop(), left())
         await _bounded("store_client", self.store.close(), left())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)
@@ -330,6 +321,7 @@ async def create_server(
     """
     traces = _tracing()
     metrics = Metrics()
+    api_token = auth.load(config.api_token_file)
     if config.metrics_listen is not None and ledger is None:
         metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
     gate = CallGate()
@@ -409,13 +401,16 @@ async def create_server(
         interceptors=[
             # The call's span first, so that everything below runs within it.
             *(traces.server_interceptors() if traces is not None else ()),
+            # Before every interceptor that keeps the handlers it wraps (sidecar.ops.auth).
+            *auth.interceptors(api_token, config.api_token_exempt, refusals=metrics.refusals),
             MetricsInterceptor(metrics),
             gate,
             # Parses requests itself, for the log context below and the handlers.
             RequestDecodingInterceptor(),
             LogContextInterceptor(),
         ],
-        options=GRPC_OPTIONS,
+        # Message sizes, streams and pings one caller may take (sidecar.ops.limits).
+        options=[*limits.grpc_server_options(), *SERVER_OPTIONS],
     )
     run_actions_pb2_grpc.add_RunActionsServiceServicer_to_server(
         RunActionsServicer(actions), server
@@ -427,7 +422,7 @@ async def create_server(
     # Method names resolve too, so that ghz and grpcurl call RPCs with no proto file.
     reflection.enable(server, [SERVICE_NAME, health.SERVICE_NAME])
     port = bind(server, config.listen)
-    mcp = _mcp_listener(config, actions, metrics, traces) if config.mcp_listen else None
+    mcp = _mcp_listener(config, actions, metrics, traces, api_token) if config.mcp_listen else None
     health_server, health_port = (
         await create_health_server(health_servicer, config.health_listen)
         if config.health_listen
@@ -472,7 +467,11 @@ def _tracing() -> Tracing | None:
 
 
 def _mcp_listener(
-    config: Config, actions: RunActions, metrics: Metrics, traces: Tracing | None
+    config: Config,
+    actions: RunActions,
+    metrics: Metrics,
+    traces: Tracing | None,
+    api_token: auth.TokenFile | None,
 ) -> McpListener:
     """The MCP front, and the gateway when upstreams are named (imported only then)."""
     from sidecar.fronts.mcp.app import McpFront, McpListener
@@ -502,6 +501,7 @@ def _mcp_listener(
         record=metrics.front_call("mcp"),
         host=config.mcp_listen.rpartition(":")[0].strip("[]"),
         tracing=traces,
+        api_token=api_token,
     )
     return McpListener(front, config.mcp_listen)
 

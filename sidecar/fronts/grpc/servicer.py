@@ -75,6 +75,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
                 checkpoint=request.checkpoint,
                 lease_deadline=deadline,
                 scope=request.scope,
+                delivery_attempt_id=request.delivery_attempt_id,
             )
             return pb.BeginAttemptResponse(
                 attempt_id=attempt.attempt_id, id_scheme_version=attempt.id_scheme

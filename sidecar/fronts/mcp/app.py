@@ -3,7 +3,9 @@ a small endpoint that begins and ends attempts for harnesses without gRPC.
 
 Routes (all on ``--mcp-listen``):
 
-- ``/mcp``, the attempt bound by the header ``actonce-attempt-id``;
+- ``/mcp``, the attempt bound by the header ``actonce-attempt-id``; with the header
+  ``actonce-scope`` too, that attempt is the delivery, and each call is made in the
+  scoped attempt of that tool call's scope in the delivery (core/deliveries.py);
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
 - ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?}`` ->
   ``{"attempt_id"}``, and ``POST /attempts/{attempt_id}/end`` -> the counts.
@@ -38,6 +40,8 @@ from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownA
 from sidecar.fronts.mcp import tools
 from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
+from sidecar.ops import auth
+from sidecar.ops.auth import TokenFile
 
 if TYPE_CHECKING:
     from sidecar.ops.tracing import Tracing
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger()
 
 ATTEMPT_HEADER = "actonce-attempt-id"
+SCOPE_HEADER = "actonce-scope"
 FRONT_NAME = "mcp"
 # What the metrics and traces call a tool that is not listed.
 UNLISTED_TOOL = "unlisted"
@@ -78,6 +83,11 @@ def _attempt_of(request: Any) -> str:
     return str(attempt_id)
 
 
+def _scope_of(request: Any) -> str:
+    scope = request.headers.get(SCOPE_HEADER) if request is not None else None
+    return str(scope or "")
+
+
 class McpFront:
     """RunActions (and, with upstreams, the gateway) served as MCP tools."""
 
@@ -89,6 +99,7 @@ class McpFront:
         record: Recorder = _no_record,
         host: str = "127.0.0.1",
         tracing: Tracing | None = None,
+        api_token: TokenFile | None = None,
     ) -> None:
         self.actions = actions
         self.gateway = gateway
@@ -104,7 +115,7 @@ class McpFront:
         # own spans (sidecar.ops.tracing) take its place when it traces, and nothing does
         # when it does not.
         self.server.middleware = (
-            [tracing.mcp_middleware(self.metric_name)] if tracing is not None else []
+            [tracing.mcp_middleware(self.tool_name)] if tracing is not None else []
         )
         security = None
         if host in ("127.0.0.1", "localhost", "::1"):
@@ -125,6 +136,8 @@ class McpFront:
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
             ],
             lifespan=self._lifespan,
+            # Every route needs the API token when one is configured (sidecar.ops.auth).
+            middleware=auth.middleware(api_token),
         )
 
     @contextlib.asynccontextmanager
@@ -150,7 +163,7 @@ class McpFront:
         rpc = self.metric_name(name)
         structlog.contextvars.bind_contextvars(front=FRONT_NAME, rpc=rpc)
         try:
-            attempt_id = _attempt_of(ctx.request)
+            attempt_id = await self._bound_attempt(ctx.request)
             request_id = request_identity(params.meta, getattr(ctx.request, "headers", None))
             if ctx.request is not None:
                 refuse_duplicate_keys(await ctx.request.body())
@@ -160,6 +173,15 @@ class McpFront:
             log.info("refused", reason=error.reason, failure_class=error.failure_class.value)
             self.record(rpc, "failed", error)
             return tools.error_result(error)
+
+    async def _bound_attempt(self, request: Any) -> str:
+        """The attempt a call is made in: the one the harness bound, or, when it names a
+        tool call's scope too, the scoped attempt of that tool call in the bound delivery."""
+        attempt_id = _attempt_of(request)
+        scope = _scope_of(request)
+        if not scope:
+            return attempt_id
+        return (await self.actions.scoped_attempt(attempt_id, scope)).attempt_id
 
     async def _dispatch(
         self, rpc: str, name: str, attempt_id: str, arguments: Mapping[str, Any], request_id: str
@@ -180,12 +202,15 @@ class McpFront:
         raise InvalidArgument("name", f"no tool named {name!r}; list the tools to see them")
 
     def metric_name(self, tool: str) -> str:
-        """The name a call is counted and traced under: its RPC for a builtin tool, its
-        listed name for an upstream's, one fixed name for anything else, so that a
-        model's made-up names cannot mint metric series or span names."""
-        rpc = tools.RPC_OF.get(tool)
-        if rpc is not None:
-            return rpc
+        """The name a call is counted under: its RPC for a builtin tool, else its bounded
+        name (:meth:`tool_name`)."""
+        return tools.RPC_OF.get(tool) or self.tool_name(tool)
+
+    def tool_name(self, tool: str) -> str:
+        """``tool`` when it is listed (a builtin tool or an upstream's), one fixed name for
+        anything else: a model's made-up names mint no metric series nor span names."""
+        if tool in tools.RPC_OF:
+            return tool
         if self.gateway is not None and self.gateway.is_listed(tool):
             return tool
         return UNLISTED_TOOL

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.fronts.mcp.clients import begin_over_http
+from tests.fronts.mcp.conftest import StartCharges
+from tests.fronts.mcp.gateway_support import serve_gateway
 from tests.harness import free_port, sidecar_config, spawn_sidecar
 
 README = Path(__file__).resolve().parents[3] / "README.md"
@@ -54,13 +56,12 @@ def test_the_readme_configuration_lists_and_calls_tools_once(tmp_path: Path) -> 
         sidecar.stop()
 
 
-def test_the_agents_sdks_own_retry_of_a_slow_charge_makes_one_charge(tmp_path: Path) -> None:
+def test_the_agents_sdks_own_retry_of_a_slow_charge_makes_one_charge(
+    tmp_path: Path, start_charges: StartCharges
+) -> None:
     """The README's configuration plus ``max_retry_attempts=1``: the SDK's session times
     out on a 6 s charge (its read timeout is 5 s) and calls again; one charge."""
-    from tests.fronts.mcp.charges import Charges
-    from tests.fronts.mcp.gateway_support import serve_gateway
-
-    upstream = Charges(tmp_path / "payments.log", free_port(), charge_seconds=6).start()
+    upstream = start_charges(charge_seconds=6)
     sidecar, base = serve_gateway(sidecar_config(tmp_path / "data"), tmp_path, upstream.url, "sdk")
     port = base.rsplit(":", 1)[1]
     code = readme_snippet("openai-agents").replace("127.0.0.1:8765", f"127.0.0.1:{port}")

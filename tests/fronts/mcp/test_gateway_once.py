@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,26 +22,8 @@ from tests.fronts.mcp.gateway_support import (
     pending,
     serve_gateway,
 )
-from tests.harness import free_port, sidecar_config
+from tests.harness import sidecar_config
 from tests.helpers.cutting_proxy import cutting_proxy
-
-
-@pytest.fixture
-def payments(tmp_path: Path) -> Iterator[Charges]:
-    upstream = Charges(tmp_path / "payments.log", free_port()).start()
-    try:
-        yield upstream
-    finally:
-        upstream.kill()
-
-
-@pytest.fixture
-def slow_payments(tmp_path: Path) -> Iterator[Charges]:
-    upstream = Charges(tmp_path / "slow.log", free_port(), charge_seconds=4).start()
-    try:
-        yield upstream
-    finally:
-        upstream.kill()
 
 
 def test_a_call_the_upstream_acted_on_before_the_connection_dropped_is_sent_not_unsent(

@@ -6,7 +6,6 @@ model cannot multiply into metric series."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 from sidecar.ledger.base import Phase
 from tests.fronts.mcp.charges import Charges
 from tests.fronts.mcp.clients import ATTEMPT_HEADER, list_tools
+from tests.fronts.mcp.conftest import StartCharges
 from tests.fronts.mcp.gateway_support import (
     begin,
     call,
@@ -28,24 +28,6 @@ from tests.fronts.mcp.gateway_support import (
     serve_gateway,
 )
 from tests.harness import free_port, sidecar_config
-
-
-@pytest.fixture
-def payments(tmp_path: Path) -> Iterator[Charges]:
-    upstream = Charges(tmp_path / "payments.log", free_port(), busy_first=1).start()
-    try:
-        yield upstream
-    finally:
-        upstream.kill()
-
-
-@pytest.fixture
-def slow_payments(tmp_path: Path) -> Iterator[Charges]:
-    upstream = Charges(tmp_path / "slow.log", free_port(), charge_seconds=30).start()
-    try:
-        yield upstream
-    finally:
-        upstream.kill()
 
 
 def _kill_mid_call(
@@ -71,9 +53,9 @@ def _kill_mid_call(
     [("payments__charge_keyed", "keyed "), ("payments__charge_meta", "meta ")],
 )
 def test_a_keyed_charge_cut_off_by_a_killed_sidecar_is_sent_again_with_its_key(
-    tmp_path: Path, tool: str, line: str
+    tmp_path: Path, start_charges: StartCharges, tool: str, line: str
 ) -> None:
-    upstream = Charges(tmp_path / "keyed.log", free_port(), charge_seconds=4).start()
+    upstream = start_charges("keyed", charge_seconds=4)
     config = sidecar_config(tmp_path / "data")
     args = {"customer": "ann", "cents": 12}
     try:

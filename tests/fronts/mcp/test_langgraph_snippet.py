@@ -21,7 +21,7 @@ from tests.harness import free_port, sidecar_config, spawn_sidecar
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENT_ENV = ROOT / ".cache" / "langgraph-agent-env"
-PINS = ("langchain-mcp-adapters==0.3.2", "langgraph==1.2.24")
+PINS = ("langchain-mcp-adapters==0.3.2", "langgraph==1.2.24", "langchain==1.5.2")
 
 # Runs in the agent's environment: the snippet, then one call of its `create` tool.
 AGENT = """

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 from sidecar.ledger import liveness
 from sidecar.ledger.base import Phase
 from tests.conftest import MakeConfig
-from tests.fronts.mcp.charges import Charges
+from tests.console.scenario import start_console
+from tests.fronts.mcp.conftest import StartCharges
 from tests.fronts.mcp.gateway_support import (
     begin,
     call_in_background,
@@ -21,14 +23,14 @@ from tests.fronts.mcp.gateway_support import (
     pending,
     serve_gateway,
 )
-from tests.harness import free_port, spawn_sidecar
+from tests.harness import spawn_sidecar
 from tests.server.processes import run_cli
 
 
 def test_a_step_in_flight_is_not_pending_nor_decidable_until_its_sidecar_dies(
-    make_config: MakeConfig, tmp_path: Path, backend: str
+    make_config: MakeConfig, tmp_path: Path, backend: str, start_charges: StartCharges
 ) -> None:
-    upstream = Charges(tmp_path / "payments.log", free_port(), charge_seconds=60).start()
+    upstream = start_charges(charge_seconds=60)
     config = make_config(tmp_path / "a")
     other = None
     if backend == "postgres":
@@ -66,6 +68,14 @@ def test_a_step_in_flight_is_not_pending_nor_decidable_until_its_sidecar_dies(
         assert refused.returncode == 1
         assert "cannot be decided yet" in refused.stderr and "in flight" in refused.stderr
         assert "within 10 s of its last heartbeat" in refused.stderr
+        # The console shows it apart, as in flight.
+        console = start_console(config, tmp_path)
+        try:
+            with urllib.request.urlopen(f"{console.url}/api/pending", timeout=10) as answer:
+                shown = json.load(answer)
+        finally:
+            console.stop()
+        assert shown["pending"] == [] and [i["id"] for i in shown["in_flight"]] == [step_id]
         # Killed: decidable within the bound, and no sooner than its last beat allows.
         sidecar.process.kill()
         sidecar.process.wait(10)

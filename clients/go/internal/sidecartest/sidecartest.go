@@ -50,8 +50,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start runs a sidecar and waits until it serves.
-func Start() (*Sidecar, error) {
+// Start runs a sidecar, with extra flags of `actonce serve` if any, and waits
+// until it serves.
+func Start(flags ...string) (*Sidecar, error) {
 	bin, err := binary()
 	if err != nil {
 		return nil, err
@@ -65,8 +66,8 @@ func Start() (*Sidecar, error) {
 		return nil, err
 	}
 	s := &Sidecar{Target: fmt.Sprintf("127.0.0.1:%d", port), dataDir: dataDir, log: &bytes.Buffer{}}
-	s.cmd = exec.Command(bin, "serve", "--listen", s.Target, "--data-dir", dataDir,
-		"--send-allowlist", SendRule, "--log-format", "json", "--log-level", "warning")
+	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", s.Target, "--data-dir", dataDir,
+		"--send-allowlist", SendRule, "--log-format", "json", "--log-level", "warning"}, flags...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	// `actonce serve` refuses ACTONCE_* variables it does not know, and
 	// ACTONCE_BIN is this package's, not the sidecar's.

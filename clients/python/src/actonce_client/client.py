@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from google.protobuf import timestamp_pb2
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
+from actonce_client.auth import ApiToken
 from actonce_client.errors import from_rpc_error
 
 DEFAULT_TIMEOUT = 10.0
@@ -157,6 +159,39 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+def begin_request(
+    run_id: str,
+    rule: str,
+    checkpoint: str,
+    *,
+    lease_deadline: datetime | None,
+    scope: str,
+    delivery_attempt_id: str,
+) -> pb.BeginAttemptRequest:
+    """A BeginAttempt request, as both clients send it."""
+    request = pb.BeginAttemptRequest(
+        run_id=run_id, rule=rule, checkpoint=checkpoint, scope=scope,
+        delivery_attempt_id=delivery_attempt_id,
+    )  # fmt: skip
+    if lease_deadline is not None:
+        request.lease_deadline.CopyFrom(_timestamp(lease_deadline))
+    return request
+
+
+def json_text(value: Any) -> str:
+    """A write's JSON data as the sidecar takes it: JSON text (RawJSON as it is)."""
+    return _json_text(value)
+
+
+def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """A lease deadline as the sidecar takes it: timezone-aware, in UTC."""
+    return _timestamp(value)
+
+
+def outcome_of(value: int) -> Outcome:
+    return _outcome(value)
+
+
 def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
     if value.tzinfo is None:
         raise ValueError("lease deadlines must be timezone-aware datetimes")
@@ -171,6 +206,10 @@ class Client:
     ``target`` is where the sidecar listens: ``"127.0.0.1:50051"`` or
     ``"unix:///run/actonce.sock"``. It runs in the agent's pod, so the channel
     is plaintext unless ``credentials`` are given.
+
+    Every call carries the sidecar's API token when there is one: ``api_token``
+    or ``api_token_file``, else the file named by ``ACTONCE_API_TOKEN_FILE``, else
+    ``ACTONCE_API_TOKEN`` (actonce_client.auth).
     """
 
     def __init__(
@@ -180,7 +219,13 @@ class Client:
         timeout: float = DEFAULT_TIMEOUT,
         credentials: grpc.ChannelCredentials | None = None,
         options: Sequence[tuple[str, Any]] = (),
+        api_token: str | None = None,
+        api_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        self._token = ApiToken.resolve(api_token, api_token_file)
+        self.target = target
+        self.credentials = credentials
+        self.options = tuple(options)
         channel_options = [("grpc.service_config", SERVICE_CONFIG), *options]
         self._channel = (
             grpc.secure_channel(target, credentials, options=channel_options)
@@ -199,26 +244,34 @@ class Client:
         *,
         lease_deadline: datetime | None = None,
         scope: str = "",
+        delivery_attempt_id: str = "",
     ) -> Attempt:
         """Start one try of a run from its last checkpoint ("" at the run's start).
 
         ``scope`` names the attempt's part of the run, stable across its retries
         (a tool call's id, say): fencing and derived ids are per (run, scope), so
         sibling scopes never fence each other and the same write in two scopes
-        is two writes.
+        is two writes. ``delivery_attempt_id`` names the unscoped attempt (the
+        queue's delivery of the run) a scoped attempt belongs to: a newer delivery
+        fences it, and its lease is bounded by the delivery's.
         """
-        request = pb.BeginAttemptRequest(
-            run_id=run_id, rule=rule, checkpoint=checkpoint, scope=scope
-        )
-        if lease_deadline is not None:
-            request.lease_deadline.CopyFrom(_timestamp(lease_deadline))
+        request = begin_request(run_id, rule, checkpoint, lease_deadline=lease_deadline,
+                                scope=scope, delivery_attempt_id=delivery_attempt_id)  # fmt: skip
         response = self._call(self._stub.BeginAttempt, request)
         return Attempt(self, response.attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
-                       scope=scope, id_scheme_version=response.id_scheme_version or 1)  # fmt: skip
+                       scope=scope, id_scheme_version=response.id_scheme_version or 1,
+                       delivery_attempt_id=delivery_attempt_id)  # fmt: skip
+
+    def attempt(self, attempt_id: str, *, run_id: str, rule: str, checkpoint: str = "",
+                scope: str = "", id_scheme_version: int = 1) -> Attempt:  # fmt: skip
+        """A handle on an attempt begun elsewhere (by the asyncio client, say)."""
+        return Attempt(self, attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
+                       scope=scope, id_scheme_version=id_scheme_version)  # fmt: skip
 
     def _call(self, method: Callable[..., T], request: Any, *, request_id: str = "") -> T:
+        metadata = self._token.metadata() if self._token is not None else None
         try:
-            return method(request, timeout=self.timeout)
+            return method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as error:
             # A blocking call is cancelled only by closing its channel: a CANCELLED
             # after close() is the caller's own doing, any other is not.
@@ -250,7 +303,8 @@ class Attempt:
     first answer back instead of a second write."""
 
     def __init__(self, client: Client, attempt_id: str, *, run_id: str, rule: str,
-                 checkpoint: str, scope: str = "", id_scheme_version: int = 1) -> None:  # fmt: skip
+                 checkpoint: str, scope: str = "", id_scheme_version: int = 1,
+                 delivery_attempt_id: str = "") -> None:  # fmt: skip
         self._client = client
         self._stub = client._stub
         self.id = attempt_id
@@ -258,6 +312,8 @@ class Attempt:
         self.rule = rule
         self.checkpoint = checkpoint
         self.scope = scope
+        # The delivery (an unscoped attempt of the run) a scoped attempt belongs to.
+        self.delivery_attempt_id = delivery_attempt_id
         # The derived-id scheme the sidecar derives this attempt's ids with
         # (actonce_client.ids); a run keeps the version it began with.
         self.id_scheme_version = id_scheme_version

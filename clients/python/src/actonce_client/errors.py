@@ -146,7 +146,8 @@ def from_rpc_error(
     ``caller_cancelled`` says the caller cancelled the call itself: that
     CANCELLED says nothing of the sidecar, and is not retryable.
     """
-    if not isinstance(error, grpc.Call):  # every unary call's error is one
+    # Every unary call's error is a grpc.Call; an asyncio call's, an AioRpcError.
+    if not isinstance(error, grpc.Call | grpc.aio.AioRpcError):
         return ActonceError(
             str(error), code=grpc.StatusCode.UNKNOWN, reason="UNKNOWN",
             failure_class=FailureClass.UNKNOWN, request_id=request_id,

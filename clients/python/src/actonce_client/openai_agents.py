@@ -9,33 +9,69 @@ retried (the ``openai-agents`` extra; docs/openai-agents.md).
         return call.attempt.create("ticket", {"title": title}).id
 
     agent = Agent(name="billing", tools=[open_ticket], ...)
-    result = deliver(agent, run_id, "The disk is full")
+    result = actonce.deliver(agent, run_id, "The disk is full")
 
-Each run of a tool call begins an attempt of the queue's run (``run_id``, handed
-down by :func:`deliver` or :func:`queue_run`), scoped to the tool call's id
-(``ToolContext.tool_call_id``), and ends it when the tool returns. A tool call
-the tool retries (``retries``), or that a run resumed from its ``RunState``
-makes again, fences only its own earlier try and writes what it wrote, once.
+Each delivery of the queue's job is an attempt of its run (:func:`deliver`, or
+:func:`adeliver` in async code). Every model call of the delivery is a durable model
+turn: its response is recorded, keyed by the agent and the turn's index in the run, and
+a later delivery replays it instead of asking the model again, so its tool calls keep
+their ids (the SDK keeps nothing between turns). Each try of a tool call begins an
+attempt of the run scoped to the tool call's id (``ToolContext.tool_call_id``), named
+by the delivery: a newer delivery fences it, and it writes what its earlier tries
+wrote, once. A run with an item in doubt answers :class:`Parked`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, cast, overload
 
-from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult, function_tool
+from agents import (
+    Agent,
+    FunctionTool,
+    Model,
+    ModelResponse,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    RunResult,
+    RunState,
+    Usage,
+    function_tool,
+)
+from agents.models.interface import ModelProvider
+from agents.models.multi_provider import MultiProvider
+from agents.run_config import CallModelData, ModelInputData
 from agents.tool import ToolErrorFunction
 from agents.tool_context import ToolContext
+from openai.types.responses import Response, ResponseCompletedEvent, ResponseStreamEvent
+from openai.types.responses.response_output_item import ResponseOutputItem
+from pydantic import TypeAdapter
 
-from actonce_client.client import Attempt, Client
+from actonce_client import deliveries
+from actonce_client.client import Client
+from actonce_client.deliveries import (
+    MAX_RECORDED_BYTES,
+    Codec,
+    Delivery,
+    Lease,
+    ModelResponseTooLarge,
+    Parked,
+    ParkedItem,
+)
 from actonce_client.errors import ActonceError
 from actonce_client.tool_calls import (
+    AsyncToolCall,
+    ToolAttempts,
     ToolCall,
+    aend_quietly,
     annotations_of,
     context_parameter,
     end_quietly,
@@ -44,8 +80,15 @@ from actonce_client.tool_calls import (
 )
 
 __all__ = [
+    "MAX_RECORDED_BYTES",
     "Actonce",
+    "AsyncToolCall",
+    "DurableModel",
+    "ModelResponseTooLarge",
+    "Parked",
+    "ParkedItem",
     "ToolCall",
+    "adeliver",
     "deliver",
     "handle_tool_error",
     "is_retryable",
@@ -55,12 +98,13 @@ __all__ = [
 _run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "actonce_queue_run_id", default=None
 )
+_ACTONCE = "__actonce__"  # the attribute naming a tool's Actonce, which deliver finds
 
 
 @contextmanager
 def queue_run(run_id: str) -> Iterator[None]:
-    """Within it, actonce tools write as attempts of the queue's run ``run_id``
-    (a run started with ``Runner.run`` inside it; :func:`deliver` does this)."""
+    """Within it, actonce tools write as attempts of the queue's run ``run_id``, with
+    neither a delivery that fences them nor durable model turns: prefer :func:`adeliver`."""
     token = _run_id.set(run_id)
     try:
         yield
@@ -68,18 +112,260 @@ def queue_run(run_id: str) -> Iterator[None]:
         _run_id.reset(token)
 
 
-def deliver(agent: Agent[Any], run_id: str, input: Any, **run_options: Any) -> RunResult:
-    """Run one delivery of the queue's run ``run_id``: ``Runner.run_sync`` with
-    ``input`` (a ``RunState`` resumes a run paused for approval)."""
-    with queue_run(run_id):
-        return Runner.run_sync(agent, input, **run_options)
-
-
 def handle_tool_error(context: RunContextWrapper[Any], error: Exception) -> str | None:
     """A function tool's ``failure_error_function``: a REFUSED call goes back to
     the model, which can correct it; every other error is raised out of the run,
     for the queue (the SDK's default would hand the model an IN_DOUBT, say)."""
     return refused_message(error)
+
+
+# -- durable model turns ---------------------------------------------------------------
+
+_ITEM = TypeAdapter(ResponseOutputItem)
+
+
+def _encode(response: ModelResponse) -> dict[str, Any]:
+    return {
+        "output": [item.model_dump(mode="json", exclude_none=True) for item in response.output],
+        "response_id": response.response_id,
+    }
+
+
+def _decode(recorded: Any) -> ModelResponse:
+    # A replayed turn asked no model: it used no tokens.
+    return ModelResponse(
+        output=[_ITEM.validate_python(item) for item in recorded["output"]],
+        usage=Usage(),
+        response_id=recorded.get("response_id"),
+    )
+
+
+CODEC: Codec[ModelResponse] = Codec(_encode, _decode)
+
+
+@dataclass
+class _Turns:
+    """The model calls of one run in one delivery: the next turn's index in the run, and
+    the agent whose call comes next (the SDK names it to the input filter, not the model)."""
+
+    delivery: Delivery
+    resolve: Callable[[Agent[Any]], Model]
+    next_index: int = 0
+    agent: Agent[Any] | None = None
+
+    def key(self) -> tuple[dict[str, Any], Model]:
+        if self.agent is None:
+            raise RuntimeError("a model call the run's input filter did not announce")
+        key = {"agent": self.agent.name, "turn": self.next_index}
+        self.next_index += 1
+        return key, self.resolve(self.agent)
+
+
+_turns: contextvars.ContextVar[_Turns | None] = contextvars.ContextVar(
+    "actonce_agents_turns", default=None
+)
+
+
+class DurableModel(Model):
+    """The run's model, every call a durable model turn of the delivery: the model of
+    the agent whose turn it is (its own Model, or its name's from the run's provider),
+    asked once per turn, its response recorded; a later delivery replays it. Handoffs
+    included: the turn names its agent. Set as the run's ``RunConfig.model`` by
+    :func:`adeliver`."""
+
+    def _turn(self) -> _Turns:
+        turns = _turns.get()
+        if turns is None:
+            raise RuntimeError("a durable model call outside actonce's deliver()")
+        return turns
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        turns = self._turn()
+        key, model = turns.key()
+        return await turns.delivery.aturn(key, lambda: model.get_response(*args, **kwargs), CODEC)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[ResponseStreamEvent]:
+        return self._stream(*args, **kwargs)
+
+    async def _stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ResponseStreamEvent]:
+        turns = self._turn()
+        key, model = turns.key()
+        held: list[ResponseStreamEvent] = []
+
+        async def streamed() -> ModelResponse:
+            # The events go on to the run as they come, but the completed one: the SDK acts
+            # on it, so it waits until the response is recorded.
+            output: list[Any] = []
+            async for event in model.stream_response(*args, **kwargs):
+                if isinstance(event, ResponseCompletedEvent):
+                    held.append(event)
+                    response = event.response
+                    return ModelResponse(output=list(response.output or output), usage=Usage(),
+                                         response_id=response.id)  # fmt: skip
+                if getattr(event, "type", "") == "response.output_item.done":
+                    output.append(event.item)  # type: ignore[union-attr]
+                queue.put_nowait(event)
+            raise RuntimeError("the model's stream ended without a completed response")
+
+        queue: asyncio.Queue[ResponseStreamEvent] = asyncio.Queue()
+        recording = asyncio.ensure_future(turns.delivery.aturn(key, streamed, CODEC))
+        while not (recording.done() and queue.empty()):
+            getting = asyncio.ensure_future(queue.get())
+            await asyncio.wait({getting, recording}, return_when=asyncio.FIRST_COMPLETED)
+            if getting.done():
+                yield getting.result()
+            else:
+                getting.cancel()
+        recorded = recording.result()
+        yield held[0] if held else _completed(recorded)
+
+    async def close(self) -> None:
+        return None
+
+
+def _completed(response: ModelResponse) -> ResponseCompletedEvent:
+    """The stream of a replayed turn: one completed response holding what was recorded."""
+    replayed = Response.model_construct(
+        id=response.response_id or "replayed", object="response", created_at=0.0,
+        model="replayed", output=list(response.output), parallel_tool_calls=True,
+        tool_choice="auto", tools=[], usage=None, status="completed",
+    )  # fmt: skip
+    return ResponseCompletedEvent(type="response.completed", response=replayed, sequence_number=0)
+
+
+def _resolver(config: RunConfig) -> Callable[[Agent[Any]], Model]:
+    provider: ModelProvider = config.model_provider or MultiProvider()
+    given = config.model
+
+    def resolve(agent: Agent[Any]) -> Model:
+        chosen = given if given is not None else agent.model
+        if isinstance(chosen, Model):
+            return chosen
+        return provider.get_model(chosen)
+
+    return resolve
+
+
+def _announcing(turns: _Turns, config: RunConfig) -> Callable[[CallModelData[Any]], Any]:
+    users = config.call_model_input_filter
+
+    async def announce(data: CallModelData[Any]) -> ModelInputData:
+        turns.agent = data.agent
+        if users is None:
+            return data.model_data
+        filtered = users(data)
+        return await filtered if inspect.isawaitable(filtered) else filtered
+
+    return announce
+
+
+def _offset(input: Any) -> int:
+    # A run resumed from its RunState has had that many model responses: its next turn
+    # is the next index in the run, not the delivery's first.
+    if isinstance(input, RunState):
+        return len(input._model_responses)
+    return 0
+
+
+# -- deliveries ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Options:
+    lease: Lease = field(default_factory=Lease)
+    stream: bool = False
+
+
+async def _run(
+    actonce: Actonce, agent: Agent[Any], run_id: str, input: Any, options: _Options,
+    run_options: dict[str, Any],
+) -> RunResult | Parked:  # fmt: skip
+    config: RunConfig = run_options.pop("run_config", None) or RunConfig()
+    async with deliveries.adelivering(actonce.client, run_id, actonce.rule, options.lease) as d:
+        turns = _Turns(d, _resolver(config), next_index=_offset(input))
+        durable = replace(config, model=DurableModel(),
+                          call_model_input_filter=_announcing(turns, config))  # fmt: skip
+        token = _turns.set(turns)
+        try:
+            if options.stream:
+                streamed = Runner.run_streamed(agent, input, run_config=durable, **run_options)
+                async for _event in streamed.stream_events():
+                    pass
+                return cast(RunResult, streamed)
+            return await Runner.run(agent, input, run_config=durable, **run_options)
+        except Exception as error:
+            parked = d.parked(error)
+            if parked is not None:
+                return parked
+            raise
+        finally:
+            _turns.reset(token)
+
+
+def _actonce_of(agent: Agent[Any], given: Actonce | None) -> Actonce:
+    if given is not None:
+        return given
+    for tool in agent.tools:
+        found = getattr(tool, _ACTONCE, None)
+        if isinstance(found, Actonce):
+            return found
+    raise ValueError(
+        f"agent {agent.name!r} has no actonce tool to take the rule and client from: "
+        "pass actonce=, or call actonce.deliver()"
+    )
+
+
+async def adeliver(
+    agent: Agent[Any],
+    run_id: str,
+    input: Any,
+    *,
+    actonce: Actonce | None = None,
+    lease_deadline: datetime | None = None,
+    heartbeat: Callable[[], datetime | None] | None = None,
+    heartbeat_every: float | None = None,
+    stream: bool = False,
+    **run_options: Any,
+) -> RunResult | Parked:
+    """Run one delivery of the queue's run ``run_id``: ``Runner.run`` (``stream=True``:
+    ``Runner.run_streamed``, its events consumed) with ``input`` (a ``RunState``
+    resumes a run paused for approval), every model call a durable model turn.
+
+    ``lease_deadline`` is when the queue's lease on the job ends (its visibility
+    timeout); ``heartbeat``, called every ``heartbeat_every`` seconds, extends it and
+    answers the new deadline, which the delivery's lease follows. A run with an item in
+    doubt answers :class:`Parked`. The rule and client are those of the agent's actonce
+    tools, or of ``actonce``."""
+    options = _Options(Lease(lease_deadline, heartbeat, heartbeat_every), stream)
+    return await _run(_actonce_of(agent, actonce), agent, run_id, input, options, run_options)
+
+
+def deliver(
+    agent: Agent[Any],
+    run_id: str,
+    input: Any,
+    *,
+    actonce: Actonce | None = None,
+    lease_deadline: datetime | None = None,
+    heartbeat: Callable[[], datetime | None] | None = None,
+    heartbeat_every: float | None = None,
+    stream: bool = False,
+    **run_options: Any,
+) -> RunResult | Parked:
+    """:func:`adeliver`, run to its end on an event loop of its own."""
+    return asyncio.run(
+        adeliver(
+            agent,
+            run_id,
+            input,
+            actonce=actonce,
+            lease_deadline=lease_deadline,
+            heartbeat=heartbeat,
+            heartbeat_every=heartbeat_every,
+            stream=stream,
+            **run_options,
+        )
+    )
 
 
 class Actonce:
@@ -92,6 +378,15 @@ class Actonce:
         self.client = client
         self.rule = rule
         self.lease = lease
+        self._attempts = ToolAttempts(client, rule, lease)
+
+    def deliver(self, agent: Agent[Any], run_id: str, input: Any, **options: Any) -> Any:
+        """:func:`deliver` with this rule and client."""
+        return deliver(agent, run_id, input, actonce=self, **options)
+
+    async def adeliver(self, agent: Agent[Any], run_id: str, input: Any, **options: Any) -> Any:
+        """:func:`adeliver` with this rule and client."""
+        return await adeliver(agent, run_id, input, actonce=self, **options)
 
     @overload
     def tool(self, func: Callable[..., Any], /) -> FunctionTool: ...
@@ -115,9 +410,9 @@ class Actonce:
         transient: tuple[type[Exception], ...] = (),
         needs_approval: bool = False,
     ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
-        """A function tool of ``func``, named after it and described by its
-        docstring, which takes one :class:`ToolCall` parameter besides the
-        model's arguments.
+        """A function tool of ``func`` (``def``, or ``async def``), named after it and
+        described by its docstring, which takes one :class:`ToolCall` parameter
+        (:class:`AsyncToolCall` for ``async def``) besides the model's arguments.
 
         The tool call is tried again, up to ``retries`` times, after a RETRYABLE
         actonce error or one of the ``transient`` errors of its own downstream
@@ -138,8 +433,6 @@ class Actonce:
         transient: tuple[type[Exception], ...],
         needs_approval: bool,
     ) -> FunctionTool:
-        if inspect.iscoroutinefunction(func):
-            raise TypeError("actonce tools are plain functions; the SDK runs them in threads")
         context, signature = context_parameter(func)
         if "tool_context" in signature.parameters:
             raise TypeError(f"{func.__qualname__}: 'tool_context' is the parameter actonce adds")
@@ -148,23 +441,48 @@ class Actonce:
         )
         wrapped = signature.replace(parameters=[first, *signature.parameters.values()])
 
-        def may_retry(error: Exception) -> bool:
-            return is_retryable(error) or (
-                isinstance(error, transient) and not isinstance(error, ActonceError)
+        def may_retry(error: Exception, tries: int) -> bool:
+            return tries <= retries and (
+                is_retryable(error)
+                or (isinstance(error, transient) and not isinstance(error, ActonceError))
             )
 
+        run = (
+            self._async_runner(func, context, may_retry)
+            if inspect.iscoroutinefunction(func)
+            else self._runner(func, context, may_retry)
+        )
+        del run.__wrapped__  # type: ignore[attr-defined]
+        run.__signature__ = wrapped  # type: ignore[attr-defined]
+        run.__annotations__ = annotations_of(wrapped)
+        # The SDK raises the tool's error when the formatter answers None, which
+        # ToolErrorFunction's type does not say.
+        refusals_only = cast(ToolErrorFunction, handle_tool_error)
+        made = function_tool(
+            run, failure_error_function=refusals_only, needs_approval=needs_approval
+        )
+        setattr(made, _ACTONCE, self)
+        return made
+
+    def _runner(
+        self, func: Callable[..., Any], context: str, may_retry: Callable[[Exception, int], bool]
+    ) -> Callable[..., Any]:
         @functools.wraps(func)
         def run(tool_context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
+            delivery = deliveries.current()
             tries = 0
             while True:
                 tries += 1
-                attempt = self._begin(tool_context)
+                attempt = self._attempts.begin(
+                    _run_of(delivery), tool_context.tool_call_id, "", delivery
+                )
                 try:
                     result = func(*args, **{context: ToolCall(attempt, attempt.scope)}, **kwargs)
                 except Exception as error:
                     end_quietly(attempt)
-                    if tries <= retries and may_retry(error):
+                    if may_retry(error, tries):
                         continue
+                    _saw(delivery, error)
                     raise
                 except BaseException:
                     end_quietly(attempt)
@@ -172,23 +490,52 @@ class Actonce:
                 attempt.end()
                 return result
 
-        del run.__wrapped__  # the tool's schema is the wrapper's signature, not func's
-        run.__signature__ = wrapped  # type: ignore[attr-defined]
-        run.__annotations__ = annotations_of(wrapped)
-        # The SDK raises the tool's error when the formatter answers None, which
-        # ToolErrorFunction's type does not say.
-        refusals_only = cast(ToolErrorFunction, handle_tool_error)
-        return function_tool(
-            run, failure_error_function=refusals_only, needs_approval=needs_approval
-        )
+        return run
 
-    def _begin(self, tool_context: ToolContext[Any]) -> Attempt:
-        run_id = _run_id.get()
-        if not run_id:
-            raise RuntimeError(
-                "no queue run id: run the agent with deliver(), or inside queue_run(run_id)"
-            )
-        deadline = None if self.lease is None else datetime.now(UTC) + self.lease
-        return self.client.begin(
-            run_id, self.rule, "", scope=tool_context.tool_call_id, lease_deadline=deadline
+    def _async_runner(
+        self, func: Callable[..., Any], context: str, may_retry: Callable[[Exception, int], bool]
+    ) -> Callable[..., Any]:
+        @functools.wraps(func)
+        async def run(tool_context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
+            delivery = deliveries.current()
+            tries = 0
+            while True:
+                tries += 1
+                attempt, made = await self._attempts.abegin(
+                    _run_of(delivery), tool_context.tool_call_id, "", delivery
+                )
+                try:
+                    call = AsyncToolCall(attempt, attempt.scope)
+                    result = await func(*args, **{context: call}, **kwargs)
+                except Exception as error:
+                    await aend_quietly(attempt)
+                    if may_retry(error, tries):
+                        continue
+                    _saw(delivery, error)
+                    raise
+                except BaseException:
+                    await aend_quietly(attempt)
+                    raise
+                finally:
+                    if made is not None:
+                        await made.close()
+                await attempt.end()
+                return result
+
+        return run
+
+
+def _run_of(delivery: Delivery | None) -> str:
+    if delivery is not None:
+        return delivery.run_id
+    run_id = _run_id.get()
+    if not run_id:
+        raise RuntimeError(
+            "no queue run id: run the agent with deliver(), or inside queue_run(run_id)"
         )
+    return run_id
+
+
+def _saw(delivery: Delivery | None, error: BaseException) -> None:
+    if delivery is not None:
+        delivery.saw(error)

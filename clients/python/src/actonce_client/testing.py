@@ -56,22 +56,21 @@ class LocalSidecar:
         send_allowlist: Sequence[str] = (),
         command: Sequence[str] | None = None,
         ready_within: float = 30.0,
+        args: Sequence[str] = (),
     ) -> None:
         self.target = f"127.0.0.1:{free_port()}"
         self._data = tempfile.TemporaryDirectory(prefix="actonce-")
         self.data_dir = Path(self._data.name)
         self.log_path = self.data_dir / "sidecar.log"
-        args = [
+        serve = [
             *(command or actonce_command()), "serve", "--listen", self.target,
             "--data-dir", str(self.data_dir), "--log-format", "json", "--log-level", "warning",
         ]  # fmt: skip
         if send_allowlist:
-            args += ["--send-allowlist", ",".join(send_allowlist)]
-        # `actonce serve` refuses ACTONCE_* variables it does not know, and
-        # ACTONCE_BIN is this module's, not the sidecar's.
-        env = {k: v for k, v in os.environ.items() if k != "ACTONCE_BIN"}
+            serve += ["--send-allowlist", ",".join(send_allowlist)]
+        serve += list(args)
         with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self._process = subprocess.Popen(serve, stdout=log, stderr=subprocess.STDOUT)
         try:
             self._wait_serving(ready_within)
         except RuntimeError as error:

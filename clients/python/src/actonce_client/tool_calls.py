@@ -19,11 +19,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
-from actonce_client.client import Attempt, Effect
+from actonce_client import deliveries
+from actonce_client.aio import AsyncAttempt, AsyncClient
+from actonce_client.client import Attempt, Client, Effect
 from actonce_client.errors import ActonceError
 
 T = TypeVar("T")
@@ -84,6 +87,77 @@ class ToolCall:
         return result
 
 
+@dataclass(frozen=True)
+class AsyncToolCall:
+    """One try of one tool call of an ``async def`` tool: :class:`ToolCall`, awaited."""
+
+    attempt: AsyncAttempt
+    """The attempt this try of the tool call writes with."""
+    tool_call_id: str
+    """The framework's id of the tool call: the attempt's scope."""
+    interrupts: tuple[type[BaseException], ...] = ()
+
+    async def step(
+        self,
+        tool: str,
+        args: Any,
+        call: Callable[[str], Awaitable[T]],
+        *,
+        effect: Effect = Effect.NON_IDEMPOTENT_WRITE,
+        not_made: tuple[type[BaseException], ...] = (),
+    ) -> T:
+        """``await call(idempotency_key)``, made at most once across the run's tries, as
+        :meth:`ToolCall.step` makes its call. The step begins when the call is about to
+        be sent, in the same task, so a kill elsewhere leaves it begun only if it may
+        have acted."""
+        begun = await self.attempt.begin_step(tool, effect, args)
+        if begun.done:
+            return cast(T, begun.result)
+        try:
+            result = await call(begun.id)
+        except self.interrupts:
+            await self.attempt.abort_step(begun.id, "interrupted before the call")
+            raise
+        except not_made as error:
+            await self.attempt.abort_step(begun.id, f"not made: {type(error).__name__}")
+            raise
+        await self.attempt.end_step(begun.id, result)
+        return result
+
+
+class ToolAttempts:
+    """How a tool of an integration begins each try of a tool call: a scoped attempt of the
+    current delivery (which fences it and bounds its lease), or, run outside one, of the
+    run alone."""
+
+    def __init__(self, client: Client, rule: str, lease: timedelta | None) -> None:
+        self.client = client
+        self.rule = rule
+        self.lease = lease
+
+    def _deadline(self) -> datetime | None:
+        return None if self.lease is None else datetime.now(UTC) + self.lease
+
+    def begin(
+        self, run_id: str, scope: str, checkpoint: str, delivery: deliveries.Delivery | None
+    ) -> Attempt:
+        if delivery is not None:
+            return delivery.begin_tool(self.client, scope, checkpoint, self._deadline())
+        return self.client.begin(run_id, self.rule, checkpoint, scope=scope,
+                                 lease_deadline=self._deadline())  # fmt: skip
+
+    async def abegin(
+        self, run_id: str, scope: str, checkpoint: str, delivery: deliveries.Delivery | None
+    ) -> tuple[AsyncAttempt, AsyncClient | None]:
+        """The try's attempt, and the client made for it (to close) outside a delivery."""
+        if delivery is not None:
+            return await delivery.abegin_tool(scope, checkpoint, self._deadline()), None
+        made = AsyncClient.like(self.client)
+        attempt = await made.begin(run_id, self.rule, checkpoint, scope=scope,
+                                   lease_deadline=self._deadline())  # fmt: skip
+        return attempt, made
+
+
 def is_retryable(error: BaseException) -> bool:
     """Whether a retry of the tool call is safe and may help: a RETRYABLE actonce
     error. Never IN_DOUBT or AUDIT_PERSISTENCE_FAILED (UNKNOWN), FORBIDDEN
@@ -106,14 +180,24 @@ def end_quietly(attempt: Attempt) -> None:
         attempt.end()
 
 
+async def aend_quietly(attempt: AsyncAttempt) -> None:
+    """:func:`end_quietly`, awaited."""
+    with contextlib.suppress(ActonceError):
+        await attempt.end()
+
+
 def context_parameter(func: Callable[..., Any]) -> tuple[str, inspect.Signature]:
     """The name of ``func``'s ToolCall parameter, and its signature without it,
     every annotation resolved (so that a wrapper defined elsewhere can carry it)."""
     hints = typing.get_type_hints(func, include_extras=True)
     signature = inspect.signature(func)
-    found = [name for name in signature.parameters if hints.get(name) is ToolCall]
+    wanted = AsyncToolCall if inspect.iscoroutinefunction(func) else ToolCall
+    found = [name for name in signature.parameters if hints.get(name) is wanted]
     if len(found) != 1:
-        raise TypeError(f"{func.__qualname__} must take exactly one parameter of type ToolCall")
+        raise TypeError(
+            f"{func.__qualname__} must take exactly one parameter of type {wanted.__name__}"
+            + (" (an async def tool's)" if wanted is AsyncToolCall else "")
+        )
     parameters = [
         p.replace(annotation=hints.get(p.name, p.annotation))
         for p in signature.parameters.values()

@@ -40,9 +40,19 @@ type BeginAttemptRequest struct {
 	// scope, never another scope's nor the unscoped ones, and an unscoped
 	// attempt fences only unscoped ones. The scope is part of every id the
 	// attempt derives, so the same write in two scopes is two writes.
-	Scope         string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Scope string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
+	// The delivery this scoped attempt belongs to: the id of an unscoped attempt
+	// of the same run (one delivery of the queue's job), which the tool calls of
+	// that delivery name. Beginning a newer unscoped attempt of the run fences
+	// every older delivery's scoped attempts too, in the ledger's transaction,
+	// across sidecars sharing a ledger; a scoped attempt that names a delivery
+	// which is not the run's newest is refused (ATTEMPT_FENCED). Its lease is
+	// bounded by the delivery's, which ExtendLease of the delivery moves; a
+	// delivery begun on another sidecar needs this attempt's own lease_deadline.
+	// Not an input of any derived id. Empty: the attempt belongs to no delivery.
+	DeliveryAttemptId string `protobuf:"bytes,6,opt,name=delivery_attempt_id,json=deliveryAttemptId,proto3" json:"delivery_attempt_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *BeginAttemptRequest) Reset() {
@@ -106,6 +116,13 @@ func (x *BeginAttemptRequest) GetLeaseDeadline() *timestamppb.Timestamp {
 func (x *BeginAttemptRequest) GetScope() string {
 	if x != nil {
 		return x.Scope
+	}
+	return ""
+}
+
+func (x *BeginAttemptRequest) GetDeliveryAttemptId() string {
+	if x != nil {
+		return x.DeliveryAttemptId
 	}
 	return ""
 }
@@ -1606,7 +1623,7 @@ var File_actonce_v1_run_actions_proto protoreflect.FileDescriptor
 const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"\n" +
 	"\x1cactonce/v1/run_actions.proto\x12\n" +
-	"actonce.v1\x1a\x16actonce/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x01\n" +
+	"actonce.v1\x1a\x16actonce/v1/types.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x01\n" +
 	"\x13BeginAttemptRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x1e\n" +
@@ -1614,7 +1631,8 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"checkpoint\x18\x03 \x01(\tR\n" +
 	"checkpoint\x12A\n" +
 	"\x0elease_deadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\x14\n" +
-	"\x05scope\x18\x05 \x01(\tR\x05scope\"a\n" +
+	"\x05scope\x18\x05 \x01(\tR\x05scope\x12.\n" +
+	"\x13delivery_attempt_id\x18\x06 \x01(\tR\x11deliveryAttemptId\"a\n" +
 	"\x14BeginAttemptResponse\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12*\n" +

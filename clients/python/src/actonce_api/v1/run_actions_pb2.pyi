@@ -32,6 +32,7 @@ class BeginAttemptRequest(_message.Message):
     CHECKPOINT_FIELD_NUMBER: _builtins.int
     LEASE_DEADLINE_FIELD_NUMBER: _builtins.int
     SCOPE_FIELD_NUMBER: _builtins.int
+    DELIVERY_ATTEMPT_ID_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run's id, the same for every attempt of the run."""
     rule: _builtins.str
@@ -45,6 +46,17 @@ class BeginAttemptRequest(_message.Message):
     scope, never another scope's nor the unscoped ones, and an unscoped
     attempt fences only unscoped ones. The scope is part of every id the
     attempt derives, so the same write in two scopes is two writes.
+    """
+    delivery_attempt_id: _builtins.str
+    """The delivery this scoped attempt belongs to: the id of an unscoped attempt
+    of the same run (one delivery of the queue's job), which the tool calls of
+    that delivery name. Beginning a newer unscoped attempt of the run fences
+    every older delivery's scoped attempts too, in the ledger's transaction,
+    across sidecars sharing a ledger; a scoped attempt that names a delivery
+    which is not the run's newest is refused (ATTEMPT_FENCED). Its lease is
+    bounded by the delivery's, which ExtendLease of the delivery moves; a
+    delivery begun on another sidecar needs this attempt's own lease_deadline.
+    Not an input of any derived id. Empty: the attempt belongs to no delivery.
     """
     @_builtins.property
     def lease_deadline(self) -> _timestamp_pb2.Timestamp:
@@ -60,10 +72,11 @@ class BeginAttemptRequest(_message.Message):
         checkpoint: _builtins.str = ...,
         lease_deadline: _timestamp_pb2.Timestamp | None = ...,
         scope: _builtins.str = ...,
+        delivery_attempt_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_deadline", b"lease_deadline"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "lease_deadline", b"lease_deadline", "rule", b"rule", "run_id", b"run_id", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "delivery_attempt_id", b"delivery_attempt_id", "lease_deadline", b"lease_deadline", "rule", b"rule", "run_id", b"run_id", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

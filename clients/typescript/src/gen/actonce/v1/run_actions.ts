@@ -49,6 +49,18 @@ export interface BeginAttemptRequest {
    * attempt derives, so the same write in two scopes is two writes.
    */
   scope: string;
+  /**
+   * The delivery this scoped attempt belongs to: the id of an unscoped attempt
+   * of the same run (one delivery of the queue's job), which the tool calls of
+   * that delivery name. Beginning a newer unscoped attempt of the run fences
+   * every older delivery's scoped attempts too, in the ledger's transaction,
+   * across sidecars sharing a ledger; a scoped attempt that names a delivery
+   * which is not the run's newest is refused (ATTEMPT_FENCED). Its lease is
+   * bounded by the delivery's, which ExtendLease of the delivery moves; a
+   * delivery begun on another sidecar needs this attempt's own lease_deadline.
+   * Not an input of any derived id. Empty: the attempt belongs to no delivery.
+   */
+  deliveryAttemptId: string;
 }
 
 /** BeginAttemptResponse carries the id every later call of the attempt names. */
@@ -295,7 +307,7 @@ export interface AbortStepResponse {
 }
 
 function createBaseBeginAttemptRequest(): BeginAttemptRequest {
-  return { runId: "", rule: "", checkpoint: "", leaseDeadline: undefined, scope: "" };
+  return { runId: "", rule: "", checkpoint: "", leaseDeadline: undefined, scope: "", deliveryAttemptId: "" };
 }
 
 export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
@@ -314,6 +326,9 @@ export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
     }
     if (message.scope !== "") {
       writer.uint32(42).string(message.scope);
+    }
+    if (message.deliveryAttemptId !== "") {
+      writer.uint32(50).string(message.deliveryAttemptId);
     }
     return writer;
   },
@@ -371,6 +386,14 @@ export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
             message.scope = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.deliveryAttemptId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -393,6 +416,7 @@ export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
     message.checkpoint = object.checkpoint ?? "";
     message.leaseDeadline = object.leaseDeadline ?? undefined;
     message.scope = object.scope ?? "";
+    message.deliveryAttemptId = object.deliveryAttemptId ?? "";
     return message;
   },
 };

@@ -64,10 +64,23 @@ public final class ActonceClient implements AutoCloseable {
 
   /**
    * Connects to the sidecar at {@code target} ("127.0.0.1:50051", "unix:///run/actonce.sock") in
-   * plaintext: it runs in the agent's pod.
+   * plaintext: it runs in the agent's pod. Every call carries the API token the environment names
+   * ({@link ApiToken#fromEnvironment()}), if any.
    */
   public static ActonceClient connect(String target) {
     return connect(target, DEFAULT_TIMEOUT);
+  }
+
+  /** Connects as {@link #connect(String, Duration)} does, every call carrying {@code token}. */
+  public static ActonceClient connect(String target, Duration timeout, ApiToken token) {
+    return connect(ManagedChannelBuilder.forTarget(target).usePlaintext(), timeout, token);
+  }
+
+  /** Connects through a channel builder of the caller's, every call carrying {@code token}. */
+  public static ActonceClient connect(
+      ManagedChannelBuilder<?> builder, Duration timeout, ApiToken token) {
+    builder.intercept(token.interceptor());
+    return build(builder, timeout);
   }
 
   /** Connects with {@code timeout} as the deadline of every call. */
@@ -77,9 +90,14 @@ public final class ActonceClient implements AutoCloseable {
 
   /**
    * Connects through a channel builder of the caller's (credentials, executors); the client adds
-   * its retry policy to it.
+   * its retry policy to it, and the API token the environment names, if any.
    */
   public static ActonceClient connect(ManagedChannelBuilder<?> builder, Duration timeout) {
+    ApiToken.fromEnvironment().ifPresent(token -> builder.intercept(token.interceptor()));
+    return build(builder, timeout);
+  }
+
+  private static ActonceClient build(ManagedChannelBuilder<?> builder, Duration timeout) {
     ManagedChannel channel = builder.defaultServiceConfig(SERVICE_CONFIG).enableRetry().build();
     return new ActonceClient(channel, timeout);
   }

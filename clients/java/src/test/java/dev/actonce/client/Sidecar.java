@@ -10,7 +10,9 @@ import java.io.IOException;
 import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 
@@ -35,7 +37,8 @@ final class Sidecar implements AutoCloseable {
     this.dataDir = dataDir;
   }
 
-  static Sidecar start() throws IOException, InterruptedException {
+  /** Starts {@code actonce serve}, with {@code flags} added to its command line. */
+  static Sidecar start(String... flags) throws IOException, InterruptedException {
     String bin = System.getenv("ACTONCE_BIN");
     if (bin == null || bin.isEmpty()) {
       bin = REPO.resolve(".venv/bin/actonce").toString();
@@ -47,10 +50,14 @@ final class Sidecar implements AutoCloseable {
     String target = "127.0.0.1:" + port;
     Path dataDir = Files.createTempDirectory("actonce-java-test-");
     Path log = dataDir.resolve("sidecar.log");
-    ProcessBuilder builder =
-        new ProcessBuilder(
+    List<String> command =
+        new ArrayList<>(
+            List.of(
                 bin, "serve", "--listen", target, "--data-dir", dataDir.toString(),
-                "--send-allowlist", SEND_RULE, "--log-format", "json", "--log-level", "warning")
+                "--send-allowlist", SEND_RULE, "--log-format", "json", "--log-level", "warning"));
+    command.addAll(List.of(flags));
+    ProcessBuilder builder =
+        new ProcessBuilder(command)
             .redirectErrorStream(true)
             .redirectOutput(log.toFile());
     // `actonce serve` refuses ACTONCE_* variables it does not know, and ACTONCE_BIN is this

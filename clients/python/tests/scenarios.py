@@ -1,0 +1,60 @@
+"""The scenario grid: every framework's scenarios, and what each run must leave.
+
+Each scenario's worker module runs one delivery per process (tests/forking_worker.py);
+the kill loop (tests/kill_loop.py) kills it after every write and as every model call
+starts, and delivers the job again. The framework suites run their rows with every kill;
+``python clients/python/tests/grid.py`` runs the whole grid and prints what it found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kill_loop import SHARED_EXPECTED, Seen
+
+
+def _seen(title: str, customer: str, cents: int) -> Seen:
+    return Seen((title,), (f"charged {customer} {cents}", f"opened a ticket: {title}"),
+                ((customer, cents),))  # fmt: skip
+
+
+ONE_TICKET = _seen("Disk full", "ada", 500)
+ASYNC = _seen("Disk full", "eve", 400)
+
+AGENTS = {
+    **SHARED_EXPECTED,
+    "handoff": _seen("Card declined", "dee", 300),
+    "async": ASYNC,
+    "streamed": SHARED_EXPECTED["parallel"],
+}
+LANGGRAPH = {
+    **SHARED_EXPECTED,
+    "create_agent": ONE_TICKET,
+    "async": ASYNC,
+    "astream": ASYNC,
+    # Without a checkpointer: the model's turns are durable instead.
+    "parallel+nocp": SHARED_EXPECTED["parallel"],
+    "retry+nocp": SHARED_EXPECTED["retry"],
+    "create_agent+nocp": ONE_TICKET,
+    "async+nocp": ASYNC,
+    "astream+nocp": ASYNC,
+}
+PYDANTIC_AI = {
+    "parallel": SHARED_EXPECTED["parallel"],
+    "streamed": SHARED_EXPECTED["parallel"],
+    "async": ASYNC,
+}
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    worker: str  # the module a forking worker runs deliveries of
+    scenarios: dict[str, Seen]
+
+
+GRID = (
+    Framework("OpenAI Agents SDK", "agents_worker", AGENTS),
+    Framework("LangGraph", "langgraph_worker", LANGGRAPH),
+    Framework("Pydantic AI", "pydantic_ai_worker", PYDANTIC_AI),
+)

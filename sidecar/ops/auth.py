@@ -1,0 +1,364 @@
+"""Callers' API token: read from a file, checked in constant time, on gRPC and on HTTP.
+
+With ``--api-token-file`` (``ACTONCE_API_TOKEN_FILE``), every call must carry
+``authorization: Bearer <token>``: gRPC metadata, or an HTTP header. A call without it,
+or with another token, is refused ``UNAUTHENTICATED`` before anything below sees it: no
+attempt is begun, no audit event written, nothing reaches the store.
+
+- :class:`TokenFile`: the token in a file (a Secret mount), never a flag's value (that
+  shows in ``ps`` and in the pod spec). The file is looked at again at most once a
+  second, and before any refusal, so that a Secret rotated in place takes effect
+  without a restart; the token it held before stays good for ROTATION_OVERLAP_SECONDS,
+  for the clients that read their file a moment later.
+- :class:`ApiTokenInterceptor`: the gRPC side. Health and server reflection stay open
+  unless ``--api-token-exempt`` says otherwise (probes and grpcurl call them; they
+  change nothing and hold nothing of a run's).
+- :class:`ApiTokenMiddleware`: the HTTP side, pure ASGI, for the MCP front and the
+  console. A refusal is 401 with the JSON body of the MCP front's other refusals.
+
+Presented tokens are compared with :func:`hmac.compare_digest`, which takes as long
+whatever the mismatch, so that timing gives away no prefix of the token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Never
+
+import grpc
+import structlog
+from grpc_status import rpc_status
+from prometheus_client import Counter
+from starlette.middleware import Middleware
+
+from sidecar import defaults
+from sidecar.errors import Unauthenticated, to_status
+from sidecar.ops.security import SecuritySettingError, read_token
+
+log = structlog.get_logger()
+
+HEADER = "authorization"
+SCHEME = "bearer"
+# How often the file is looked at while presented tokens match; a mismatch looks at once.
+RECHECK_SECONDS = 1.0
+# How long the token a file held before stays good once the file holds a new one.
+ROTATION_OVERLAP_SECONDS = 10.0
+
+# --api-token-exempt names services by these words, not by their full names.
+EXEMPTABLE: dict[str, frozenset[str]] = {
+    "health": frozenset({"grpc.health.v1.Health"}),
+    "reflection": frozenset(
+        {"grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"}
+    ),
+}
+DEFAULT_EXEMPT: frozenset[str] = defaults.API_TOKEN_EXEMPT
+
+MESSAGE = (
+    "this sidecar needs its API token: send 'authorization: Bearer <token>' "
+    "(clients read ACTONCE_API_TOKEN_FILE or ACTONCE_API_TOKEN)"
+)
+
+
+def parse_exempt(text: str) -> frozenset[str]:
+    """``health,reflection`` (the default), either one, or ``none``."""
+    words = frozenset(word.strip() for word in text.split(",") if word.strip())
+    if words == {"none"}:
+        return frozenset()
+    unknown = sorted(words - EXEMPTABLE.keys())
+    if unknown or not words:
+        raise ValueError(f"expected a comma-separated choice of {', '.join(EXEMPTABLE)}, or none")
+    return words
+
+
+def exempt_services(words: Iterable[str]) -> frozenset[str]:
+    """The full gRPC service names that ``words`` (of :data:`EXEMPTABLE`) leave open."""
+    return frozenset(name for word in words for name in EXEMPTABLE[word])
+
+
+# -- the token -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What identifies one version of the file: a Secret's update swaps in a new file."""
+
+    inode: int
+    device: int
+    mtime_ns: int
+    size: int
+
+
+def _seen(path: Path) -> _Seen:
+    stat = os.stat(path)
+    return _Seen(stat.st_ino, stat.st_dev, stat.st_mtime_ns, stat.st_size)
+
+
+class TokenFile:
+    """The API token in ``path``, followed as the file changes.
+
+    Raises :class:`SecuritySettingError` (an OSError: start-up stops with one line) when
+    the file cannot be read, is empty, or holds what no header can carry. Once started, a
+    file that cannot be read, or that holds no usable token, leaves the last token in
+    force and says so in the log: a Secret caught in the middle of an update must not
+    lock every caller out.
+    """
+
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self._seen = _seen(path)
+        self._token = self._read()
+        self._previous: bytes | None = None
+        self._previous_until = 0.0
+        self._next_check = clock() + RECHECK_SECONDS
+
+    def _read(self) -> bytes:
+        return read_token(self.path, "the API token file").encode("ascii")
+
+    def __repr__(self) -> str:  # never the token itself
+        return f"TokenFile({str(self.path)!r})"
+
+    def matches(self, presented: bytes | None) -> bool:
+        """Whether ``presented`` is the token (or, just after a rotation, the one before)."""
+        now = self._clock()
+        if now >= self._next_check:
+            self._follow(now)
+        if presented is None:
+            return False
+        if self._accepts(presented, now):
+            return True
+        # The caller may already hold a token the file got since it was last looked at.
+        return self._follow(now) and self._accepts(presented, now)
+
+    def _accepts(self, presented: bytes, now: float) -> bool:
+        if hmac.compare_digest(presented, self._token):
+            return True
+        previous = self._previous
+        return (
+            previous is not None
+            and now < self._previous_until
+            and (hmac.compare_digest(presented, previous))
+        )
+
+    def _follow(self, now: float) -> bool:
+        """Read the file again if it changed; whether the token did."""
+        self._next_check = now + RECHECK_SECONDS
+        try:
+            seen = _seen(self.path)
+            if seen == self._seen:
+                return False
+            token = self._read()
+        except OSError as exc:  # SecuritySettingError too: the last token stays in force
+            log.warning("api_token_file_unusable", path=str(self.path), error=str(exc))
+            return False
+        self._seen = seen
+        if hmac.compare_digest(token, self._token):
+            return False
+        self._previous, self._previous_until = self._token, now + ROTATION_OVERLAP_SECONDS
+        self._token = token
+        log.info("api_token_rotated", path=str(self.path))
+        return True
+
+
+def load(path: Path | None) -> TokenFile | None:
+    """The API token of ``--api-token-file``; None when none is configured."""
+    return TokenFile(path) if path is not None else None
+
+
+def bearer(values: Iterable[str | bytes]) -> bytes | None:
+    """The token of the one ``Bearer`` credential among ``values``; None for none, or for
+    more than one (which of two a proxy added cannot be told)."""
+    found = [v.encode("utf-8", "replace") if isinstance(v, str) else v for v in values]
+    if len(found) != 1:
+        return None
+    scheme, _, token = found[0].partition(b" ")
+    if scheme.lower() != SCHEME.encode() or not token:
+        return None
+    return token
+
+
+# -- gRPC ------------------------------------------------------------------------
+
+
+class _Refusal(grpc.Status):
+    def __init__(self, status: grpc.Status) -> None:
+        self.code = status.code
+        self.details = status.details
+        self.trailing_metadata = status.trailing_metadata
+
+
+def _grpc_refusal() -> grpc.Status:
+    return _Refusal(rpc_status.to_status(to_status(Unauthenticated(MESSAGE))))
+
+
+class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
+    """Refuse every call without the token, but those of ``exempt`` services.
+
+    It decides on each call's metadata before the handler is even looked up, and a
+    refused call gets a handler that answers without reading the request: an
+    unauthenticated caller's message is never parsed. It stands outside every
+    interceptor that keeps the handlers it wraps (sidecar.fronts.grpc.interceptors),
+    so that none of them keeps this decision for later calls.
+    """
+
+    def __init__(
+        self,
+        token: TokenFile,
+        *,
+        exempt: Collection[str] = exempt_services(DEFAULT_EXEMPT),
+        on_refused: Callable[[str], None] = lambda _rpc: None,
+    ) -> None:
+        self._token = token
+        self._exempt = frozenset(exempt)
+        self._on_refused = on_refused
+        self._refusal = _grpc_refusal()
+        # Of the request-streaming kind whatever the method's, so that nothing is read.
+        self._refuse: grpc.RpcMethodHandler[Any, Any] = grpc.stream_unary_rpc_method_handler(
+            self._answer
+        )
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
+        if service in self._exempt or self._token.matches(
+            bearer(v for k, v in handler_call_details.invocation_metadata or () if k == HEADER)
+        ):
+            return await continuation(handler_call_details)
+        structlog.contextvars.clear_contextvars()
+        log.info("refused", rpc=rpc, reason=Unauthenticated.reason,
+                 failure_class=Unauthenticated.failure_class.value)  # fmt: skip
+        self._on_refused(rpc)
+        return self._refuse
+
+    async def _answer(self, _requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Never:
+        await context.abort_with_status(self._refusal)
+        raise AssertionError("abort_with_status returns only by raising")
+
+
+# -- HTTP (ASGI) -----------------------------------------------------------------
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+REFUSAL_BODY = json.dumps(
+    {
+        "reason": Unauthenticated.reason,
+        "failure_class": Unauthenticated.failure_class.value,
+        "message": MESSAGE,
+    }
+).encode()
+
+
+async def refuse_http(scope: Scope, _receive: Receive, send: Send) -> None:
+    """401 with the JSON body every refusal of the MCP front has."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(REFUSAL_BODY)).encode()),
+                (b"www-authenticate", b'Bearer realm="actonce"'),
+                (b"cache-control", b"no-store"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": REFUSAL_BODY})
+
+
+def http_bearer(scope: Scope) -> bytes | None:
+    """The Bearer token of an HTTP request's one ``authorization`` header."""
+    return bearer(v for k, v in scope.get("headers", ()) if k == HEADER.encode())
+
+
+class ApiTokenMiddleware:
+    """Pass only requests that carry the token, or that ``admit`` lets in, to ``app``.
+
+    ``exempt`` says which paths need no token at all; ``admit`` another way in that the
+    app knows (the console's signed-in session); ``refuse`` answers the rest
+    (:func:`refuse_http` unless given). Lifespan events pass untouched.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: TokenFile,
+        *,
+        exempt: Callable[[str], bool] = lambda _path: False,
+        admit: Callable[[Scope], bool] = lambda _scope: False,
+        refuse: ASGIApp = refuse_http,
+    ) -> None:
+        self.app = app
+        self.token = token
+        self.exempt = exempt
+        self.admit = admit
+        self.refuse = refuse
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self.allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        await self.refuse(scope, receive, send)
+
+    def allowed(self, scope: Scope) -> bool:
+        return (
+            self.exempt(str(scope.get("path", "")))
+            or self.token.matches(http_bearer(scope))
+            or self.admit(scope)
+        )
+
+
+def interceptors(
+    token: TokenFile | None,
+    exempt: Iterable[str] = DEFAULT_EXEMPT,
+    *,
+    refusals: Counter | None = None,
+) -> list[grpc.aio.ServerInterceptor]:
+    """The gRPC server's interceptor for ``token``, none when no token is configured; each
+    refusal counted in ``refusals`` (the metrics' counter by RPC, reason and class)."""
+    if token is None:
+        return []
+
+    def counted(rpc: str) -> None:
+        if refusals is not None:
+            refusals.labels(rpc, Unauthenticated.reason, Unauthenticated.failure_class.value).inc()
+
+    return [ApiTokenInterceptor(token, exempt=exempt_services(exempt), on_refused=counted)]
+
+
+def middleware(token: TokenFile | None) -> list[Middleware]:
+    """A Starlette app's middleware for ``token``; none when no token is configured."""
+    return [] if token is None else [Middleware(ApiTokenMiddleware, token=token)]
+
+
+__all__ = [
+    "DEFAULT_EXEMPT",
+    "HEADER",
+    "ApiTokenInterceptor",
+    "ApiTokenMiddleware",
+    "SecuritySettingError",
+    "TokenFile",
+    "bearer",
+    "exempt_services",
+    "interceptors",
+    "load",
+    "middleware",
+    "parse_exempt",
+    "refuse_http",
+]
