@@ -16,6 +16,11 @@ finish commits for all, with one sync. No call answers before the commit that ma
 did, or what it read, durable; when that commit fails, or SQLite ends the transaction early,
 every call in it fails. One sync per call cost most of a write's time and CPU under load.
 
+A read that finds no transaction open, none committing and no call on its way in reads a
+snapshot of what has committed on a connection of its own: it needs no writer's lock, so it
+answers while another process holds the file's (the ledger's, when they share it); one that
+finds a transaction open joins it, as before.
+
 A job of several parts (:meth:`SqliteStoreBackend.in_one_transaction`: a write's audit
 intent, its store call and its outcome, when the ledger shares this file) runs in one savepoint
 of the group's transaction; a store call it makes runs in a savepoint nested in that one, so a
