@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -23,6 +24,11 @@ from typing import Any, NoReturn
 from sidecar import defaults
 from sidecar.config import Config
 from sidecar.ops import logs, tracing_settings
+from sidecar.ops.http_guard import (
+    beyond_loopback_problem,
+    parse_allowed_hosts,
+    parse_allowed_origins,
+)
 
 
 class ConfigError(Exception):
@@ -144,6 +150,15 @@ def _trace_url_template(value: str) -> str:
     return value
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_name(text: str) -> str:
+    if not _TOKEN.fullmatch(text):
+        raise ValueError("expected an HTTP header's name, such as X-Forwarded-Email")
+    return text.lower()
+
+
 def _exempt(text: str) -> frozenset[str]:
     from sidecar.ops.auth import parse_exempt
 
@@ -242,13 +257,24 @@ SERVE_SETTINGS: dict[str, Setting] = {
                                defaults.MCP_UPSTREAM_TIMEOUT_SECONDS,
                                "seconds the gateway waits for an upstream's answer; a call "
                                "sent and not answered in time is UPSTREAM_FAILED"),
+    "--mcp-allowed-hosts": ("ACTONCE_MCP_ALLOWED_HOSTS", parse_allowed_hosts, (),
+                            "NAME or NAME:PORT that callers of the MCP front may name in Host, "
+                            "besides the loopback names; needed to listen beyond loopback; "
+                            "repeatable (comma-separated)"),
+    "--mcp-allowed-origins": ("ACTONCE_MCP_ALLOWED_ORIGINS", parse_allowed_origins, (),
+                              "SCHEME://NAME[:PORT] of web pages that may send requests, "
+                              "besides loopback pages and the allowed hosts' own (behind a "
+                              "proxy that rewrites Host, say); repeatable"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
                      "json, console, or auto (console in a terminal)"),
 }  # fmt: skip
 # Flags that may be given more than once.
-REPEATABLE = frozenset({"--mcp-upstream", "--mcp-upstream-headers"})
+REPEATABLE = frozenset({
+    "--mcp-upstream", "--mcp-upstream-headers", "--mcp-allowed-hosts", "--mcp-allowed-origins",
+    "--allowed-hosts", "--allowed-origins",
+})  # fmt: skip
 
 AUDIT_SETTINGS: dict[str, Setting] = {
     "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
@@ -264,6 +290,18 @@ CONSOLE_SETTINGS: dict[str, Setting] = {
     "--token-file": ("ACTONCE_CONSOLE_TOKEN_FILE", _readable_file, None,
                      "file holding the operator's token: resolving needs it, and with it "
                      "the console may serve beyond loopback"),
+    "--allowed-hosts": ("ACTONCE_CONSOLE_ALLOWED_HOSTS", parse_allowed_hosts, (),
+                        "NAME or NAME:PORT that browsers may name in Host, besides the "
+                        "loopback names; needed to serve beyond loopback; repeatable"),
+    "--allowed-origins": ("ACTONCE_CONSOLE_ALLOWED_ORIGINS", parse_allowed_origins, (),
+                          "SCHEME://NAME[:PORT] of pages that may send requests, besides "
+                          "loopback pages and the allowed hosts' own (behind a proxy that "
+                          "rewrites Host, say); repeatable"),
+    "--operator-header": ("ACTONCE_CONSOLE_OPERATOR_HEADER", _header_name, None,
+                          "header in which a sign-in proxy names the signed-in operator "
+                          "(e.g. X-Forwarded-Email): a decision records that name, and "
+                          "resolving needs it; trusted only when set, and the proxy must "
+                          "strip it from clients' requests"),
     "--api-token-file": ("ACTONCE_API_TOKEN_FILE", _readable_file, None,
                          "file holding the API token: every request needs it (as "
                          "'authorization: Bearer TOKEN', or signed in), on top of the rules "
@@ -300,7 +338,7 @@ STORE_SETTINGS: dict[str, Setting] = {
 
 def _add_settings(parser: argparse.ArgumentParser, settings: dict[str, Setting]) -> None:
     for flag, (env, _parse, default, text) in settings.items():
-        shown = "" if default in (None, frozenset(), {}) else f" (default {default})"
+        shown = "" if default in (None, frozenset(), {}, ()) else f" (default {default})"
         action = "append" if flag in REPEATABLE else "store"
         parser.add_argument(flag, default=None, action=action, help=f"{text}{shown} [env {env}]")
 
@@ -476,13 +514,20 @@ def _check_store_tls(values: dict[str, Any]) -> None:
 
 
 def _check_mcp(values: dict[str, Any]) -> None:
-    gateway = ("mcp_upstream", "mcp_upstream_headers", "tool_effects")
-    named = [key for key in gateway if values.get(key)]
+    of_the_front = ("mcp_upstream", "mcp_upstream_headers", "tool_effects",
+                    "mcp_allowed_hosts", "mcp_allowed_origins")  # fmt: skip
+    named = [key for key in of_the_front if values.get(key)]
     if named and values.get("mcp_listen") is None:
         raise ConfigError(f"--{named[0].replace('_', '-')} needs --mcp-listen")
     for name in values.get("mcp_upstream_headers") or {}:
         if name not in values["mcp_upstream"]:
             raise ConfigError(f"--mcp-upstream-headers names {name}, which no --mcp-upstream is")
+    if values.get("mcp_listen") is not None:
+        problem = beyond_loopback_problem(
+            values["mcp_listen"], values.get("mcp_allowed_hosts") or (), "--mcp-allowed-hosts"
+        )
+        if problem is not None:
+            raise ConfigError(f"--mcp-listen {problem}")
     if values.get("tool_effects") is not None:
         from sidecar.fronts.mcp.settings import load_effects
 
@@ -534,6 +579,8 @@ def config_from(values: dict[str, Any]) -> Config:
         mcp_upstreams=values["mcp_upstream"],
         mcp_upstream_headers=values["mcp_upstream_headers"],
         tool_effects=values["tool_effects"],
+        mcp_allowed_hosts=values["mcp_allowed_hosts"],
+        mcp_allowed_origins=values["mcp_allowed_origins"],
         mcp_upstream_timeout_seconds=values["mcp_upstream_timeout"],
     )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from sidecar import defaults
+from sidecar.ops.http_guard import AllowedHost
 
 
 @dataclass
@@ -62,6 +63,9 @@ class Config:
     mcp_upstreams: dict[str, str] = field(default_factory=dict)
     mcp_upstream_headers: dict[str, Path] = field(default_factory=dict)
     tool_effects: Path | None = None
+    # Names and origins the MCP front takes besides the loopback ones (Host, Origin).
+    mcp_allowed_hosts: tuple[AllowedHost, ...] = ()
+    mcp_allowed_origins: tuple[str, ...] = ()
     mcp_upstream_timeout_seconds: float = defaults.MCP_UPSTREAM_TIMEOUT_SECONDS
 
     @property

@@ -39,15 +39,12 @@ import structlog
 from sidecar.core import leases
 from sidecar.core.attempts import Attempt
 from sidecar.core.audit import Audit, Subject, event, not_durable
-from sidecar.core.requests import Claim
+from sidecar.core.requests import Claim, nothing_landed
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import (
     ActonceError,
-    ArtifactArchived,
-    InDoubt,
     InvalidArgument,
     LeaseExpired,
-    StoreRefused,
 )
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, ids
@@ -57,18 +54,6 @@ log = structlog.get_logger()
 
 T = TypeVar("T")
 Perform = Callable[[str], Awaitable[WriteResult]]
-
-# Failures that say the write did not land: refused before it acted, or by the
-# store. Any other failure once the store was called (a deadline, an unreachable
-# store, an outcome that could not be audited) leaves it unknown.
-NOTHING_LANDED = (LeaseExpired, StoreRefused, ArtifactArchived, InDoubt)
-
-
-def nothing_landed(error: BaseException) -> bool:
-    """Whether ``error`` says its write did not land: refused, or never sent."""
-    if isinstance(error, NOTHING_LANDED):
-        return True
-    return isinstance(error, ActonceError) and error.nothing_sent
 
 
 @dataclass(frozen=True)
@@ -226,9 +211,7 @@ class WritePath:
         try:
             leases.check(attempt, self.settings.store_timeout_seconds)
         except ActonceError:
-            settle_failed(
-                attempt, write, claim, claim.occurrence, may_have_landed=claim.is_repeat_of_landed
-            )
+            claim.failed(claim.occurrence, _give_back(attempt, write))
             raise
         occurrence = claim.occurrence
         if occurrence is None:
@@ -349,40 +332,20 @@ def answered(landing: Landing, result: WriteResult) -> WriteResult:
 
 
 def release(landing: Landing, error: BaseException) -> None:
-    """Settle what a write that failed with ``error`` held."""
+    """Settle what a write that failed with ``error`` held (sidecar.core.requests)."""
     if isinstance(error, ActonceError):
         landing.attempt.failed += 1
-    acted = landing.store_called and not nothing_landed(error)
-    settle_failed(
-        landing.attempt,
-        landing.write,
-        landing.claim,
-        landing.occurrence,
-        may_have_landed=landing.bound or acted,
+    give_back = _give_back(landing.attempt, landing.write)
+    landing.claim.failed(
+        landing.occurrence, give_back, error=error, store_called=landing.store_called
     )
 
 
-def settle_failed(
-    attempt: Attempt,
-    write: Write,
-    claim: Claim,
-    occurrence: int | None,
-    *,
-    may_have_landed: bool,
-) -> None:
-    """Settle what a write that failed held: its occurrence and its claim.
-
-    A write that may have landed keeps both: its occurrence is its own for good,
-    and a repeat of it (by its request identity, or identical without one) makes
-    the same write again, under the same id. Any other gives its occurrence back
-    and releases its claim: made again, it is the same write, with the same id.
-    """
-    if may_have_landed and occurrence is not None:
-        claim.unsettled(occurrence)
-        return
-    if occurrence is not None:
+def _give_back(attempt: Attempt, write: Write) -> Callable[[int], None]:
+    def give_back(occurrence: int) -> None:
         attempt.occurrences.give_back(write.write_type, write.identity, occurrence)
-    claim.released()
+
+    return give_back
 
 
 def require_request_id(request_id: str) -> None:

@@ -292,7 +292,7 @@ def test_a_call_with_no_trace_starts_one_and_the_operator_can_follow_it(
             chain=chain,
             trace_url_template="http://jaeger:16686/trace/{trace_id}",
         )
-        with TestClient(app, client=("127.0.0.1", 5000)) as local:
+        with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 5000)) as local:
             page = local.get("/runs/run-root").text
             api = local.get("/api/runs/run-root").json()
     finally:

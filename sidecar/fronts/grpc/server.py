@@ -477,6 +477,7 @@ def _mcp_listener(
     from sidecar.fronts.mcp.app import McpFront, McpListener
     from sidecar.fronts.mcp.gateway import Gateway
     from sidecar.fronts.mcp.settings import Upstream, load_effects, read_headers
+    from sidecar.ops.http_guard import RequestPolicy
 
     assert config.mcp_listen is not None
     gateway = None
@@ -499,7 +500,7 @@ def _mcp_listener(
         actions,
         gateway=gateway,
         record=metrics.front_call("mcp"),
-        host=config.mcp_listen.rpartition(":")[0].strip("[]"),
+        policy=RequestPolicy(hosts=config.mcp_allowed_hosts, origins=config.mcp_allowed_origins),
         tracing=traces,
         api_token=api_token,
     )
