@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Never, TypeVar, cast
@@ -68,9 +69,10 @@ from sidecar.ledger.base import AuditEvent, AuditLedger, WrappedLedger
 from sidecar.ops import tracing_settings
 from sidecar.ops.metrics import error_info_of
 from sidecar.refstore.server import SERVICE_NAME as STORE_SERVICE_NAME
-from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
+from sidecar.upstream.base import Refusal, Settle, StoreClient, StoreWrite, WrappedStore, nothing
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # The instrumentation's factories, as they are used here (the package has no type hints).
 _server_interceptor = cast(Callable[..., grpc.aio.ServerInterceptor], aio_server_interceptor)
@@ -547,11 +549,60 @@ def _store_result(error: BaseException) -> str:
 
 
 class _TracedStore(WrappedStore):
-    """A span per store call, named after the operation, with the id it names."""
+    """A span per store call, named after the operation, with the id it names. A write made
+    one commit with its audit names the call's trace in its two events, as the traced
+    ledger does for events it appends itself."""
 
     def __init__(self, inner: StoreClient, tracer: trace.Tracer) -> None:
         super().__init__(inner)
         self._tracer = tracer
+
+    async def commit_write(
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
+    ) -> _R:
+        current = trace.get_current_span()
+        if not current.is_recording():
+            return await super().commit_write(intent, call, settle, timeout=timeout, before=before)
+        context = current.get_span_context()
+        trace_id, span_id = format_trace_id(context.trace_id), format_span_id(context.span_id)
+        attributes = event_attributes(intent)
+        current.set_attributes(
+            {k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)}
+        )
+
+        written = [replace(intent, trace_id=trace_id, span_id=span_id)]
+
+        def traced(answer: object) -> tuple[AuditEvent, _R]:
+            outcome, result = settle(answer)
+            written.append(replace(outcome, trace_id=trace_id, span_id=span_id))
+            return written[-1], result
+
+        started = time.time_ns()
+        try:
+            return await super().commit_write(
+                written[0], call, traced, timeout=timeout, before=before
+            )
+        finally:
+            # A span per event, as the traced ledger makes, over the job that made it durable;
+            # the call's span says what its events say.
+            for made in written[1:]:
+                current.set_attributes(
+                    {
+                        k: v
+                        for k, v in event_attributes(made).items()
+                        if k not in (PHASE, OCCURRENCE)
+                    }
+                )
+            for made in written:
+                self._tracer.start_span(
+                    "ledger.append", start_time=started, attributes=event_attributes(made)
+                ).end()
 
     async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
         if not trace.get_current_span().is_recording():
