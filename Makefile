@@ -73,8 +73,11 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The fuzz extra too, so that the short coverage-guided fuzz runs in the suite.
+# Most tests wait on processes, sockets and syncs, not on the cores: several run at once,
+# a file's tests together (they share its fixtures and its servers).
+PYTEST_WORKERS ?= 3
 test-python: $(STAMP) $(FUZZ_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
 
