@@ -14,15 +14,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sidecar import defaults
+from sidecar import defaults, extras, version
 from sidecar.config import Config
 from sidecar.ops import logs, tracing_settings
+from sidecar.ops.http_guard import (
+    beyond_loopback_problem,
+    parse_allowed_hosts,
+    parse_allowed_origins,
+)
 
 
 class ConfigError(Exception):
@@ -144,6 +150,15 @@ def _trace_url_template(value: str) -> str:
     return value
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _header_name(text: str) -> str:
+    if not _TOKEN.fullmatch(text):
+        raise ValueError("expected an HTTP header's name, such as X-Forwarded-Email")
+    return text.lower()
+
+
 def _exempt(text: str) -> frozenset[str]:
     from sidecar.ops.auth import parse_exempt
 
@@ -242,13 +257,24 @@ SERVE_SETTINGS: dict[str, Setting] = {
                                defaults.MCP_UPSTREAM_TIMEOUT_SECONDS,
                                "seconds the gateway waits for an upstream's answer; a call "
                                "sent and not answered in time is UPSTREAM_FAILED"),
+    "--mcp-allowed-hosts": ("ACTONCE_MCP_ALLOWED_HOSTS", parse_allowed_hosts, (),
+                            "NAME or NAME:PORT that callers of the MCP front may name in Host, "
+                            "besides the loopback names; needed to listen beyond loopback; "
+                            "repeatable (comma-separated)"),
+    "--mcp-allowed-origins": ("ACTONCE_MCP_ALLOWED_ORIGINS", parse_allowed_origins, (),
+                              "SCHEME://NAME[:PORT] of web pages that may send requests, "
+                              "besides loopback pages and the allowed hosts' own (behind a "
+                              "proxy that rewrites Host, say); repeatable"),
     "--log-level": ("ACTONCE_LOG_LEVEL", _choice("debug", "info", "warning", "error"), "info",
                     "debug, info, warning or error"),
     "--log-format": ("ACTONCE_LOG_FORMAT", _choice("auto", "json", "console"), "auto",
                      "json, console, or auto (console in a terminal)"),
 }  # fmt: skip
 # Flags that may be given more than once.
-REPEATABLE = frozenset({"--mcp-upstream", "--mcp-upstream-headers"})
+REPEATABLE = frozenset({
+    "--mcp-upstream", "--mcp-upstream-headers", "--mcp-allowed-hosts", "--mcp-allowed-origins",
+    "--allowed-hosts", "--allowed-origins",
+})  # fmt: skip
 
 AUDIT_SETTINGS: dict[str, Setting] = {
     "--audit-db": ("ACTONCE_AUDIT_DB", Path, None,
@@ -264,6 +290,18 @@ CONSOLE_SETTINGS: dict[str, Setting] = {
     "--token-file": ("ACTONCE_CONSOLE_TOKEN_FILE", _readable_file, None,
                      "file holding the operator's token: resolving needs it, and with it "
                      "the console may serve beyond loopback"),
+    "--allowed-hosts": ("ACTONCE_CONSOLE_ALLOWED_HOSTS", parse_allowed_hosts, (),
+                        "NAME or NAME:PORT that browsers may name in Host, besides the "
+                        "loopback names; needed to serve beyond loopback; repeatable"),
+    "--allowed-origins": ("ACTONCE_CONSOLE_ALLOWED_ORIGINS", parse_allowed_origins, (),
+                          "SCHEME://NAME[:PORT] of pages that may send requests, besides "
+                          "loopback pages and the allowed hosts' own (behind a proxy that "
+                          "rewrites Host, say); repeatable"),
+    "--operator-header": ("ACTONCE_CONSOLE_OPERATOR_HEADER", _header_name, None,
+                          "header in which a sign-in proxy names the signed-in operator "
+                          "(e.g. X-Forwarded-Email): a decision records that name, and "
+                          "resolving needs it; trusted only when set, and the proxy must "
+                          "strip it from clients' requests"),
     "--api-token-file": ("ACTONCE_API_TOKEN_FILE", _readable_file, None,
                          "file holding the API token: every request needs it (as "
                          "'authorization: Bearer TOKEN', or signed in), on top of the rules "
@@ -298,9 +336,26 @@ STORE_SETTINGS: dict[str, Setting] = {
 }  # fmt: skip
 
 
+# actonce store check: the same variables as the sidecar's --store-* flags, so that in a
+# sidecar's environment it checks the store that sidecar calls.
+CHECK_SETTINGS: dict[str, Setting] = {
+    "--target": ("ACTONCE_STORE_TARGET", _listen, None,
+                 "HOST:PORT or unix:PATH of the store to check"),
+    "--tls-ca": (*SERVE_SETTINGS["--store-tls-ca"][:3], "PEM file of the CA that signed the "
+                 "store's certificate: TLS to the store"),
+    "--tls-cert": (*SERVE_SETTINGS["--store-tls-cert"][:3], "PEM file of a client "
+                   "certificate: mutual TLS"),
+    "--tls-key": (*SERVE_SETTINGS["--store-tls-key"][:3], "PEM file of the key of --tls-cert"),
+    "--token-file": (*SERVE_SETTINGS["--store-token-file"][:3], "file holding the bearer "
+                     "token the store expects; with it, a call without it must be FORBIDDEN"),
+    "--timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 10.0,
+                  "seconds each call, and reaching the store, may take"),
+}  # fmt: skip
+
+
 def _add_settings(parser: argparse.ArgumentParser, settings: dict[str, Setting]) -> None:
     for flag, (env, _parse, default, text) in settings.items():
-        shown = "" if default in (None, frozenset(), {}) else f" (default {default})"
+        shown = "" if default in (None, frozenset(), {}, ()) else f" (default {default})"
         action = "append" if flag in REPEATABLE else "store"
         parser.add_argument(flag, default=None, action=action, help=f"{text}{shown} [env {env}]")
 
@@ -368,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="actonce",
         description="A gRPC sidecar that makes every write of an agent's run land once.",
     )
+    parser.add_argument("--version", action="version", version=f"actonce {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -379,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
         "store", help="run the reference artifact store alone", epilog=tracing_settings.EPILOG
     )
     _add_settings(store, STORE_SETTINGS)
+    store_commands = store.add_subparsers(dest="store_command", metavar="{check}")
+    check = store_commands.add_parser(
+        "check",
+        help="run the store contract's behaviour against a store and print what holds; "
+        "exit 0 when all of it does",
+    )
+    _add_settings(check, CHECK_SETTINGS)
     audit = commands.add_parser("audit", help="inspect and verify the audit ledger")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
     for name, text in [
@@ -428,7 +491,14 @@ def build_parser() -> argparse.ArgumentParser:
         _add_settings(sub, AUDIT_SETTINGS)
     console = commands.add_parser("console", help="serve the operator's web console over a ledger")
     _add_settings(console, CONSOLE_SETTINGS)
-    commands.add_parser("demo", help="see a run killed mid-way and retried land each write once")
+    demo = commands.add_parser(
+        "demo", help="see a run killed mid-way and retried land each write once"
+    )
+    demo.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR",
+        help="folder the demo keeps its store and ledger in, to open afterwards "
+        "(default .actonce-demo)",
+    )  # fmt: skip
     return parser
 
 
@@ -476,13 +546,20 @@ def _check_store_tls(values: dict[str, Any]) -> None:
 
 
 def _check_mcp(values: dict[str, Any]) -> None:
-    gateway = ("mcp_upstream", "mcp_upstream_headers", "tool_effects")
-    named = [key for key in gateway if values.get(key)]
+    of_the_front = ("mcp_upstream", "mcp_upstream_headers", "tool_effects",
+                    "mcp_allowed_hosts", "mcp_allowed_origins")  # fmt: skip
+    named = [key for key in of_the_front if values.get(key)]
     if named and values.get("mcp_listen") is None:
         raise ConfigError(f"--{named[0].replace('_', '-')} needs --mcp-listen")
     for name in values.get("mcp_upstream_headers") or {}:
         if name not in values["mcp_upstream"]:
             raise ConfigError(f"--mcp-upstream-headers names {name}, which no --mcp-upstream is")
+    if values.get("mcp_listen") is not None:
+        problem = beyond_loopback_problem(
+            values["mcp_listen"], values.get("mcp_allowed_hosts") or (), "--mcp-allowed-hosts"
+        )
+        if problem is not None:
+            raise ConfigError(f"--mcp-listen {problem}")
     if values.get("tool_effects") is not None:
         from sidecar.fronts.mcp.settings import load_effects
 
@@ -490,6 +567,36 @@ def _check_mcp(values: dict[str, Any]) -> None:
             load_effects(values["tool_effects"])
         except ValueError as exc:
             raise ConfigError(f"--tool-effects {values['tool_effects']}: {exc}") from None
+
+
+def _store_check(values: dict[str, Any]) -> int:
+    if values["target"] is None:
+        raise ConfigError("store check needs --target HOST:PORT (or ACTONCE_STORE_TARGET)")
+    if (values["tls_cert"] is None) != (values["tls_key"] is None):
+        raise ConfigError("--tls-cert and --tls-key go together (mutual TLS)")
+    from sidecar.conformance import check_store
+
+    return check_store(
+        values["target"],
+        tls_ca=values["tls_ca"],
+        tls_cert=values["tls_cert"],
+        tls_key=values["tls_key"],
+        token_file=values["token_file"],
+        timeout=values["timeout"],
+    )
+
+
+def _require_extras(command: str, values: dict[str, Any]) -> None:
+    """Stop with the install command when a feature asked for lacks its extra."""
+    if command == "console":
+        extras.require(extras.CONSOLE, "actonce console")
+    if values.get("mcp_listen") is not None:
+        extras.require(extras.MCP, "--mcp-listen")
+    if command in ("serve", "store") and tracing_settings.requested():
+        extras.require(extras.OTEL, "traces (asked for by OTEL_* variables)")
+    for key in ("audit_dsn", "store_dsn"):
+        if values.get(key) is not None:
+            extras.require(extras.POSTGRES, f"--{key.replace('_', '-')}")
 
 
 def _check_api_token(values: dict[str, Any]) -> None:
@@ -534,6 +641,8 @@ def config_from(values: dict[str, Any]) -> Config:
         mcp_upstreams=values["mcp_upstream"],
         mcp_upstream_headers=values["mcp_upstream_headers"],
         tool_effects=values["tool_effects"],
+        mcp_allowed_hosts=values["mcp_allowed_hosts"],
+        mcp_allowed_origins=values["mcp_allowed_origins"],
         mcp_upstream_timeout_seconds=values["mcp_upstream_timeout"],
     )
 
@@ -554,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.command == "serve":
             _check_environment(SERVE_SETTINGS)
             values = _resolve(args, SERVE_SETTINGS)
+            _require_extras("serve", values)
             config = config_from(values)
             tracing_settings.check()
             logs.configure(config.log_level, config.log_format)
@@ -562,6 +672,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(serve(config, grace_seconds=values["grace_period"]))
         elif args.command == "audit":
             values = _resolve(args, AUDIT_SETTINGS)
+            _require_extras("audit", values)
             from sidecar.ledger.audit_command import run_audit
 
             for key in ("json", "in_flight", "item_id", "decision", "result_json", "by", "reason",
@@ -570,17 +681,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
         elif args.command == "console":
             values = _resolve(args, CONSOLE_SETTINGS)
+            _require_extras("console", values)
             logs.configure(values["log_level"], values["log_format"])
             from sidecar.console.serve import run_console
 
             raise SystemExit(run_console(values))
         elif args.command == "demo":
-            from sidecar.demo import run_demo
+            from sidecar.demo import DATA_DIR, run_demo
 
-            raise SystemExit(run_demo())
+            raise SystemExit(run_demo(args.data_dir or DATA_DIR))
+        elif args.command == "store" and args.store_command == "check":
+            raise SystemExit(_store_check(_resolve(args, CHECK_SETTINGS)))
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
+            _require_extras("store", values)
             tracing_settings.check()
             logs.configure(values["log_level"], values["log_format"])
             from sidecar.ops.security import read_token, server_credentials
@@ -602,7 +717,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     credentials=credentials,
                 )
             )
-    except (ConfigError, tracing_settings.TracingSettingError) as exc:
+    except (ConfigError, tracing_settings.TracingSettingError, extras.MissingExtra) as exc:
         _fail(str(exc))
     except Exception as exc:
         if not _cannot_start(exc):

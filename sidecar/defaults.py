@@ -16,8 +16,9 @@ DATA_DIR = Path(".actonce")
 # Seconds a store call may take; a write also needs this much lease left.
 STORE_TIMEOUT_SECONDS = 5.0
 # Seconds a BeginStep that repeats a step of its attempt still running (its caller
-# gave up and called again) waits for that step to end and answer its result.
-STEP_REPEAT_WAIT_SECONDS = 30.0
+# gave up and called again) waits for that step to end and answer its result, at most:
+# a gRPC caller's own deadline bounds it too; the MCP gateway waits for its upstream's.
+STEP_REPEAT_WAIT_SECONDS = 5.0
 # Seconds the MCP gateway waits for an upstream's answer.
 MCP_UPSTREAM_TIMEOUT_SECONDS = 30.0
 # Milliseconds a ledger append waits for a locked ledger.
@@ -33,6 +34,20 @@ ATTEMPT_IDLE_TTL_SECONDS = 3600.0
 # (bench/attempt_flood.py measures it; the README has its figures).
 ATTEMPT_MAX_COUNT = 10_000
 ATTEMPT_MAX_MIB = 48
+# The HTTP fronts (the MCP front, the console). A body well above the largest field (a
+# 1 MiB *_json, escaped in its envelope), so that an oversized field gets its own clear
+# error; nesting above the fields' 64 with room for the envelope. Connections at most,
+# each holding at most one body: 64 x 2 MiB stays within the pod's memory limit.
+HTTP_MAX_BODY_BYTES = 2 << 20
+HTTP_MAX_NESTING = 100
+HTTP_MAX_CONNECTIONS = 64
+HTTP_MAX_HEADER_BYTES = 16 << 10
+# A request's head must arrive within this many seconds of its first byte (or of the
+# connection), and the whole request within the second figure; idle between requests
+# at most the third.
+HTTP_HEADER_TIMEOUT_SECONDS = 5.0
+HTTP_READ_TIMEOUT_SECONDS = 30.0
+HTTP_KEEP_ALIVE_SECONDS = 5
 # The services that stay open when callers need the API token: probes and grpcurl
 # call them, and they change nothing and hold nothing of a run's.
 API_TOKEN_EXEMPT = frozenset({"health", "reflection"})

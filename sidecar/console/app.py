@@ -7,9 +7,14 @@ Pages are rendered on the server and work without JavaScript. Access:
   through the sign-in form, and without a token nobody else gets in at all;
 - resolving needs the token every time, typed into the form, and a form token
   bound to the browser's session (a request forged by another site has neither);
+- behind a sign-in proxy (``--operator-header``), the operator is who the proxy's header
+  names, recorded in the decision; the header is trusted only when so configured;
 - with an API token (``--api-token-file``), every request needs it as well, on top of
   the rules above: as ``Authorization: Bearer``, or a session signed in with it. The
-  operator's token stands for it; it opens nothing the rules above keep closed.
+  operator's token stands for it; it opens nothing the rules above keep closed;
+- before any of that, the HTTP guard (sidecar.ops.http_guard): Host and Origin on every
+  route (a name rebound to loopback reaches nothing), the forms' own media type on every
+  POST, the body's size; and the hardening headers on every answer.
 
 The console reads the ledger through OperatorLedger, whose queries page in SQL,
 and appends nothing but an operator's decisions; it is never on a write's path.
@@ -50,9 +55,10 @@ from sidecar.ledger.operator import (
     OperatorLedger,
     PendingTracker,
     RunFilter,
+    RunsPage,
 )
 from sidecar.ledger.pending import Decision, DecisionRefused, PendingItem
-from sidecar.ops import auth
+from sidecar.ops import auth, http_guard
 from sidecar.ops.auth import TokenFile
 from sidecar.rules import canonical
 
@@ -60,6 +66,35 @@ HERE = Path(__file__).parent
 PAGE_SIZE = 50
 RUN_PAGE_EVENTS = 2000
 PENDING_SHOWN = 200  # the newest; `actonce audit pending` and /api/pending list them all
+MAX_OPERATOR_BYTES = canonical.MAX_NAME_BYTES
+SQL_INT_MAX = 2**63 - 1
+
+# Pages of the console's own, styled by its own stylesheet: no script, no frame, forms
+# posted here only. A same-origin referrer, not none: a browser sends `Origin: null` on a
+# form's POST from a page whose policy is no-referrer, and the guard refuses that origin.
+PAGE_HEADERS: tuple[tuple[str, str], ...] = (
+    ("content-security-policy",
+     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+     "frame-ancestors 'none'; base-uri 'none'"),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("cache-control", "no-store"),
+    ("referrer-policy", "same-origin"),
+)  # fmt: skip
+
+
+def console_policy(
+    hosts: tuple[http_guard.AllowedHost, ...] = (), origins: tuple[str, ...] = ()
+) -> http_guard.RequestPolicy:
+    """What the console takes: its forms' encoding on a POST, its pages' headers."""
+    return http_guard.RequestPolicy(
+        hosts=hosts,
+        origins=origins,
+        media_types=frozenset({http_guard.FORM}),
+        headers=PAGE_HEADERS,
+        hosts_flag="--allowed-hosts",
+        origins_flag="--allowed-origins",
+    )
 
 
 @dataclass
@@ -69,6 +104,8 @@ class ConsoleState:
     ledger: OperatorLedger
     token: str | None
     chain: ChainWatch
+    # The header a sign-in proxy names the operator in; None: the operator types a name.
+    operator_header: str | None = None
     tracker: PendingTracker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -76,6 +113,16 @@ class ConsoleState:
 
     def pending(self) -> list[PendingItem]:
         return self.tracker.items()
+
+    def operator(self, request: Request) -> str | None:
+        """Who the sign-in proxy says sends ``request``; None when no proxy is configured
+        or it named nobody usable."""
+        if self.operator_header is None:
+            return None
+        name = request.headers.get(self.operator_header, "").strip()
+        if not name or len(name.encode()) > MAX_OPERATOR_BYTES or not name.isprintable():
+            return None
+        return name
 
     def in_flight(self) -> list[InFlight]:
         return self.tracker.in_flight()
@@ -108,9 +155,11 @@ def create_app(
     chain: ChainWatch,
     session_secret: str | None = None,
     trace_url_template: str | None = None,
+    policy: http_guard.RequestPolicy | None = None,
+    operator_header: str | None = None,
     api_token: TokenFile | None = None,
 ) -> Starlette:
-    state = ConsoleState(ledger, token, chain)
+    state = ConsoleState(ledger, token, chain, operator_header=operator_header)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals["lanes"] = timeline.LANES
     # A link from each traced entry to the trace viewer (--trace-url-template).
@@ -130,6 +179,8 @@ def create_app(
             "pending_count": len(items),
             "csrf": csrf_token(request),
             "token_set": state.token is not None,
+            "proxy_signs_in": state.operator_header is not None,
+            "operator": state.operator(request),
         }
         return templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
 
@@ -205,6 +256,14 @@ def create_app(
         item_id = request.path_params["item_id"]
         form = await request.form()
         fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
+        if _names_nothing(item_id, *fields.values()):
+            return await _refuse(
+                request,
+                400,
+                "The form holds a NUL character: nothing was recorded.",
+                item_id,
+                {},
+            )
         expected = request.session.get("csrf")
         if not expected or not hmac.compare_digest(fields.get("csrf", ""), str(expected)):
             return await _refuse(
@@ -231,6 +290,19 @@ def create_app(
                 item_id,
                 fields,
             )
+        by = fields.get("by", "").strip()
+        if state.operator_header is not None:
+            signed_in = state.operator(request)
+            if signed_in is None:
+                return await _refuse(
+                    request,
+                    403,
+                    "The sign-in proxy named no operator: open the console through it. "
+                    "Nothing was recorded.",
+                    item_id,
+                    fields,
+                )
+            by = signed_in
         try:
             decision = Decision(fields.get("decision", ""))
         except ValueError:
@@ -250,10 +322,11 @@ def create_app(
                 lambda: state.ledger.resolve(
                     item_id,
                     decision,
-                    by=fields.get("by", "").strip(),
+                    by=by,
                     reason=fields.get("reason", "").strip(),
                     result_json=result_json,
                     digest=digest,
+                    by_header=state.operator_header or "",
                 )
             )
         except DecisionRefused as exc:
@@ -324,6 +397,8 @@ def create_app(
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     middleware = [
+        # Outermost first: the guard's layers, then the console's own.
+        *http_guard.middleware(policy or console_policy()),
         Middleware(
             SessionMiddleware,
             secret_key=session_secret or secrets.token_urlsafe(32),
@@ -422,7 +497,15 @@ async def _refuse_without_api_token(
     await auth.refuse_http(scope, receive, send)
 
 
+def _names_nothing(*texts: str) -> bool:
+    """Whether an id or filter holds a NUL: the ledger holds no such id (the sidecar refuses
+    them as input), and PostgreSQL cannot even be asked about one."""
+    return any("\x00" in text for text in texts)
+
+
 def _runs_page(state: ConsoleState, filters: RunFilter, offset: int) -> Any:
+    if _names_nothing(filters.run_id, filters.rule):
+        return RunsPage([], offset, PAGE_SIZE, more=False)
     counts: dict[str, int] = {}
     for item in state.pending():
         counts[item.run_id] = counts.get(item.run_id, 0) + 1
@@ -430,6 +513,8 @@ def _runs_page(state: ConsoleState, filters: RunFilter, offset: int) -> Any:
 
 
 def _run_events(state: ConsoleState, run_id: str, after: int) -> tuple[list[Any], list[Any]]:
+    if _names_nothing(run_id):
+        return [], []
     events = state.ledger.run_events(run_id, after=after, limit=RUN_PAGE_EVENTS)
     items = [i for i in state.pending() if i.run_id == run_id]
     return events, items
@@ -462,9 +547,11 @@ def _iso(text: str) -> str:
 
 def _int(text: str | None, default: int) -> int:
     try:
-        return int(text) if text else default
+        value = int(text) if text else default
     except ValueError:
         return default
+    # The ledger's SQL takes 64-bit integers: beyond them there is no page to show anyway.
+    return max(-SQL_INT_MAX, min(value, SQL_INT_MAX))
 
 
 def _link(query: dict[str, str], offset: int) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import sys
 from pathlib import Path
@@ -12,23 +11,16 @@ import structlog
 import uvicorn
 
 from sidecar import defaults
-from sidecar.console.app import create_app
+from sidecar.console.app import console_policy, create_app
 from sidecar.console.chain import ChainWatch
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import LedgerError
 from sidecar.ledger.operator import open_operator_ledger
 from sidecar.ops import auth
+from sidecar.ops.http_guard import beyond_loopback_problem, is_loopback_listen
+from sidecar.ops.http_server import server_config
 
 log = structlog.get_logger()
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _token(path: Path | None) -> str | None:
@@ -48,12 +40,17 @@ def run_console(values: dict[str, Any]) -> int:
     except (OSError, ValueError) as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
-    if token is None and not _loopback(host):
+    if token is None and not is_loopback_listen(host):
         print(
             f"actonce: error: --listen {values['listen']} is not loopback: the console serves "
             "beyond loopback only with --token-file",
             file=sys.stderr,
         )
+        return 2
+    hosts = values.get("allowed_hosts") or ()
+    problem = beyond_loopback_problem(str(values["listen"]), hosts, "--allowed-hosts")
+    if problem is not None:
+        print(f"actonce: error: --listen {problem}", file=sys.stderr)
         return 2
     audit_db = values.get("audit_db") or defaults.DATA_DIR / "audit.db"
     try:
@@ -68,6 +65,8 @@ def run_console(values: dict[str, Any]) -> int:
         token=token,
         chain=chain,
         trace_url_template=values.get("trace_url_template"),
+        policy=console_policy(hosts, values.get("allowed_origins") or ()),
+        operator_header=values.get("operator_header"),
         api_token=api_token,
     )
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
@@ -79,11 +78,7 @@ def run_console(values: dict[str, Any]) -> int:
         print(f"actonce: error: cannot listen on {values['listen']}: {exc.strerror}",
               file=sys.stderr)  # fmt: skip
         return 2
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, log_config=None, access_log=False, proxy_headers=False, server_header=False
-        )
-    )
+    server = uvicorn.Server(server_config(app))
     bound = sock.getsockname()[1]
     log.info("console_serving", url=f"http://{values['listen'].rsplit(':', 1)[0]}:{bound}")
     try:

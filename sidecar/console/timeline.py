@@ -5,7 +5,10 @@ JSON and the tests read the same thing. A write is one entry from its intent
 to its outcome; a step is one entry from its begin to its end; each entry
 belongs to the attempt that made it, numbered in the order the attempts began.
 A run's scoped attempts (a tool call's, say) are attempts of the same run: each
-shows its scope, and fences only the attempts of its own scope.
+shows its scope, and fences only the attempts of its own scope. The page draws them
+grouped by scope (:attr:`Timeline.scopes`): the unscoped attempts first, then each
+scope in the order it began, as ``actonce audit show`` prints them, so that the
+attempts of parallel tool calls do not interleave.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class Entry:
     fences: int = 0  # attempt_begin: the attempt this one fenced
     by_decision: bool = False  # a step answered from an operator's decision, not an attempt's end
     trace_id: str = ""  # the trace of the call that made the entry, when it was traced
+    scope: str = ""  # its attempt's scope
     error: str = ""  # a step whose call failed: what its tool answered, or why none came
 
     @property
@@ -78,11 +82,32 @@ class Entry:
 
 
 @dataclass
+class ScopeView:
+    """The attempts of one scope of a run ("" for its unscoped ones) and their entries."""
+
+    scope: str
+    attempts: list[AttemptView] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass
 class Timeline:
     run_id: str
     rule: str
     attempts: list[AttemptView]
     entries: list[Entry]
+    scopes: list[ScopeView] = field(default_factory=list)
+
+
+def by_scope(attempts: Sequence[AttemptView], entries: Sequence[Entry]) -> list[ScopeView]:
+    """The run's attempts and entries grouped by scope, the unscoped first; an entry of no
+    attempt the page shows (its begin is on an earlier page) goes by its event's scope."""
+    groups: dict[str, ScopeView] = {"": ScopeView("")}
+    for attempt in attempts:
+        groups.setdefault(attempt.scope, ScopeView(attempt.scope)).attempts.append(attempt)
+    for entry in entries:
+        groups.setdefault(entry.scope, ScopeView(entry.scope)).entries.append(entry)
+    return [group for group in groups.values() if group.attempts or group.entries]
 
 
 def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> Timeline:
@@ -94,10 +119,12 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
     newest: dict[str, AttemptView] = {}  # by scope: fencing is per (run, scope)
     decided: dict[str, str] = {}  # id -> the latest decision on it so far
     traces: dict[int, str] = {}  # seq -> the trace of the call that wrote it
+    scopes: dict[int, str] = {}  # seq -> the scope its event names
     for stored in events:
         e = stored.event
         if e.trace_id:
             traces[stored.seq] = e.trace_id
+        scopes[stored.seq] = e.scope
         rule = rule or e.rule
         attempt = attempts.get(e.attempt_id)
         if e.phase == Phase.ATTEMPT_BEGIN:
@@ -212,7 +239,9 @@ def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> 
     _mark_in_doubt(entries, pending_ids)
     for entry in entries:
         entry.trace_id = traces.get(entry.seq, "")
-    return Timeline(run_id, rule, list(attempts.values()), entries)
+        entry.scope = entry.attempt.scope if entry.attempt else scopes.get(entry.seq, "")
+    shown = list(attempts.values())
+    return Timeline(run_id, rule, shown, entries, by_scope(shown, entries))
 
 
 def _entry(kind: str, stored: StoredEvent, attempt: AttemptView | None, **fields: Any) -> Entry:
@@ -259,6 +288,7 @@ def event_json(stored: StoredEvent) -> dict[str, Any]:
         "seq": stored.seq,
         "ts": stored.ts,
         "attempt_id": e.attempt_id,
+        "scope": e.scope,
         "rpc": e.rpc,
         "phase": e.phase,
         "rule": e.rule,

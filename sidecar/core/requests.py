@@ -20,6 +20,10 @@ Every call the registry opens is settled by exactly one of three endings, by
 - **unsettled**: it may have landed and was not answered: its occurrence stays bound
   to it, and a repeat, with its identity or identical without one, makes that same
   write again.
+
+Which of the last two a failure is, is decided here too (:meth:`Claim.failed`): it may
+have landed when an earlier call of it may have, or when the store was called and the
+error does not say that nothing landed (:func:`nothing_landed`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,27 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from sidecar.core.types import WriteResult
-from sidecar.errors import InvalidArgument
+from sidecar.errors import (
+    ActonceError,
+    ArtifactArchived,
+    InDoubt,
+    InvalidArgument,
+    LeaseExpired,
+    StoreRefused,
+)
+
+# Failures that say the write did not land: refused before it acted, or by the store.
+# Any other failure once the store was called (a deadline, an unreachable store, an
+# outcome that could not be audited) leaves it unknown.
+NOTHING_LANDED = (LeaseExpired, StoreRefused, ArtifactArchived, InDoubt)
+
+
+def nothing_landed(error: BaseException) -> bool:
+    """Whether ``error`` says its write did not land: refused, or never sent."""
+    if isinstance(error, NOTHING_LANDED):
+        return True
+    return isinstance(error, ActonceError) and error.nothing_sent
+
 
 # What each call the registry holds costs, about (tracemalloc, rounded up): the
 # attempts' memory bound counts it.
@@ -165,6 +189,27 @@ class Claim:
         under ``occurrence``."""
         if self._settle() and self.requests is not None and self.call is not None:
             self.requests._unsettled(self.call, occurrence)
+
+    def failed(
+        self,
+        occurrence: int | None,
+        give_back: Callable[[int], None],
+        *,
+        error: BaseException | None = None,
+        store_called: bool = False,
+    ) -> None:
+        """Settle a call that failed with ``error``. One that may have landed (an earlier
+        call of it may have; or it called the store, and ``error`` does not say nothing
+        landed) keeps its occurrence, bound to its claim: a repeat makes that same write
+        again, under the same id. Any other gives its occurrence back (``give_back``)
+        and is released: made again, it is the same write, with the same id."""
+        acted = store_called and (error is None or not nothing_landed(error))
+        if (self.is_repeat_of_landed or acted) and occurrence is not None:
+            self.unsettled(occurrence)
+            return
+        if occurrence is not None:
+            give_back(occurrence)
+        self.released()
 
     def _settle(self) -> bool:
         if self.settled or self.answer is not None:

@@ -249,6 +249,8 @@ class DecisionNote(TypedDict):
     reason: str
     result_json: NotRequired[str]
     digest: NotRequired[str]
+    # The header a sign-in proxy named ``by`` in; unset when the name was typed.
+    by_header: NotRequired[str]
 
 
 def decision_event(
@@ -260,6 +262,7 @@ def decision_event(
     reason: str,
     result_json: str = "",
     digest: str = "",
+    by_header: str = "",
 ) -> AuditEvent:
     """The audit event recording ``decision`` on ``item_id``, given the id's events.
 
@@ -290,6 +293,8 @@ def decision_event(
         "decision": decision.value, "by": by, "reason": reason, "kind": item.kind.value,
         "pending_since": item.seq,
     }  # fmt: skip
+    if by_header:
+        detail["by_header"] = by_header
     if item.tool:
         detail["tool"] = item.tool
     if result_json:

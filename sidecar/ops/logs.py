@@ -3,6 +3,10 @@
 Every call binds run, attempt, RPC and derived id into contextvars (see
 sidecar.fronts.grpc.interceptors and sidecar.core.actions); ``merge_contextvars`` comes first
 so each line carries them. Lines carry digests, never payloads.
+
+The libraries' own logging (uvicorn's above all: "Exception in ASGI application" and its
+traceback) goes through the same renderer, so that a JSON log never holds a line that is
+not JSON; a traceback is one field of one line.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
     )
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
             structlog.processors.format_exc_info,
             renderer,
         ],
@@ -33,3 +38,30 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    _route_standard_logging(level, renderer, stamp)
+
+
+def _route_standard_logging(
+    level: str, renderer: structlog.typing.Processor, stamp: structlog.typing.Processor
+) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.stdlib.add_logger_name,
+                stamp,
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    # Warnings and worse, as before they were routed here: the libraries' info lines
+    # (uvicorn's start-up, the MCP SDK's every request) are theirs, not the sidecar's.
+    root.setLevel(max(logging.WARNING, logging.getLevelNamesMapping()[level.upper()]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -135,9 +135,11 @@ class Console:
         self.served.stop()
 
 
-def start_console(config: Config, tmp: Path, *, token: bool = True) -> Console:
+def start_console(
+    config: Config, tmp: Path, *, token: bool = True, flags: Sequence[str] = ()
+) -> Console:
     port = free_port()
-    args = ["console", "--listen", f"127.0.0.1:{port}", "--log-format", "json"]
+    args = ["console", "--listen", f"127.0.0.1:{port}", "--log-format", "json", *flags]
     if token:
         token_file = tmp / "console.token"
         token_file.write_text(TOKEN + "\n")

@@ -9,56 +9,16 @@ Screenshots go to tests/console/screenshots/ (not committed).
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from actonce_api.v1 import types_pb2
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from tests.console.browsers import fill, shoot
 from tests.console.scenario import RUN, TOKEN, finish_run, make_ledger, start_console
 from tests.harness import sidecar_config
 from tests.server.processes import run_cli
-
-SHOTS = Path(__file__).parent / "screenshots"
-
-
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    # `make test` installs Debian's chromium and chromium-driver where they are missing.
-    driver_path = shutil.which("chromedriver")
-    assert driver_path, (
-        "chromedriver is not installed: run `make browser` (apt-get install chromium-driver)"
-    )
-    options = webdriver.ChromeOptions()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--window-size=1280,900", "--force-device-scale-factor=1"):  # fmt: skip
-        options.add_argument(flag)
-    chromium = shutil.which("chromium")
-    if chromium:
-        options.binary_location = chromium
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def shoot(driver: webdriver.Chrome, name: str) -> Path:
-    SHOTS.mkdir(exist_ok=True)
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, max(600, min(int(height) + 20, 4000)))
-    # Two animation frames: the page is laid out again at its new size before the shot.
-    driver.execute_async_script(
-        "const done = arguments[0];"
-        "requestAnimationFrame(() => requestAnimationFrame(() => done()));"
-    )
-    path = SHOTS / f"{name}.png"
-    driver.save_screenshot(str(path))
-    return path
 
 
 def test_an_operator_finds_and_resolves_a_step_in_doubt(
@@ -121,21 +81,3 @@ def test_an_operator_finds_and_resolves_a_step_in_doubt(
         console.stop()
     verified = run_cli("audit", "verify", "--audit-db", str(config.audit_path))
     assert verified.returncode == 0, verified.stdout
-
-
-def fill(browser: webdriver.Chrome, step_id: str, *, token: str) -> None:
-    card = browser.find_element(By.ID, f"item-{step_id}")
-    details = card.find_element(By.CSS_SELECTOR, "details.resolve")
-    if not details.get_attribute("open"):
-        details.find_element(By.TAG_NAME, "summary").click()
-    card.find_element(By.CSS_SELECTOR, "input[value='ran']").click()
-    result = card.find_element(By.NAME, "result_json")
-    result.clear()
-    result.send_keys('{"charge": "ch_3PqL", "status": "succeeded"}')
-    for name, value in (("by", "dana"), ("reason", "PSP dashboard shows charge ch_3PqL"),
-                        ("token", token)):  # fmt: skip
-        field = card.find_element(By.NAME, name)
-        field.clear()
-        if value:
-            field.send_keys(value)
-    card.find_element(By.CSS_SELECTOR, "button[type='submit']").click()

@@ -16,18 +16,23 @@ from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
-from sidecar.console.app import create_app
+from sidecar.console.app import console_policy, create_app
 from sidecar.console.chain import ChainWatch
 from sidecar.ledger.base import AuditEvent, Phase
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.ops import auth
+from sidecar.ops.http_guard import parse_allowed_hosts
 from tests.console.test_console_http import csrf_of
 
 API_TOKEN = "api-t0ken-91c4"
 OPERATOR = "op-t0ken-2d7e"
 LOCAL = ("127.0.0.1", 5000)
 REMOTE = ("203.0.113.9", 5000)
+LOCAL_URL, REMOTE_URL = "http://127.0.0.1", "http://console.example"
+# What the console's forms send: a POST of any other type is refused before the token is
+# looked at (sidecar.ops.http_guard).
+FORM = {"content-type": "application/x-www-form-urlencoded"}
 OPEN = ("/sign-in", "/static/console.css")
 
 
@@ -56,7 +61,11 @@ def console(
     token_file = tmp_path / "api.token"
     token_file.write_text(API_TOKEN + "\n")
     chain = ChainWatch(lambda: (_ for _ in ()).throw(RuntimeError("not checked here")))
-    return create_app(ledger, token=operator, chain=chain, api_token=auth.TokenFile(token_file))
+    # Reached as 127.0.0.1 on loopback, and as console.example from beyond it.
+    policy = console_policy(parse_allowed_hosts("console.example"))
+    return create_app(
+        ledger, token=operator, chain=chain, api_token=auth.TokenFile(token_file), policy=policy
+    )
 
 
 def requests_of(app: Starlette) -> list[tuple[str, str]]:
@@ -84,12 +93,13 @@ def test_every_route_but_sign_in_refuses_a_request_without_the_api_token(
     app = console(ledger, tmp_path)
     routes = requests_of(app)
     assert {path for _m, path in routes} >= {"/", "/api/runs", "/pending", "/sign-in"}
-    with TestClient(app, client=LOCAL) as local:
+    with TestClient(app, base_url=LOCAL_URL, client=LOCAL) as local:
         for method, path in routes:
             if path in OPEN:
                 continue
             for headers in ({}, bearer("not-the-token"), bearer(API_TOKEN[:-1])):
-                answer = local.request(method, path, headers=headers, follow_redirects=False)
+                sent = {**headers, **FORM} if method == "POST" else headers
+                answer = local.request(method, path, headers=sent, follow_redirects=False)
                 if path.startswith("/api/"):
                     assert answer.status_code == 401, (method, path)
                     assert answer.json()["reason"] == "UNAUTHENTICATED"
@@ -109,13 +119,13 @@ def test_the_api_token_opens_nothing_the_console_kept_closed(
 ) -> None:
     for operator in (OPERATOR, None):
         app = console(ledger, tmp_path, operator=operator)
-        with TestClient(app, client=REMOTE) as remote:
+        with TestClient(app, base_url=REMOTE_URL, client=REMOTE) as remote:
             answer = remote.get("/api/runs", headers=bearer(API_TOKEN))
             # Beyond loopback: the operator's token, as before; without one, nobody.
             assert answer.status_code == (401 if operator else 403)
             if operator:
                 assert remote.get("/api/runs", headers=bearer(OPERATOR)).status_code == 200
-        with TestClient(app, client=LOCAL) as local:
+        with TestClient(app, base_url=LOCAL_URL, client=LOCAL) as local:
             form = local.get("/sign-in").text  # the session's form token
             fields = {"csrf": csrf_of(form), "token": API_TOKEN, "decision": "ran", "by": "ops"}
             refused = local.post("/pending/step-1/resolve", headers=bearer(API_TOKEN), data=fields)
@@ -127,7 +137,7 @@ def test_the_api_token_opens_nothing_the_console_kept_closed(
 
 def test_a_browser_signs_in_with_the_api_token(ledger: OperatorLedger, tmp_path: Path) -> None:
     app = console(ledger, tmp_path, operator=None)
-    with TestClient(app, client=LOCAL) as local:
+    with TestClient(app, base_url=LOCAL_URL, client=LOCAL) as local:
         assert local.get("/", follow_redirects=False).status_code == 303
         form = local.get("/sign-in").text
         assert "API token" in form
@@ -139,6 +149,6 @@ def test_a_browser_signs_in_with_the_api_token(ledger: OperatorLedger, tmp_path:
         assert signed.status_code == 303
         assert local.get("/").status_code == 200
         assert local.get("/api/runs").status_code == 200
-    with TestClient(app, client=REMOTE) as remote:
+    with TestClient(app, base_url=REMOTE_URL, client=REMOTE) as remote:
         form = remote.get("/sign-in").text  # beyond loopback with no operator token: nothing
         assert "API token" not in form

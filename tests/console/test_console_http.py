@@ -167,8 +167,11 @@ def test_a_console_without_a_token_reads_on_loopback_and_refuses_to_resolve(
 
 
 def test_a_client_beyond_loopback_needs_the_token(tmp_path: Path) -> None:
-    # Starlette's test client calls the app as a client at a non-loopback address would.
+    # Starlette's test client calls the app as a client at a non-loopback address would,
+    # by a name the console was told it is reached by.
+    from sidecar.console.app import console_policy
     from sidecar.ledger.operator import open_operator_ledger
+    from sidecar.ops.http_guard import parse_allowed_hosts
 
     config = sidecar_config(tmp_path / "data")
     make_ledger(config, tmp_path)
@@ -177,8 +180,11 @@ def test_a_client_beyond_loopback_needs_the_token(tmp_path: Path) -> None:
     chain = ChainWatch(lambda: (_ for _ in ()).throw(RuntimeError("not checked here")))
     try:
         for token in (None, TOKEN):
-            app = create_app(ledger, token=token, chain=chain)
-            with TestClient(app, client=("203.0.113.9", 5000)) as remote:
+            policy = console_policy(parse_allowed_hosts("console.example"))
+            app = create_app(ledger, token=token, chain=chain, policy=policy)
+            with TestClient(
+                app, base_url="http://console.example", client=("203.0.113.9", 5000)
+            ) as remote:
                 answer = remote.get("/api/pending")
                 assert answer.status_code == (403 if token is None else 401)
                 answer = remote.get("/", follow_redirects=False)
@@ -227,7 +233,7 @@ def test_a_run_id_with_url_characters_links_to_its_own_page(tmp_path: Path) -> N
     chain = ChainWatch(lambda: (_ for _ in ()).throw(RuntimeError("not checked here")))
     try:
         app = create_app(ledger, token=None, chain=chain)
-        with TestClient(app, client=("127.0.0.1", 5000)) as local:
+        with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 5000)) as local:
             runs = local.get("/").text
             href = re.search(r'class="run-link" href="([^"]+)"', runs)
             assert href is not None
@@ -249,7 +255,7 @@ def test_every_page_shows_the_chain_status_and_names_the_first_bad_event(tmp_pat
     chain = ChainWatch(lambda: open_reader({"audit_db": config.audit_path}))
     try:
         app = create_app(ledger, token=None, chain=chain)
-        with TestClient(app, client=("127.0.0.1", 5000)) as local:
+        with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 5000)) as local:
             assert chain.check_now()["state"] == "intact"
             assert "chain intact" in local.get("/").text
             conn = sqlite3.connect(config.audit_path)

@@ -114,3 +114,40 @@ def test_scoped_attempts_fence_only_their_own_scope_and_an_aborted_step_shows() 
     (step,) = [e for e in view.entries if e.kind == "step"]
     assert step.state == "aborted"
     assert b1.number == 2
+
+
+def test_parallel_tool_calls_are_grouped_by_scope_in_the_order_they_began() -> None:
+    # A delivery and two tool calls of it whose writes interleave; the first call retried.
+    events = [
+        stored(1, "d1", "attempt_begin"),
+        stored(2, "a1", "attempt_begin", scope="call_1"),
+        stored(3, "b1", "attempt_begin", scope="call_2"),
+        stored(4, "a1", "intent", "art_a", scope="call_1"),
+        stored(5, "b1", "intent", "art_b", scope="call_2"),
+        stored(6, "b1", "outcome", "art_b", outcome="OUTCOME_APPLIED", scope="call_2"),
+        stored(7, "a2", "attempt_begin", scope="call_1"),
+        stored(8, "a2", "intent", "art_a", scope="call_1"),
+        stored(9, "a2", "outcome", "art_a", outcome="OUTCOME_ALREADY_APPLIED", scope="call_1"),
+        stored(10, "d1", "attempt_end", detail={"applied": 0}),
+    ]
+    view = build("run-1", events, set())
+    assert [g.scope for g in view.scopes] == ["", "call_1", "call_2"]
+    unscoped, first, second = view.scopes
+    assert [a.attempt_id for a in first.attempts] == ["a1", "a2"]
+    assert [(e.seq, e.kind) for e in first.entries] == [
+        (2, "attempt_begin"), (4, "write"), (7, "attempt_begin"), (8, "write"),
+    ]  # fmt: skip
+    assert [e.state for e in first.entries if e.kind == "write"] == [
+        "no_outcome",
+        "already_applied",
+    ]
+    assert [(e.seq, e.kind) for e in second.entries] == [(3, "attempt_begin"), (5, "write")]
+    assert [e.seq for e in unscoped.entries] == [1, 10]
+    assert first.attempts[0].fenced_by == first.attempts[1].number  # within its own scope
+    # A page that starts after an attempt's begin still files its events under their scope.
+    later = build("run-1", events[7:], set())
+    assert [(g.scope, [e.seq for e in g.entries]) for g in later.scopes] == [
+        ("", [10]), ("call_1", [8]),
+    ]  # fmt: skip
+    # A run without scopes is one group, drawn as before.
+    assert [g.scope for g in build("run-1", events[:1] + events[-1:], set()).scopes] == [""]

@@ -3,9 +3,9 @@ docs/pydantic-ai.md), installed as its doc says and run from a folder outside th
 repository, as a user would run it.
 
 A fresh virtualenv in a temporary folder gets the Python client's wheel with each doc's
-own ``pip install`` commands (the doc's ``/path/to/actonce/dist`` is the folder the wheel
-was built into, as ``make dist`` builds it), pinned by the project's constraints.txt so that
-the suite runs the versions it was checked with. One environment holds all three
+own ``pip install`` commands (the doc's ``/path/to/actonce/dist`` is a copy of ``make
+dist``'s ``dist/`` outside the repository; ``make test`` builds the wheel first), pinned by
+the project's constraints.txt so that the suite runs the versions it was checked with. One environment holds all three
 frameworks, whose pins agree. Each doc's agent is then run there, its code as it stands
 in the doc, with a scripted model in its model's place and a card processor in its card
 API's, against a live sidecar: the run delivered twice opens its ticket and makes its
@@ -21,12 +21,12 @@ import shlex
 import shutil
 import sqlite3
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
 import pytest
 from card_processor import Ledger, card_processor
+from kill_loop import store_file
 
 from actonce_client.testing import LocalSidecar
 
@@ -36,6 +36,15 @@ REPO = CLIENT.parents[1]
 DOCS = {"langgraph": "langgraph.md", "openai-agents": "openai-agents.md",
         "pydantic-ai": "pydantic-ai.md"}  # fmt: skip
 WHEEL_FOLDER = "/path/to/actonce/dist"
+
+
+def _version() -> str:
+    found = re.search(r'^version = "([^"]+)"$', (CLIENT / "pyproject.toml").read_text(), re.M)
+    assert found
+    return found.group(1)
+
+
+VERSION = _version()
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -84,10 +93,12 @@ def _run(args: list[str], **kw: object) -> str:
 @pytest.fixture(scope="module")
 def docs_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv outside the repository, with every doc's install made in it."""
+    wheel = REPO / "dist" / f"actonce_client-{VERSION}-py3-none-any.whl"
+    assert wheel.is_file(), "dist/ lacks the Python client's wheel: run `make dist-packages`"
     folder = tmp_path_factory.mktemp("docs-agents")
     wheels = folder / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-          "--disable-pip-version-check", "-w", str(wheels), str(CLIENT)])  # fmt: skip
+    wheels.mkdir()
+    shutil.copy2(wheel, wheels / wheel.name)
     venv.create(folder / "venv", with_pip=True)
     python = folder / "venv" / "bin" / "python"
     for name in sorted(DOCS):
@@ -120,7 +131,7 @@ def test_the_complete_agent_does_its_work_once_when_a_job_is_delivered_twice(
 
 
 def assert_once(name: str, sidecar: LocalSidecar, ledger: Ledger) -> None:
-    with sqlite3.connect(sidecar.data_dir / "store.db") as db:
+    with sqlite3.connect(store_file(sidecar.data_dir)) as db:
         (tickets,) = db.execute(
             "SELECT count(*) FROM artifacts WHERE kind = 'ticket'"
             " AND json_extract(data_json, '$.title') = ?",

@@ -12,6 +12,10 @@ Routes (all on ``--mcp-listen``):
   ``POST /attempts/{attempt_id}/end`` -> the counts.
 
 The harness binds the attempt, never the model: no tool takes an attempt id.
+
+Every route is behind the HTTP guard (sidecar.ops.http_guard): Host and Origin, JSON on
+every POST, the body's size and nesting; and served under uvicorn with deadlines and a
+connection cap (sidecar.ops.http_server).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sidecar.core.actions import RunActions
@@ -41,7 +45,7 @@ from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownA
 from sidecar.fronts.mcp import tools
 from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
-from sidecar.ops import auth
+from sidecar.ops import auth, http_guard, http_server
 from sidecar.ops.auth import TokenFile
 
 if TYPE_CHECKING:
@@ -102,7 +106,7 @@ class McpFront:
         *,
         gateway: Gateway | None = None,
         record: Recorder = _no_record,
-        host: str = "127.0.0.1",
+        policy: http_guard.RequestPolicy | None = None,
         tracing: Tracing | None = None,
         api_token: TokenFile | None = None,
     ) -> None:
@@ -122,27 +126,29 @@ class McpFront:
         self.server.middleware = (
             [tracing.mcp_middleware(self.tool_name)] if tracing is not None else []
         )
-        security = None
-        if host in ("127.0.0.1", "localhost", "::1"):
-            security = TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-            )
+        # The guard checks Host and Origin on every route, /mcp too, wherever the front
+        # listens; the SDK's own check, of /mcp alone, would be a second rule to keep equal.
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.sessions = StreamableHTTPSessionManager(
             app=self.server, stateless=True, json_response=True, security_settings=security
         )
         mcp_app = StreamableHTTPASGIApp(self.sessions)
         self.app = Starlette(
             routes=[
-                Route("/mcp", endpoint=mcp_app),
-                Route("/mcp/attempts/{attempt_id}", endpoint=mcp_app),
+                # POST alone: a stateless server has nothing to push, and the SDK's GET
+                # stream stays open for ever, each one a connection under the cap.
+                Route("/mcp", endpoint=mcp_app, methods=["POST"]),
+                Route("/mcp/attempts/{attempt_id}", endpoint=mcp_app, methods=["POST"]),
                 Route("/attempts", endpoint=self._begin_attempt, methods=["POST"]),
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
             ],
+            # Outermost first: the guard's layers, then the API token on every route when
+            # one is configured (sidecar.ops.auth).
+            middleware=[
+                *http_guard.middleware(policy or http_guard.RequestPolicy()),
+                *auth.middleware(api_token),
+            ],
             lifespan=self._lifespan,
-            # Every route needs the API token when one is configured (sidecar.ops.auth).
-            middleware=auth.middleware(api_token),
         )
 
     @contextlib.asynccontextmanager
@@ -222,7 +228,7 @@ class McpFront:
 
     # -- attempts over plain HTTP -----------------------------------------------
 
-    async def _begin_attempt(self, request: Request) -> JSONResponse:
+    async def _begin_attempt(self, request: Request) -> Response:
         FRONT.set(FRONT_NAME)
         try:
             body = await _json_body(request)
@@ -240,7 +246,7 @@ class McpFront:
             return _http_error(error)
         return JSONResponse({"attempt_id": attempt.attempt_id})
 
-    async def _end_attempt(self, request: Request) -> JSONResponse:
+    async def _end_attempt(self, request: Request) -> Response:
         FRONT.set(FRONT_NAME)
         try:
             counts = await self.actions.end_attempt(request.path_params["attempt_id"])
@@ -292,15 +298,12 @@ _HTTP_STATUS = {
 }
 
 
-def _http_error(error: ActonceError) -> JSONResponse:
+def _http_error(error: ActonceError) -> Response:
     status = 404 if isinstance(error, UnknownAttempt) else _HTTP_STATUS[error.failure_class]
-    return JSONResponse(
-        {
-            "reason": error.reason,
-            "failure_class": error.failure_class.value,
-            "message": error.message,
-        },
+    return Response(
+        http_guard.refusal_body(error.reason, error.failure_class, error.message),
         status_code=status,
+        media_type=http_guard.JSON,
     )
 
 
@@ -308,7 +311,9 @@ class McpListener:
     """The front served by uvicorn in the sidecar's own event loop, on a socket bound early
     (so that a taken port stops start-up, and port 0 gives its number)."""
 
-    def __init__(self, front: McpFront, listen: str) -> None:
+    def __init__(
+        self, front: McpFront, listen: str, limits: http_server.ServingLimits | None = None
+    ) -> None:
         host, _, port = listen.rpartition(":")
         host = host.strip("[]")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -319,13 +324,7 @@ class McpListener:
         self.socket.setblocking(False)
         self.port: int = self.socket.getsockname()[1]
         self.server = uvicorn.Server(
-            uvicorn.Config(
-                front.app,
-                log_config=None,
-                access_log=False,
-                lifespan="on",
-                timeout_graceful_shutdown=5,
-            )
+            http_server.server_config(front.app, limits, lifespan="on", timeout_graceful_shutdown=5)
         )
         self._task: asyncio.Task[None] | None = None
 

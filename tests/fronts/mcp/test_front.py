@@ -137,11 +137,12 @@ def test_errors_are_tool_results_with_reason_and_class(served: RunningSidecar) -
 def test_attempts_begin_and_end_over_http(served: RunningSidecar) -> None:
     attempt = begin_over_http(base(served), "run-http")
     call(base(served) + "/mcp", attempt, ("create_thread", {"title": "t"}))
-    ended = httpx2.post(f"{base(served)}/attempts/{attempt}/end")
+    json_type = {"content-type": "application/json"}
+    ended = httpx2.post(f"{base(served)}/attempts/{attempt}/end", headers=json_type)
     assert ended.json()["applied"] == 1
-    again = httpx2.post(f"{base(served)}/attempts/att_nope/end")
+    again = httpx2.post(f"{base(served)}/attempts/att_nope/end", headers=json_type)
     assert again.status_code == 404 and again.json()["reason"] == "UNKNOWN_ATTEMPT"
-    bad = httpx2.post(f"{base(served)}/attempts", content=b'{"run_id": ""}')
+    bad = httpx2.post(f"{base(served)}/attempts", content=b'{"run_id": ""}', headers=json_type)
     assert bad.status_code == 400 and bad.json()["failure_class"] == "REFUSED"
 
 
