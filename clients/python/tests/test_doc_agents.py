@@ -5,11 +5,11 @@ repository, as a user would run it.
 A fresh virtualenv in a temporary folder gets the Python client's wheel with each doc's
 own ``pip install`` commands (the doc's ``/path/to/actonce/dist`` is a copy of ``make
 dist``'s ``dist/`` outside the repository; ``make test`` builds the wheel first), pinned by
-the project's constraints.txt so that the suite runs the versions it was checked with. One environment holds all three
-frameworks, whose pins agree. Each doc's agent is then run there, its code as it stands
-in the doc, with a scripted model in its model's place and a card processor in its card
-API's, against a live sidecar: the run delivered twice opens its ticket and makes its
-charge once.
+the project's constraints.txt so that the suite runs the versions it was checked with. One
+environment holds all three frameworks, whose pins agree. Each doc's agent is then run
+there, its code as it stands in the doc, with a scripted model in its model's place and a
+card processor in its card API's, against a live sidecar: the run delivered twice opens its
+ticket and makes its charge once.
 """
 
 from __future__ import annotations
