@@ -34,7 +34,7 @@ COPY clients/python/src/actonce_api ./clients/python/src/actonce_api
 RUN --mount=type=secret,id=ca-bundle,required=false \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
     && python3 -m venv /opt/actonce \
-    && /opt/actonce/bin/pip install -c constraints.txt . \
+    && /opt/actonce/bin/pip install -c constraints.txt '.[all]' \
     && /opt/actonce/bin/pip uninstall -y pip setuptools
 
 FROM debian:bookworm-slim

@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Two stamps: what serving needs (`make run`), and beside it the development extras.
+SERVE_STAMP := $(VENV)/.serve-installed
 STAMP := $(VENV)/.installed
 NODE_BIN := node_modules/.bin
 BUF := $(NODE_BIN)/buf
@@ -15,10 +17,25 @@ TEST_TARGETS := test-python
 
 .PHONY: run test check venv lint typecheck check-gen gen buf-lint test-python bench-ledger clean
 
-$(STAMP): pyproject.toml constraints.txt
+# setuptools tells of every editable install it makes, as a warning screen that pip shows:
+# information, not a fault, and kept off the terminal.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet \
+	--disable-pip-version-check
+PIP_WHEEL := $(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps
+
+# The sidecar alone: what `actonce serve`, `audit`, `demo` and `store` import. The MCP
+# front, traces, the console and PostgreSQL are extras (pyproject.toml), which the
+# development install below brings. --no-compile: byte-compiling every installed
+# package up front took a third of a fresh install, and Python compiles what it
+# imports on first use anyway.
+$(SERVE_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PIP_INSTALL) --no-compile -c constraints.txt -e .
+	touch $(SERVE_STAMP)
+
+$(STAMP): $(SERVE_STAMP) pyproject.toml constraints.txt
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -27,7 +44,7 @@ $(BUF): package.json package-lock.json
 	npm ci --silent --no-audit --no-fund
 	touch $(BUF)
 
-run: $(STAMP)
+run: $(SERVE_STAMP)
 	$(VENV)/bin/actonce serve
 
 # The generated Python stubs, one copy for the sidecar and the Python client.
@@ -56,8 +73,11 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The fuzz extra too, so that the short coverage-guided fuzz runs in the suite.
+# Most tests wait on processes, sockets and syncs, not on the cores: several run at once,
+# a file's tests together (they share its fixtures and its servers).
+PYTEST_WORKERS ?= 3
 test-python: $(STAMP) $(FUZZ_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
 
@@ -72,4 +92,4 @@ bench-ledger: $(STAMP)
 	$(PY) -m bench.ledger_bench
 
 clean:
-	rm -rf $(VENV) node_modules .gen-check .actonce
+	rm -rf $(VENV) node_modules .gen-check .actonce .actonce-demo dist

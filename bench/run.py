@@ -58,7 +58,7 @@ from typing import Any
 import google.protobuf
 import grpc
 
-from bench import report, setup
+from bench import peers, report, setup
 from tests.helpers.env import scrubbed_env
 from tests.helpers.health import NeverAnswered, wait_serving
 
@@ -74,23 +74,35 @@ LOAD_CORE = 1
 # The "before" target's code: the commit before the latest speed work, so that each change
 # is measured beside what it replaced, in the same run. `--before-ref` (or BENCH_BEFORE_REF)
 # names another commit.
-BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "2c379812ce7f49fc8c4d5845ce1a5c76a72d9b26")
+BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "1bb115c338680079ef36847b7743506d0345de88")
 
 SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
+# The floors (bench/floor.py): a bare grpcio aio server making one SQLite commit per write
+# (floor1) or three in turn (floor3), serving the sidecar's calls, so that every goal is a
+# ratio to a floor measured in the same run, on the same disk, by the same client.
+FLOOR_TARGETS = ("floor1", "floor3")
+FLOOR_SCENARIOS = ("create", "notice")
 STORE_SCENARIOS = ("create", "storm", "notice", "read")
 SIDECAR_TARGETS = (
     "sqlite-before",
+    "sqlite-twofiles",
     "sqlite-unaudited",
     "sqlite-audited",
     "postgres-unaudited",
     "postgres-audited",
 )
-ALL_TARGETS = ("store", "store-postgres", *SIDECAR_TARGETS)
-SMOKE_TARGETS = ("store", "sqlite-unaudited", "sqlite-audited")
+ALL_TARGETS = (*FLOOR_TARGETS, "store", "store-postgres", *SIDECAR_TARGETS)
+# Targets a run can name besides those it runs by default: `actonce serve` on PostgreSQL as
+# it was at --before-ref, and a data folder of two files (one made before the store moved
+# into the ledger's file), whose writes make their three commits in turn.
+EXTRA_TARGETS = ("postgres-before", "sqlite-batch")
+SMOKE_TARGETS = ("floor1", "floor3", "store", "sqlite-unaudited", "sqlite-audited")
 # Concurrency 1: the floor and the writes, on the store alone and each SQLite sidecar in the run.
 C1_SCENARIOS = ("health", "notice", "create", "edit")
-C1_TARGETS = ("store", "sqlite-before", "sqlite-unaudited", "sqlite-audited")
-PARTS = ("saturation", "c1", "half-rate", "growth", "tracing", "profile")
+C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
+              "sqlite-twofiles", "sqlite-audited", "postgres-before",
+              "postgres-audited")  # fmt: skip
+PARTS = ("saturation", "c1", "contended", "peers", "half-rate", "growth", "tracing", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
     # An edit that still meets a newer version after three re-reads is refused
@@ -131,27 +143,83 @@ class Target:
     name: str
     process: subprocess.Popen[bytes]
     address: str
-    kind: str  # "store" or "sidecar"
+    kind: str  # "store", "sidecar", "floor" (the sidecar's calls, writes only) or "http"
     protoset: Path | None = None  # for a server whose reflection cannot find methods
+    # Processes of the same system beside the first (a peer's server and its SDK's).
+    others: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # When it was spawned (time.monotonic()): its cold start runs from here.
+    spawned: float = 0.0
+    # A database server whose CPU the target's writes use too (its PostgreSQL).
+    database_pid: int | None = None
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
+    def pids(self) -> list[int]:
+        """Every process of the target, their children included."""
+        return [p for proc in (self.process, *self.others) for p in process_tree(proc.pid)]
+
     def cpu_seconds(self) -> float:
-        """User and system CPU of the server process, every thread included."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        # utime and stime are the 14th and 15th fields; the split above starts at the 3rd.
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        """User and system CPU of the target's processes (every thread), and of its
+        database server's when it has one."""
+        pids = self.pids()
+        if self.database_pid is not None:
+            pids += process_tree(self.database_pid)
+        return sum(cpu_seconds(pid) for pid in pids)
+
+    def rss_mib(self) -> float:
+        """Resident memory of the target's own processes (not its database server's)."""
+        return sum(status_kib(pid, "VmRSS") for pid in self.pids()) / 1024
+
+    def peak_rss_mib(self) -> float:
+        """The most resident memory each of the target's processes has held, summed."""
+        return sum(status_kib(pid, "VmHWM") for pid in self.pids()) / 1024
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        for process in (*self.others, self.process):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(10)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, those alive now."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of one process, every thread included; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime and stime are the 14th and 15th fields; the split above starts at the 3rd.
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def status_kib(pid: int, key: str) -> int:
+    """One ``VmRSS``-like line of /proc/PID/status, in KiB; 0 once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _server_env(code: Path = ROOT) -> dict[str, str]:
@@ -217,7 +285,14 @@ def start_target(
              "--data-dir", str(data), "--log-level", "info"]  # fmt: skip
     actonce = [sys.executable, "-m", "sidecar.cli"]
     backend, _, mode = name.partition("-")
-    if backend == "store":
+    if name in FLOOR_TARGETS:
+        commits = name.removeprefix("floor")
+        args = [sys.executable, "-m", "bench.floor", "--listen", listen, "--data-dir", str(data),
+                "--commits", commits]  # fmt: skip
+        kind = "floor"
+    elif backend in peers.PEERS:
+        return peers.start(name, work, listen, data, dsns=dsns)
+    elif backend == "store":
         args, kind = [*actonce, "store", "--listen", listen, "--data-dir", str(data)], "store"
         if mode == "postgres":
             if dsns is None:
@@ -227,6 +302,12 @@ def start_target(
         args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     elif mode == "unaudited":
         args, kind = [*serve, "--unaudited"], "sidecar"
+    elif mode == "twofiles":  # a folder with the store's file of its own, as made before
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "store.db").touch()
+        args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
+    elif mode == "batch":  # audited, its writer threads under SCHED_BATCH (bench only)
+        args, kind = [*serve, "--sched-batch"], "sidecar"
     elif mode == "profiled":  # audited, under cProfile (bench/profile.py names the file)
         args, kind = serve, "sidecar"
     elif mode == "before":
@@ -238,6 +319,7 @@ def start_target(
             raise ValueError("a PostgreSQL target needs DSNs")
         args += ["--audit-dsn", dsns[0], "--store-dsn", dsns[1]]
     before = mode == "before"
+    spawned = time.monotonic()
     process = subprocess.Popen(
         [*pin(SERVER_CORE), *args, *extra],
         stdout=subprocess.DEVNULL,
@@ -245,7 +327,10 @@ def start_target(
         env={**_server_env(before_code(work) if before else ROOT), **(env or {})},
         cwd=work if before else ROOT,
     )
-    target = Target(name, process, listen, kind, protoset(work) if before else None)
+    target = Target(name, process, listen, kind, protoset(work) if before else None,
+                    spawned=spawned)  # fmt: skip
+    if backend == "postgres" and dsns is not None:
+        target.database_pid = postgres_pid()
     try:
         _wait_serving(target)
     except BaseException:
@@ -265,6 +350,8 @@ def prepare(target: Target) -> dict[str, str]:
     """What the scenarios need on ``target``: the environment their templates read."""
     if target.kind == "store":
         return setup.store(target.address)
+    if target.kind == "http":
+        return {"BENCH_NONCE": secrets.token_hex(6)}
     return setup.sidecar(target.address)
 
 
@@ -328,10 +415,13 @@ class Measured:
 def measure(
     ghz: Path, scenario: str, target: Target, env: dict[str, str], **options: Any
 ) -> Measured:
-    """Run ghz once, reading the server's CPU time around it."""
+    """Run ghz (or, for an HTTP ingress, the equivalent closed loop) once, reading the
+    server's CPU time around it."""
     before = target.cpu_seconds()
+    command = (peers.load_command(scenario, target, **options) if target.kind == "http"
+               else ghz_command(ghz, scenario, target, **options))  # fmt: skip
     done = subprocess.run(
-        ghz_command(ghz, scenario, target, **options),
+        [*pin(LOAD_CORE), *command] if target.kind == "http" else command,
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -386,12 +476,20 @@ class Plan:
     profiles: dict[str, str] = field(default_factory=dict)
     # The disk's fsync p50 and p99 (ms), once per concurrency-1 round.
     fsync: list[tuple[float, float]] = field(default_factory=list)
+    # Concurrency 1 beside a busy loop on every core (bench/contended.py).
+    contended: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
+    contended_cores: int = 0
+    # The peers' table: "system/write" -> one row per round (bench/peers).
+    peers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    peers_skipped: list[str] = field(default_factory=list)
 
 
 def run_target(ghz: Path, plan: Plan, target: Target) -> None:
     """Every scenario of one target, once."""
     env = prepare(target)
-    scenarios = STORE_SCENARIOS if target.kind == "store" else SIDECAR_SCENARIOS
+    scenarios = {"store": STORE_SCENARIOS, "floor": FLOOR_SCENARIOS}.get(
+        target.kind, SIDECAR_SCENARIOS
+    )
     warm = measure(ghz, "notice", target, env, seconds=plan.warmup_seconds)
     # Create and its storm run by count: the storm must replay exactly what create made.
     total = max(plan.min_total, round(warm.rps * plan.seconds))
@@ -465,17 +563,20 @@ def run_c1(ghz: Path, plan: Plan, work: Path) -> None:
     and the store alone's own Health/Check, PostMessage and CreateArtifact, one call at a
     time, in alternated rounds (targets and scenarios both rotated)."""
     targets = [t for t in C1_TARGETS if t in plan.targets]
+    dsns = postgres_dsns(targets)
     for round_ in range(plan.c1_rounds):
         plan.fsync.append(fsync_ms(work))
         for name in targets[round_ % len(targets) :] + targets[: round_ % len(targets)]:
-            target = start_target(name, work)
+            target = start_target(name, work, dsns=dsns.get(name))
             try:
                 env = prepare(target)
                 measure(ghz, "notice", target, env, seconds=plan.warmup_seconds, concurrency=1)
                 shift = round_ % len(C1_SCENARIOS)
                 for scenario in C1_SCENARIOS[shift:] + C1_SCENARIOS[:shift]:
-                    if not config_for(scenario, target).exists():
-                        continue  # the store alone has no Edit: it patches, it does not edit
+                    if not config_for(scenario, target).exists() or (
+                        target.kind == "floor" and scenario == "edit"
+                    ):
+                        continue  # the store alone and the floors have no Edit
                     env["BENCH_NONCE"] = secrets.token_hex(6)
                     result = measure(ghz, scenario, target, env, seconds=plan.c1_seconds,
                                      concurrency=1)  # fmt: skip
@@ -505,6 +606,18 @@ def run_half_rate(ghz: Path, plan: Plan, work: Path) -> None:
             plan.half_rate.setdefault(name, []).append(result)
 
 
+PG_DIR = os.environ.get("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg")
+
+
+def postgres_pid() -> int | None:
+    """The bench's PostgreSQL server's postmaster, whose backends a PostgreSQL target's
+    writes keep busy: their CPU is the target's too."""
+    try:
+        return int((Path(PG_DIR) / "data" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     """A fresh ledger and store database per PostgreSQL target, on the bench's own server.
 
@@ -516,7 +629,7 @@ def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
     from tests.helpers.postgres import PrivateServer, fresh_database
 
     server = PrivateServer(
-        os.environ.get("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg"),
+        PG_DIR,
         int(os.environ.get("ACTONCE_PG_PORT", "55461")),
         prefix=tuple(pin(SERVER_CORE)),
     ).start()
@@ -621,6 +734,18 @@ def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
             scenario: {name: _median(results) for name, results in by_target.items()}
             for scenario, by_target in plan.c1.items()
         },
+        "contended": {
+            "cores": plan.contended_cores,
+            "results": {
+                scenario: {name: _median(results) for name, results in by_target.items()}
+                for scenario, by_target in plan.contended.items()
+            },
+        },
+        "peers": {
+            "rows": peers.medians(plan),
+            "skipped": plan.peers_skipped,
+            "labels": peers.LABELS,
+        },
         "growth": plan.growth,
         "tracing": plan.tracing,
         "profiles": plan.profiles,
@@ -633,13 +758,17 @@ def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
 
 def run_parts(ghz: Path, plan: Plan, work: Path) -> None:
     """Each part the plan names, in order; a part needing targets the plan lacks is skipped."""
-    from bench import growth, profile, tracing_bench
+    from bench import contended, growth, profile, tracing_bench
 
     for part in plan.parts:
         if part == "saturation":
             run_saturation(ghz, plan, work)
         elif part == "c1" and any(t in plan.targets for t in C1_TARGETS):
             run_c1(ghz, plan, work)
+        elif part == "contended" and "sqlite-audited" in plan.targets:
+            contended.run(ghz, plan, work)
+        elif part == "peers":
+            peers.run(ghz, plan, work)
         elif part == "half-rate" and "notice" in plan.results and "store" in plan.targets:
             run_half_rate(ghz, plan, work)
         elif part == "growth" and "sqlite-audited" in plan.targets:
@@ -669,6 +798,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(map(str, Plan.growth_attempts)),
         help="the growth part's levels of live attempts",
     )
+    parser.add_argument(
+        "--c1-rounds",
+        type=int,
+        default=Plan.c1_rounds,
+        help="rounds of the concurrency-1 and contended parts",
+    )
+    parser.add_argument("--c1-seconds", type=float, default=Plan.c1_seconds)
     parser.add_argument("--smoke", action="store_true", help="a few seconds: `make test`")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -679,16 +815,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # answers, not speed.
         plan = Plan(seconds=0.3, rounds=1, targets=SMOKE_TARGETS, warmup_seconds=0.2,
                     min_total=100, out=args.out or OUT / "smoke", c1_seconds=0.2, c1_rounds=1,
-                    parts=[p for p in PARTS if p != "profile"], growth_attempts=(1, 100),
+                    parts=[p for p in PARTS if p not in ("profile", "peers")],
+                    growth_attempts=(1, 100),
                     growth_events=2_000)  # fmt: skip
     else:
         targets = [t for t in args.targets.split(",") if t]
         parts = [p for p in args.parts.split(",") if p]
-        unknown = sorted(set(targets) - set(ALL_TARGETS)) + sorted(set(parts) - set(PARTS))
+        known = {*ALL_TARGETS, *EXTRA_TARGETS}
+        unknown = sorted(set(targets) - known) + sorted(set(parts) - set(PARTS))
         if unknown:
             parser.error(f"unknown targets or parts {unknown}; known: "
                          f"{', '.join(ALL_TARGETS)}; {', '.join(PARTS)}")  # fmt: skip
         plan = Plan(seconds=args.seconds, rounds=args.rounds, targets=targets, parts=parts,
+                    c1_rounds=args.c1_rounds, c1_seconds=args.c1_seconds,
                     growth_events=args.growth_events, out=args.out or OUT,
                     growth_attempts=[int(n) for n in args.growth_attempts.split(",")])  # fmt: skip
     ghz = ghz_binary()

@@ -7,6 +7,10 @@ has no such switch, so no production deployment can turn audit off.
 `--cprofile PATH` runs the sidecar under cProfile, every thread of its own (the event
 loop, the ledger's writer, the store's batch thread) with a profiler apiece, and writes
 their merged statistics to PATH (pstats) when it stops, with a text summary beside it.
+
+`--sched-batch` puts the sidecar's writer threads (the ledger's, the embedded store's) under
+SCHED_BATCH, as `actonce serve` did before they kept the kernel's normal policy: the bench's
+contended part measures what that policy costs an answer beside busy cores. Bench only.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import asyncio
 import cProfile
 import gc
 import io
+import os
 import pstats
 import signal
 import threading
@@ -48,6 +53,20 @@ class NullLedger:
 
     async def close(self) -> None:
         return None
+
+
+# The threads a write's answer waits for: the ledger's writer, the embedded store's batches.
+WRITER_THREADS = ("ledger-writer", "store-batches")
+
+
+def batch_writers() -> list[str]:
+    """Put the writer threads under SCHED_BATCH; the names of those it moved."""
+    moved = []
+    for thread in threading.enumerate():
+        if thread.name in WRITER_THREADS and thread.native_id is not None:
+            os.sched_setscheduler(thread.native_id, os.SCHED_BATCH, os.sched_param(0))
+            moved.append(thread.name)
+    return moved
 
 
 class ThreadProfiles:
@@ -101,6 +120,11 @@ async def main() -> None:
     parser.add_argument("--store-target")
     parser.add_argument("--unaudited", action="store_true")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "--sched-batch",
+        action="store_true",
+        help="writer threads under SCHED_BATCH (what it costs beside busy cores)",
+    )
     parser.add_argument("--cprofile", type=Path, help="profile every thread; stats to this file")
     args = parser.parse_args()
     profiles = ThreadProfiles() if args.cprofile else None
@@ -115,6 +139,8 @@ async def main() -> None:
     )
     sidecar, _ = await create_server(config, ledger=NullLedger() if args.unaudited else None)
     await sidecar.start()
+    if args.sched_batch and not batch_writers():
+        raise SystemExit("--sched-batch: no writer thread to move")
     gc.freeze()  # as `actonce serve` does
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

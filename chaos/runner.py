@@ -32,6 +32,7 @@ from chaos.processes import (
     sidecar_command,
     store_command,
 )
+from sidecar.config import embedded_store_file
 from sidecar.ledger.base import LedgerReader
 from sidecar.ledger.postgres import PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedgerReader
@@ -133,8 +134,9 @@ class Played:
 
     @property
     def store_path(self) -> Path:
-        folder = "store" if self.plan.topology == "standalone" else "sidecar"
-        return self.seed_dir / folder / "store.db"
+        if self.plan.topology == "standalone":
+            return self.seed_dir / "store" / "store.db"
+        return embedded_store_file(self.seed_dir / "sidecar")
 
     @property
     def ledger_path(self) -> Path:

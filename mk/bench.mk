@@ -4,6 +4,9 @@
 #   make bench-smoke    the same in a few seconds on SQLite, failing on a wrong answer; part of
 #                       `make test`, so that the load test cannot rot
 #   make bench-profile  py-spy samples the audited sidecar under Notice load (SCENARIO=...)
+#   make bench-peers-env  the peers' packages (DBOS, Restate's server and Python SDK, hypercorn),
+#                       pinned, in .venv-peers and .tools/restate-VERSION, and the bench's
+#                       closed-loop HTTP client; `make bench` installs them, `make test` never
 # ghz comes from its pinned Go module, built with the machine's Go into .tools/; the plots and
 # the profiler come from the `bench` extra, installed here and never by default.
 GHZ_VERSION := v0.121.0
@@ -15,7 +18,14 @@ SCENARIO ?= notice
 
 TEST_TARGETS += bench-smoke
 
-.PHONY: bench bench-smoke bench-profile bench-lint ghz
+RESTATE_VERSION := 1.7.12
+PEERS_VENV := $(CURDIR)/.venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+RESTATE_DIR := $(CURDIR)/.tools/restate-$(RESTATE_VERSION)
+RESTATE_STAMP := $(RESTATE_DIR)/.installed
+HTTPLOAD := $(CURDIR)/.tools/httpload
+
+.PHONY: bench bench-smoke bench-profile bench-lint ghz bench-peers-env
 
 $(GHZ):
 	GOBIN=$(GHZ_BIN) GOFLAGS=-buildvcs=false $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
@@ -29,8 +39,24 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml constraints.txt
 bench-lint: $(BENCH_STAMP)
 	$(VENV)/bin/mypy bench
 
-bench: $(BENCH_STAMP) $(GHZ)
-	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.run
+# The peers run in an environment of their own: their dependencies never meet the project's.
+$(PEERS_STAMP): bench/peers/requirements.txt
+	$(PY) -m venv --clear $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --no-deps -r bench/peers/requirements.txt
+	touch $(PEERS_STAMP)
+
+$(RESTATE_STAMP):
+	npm install --no-save --no-audit --no-fund --prefix $(RESTATE_DIR) \
+		@restatedev/restate-server@$(RESTATE_VERSION)
+	touch $(RESTATE_STAMP)
+
+$(HTTPLOAD): bench/httpload/main.go bench/httpload/go.mod
+	cd bench/httpload && GOFLAGS=-buildvcs=false $(GO) build -o $(HTTPLOAD) .
+
+bench-peers-env: $(PEERS_STAMP) $(RESTATE_STAMP) $(HTTPLOAD)
+
+bench: $(BENCH_STAMP) $(GHZ) bench-peers-env
+	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) RESTATE_VERSION=$(RESTATE_VERSION) $(PY) -m bench.run
 
 bench-smoke: bench-lint $(GHZ)
 	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.run --smoke

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sidecar import defaults
+from sidecar import defaults, extras, version
 from sidecar.config import Config
 from sidecar.ops import logs, tracing_settings
 from sidecar.ops.http_guard import (
@@ -336,6 +336,23 @@ STORE_SETTINGS: dict[str, Setting] = {
 }  # fmt: skip
 
 
+# actonce store check: the same variables as the sidecar's --store-* flags, so that in a
+# sidecar's environment it checks the store that sidecar calls.
+CHECK_SETTINGS: dict[str, Setting] = {
+    "--target": ("ACTONCE_STORE_TARGET", _listen, None,
+                 "HOST:PORT or unix:PATH of the store to check"),
+    "--tls-ca": (*SERVE_SETTINGS["--store-tls-ca"][:3], "PEM file of the CA that signed the "
+                 "store's certificate: TLS to the store"),
+    "--tls-cert": (*SERVE_SETTINGS["--store-tls-cert"][:3], "PEM file of a client "
+                   "certificate: mutual TLS"),
+    "--tls-key": (*SERVE_SETTINGS["--store-tls-key"][:3], "PEM file of the key of --tls-cert"),
+    "--token-file": (*SERVE_SETTINGS["--store-token-file"][:3], "file holding the bearer "
+                     "token the store expects; with it, a call without it must be FORBIDDEN"),
+    "--timeout": ("ACTONCE_STORE_TIMEOUT", _positive_float, 10.0,
+                  "seconds each call, and reaching the store, may take"),
+}  # fmt: skip
+
+
 def _add_settings(parser: argparse.ArgumentParser, settings: dict[str, Setting]) -> None:
     for flag, (env, _parse, default, text) in settings.items():
         shown = "" if default in (None, frozenset(), {}, ()) else f" (default {default})"
@@ -406,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="actonce",
         description="A gRPC sidecar that makes every write of an agent's run land once.",
     )
+    parser.add_argument("--version", action="version", version=f"actonce {version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -417,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
         "store", help="run the reference artifact store alone", epilog=tracing_settings.EPILOG
     )
     _add_settings(store, STORE_SETTINGS)
+    store_commands = store.add_subparsers(dest="store_command", metavar="{check}")
+    check = store_commands.add_parser(
+        "check",
+        help="run the store contract's behaviour against a store and print what holds; "
+        "exit 0 when all of it does",
+    )
+    _add_settings(check, CHECK_SETTINGS)
     audit = commands.add_parser("audit", help="inspect and verify the audit ledger")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
     for name, text in [
@@ -466,7 +491,14 @@ def build_parser() -> argparse.ArgumentParser:
         _add_settings(sub, AUDIT_SETTINGS)
     console = commands.add_parser("console", help="serve the operator's web console over a ledger")
     _add_settings(console, CONSOLE_SETTINGS)
-    commands.add_parser("demo", help="see a run killed mid-way and retried land each write once")
+    demo = commands.add_parser(
+        "demo", help="see a run killed mid-way and retried land each write once"
+    )
+    demo.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR",
+        help="folder the demo keeps its store and ledger in, to open afterwards "
+        "(default .actonce-demo)",
+    )  # fmt: skip
     return parser
 
 
@@ -537,6 +569,36 @@ def _check_mcp(values: dict[str, Any]) -> None:
             raise ConfigError(f"--tool-effects {values['tool_effects']}: {exc}") from None
 
 
+def _store_check(values: dict[str, Any]) -> int:
+    if values["target"] is None:
+        raise ConfigError("store check needs --target HOST:PORT (or ACTONCE_STORE_TARGET)")
+    if (values["tls_cert"] is None) != (values["tls_key"] is None):
+        raise ConfigError("--tls-cert and --tls-key go together (mutual TLS)")
+    from sidecar.conformance import check_store
+
+    return check_store(
+        values["target"],
+        tls_ca=values["tls_ca"],
+        tls_cert=values["tls_cert"],
+        tls_key=values["tls_key"],
+        token_file=values["token_file"],
+        timeout=values["timeout"],
+    )
+
+
+def _require_extras(command: str, values: dict[str, Any]) -> None:
+    """Stop with the install command when a feature asked for lacks its extra."""
+    if command == "console":
+        extras.require(extras.CONSOLE, "actonce console")
+    if values.get("mcp_listen") is not None:
+        extras.require(extras.MCP, "--mcp-listen")
+    if command in ("serve", "store") and tracing_settings.requested():
+        extras.require(extras.OTEL, "traces (asked for by OTEL_* variables)")
+    for key in ("audit_dsn", "store_dsn"):
+        if values.get(key) is not None:
+            extras.require(extras.POSTGRES, f"--{key.replace('_', '-')}")
+
+
 def _check_api_token(values: dict[str, Any]) -> None:
     if values.get("api_token_exempt") is not None and values.get("api_token_file") is None:
         raise ConfigError("--api-token-exempt needs --api-token-file")
@@ -601,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.command == "serve":
             _check_environment(SERVE_SETTINGS)
             values = _resolve(args, SERVE_SETTINGS)
+            _require_extras("serve", values)
             config = config_from(values)
             tracing_settings.check()
             logs.configure(config.log_level, config.log_format)
@@ -609,6 +672,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(serve(config, grace_seconds=values["grace_period"]))
         elif args.command == "audit":
             values = _resolve(args, AUDIT_SETTINGS)
+            _require_extras("audit", values)
             from sidecar.ledger.audit_command import run_audit
 
             for key in ("json", "in_flight", "item_id", "decision", "result_json", "by", "reason",
@@ -617,17 +681,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(run_audit(args.audit_command, values, getattr(args, "run_id", "")))
         elif args.command == "console":
             values = _resolve(args, CONSOLE_SETTINGS)
+            _require_extras("console", values)
             logs.configure(values["log_level"], values["log_format"])
             from sidecar.console.serve import run_console
 
             raise SystemExit(run_console(values))
         elif args.command == "demo":
-            from sidecar.demo import run_demo
+            from sidecar.demo import DATA_DIR, run_demo
 
-            raise SystemExit(run_demo())
+            raise SystemExit(run_demo(args.data_dir or DATA_DIR))
+        elif args.command == "store" and args.store_command == "check":
+            raise SystemExit(_store_check(_resolve(args, CHECK_SETTINGS)))
         elif args.command == "store":
             _check_environment(STORE_SETTINGS)
             values = _resolve(args, STORE_SETTINGS)
+            _require_extras("store", values)
             tracing_settings.check()
             logs.configure(values["log_level"], values["log_format"])
             from sidecar.ops.security import read_token, server_credentials
@@ -649,7 +717,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     credentials=credentials,
                 )
             )
-    except (ConfigError, tracing_settings.TracingSettingError) as exc:
+    except (ConfigError, tracing_settings.TracingSettingError, extras.MissingExtra) as exc:
         _fail(str(exc))
     except Exception as exc:
         if not _cannot_start(exc):

@@ -78,6 +78,32 @@ class Config:
     def audit_path(self) -> Path:
         return self.audit_db if self.audit_db is not None else self.data_dir / "audit.db"
 
+    @property
+    def store_path(self) -> Path:
+        """The embedded store's SQLite file: see :func:`embedded_store_file`."""
+        return embedded_store_file(self.data_dir, self.audit_db)
+
+    @property
+    def one_file(self) -> bool:
+        """Whether the embedded store on SQLite shares the SQLite ledger's file."""
+        embedded = not (self.store_target or self.store_dsn or self.audit_dsn)
+        return embedded and self.store_path == self.audit_path
+
+
+def embedded_store_file(data_dir: Path, audit_db: Path | None = None) -> Path:
+    """Where the embedded store keeps its tables on SQLite.
+
+    In the ledger's own file (data_dir/audit.db), so that a write's intent, its rows and
+    its outcome can commit as one: a data folder of one file. A folder made before that,
+    which has the store's file of its own (data_dir/store.db), keeps its two files as they
+    are, and so does a ledger given a file elsewhere (``--audit-db``).
+    """
+    own = data_dir / "store.db"
+    default_ledger = data_dir / "audit.db"
+    if own.exists() or (audit_db is not None and audit_db != default_ledger):
+        return own
+    return default_ledger
+
 
 def without_password(dsn: str) -> str:
     """A postgresql:// DSN with its password (in the URL or as a parameter) left out."""

@@ -16,8 +16,9 @@ DATA_DIR = Path(".actonce")
 # Seconds a store call may take; a write also needs this much lease left.
 STORE_TIMEOUT_SECONDS = 5.0
 # Seconds a BeginStep that repeats a step of its attempt still running (its caller
-# gave up and called again) waits for that step to end and answer its result.
-STEP_REPEAT_WAIT_SECONDS = 30.0
+# gave up and called again) waits for that step to end and answer its result, at most:
+# a gRPC caller's own deadline bounds it too; the MCP gateway waits for its upstream's.
+STEP_REPEAT_WAIT_SECONDS = 5.0
 # Seconds the MCP gateway waits for an upstream's answer.
 MCP_UPSTREAM_TIMEOUT_SECONDS = 30.0
 # Milliseconds a ledger append waits for a locked ledger.

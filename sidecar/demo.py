@@ -1,10 +1,11 @@
 """``actonce demo``: a run of a scripted incident agent, killed mid-run and retried.
 
-It starts a sidecar in this process (embedded store, data in a temporary
-folder), runs the agent in a process of its own, kills it after three writes,
-starts the run again from its checkpoint, and prints what landed with which
-outcome. The second attempt makes the same writes; the derived ids let the
-sidecar tell which ones the first already made.
+It starts a sidecar in this process (embedded store and ledger in a folder that
+is kept, ``.actonce-demo`` by default), runs the agent in a process of its own,
+kills it after three writes, starts the run again from its checkpoint, and
+prints what landed with which outcome, then how to open the run's audit with
+``actonce audit show`` and the console. The second attempt makes the same
+writes; the derived ids let the sidecar tell which ones the first already made.
 
 The agent speaks to the sidecar through the generated stubs the sidecar ships,
 so the demo needs nothing but the project itself; the clients in clients/ wrap
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -40,6 +41,9 @@ from sidecar.fronts.grpc.server import Sidecar, create_server
 from sidecar.ops import logs
 
 RULE = "incident-bot"
+# Where the demo keeps its embedded store and its ledger, so that the run can be opened
+# afterwards; each run has an id of its own, so runs accumulate side by side.
+DATA_DIR = Path(".actonce-demo")
 CHECKPOINT = "triaged"
 KILL_AFTER = 3
 # A model takes a while between tool calls; the kill lands in such a pause.
@@ -162,8 +166,11 @@ class _LocalSidecar:
         config = replace(
             Config(listen="127.0.0.1:0", data_dir=data_dir), send_allowlist=frozenset({RULE})
         )
+        self.audit_db = config.audit_path
         # The table below is the demo's output; the sidecar's own lines would drown it.
-        logs.configure("warning")
+        # Not even a warning: stopping at once, the drain warns that it had no time to
+        # see the (finished) callers go quiet, which is no news here.
+        logs.configure("error")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -185,24 +192,24 @@ class _LocalSidecar:
         self._thread.join(10)
 
 
-def run_demo() -> int:
+def run_demo(data_dir: Path = DATA_DIR) -> int:
     """``actonce demo``: 0 when every write landed once, 1 otherwise."""
     run_id = f"run-demo-{secrets.token_hex(3)}"
     print("actonce demo: one run of an incident agent, killed mid-run and retried.\n")
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="actonce-demo-") as data_dir:
-        local = _LocalSidecar(Path(data_dir))
-        try:
-            print(f"  sidecar    {local.target}, embedded store in {data_dir}")
-            print(f"  run        {run_id}, rule {RULE}, from checkpoint {CHECKPOINT!r}\n")
-            first = _attempt(local.target, run_id, kill_after=KILL_AFTER)
-            print(f"  attempt 1  killed (SIGKILL) after {len(first)} of {len(_plan())} writes")
-            second = _attempt(local.target, run_id, kill_after=None)
-            print(f"  attempt 2  the queue retried the run from checkpoint {CHECKPOINT!r}\n")
-            thread, ticket = second[0]["id"], second[1]["id"]
-            messages, artifact = _read_back(local.target, run_id, thread, ticket)
-        finally:
-            local.stop()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    local = _LocalSidecar(data_dir)
+    try:
+        print(f"  sidecar    {local.target}, embedded store and ledger in {data_dir}/")
+        print(f"  run        {run_id}, rule {RULE}, from checkpoint {CHECKPOINT!r}\n")
+        first = _attempt(local.target, run_id, kill_after=KILL_AFTER)
+        print(f"  attempt 1  killed (SIGKILL) after {len(first)} of {len(_plan())} writes")
+        second = _attempt(local.target, run_id, kill_after=None)
+        print(f"  attempt 2  the queue retried the run from checkpoint {CHECKPOINT!r}\n")
+        thread, ticket = second[0]["id"], second[1]["id"]
+        messages, artifact = _read_back(local.target, run_id, thread, ticket)
+    finally:
+        local.stop()
     _table(first, second)
     kinds = ", ".join(m.kind for m in messages)
     print(f"\n  in the store: thread {thread}: {len(messages)} messages ({kinds})")
@@ -210,7 +217,17 @@ def run_demo() -> int:
     landed_once = _landed_once(first, second, len(messages), json.loads(artifact.data_json))
     verdict = "every write landed once" if landed_once else "SOME WRITE DID NOT LAND ONCE"
     print(f"\n  {verdict} ({time.monotonic() - started:.1f} s)")
+    _how_to_open(run_id, local.audit_db)
     return 0 if landed_once else 1
+
+
+def _how_to_open(run_id: str, audit_db: Path) -> None:
+    """The commands that open what the run left in the ledger, as this program is called."""
+    program = sys.argv[0] if os.path.basename(sys.argv[0]) == "actonce" else "actonce"
+    print(f"\n  The ledger is kept in {audit_db}. Open the run's audit with")
+    print(f"    {program} audit show {run_id} --audit-db {audit_db}")
+    print("  or in the console (then http://127.0.0.1:8080/runs/" + run_id + "):")
+    print(f"    {program} console --audit-db {audit_db}")
 
 
 def _read_back(target: str, run_id: str, thread: str, ticket: str) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ builds a status by hand: :func:`to_status` turns any of these into a
     ├── UnknownAttempt           UNKNOWN_ATTEMPT         RETRYABLE
     ├── AuditPersistenceFailed   AUDIT_PERSISTENCE_FAILED UNKNOWN
     ├── StoreRefused             <the store's code>      (from rules.refusals)
+    ├── PatchDoesNotApply        PATCH_FAILED            REFUSED
     ├── StoreUnavailable         STORE_UNAVAILABLE       RETRYABLE
     ├── StoreDeadlineExceeded    STORE_DEADLINE_EXCEEDED RETRYABLE
     ├── ArtifactArchived         INVALID_STATE           PERMANENT
@@ -141,6 +142,22 @@ class StoreRefused(ActonceError):
             failure_class=failure_class,
             code=STATUS_CODES.get(reason, grpc.StatusCode.FAILED_PRECONDITION),
             metadata=metadata,
+        )
+
+
+class PatchDoesNotApply(ActonceError):
+    """An edit whose path has no parent in the artifact it read: refused before the patch is
+    sent, with the reason the store would give it, the field named, and how to fix the call."""
+
+    reason = "PATCH_FAILED"
+    failure_class = FailureClass.REFUSED
+    code = STATUS_CODES[RefusalCode.PATCH_FAILED]
+
+    def __init__(self, field: str, description: str) -> None:
+        super().__init__(
+            f"{field}: {description}",
+            violations=[FieldViolation(field, description)],
+            nothing_sent=True,
         )
 
 

@@ -1,5 +1,8 @@
 """Each client, added to a project outside the repository exactly as its README says.
 
+These are the installs from a checkout's folders; test_install_docs.py runs those from
+`make dist`'s artifacts (the wheels, the tarball, the jar).
+
 A user does not work inside this repository: they add the client to their own
 project. Each test here makes such a project in a temporary folder, adds the
 client with the commands its README's "Add it to your project" gives (with the
@@ -101,19 +104,6 @@ def test_typescript_from_the_folder(tmp_path: Path, target: str) -> None:
     project = _typescript_project(tmp_path, target)
     _run([*_says("typescript", "npm install /path/to/actonce/clients/typescript"),
           "--no-audit", "--no-fund"], project)  # fmt: skip
-    _typescript_runs(project)
-
-
-def test_typescript_from_a_tarball(tmp_path: Path, target: str) -> None:
-    project = _typescript_project(tmp_path, target)
-    package = CLIENTS / "typescript"
-    _says(
-        "typescript",
-        '(cd /path/to/actonce/clients/typescript && npm pack --pack-destination "$PWD")',
-    )
-    tarball = _run(["npm", "pack", "--silent", "--pack-destination", str(tmp_path)], package)
-    _run([*_says("typescript", "npm install ./actonce-client-0.1.0.tgz")[:2],
-          str(tmp_path / tarball.strip()), "--no-audit", "--no-fund"], project)  # fmt: skip
     _typescript_runs(project)
 
 

@@ -27,8 +27,9 @@ from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
 from sidecar.core.turns import TurnNotCome, Turns
 from sidecar.core.types import AttemptCounts, Outcome, ReadResult, Settings, WriteResult
-from sidecar.core.writes import Write, WritePath
+from sidecar.core.writes import OneCall, Write, WritePath
 from sidecar.errors import (
+    ActonceError,
     ArtifactArchived,
     InvalidArgument,
     SendNotAllowed,
@@ -37,7 +38,7 @@ from sidecar.errors import (
 from sidecar.ledger.base import AuditLedger, Phase
 from sidecar.refstore.backend import StoredArtifact
 from sidecar.rules import canonical, edits, effects, ids, refusals
-from sidecar.upstream.base import Refusal, StoreClient
+from sidecar.upstream.base import Refusal, StoreClient, StoreWrite, WriteMethod, joins_commits
 
 log = structlog.get_logger()
 
@@ -46,6 +47,16 @@ T = TypeVar("T")
 
 def _no_reread() -> None:
     return None
+
+
+def _applied_or_used(derived: str, answer: object) -> WriteResult:
+    """A write of one store call whose answer carries nothing the caller needs: applied,
+    or already applied when the store refused only because the id is used."""
+    if isinstance(answer, Refusal):
+        return classify.already_applied(answer, id=derived)
+    if isinstance(answer, ActonceError):
+        raise answer
+    return WriteResult(Outcome.APPLIED, id=derived)
 
 
 class RunActions:
@@ -73,7 +84,7 @@ class RunActions:
         self._edit_turns = Turns()
         audit = Audit(ledger)
         self._audit = audit
-        self._path = WritePath(audit, settings)
+        self._path = WritePath(audit, settings, commits=joins_commits(store))
         self._steps = Steps(self._path, audit, ledger)
         self._reads = Reads(store, audit)
         self._lifecycle = Lifecycle(attempts, audit, settings)
@@ -110,21 +121,21 @@ class RunActions:
         self, *, attempt_id: str, kind: str, data_json: str, propose: bool, request_id: str
     ) -> WriteResult:
         canonical.require_name(kind, "kind")
-        _data, form = canonical.parse_canonical(data_json, "data_json")
+        _data, form = canonical.parse_document(data_json, "data_json")
         attempt = self._attempt(attempt_id)
         data_digest = canonical.digest(form)
         stored = form.decode("utf-8")
 
-        async def perform(derived: str) -> WriteResult:
-            timeout = self._deadline(attempt)
-            try:
-                if propose:
-                    await self.store.propose_create(derived, kind, stored, timeout=timeout)
-                    return WriteResult(Outcome.APPLIED, id=derived)
-                artifact = await self.store.create_artifact(derived, kind, stored, timeout=timeout)
-                return WriteResult(Outcome.APPLIED, id=derived, version=artifact.version)
-            except Refusal as refusal:
-                return classify.already_applied(refusal, id=derived)
+        def call(derived: str) -> StoreWrite:
+            method: WriteMethod = "propose_create" if propose else "create_artifact"
+            return StoreWrite(method, derived, (derived, kind, stored))
+
+        def made(derived: str, answer: object) -> WriteResult:
+            if isinstance(answer, StoredArtifact):
+                return WriteResult(Outcome.APPLIED, id=derived, version=answer.version)
+            return _applied_or_used(derived, answer)
+
+        perform = OneCall(self.store, call, made, lambda: self._deadline(attempt))
 
         write = Write(
             rpc="Create",
@@ -186,12 +197,12 @@ class RunActions:
         canonical.require_name(title, "title")
         attempt = self._attempt(attempt_id)
 
-        async def perform(derived: str) -> WriteResult:
-            try:
-                await self.store.create_thread(derived, title, timeout=self._deadline(attempt))
-                return WriteResult(Outcome.APPLIED, id=derived)
-            except Refusal as refusal:
-                return classify.already_applied(refusal, id=derived)
+        perform = OneCall(
+            self.store,
+            lambda derived: StoreWrite("create_thread", derived, (derived, title)),
+            _applied_or_used,
+            lambda: self._deadline(attempt),
+        )
 
         write = Write(
             rpc="CreateThread",
@@ -221,15 +232,11 @@ class RunActions:
         text_digest = canonical.text_digest(text)
         kind = "message" if is_send else "notice"
 
-        async def perform(derived: str) -> WriteResult:
-            try:
-                await self.store.post_message(
-                    derived, thread_id, kind, text, request_turn=is_send,
-                    timeout=self._deadline(attempt),
-                )  # fmt: skip
-                return WriteResult(Outcome.APPLIED, id=derived)
-            except Refusal as refusal:
-                return classify.already_applied(refusal, id=derived)
+        def call(derived: str) -> StoreWrite:
+            arguments = (derived, thread_id, kind, text)
+            return StoreWrite("post_message", derived, arguments, {"request_turn": is_send})
+
+        perform = OneCall(self.store, call, _applied_or_used, lambda: self._deadline(attempt))
 
         write = Write(
             rpc=rpc,
@@ -257,19 +264,33 @@ class RunActions:
     # -- steps: the agent's own tools (docs/design.md, "Steps") --------------
 
     async def begin_step(
-        self, *, attempt_id: str, tool: str, effect: int, args_json: str, request_id: str,
+        self,
+        *,
+        attempt_id: str,
+        tool: str,
+        effect: int,
+        args_json: str,
+        request_id: str,
         wait_seconds: float | None = None,
-    ) -> WriteResult:  # fmt: skip
-        """Begin a step; a BeginStep that repeats one of this attempt still open waits
-        up to ``wait_seconds`` (default: the settings') for it to end."""
+        within_seconds: float | None = None,
+    ) -> WriteResult:
+        """Begin a step. A BeginStep that repeats one of this attempt still running waits
+        for it to end: ``wait_seconds`` (default: the settings'), and no longer than its
+        caller waits for the answer (``within_seconds``, when it says)."""
         canonical.require_name(tool, "tool")
         _args, form = canonical.parse_canonical(args_json, "args_json")
         attempt = self._attempt(attempt_id)
         wait = self.settings.step_repeat_wait_seconds if wait_seconds is None else wait_seconds
+        if within_seconds is not None:
+            wait = min(wait, within_seconds)
         return await self._steps.begin(
-            attempt, tool=tool, declared=effects.declared(effect),
-            args_digest=canonical.digest(form), request_id=request_id, wait_seconds=wait,
-        )  # fmt: skip
+            attempt,
+            tool=tool,
+            declared=effects.declared(effect),
+            args_digest=canonical.digest(form),
+            request_id=request_id,
+            wait_seconds=wait,
+        )
 
     async def end_step(
         self, *, attempt_id: str, step_id: str, result_json: str, request_id: str

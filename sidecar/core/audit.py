@@ -90,12 +90,8 @@ class Audit:
         """Append ``event`` durably, or fail with AUDIT_PERSISTENCE_FAILED, ``because`` first."""
         try:
             await self.ledger.append(event)
-        except FencedError as exc:
-            raise _fenced(event, exc) from exc
-        except RunRuleError as exc:
-            raise _other_rule(exc) from exc
         except LedgerError as exc:
-            raise AuditPersistenceFailed(f"{because}: {exc}" if because else str(exc)) from exc
+            raise not_durable(event, exc, because=because) from exc
 
     async def best_effort(self, event: AuditEvent, *, lost: str) -> None:
         """Append ``event``; if it is lost, log ``lost`` and go on."""
@@ -105,6 +101,17 @@ class Audit:
             raise _fenced(event, exc) from exc
         except LedgerError as exc:
             log.warning(lost, error=str(exc))
+
+
+def not_durable(event: AuditEvent, exc: LedgerError, *, because: str = "") -> ActonceError:
+    """The error a call fails closed with when ``event`` could not be made durable:
+    ATTEMPT_FENCED when a newer attempt fenced it, FORBIDDEN when its run belongs to
+    another rule, else AUDIT_PERSISTENCE_FAILED."""
+    if isinstance(exc, FencedError):
+        return _fenced(event, exc)
+    if isinstance(exc, RunRuleError):
+        return _other_rule(exc)
+    return AuditPersistenceFailed(f"{because}: {exc}" if because else str(exc))
 
 
 def _other_rule(exc: RunRuleError) -> RunOfAnotherRule:

@@ -17,11 +17,19 @@ From the intent on, a write runs in a task of its own that goes on when its
 caller gives up (:meth:`WritePath.to_the_end`): cut off between its intent and its
 outcome, it would leave the store and the ledger in a state nobody knows. Steps
 take phases 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
+
+A write that is one call of the store (:class:`OneCall`) goes through phases 3 to 5 as
+one job where the store client can make it so (its store shares the ledger's file:
+:class:`~sidecar.upstream.base.CommitsWrites`): the intent, the store's rows and the
+outcome in one transaction and one durable commit, all three or none
+(:meth:`WritePath._in_one_commit`). Everywhere else, and for every other write, the
+three phases commit in turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -30,20 +38,43 @@ import structlog
 
 from sidecar.core import leases
 from sidecar.core.attempts import Attempt
-from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.audit import Audit, Subject, event, not_durable
 from sidecar.core.requests import Claim, nothing_landed
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import (
     ActonceError,
     InvalidArgument,
+    LeaseExpired,
 )
-from sidecar.ledger.base import AuditEvent, Phase
+from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, ids
+from sidecar.upstream.base import CommitsWrites, Refusal, StoreClient, StoreWrite
 
 log = structlog.get_logger()
 
 T = TypeVar("T")
 Perform = Callable[[str], Awaitable[WriteResult]]
+
+
+@dataclass(frozen=True)
+class OneCall:
+    """A perform that is one call of the store: the call, made for the write's derived id,
+    and what its answer (a record, a Refusal, or the error it failed with) makes of the
+    write: a WriteResult, or the ActonceError it fails with. Called, it is an ordinary
+    perform; the write path can also make it inside its audit's commit."""
+
+    store: StoreClient
+    call: Callable[[str], StoreWrite]
+    classify: Callable[[str, object], WriteResult]
+    timeout: Callable[[], float]
+
+    async def __call__(self, derived: str) -> WriteResult:
+        answer: object
+        try:
+            answer = await self.call(derived).on(self.store, timeout=self.timeout())
+        except Refusal as refusal:
+            answer = refusal
+        return self.classify(derived, answer)
 
 
 @dataclass(frozen=True)
@@ -87,9 +118,13 @@ class Landing:
 class WritePath:
     """The phases of a write, and the writes under way."""
 
-    def __init__(self, audit: Audit, settings: Settings) -> None:
+    def __init__(
+        self, audit: Audit, settings: Settings, *, commits: CommitsWrites | None = None
+    ) -> None:
         self.audit = audit
         self.settings = settings
+        # The store client that makes a one-call write and its audit one commit, if any.
+        self._commits = commits
         self._under_way: set[asyncio.Task[object]] = set()
 
     async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
@@ -103,13 +138,72 @@ class WritePath:
 
     async def _land(self, landing: Landing, perform: Perform) -> WriteResult:
         try:
-            await self._audit_intent(landing)
-            result = await self.perform(landing, perform)
-            await self._audit_outcome(landing, result)
+            if isinstance(perform, OneCall) and self._commits is not None:
+                result = await self._in_one_commit(landing, perform, self._commits)
+            else:
+                await self._audit_intent(landing)
+                result = await self.perform(landing, perform)
+                await self._audit_outcome(landing, result)
         except BaseException as error:  # a cancelled write, too, settles what it held
             release(landing, error)
             raise
         return answered(landing, result)
+
+    async def _in_one_commit(
+        self, landing: Landing, perform: OneCall, store: CommitsWrites
+    ) -> WriteResult:
+        """Phases 3 to 5 as one transaction: the intent, the store's call and the outcome
+        are durable together or not at all, and nothing answers before they are."""
+        intent = event(
+            landing.attempt,
+            landing.write.rpc,
+            Phase.INTENT,
+            landing.subject,
+            detail=landing.write.detail,
+        )
+        timeout = perform.timeout()  # the lease is checked before anything is written
+
+        def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
+            try:
+                if isinstance(answer, ActonceError):
+                    raise answer
+                result = perform.classify(landing.derived_id, answer)
+            except ActonceError as error:
+                return event(
+                    landing.attempt,
+                    landing.write.rpc,
+                    Phase.OUTCOME,
+                    landing.subject,
+                    refused=error,
+                ), error
+            return outcome_event(landing, result), result
+
+        # The store's thread makes the outcome's event: in this call's context (its front).
+        context = contextvars.copy_context()
+        try:
+            settled = await store.commit_write(
+                intent,
+                perform.call(landing.derived_id),
+                lambda answer: context.run(settle, answer),
+                timeout=timeout,
+                before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
+            )
+        except FencedError as fenced:  # refused with the intent: the store was not called
+            raise not_durable(intent, fenced) from fenced
+        except LeaseExpired:  # refused before anything was written
+            raise
+        except LedgerError as lost:
+            landing.store_called = True  # none of it committed, as far as SQLite says
+            raise not_durable(
+                intent, lost, because="the write and its audit did not commit"
+            ) from lost
+        except BaseException:
+            landing.store_called = True  # past its deadline, or cancelled: it may still land
+            raise
+        landing.store_called = True
+        if isinstance(settled, ActonceError):
+            raise settled
+        return settled
 
     def take_id(self, attempt: Attempt, write: Write, claim: Claim) -> Landing:
         """Check the lease, take the write's occurrence (or the one its request_id

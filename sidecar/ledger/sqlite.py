@@ -2,16 +2,22 @@
 
 The embedded default, for one sidecar on one machine. Several sidecars share
 a PostgreSQL ledger instead (sidecar.ledger.postgres).
+
+In a data folder of one file, the embedded store's tables are in the ledger's file, and the
+store's connection is the file's one writer (two writers on one file would wait on SQLite's
+busy handler): the ledger then writes ``through`` the store's transactions, where its batches
+share the store's group commit, and a write's intent, its store call and its outcome can be
+one transaction (:meth:`SqliteLedger.append_in`, made by the store's client).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
 from sidecar.ledger.schema import (
@@ -26,6 +32,16 @@ from sidecar.ledger.schema import (
 )
 from sidecar.ledger.sql import SQLITE, SqlLedger, SqlLedgerReader, append, present_columns
 from sidecar.ops import files
+
+_T = TypeVar("_T")
+
+
+class Transactions(Protocol):
+    """The file's one writer, when the ledger shares its file: it runs ``work`` in its own
+    transaction on its connection and answers once that is durable."""
+
+    def in_one_transaction(self, work: Callable[[sqlite3.Connection], _T]) -> _T: ...
+
 
 SCHEMA = (
     tables("INTEGER")
@@ -88,14 +104,26 @@ def _migrate(conn: sqlite3.Connection) -> None:
 class SqliteLedger(SqlLedger):
     """An AuditLedger on one SQLite file."""
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self, path: Path, *, busy_timeout_ms: int = 5000, through: Transactions | None = None
+    ) -> None:
         super().__init__(SQLITE)
         self.path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._conn = connect(path, busy_timeout_ms=busy_timeout_ms)
+        self._through = through
         self._start_writer()
 
+    def append_in(
+        self, db: sqlite3.Connection, events: Sequence[AuditEvent]
+    ) -> list[int | LedgerError]:
+        """Append ``events`` in the transaction open on ``db`` (the file's one writer's):
+        durable with that transaction's commit. Per event, its number or its refusal."""
+        return append(db, self._sql, list(events))
+
     def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
+        if self._through is not None:
+            return self._through.in_one_transaction(lambda db: self.append_in(db, events))
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:

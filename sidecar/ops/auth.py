@@ -29,17 +29,21 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Never
+from typing import TYPE_CHECKING, Any, Never
 
 import grpc
 import structlog
 from grpc_status import rpc_status
 from prometheus_client import Counter
-from starlette.middleware import Middleware
 
 from sidecar import defaults
 from sidecar.errors import Unauthenticated, to_status
 from sidecar.ops.security import SecuritySettingError, read_token
+
+if TYPE_CHECKING:
+    # Starlette comes with the HTTP fronts' extras (mcp, console); the gRPC server that
+    # imports this module serves without them.
+    from starlette.middleware import Middleware
 
 log = structlog.get_logger()
 
@@ -344,6 +348,8 @@ def interceptors(
 
 def middleware(token: TokenFile | None) -> list[Middleware]:
     """A Starlette app's middleware for ``token``; none when no token is configured."""
+    from starlette.middleware import Middleware
+
     return [] if token is None else [Middleware(ApiTokenMiddleware, token=token)]
 
 

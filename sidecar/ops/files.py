@@ -36,7 +36,12 @@ def private_file(path: Path) -> Path:
     """``path`` as a file only its owner may read or write: created empty with 0600 if
     missing (before any library opens it with the umask's mode), else tightened."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, PRIVATE_FILE))
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, PRIVATE_FILE))
+    # Only a chmod for a file that exists: closing a descriptor of a SQLite file drops every
+    # POSIX lock this process holds on it, those of SQLite's open connections included (the
+    # ledger and the embedded store share one file), and another process could then take
+    # the file for its own and reset the log under them.
     tighten(path)
     return path
 

@@ -33,14 +33,18 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import structlog
-from starlette.middleware import Middleware
 
 from sidecar import defaults
 from sidecar.errors import FailureClass
+
+if TYPE_CHECKING:
+    # Starlette comes with the HTTP fronts' extras (mcp, console); the command line and the
+    # gRPC server, which import this module for its settings, serve without them.
+    from starlette.middleware import Middleware
 
 log = structlog.get_logger()
 
@@ -444,6 +448,8 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 def middleware(policy: RequestPolicy) -> list[Middleware]:
     """The layers every HTTP front starts with, outermost first: headers on every answer,
     refusals included, then the request's checks."""
+    from starlette.middleware import Middleware
+
     return [
         Middleware(ResponseHeaders, headers=policy.headers),
         Middleware(RequestGuard, policy=policy),

@@ -53,11 +53,12 @@ from sidecar.fronts.grpc.interceptors import (
     behavior_of,
 )
 from sidecar.ledger.base import AuditEvent, AuditLedger, FencedError, LedgerError, WrappedLedger
-from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
+from sidecar.upstream.base import Refusal, Settle, StoreClient, StoreWrite, WrappedStore, nothing
 
 log = structlog.get_logger()
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 NAMESPACE = "actonce"
 
@@ -373,6 +374,35 @@ class _TimedStore(WrappedStore):
                 self._metrics.store_call_seconds.labels(operation, result),
                 time.perf_counter() - started,
             )
+
+    async def commit_write(
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
+    ) -> _R:
+        # The write's two events are durable with the job's commit: each is an append of
+        # the job's time, as the ledger's own appends are timed until durable.
+        started = time.perf_counter()
+        events = 1
+        try:
+            result = await super().commit_write(
+                intent, call, settle, timeout=timeout, before=before
+            )
+            events = 2
+            return result
+        except FencedError:
+            raise
+        except LedgerError:
+            self._metrics.audit_append_failures.inc()
+            raise
+        finally:
+            took = time.perf_counter() - started
+            for _ in range(events):
+                self._metrics.observe(self._metrics.audit_append_seconds, took)
 
 
 def instrument_store(store: StoreClient, metrics: Metrics) -> StoreClient:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Never, TypeVar, cast
@@ -68,9 +69,10 @@ from sidecar.ledger.base import AuditEvent, AuditLedger, WrappedLedger
 from sidecar.ops import tracing_settings
 from sidecar.ops.metrics import error_info_of
 from sidecar.refstore.server import SERVICE_NAME as STORE_SERVICE_NAME
-from sidecar.upstream.base import Refusal, StoreClient, WrappedStore
+from sidecar.upstream.base import Refusal, Settle, StoreClient, StoreWrite, WrappedStore, nothing
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # The instrumentation's factories, as they are used here (the package has no type hints).
 _server_interceptor = cast(Callable[..., grpc.aio.ServerInterceptor], aio_server_interceptor)
@@ -149,8 +151,9 @@ class Tracing:
         """The SERVER span of each RunActionsService call (health and reflection are
         not traced), then the span's name and status as the sidecar answers."""
         only_run_actions = _service_filter(RUN_ACTIONS.full_name)
+        provider = CurrentNames(self.provider)
         return [
-            _server_interceptor(tracer_provider=self.provider, filter_=only_run_actions),
+            _server_interceptor(tracer_provider=provider, filter_=only_run_actions),
             CallSpans(),
         ]
 
@@ -163,16 +166,19 @@ class Tracing:
             metadata = getattr(details, "invocation_metadata", None) or ()
             return service(details) and any(key == "traceparent" for key, _ in metadata)
 
-        return [_server_interceptor(tracer_provider=self.provider, filter_=continues_a_trace)]
+        provider = CurrentNames(self.provider)
+        return [_server_interceptor(tracer_provider=provider, filter_=continues_a_trace)]
 
-    def store_client_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
+    def store_client_interceptors(self, target: str = "") -> list[grpc.aio.ClientInterceptor]:
         """A CLIENT span and the propagated context of each store call made within a
-        trace; the health probe's calls, made within none, pass as they are."""
+        trace; the health probe's calls, made within none, pass as they are. ``target``
+        (HOST:PORT or unix:PATH) is the store's address, which each span names."""
 
         def within_a_trace(_details: Any) -> bool:
             return trace.get_current_span().get_span_context().is_valid
 
-        return _client_interceptors(tracer_provider=self.provider, filter_=within_a_trace)
+        provider = CurrentNames(self.provider, server_attributes(target))
+        return _client_interceptors(tracer_provider=provider, filter_=within_a_trace)
 
     # -- the ledger and the store ------------------------------------------------------
 
@@ -220,6 +226,109 @@ def _service_filter(service: str) -> Callable[[Any], bool]:
         return str(method).startswith(prefix)
 
     return matches
+
+
+# -- the gRPC instrumentation's attribute names -------------------------------------------
+
+# opentelemetry-instrumentation-grpc, at its newest (0.66b2), still names the peer with the
+# net.peer.* attributes that the semantic conventions replaced in 1.21, and reads no
+# OTEL_SEMCONV_STABILITY_OPT_IN for gRPC. Its spans are made through CurrentNames, which
+# gives them today's networking names (network.peer.*, server.*) as they start; the RPC
+# ones (rpc.system, rpc.service, rpc.method, rpc.grpc.status_code) are as it makes them,
+# the RPC conventions' until 1.37, the schema its spans then declare.
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.37.0"
+_PEER_ADDRESS, _PEER_PORT, _PEER_NAME = "net.peer.ip", "net.peer.port", "net.peer.name"
+
+Attributes = Mapping[str, Any] | None
+
+
+def current_names(attributes: Attributes, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The instrumentation's attributes under the current names, with ``extra``."""
+    named = dict(attributes or {})
+    named.pop(_PEER_NAME, None)  # "localhost" for a loopback peer: the address says it
+    address = named.pop(_PEER_ADDRESS, None)
+    port = named.pop(_PEER_PORT, None)
+    if address is not None:
+        address = str(address).strip("[]")
+        named["network.peer.address"] = address
+        named["network.transport"] = "tcp"
+        named["network.type"] = "ipv6" if ":" in address else "ipv4"
+    if port is not None and str(port).isdigit():
+        named["network.peer.port"] = int(port)
+    named.update(extra)
+    return named
+
+
+def server_attributes(target: str) -> dict[str, Any]:
+    """``server.address`` and ``server.port`` of a gRPC target (HOST:PORT or unix:PATH)."""
+    if not target:
+        return {}
+    if target.startswith("unix:"):
+        return {"server.address": target.removeprefix("unix:"), "network.transport": "unix"}
+    host, _, port = target.rpartition(":")
+    named: dict[str, Any] = {"server.address": host.strip("[]")}
+    if port.isdigit():
+        named["server.port"] = int(port)
+    return named
+
+
+class CurrentNames(trace.TracerProvider):
+    """The provider the gRPC instrumentation is given: its tracers rename as they start."""
+
+    def __init__(self, inner: trace.TracerProvider, extra: Mapping[str, Any] | None = None):
+        self._inner = inner
+        self._extra = dict(extra or {})
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Attributes = None,
+    ) -> trace.Tracer:
+        inner = self._inner.get_tracer(
+            instrumenting_module_name, instrumenting_library_version, SCHEMA_URL, attributes
+        )
+        return _RenamingTracer(inner, self._extra)
+
+
+class _RenamingTracer(trace.Tracer):
+    def __init__(self, inner: trace.Tracer, extra: Mapping[str, Any]) -> None:
+        self._inner = inner
+        self._extra = extra
+
+    def start_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        return self._inner.start_span(
+            name, context, kind, current_names(attributes, self._extra), links, start_time,
+            record_exception, set_status_on_exception,
+        )  # fmt: skip
+
+    def start_as_current_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Any:
+        return self._inner.start_as_current_span(
+            name, context, kind, current_names(attributes, self._extra), links, start_time,
+            record_exception, set_status_on_exception, end_on_exit,
+        )  # fmt: skip
 
 
 # -- the call's span -------------------------------------------------------------------
@@ -323,9 +432,9 @@ class McpSpans:
             attributes=attributes,
         ) as span:
             result = await call_next(ctx)
-            if getattr(result, "is_error", False):
+            said = _tool_error(result)
+            if said is not None:
                 # The front's refusals carry their reason and class (sidecar.fronts.mcp.tools).
-                said = getattr(result, "structured_content", None) or {}
                 span.set_attribute("error.type", "tool_error")
                 if isinstance(said, Mapping) and said.get("reason"):
                     span.set_attributes(
@@ -335,6 +444,19 @@ class McpSpans:
                         }
                     )
             return result
+
+
+def _tool_error(result: object) -> object | None:
+    """The structured content of a tool result that is an error, or None when it is none.
+
+    The result reaches the middleware as the handler's model or as the dict it is
+    serialized to (camelCase keys), as the MCP SDK's own middleware reads it.
+    """
+    if isinstance(result, Mapping):
+        return result.get("structuredContent") or {} if result.get("isError") is True else None
+    if getattr(result, "is_error", False) is True:
+        return getattr(result, "structured_content", None) or {}
+    return None
 
 
 # -- the ledger --------------------------------------------------------------------------
@@ -427,11 +549,60 @@ def _store_result(error: BaseException) -> str:
 
 
 class _TracedStore(WrappedStore):
-    """A span per store call, named after the operation, with the id it names."""
+    """A span per store call, named after the operation, with the id it names. A write made
+    one commit with its audit names the call's trace in its two events, as the traced
+    ledger does for events it appends itself."""
 
     def __init__(self, inner: StoreClient, tracer: trace.Tracer) -> None:
         super().__init__(inner)
         self._tracer = tracer
+
+    async def commit_write(
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
+    ) -> _R:
+        current = trace.get_current_span()
+        if not current.is_recording():
+            return await super().commit_write(intent, call, settle, timeout=timeout, before=before)
+        context = current.get_span_context()
+        trace_id, span_id = format_trace_id(context.trace_id), format_span_id(context.span_id)
+        attributes = event_attributes(intent)
+        current.set_attributes(
+            {k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)}
+        )
+
+        written = [replace(intent, trace_id=trace_id, span_id=span_id)]
+
+        def traced(answer: object) -> tuple[AuditEvent, _R]:
+            outcome, result = settle(answer)
+            written.append(replace(outcome, trace_id=trace_id, span_id=span_id))
+            return written[-1], result
+
+        started = time.time_ns()
+        try:
+            return await super().commit_write(
+                written[0], call, traced, timeout=timeout, before=before
+            )
+        finally:
+            # A span per event, as the traced ledger makes, over the job that made it durable;
+            # the call's span says what its events say.
+            for made in written[1:]:
+                current.set_attributes(
+                    {
+                        k: v
+                        for k, v in event_attributes(made).items()
+                        if k not in (PHASE, OCCURRENCE)
+                    }
+                )
+            for made in written:
+                self._tracer.start_span(
+                    "ledger.append", start_time=started, attributes=event_attributes(made)
+                ).end()
 
     async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
         if not trace.get_current_span().is_recording():

@@ -311,16 +311,54 @@ def apply_patch(patch: jsonpatch.JsonPatch, document: dict[str, object]) -> dict
 
     A missing parent, a failed `test`, an index out of range, a move into its own child, or a
     result that is no longer an object: the patch is well-formed but does not fit the document.
+    The refusal names the operation and its paths, never the document: the library's own
+    message quotes the data, and a refusal reaches logs and callers.
     """
     try:
         patched: object = patch.apply(document, in_place=False)
-    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
-        raise StoreRefusal(RefusalCode.PATCH_FAILED, f"the patch does not apply: {error}") from None
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
+        raise StoreRefusal(RefusalCode.PATCH_FAILED, _why_not(patch, document)) from None
     if not isinstance(patched, dict):
         raise StoreRefusal(
             RefusalCode.PATCH_FAILED, "the patch would leave the artifact's data not an object"
         )
     return patched
+
+
+def _why_not(patch: jsonpatch.JsonPatch, document: object) -> str:
+    """Which operation of a patch that does not apply fails, and on which path. Only called
+    once the patch failed, so the hot path applies it once."""
+    current = document
+    for index, operation in enumerate(patch.patch):
+        try:
+            current = jsonpatch.JsonPatch([operation]).apply(current, in_place=False)
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
+            return f"the patch does not apply: operation {index} ({_what(operation, current)})"
+    return "the patch does not apply to the artifact's data"
+
+
+def _what(operation: dict[str, str], document: object) -> str:
+    op, path = operation["op"], operation["path"]
+    if op in _OPS_WITH_FROM and not _exists(document, operation["from"]):
+        return f"{op} from {operation['from']!r}, which the artifact does not have"
+    if op in _OPS_WITH_FROM and path.startswith(operation["from"] + "/"):
+        return f"{op} of {operation['from']!r} into its own member {path!r}"
+    if op == "test" and _exists(document, path):
+        return f"test of {path!r}: the artifact holds another value there"
+    if op == "add" or op in _OPS_WITH_FROM:
+        parent = path.rpartition("/")[0]
+        if not _exists(document, parent):
+            return f"{op} at {path!r}: the artifact has no {parent!r} to add it to"
+        return f"{op} at {path!r}: {parent!r} has no place {path.rpartition('/')[2]!r}"
+    return f"{op} at {path!r}, which the artifact does not have"
+
+
+def _exists(document: object, path: str) -> bool:
+    missing = object()
+    try:
+        return jsonpointer.resolve_pointer(document, path, missing) is not missing
+    except jsonpointer.JsonPointerException:
+        return False
 
 
 def page_size_for(requested: int) -> int:

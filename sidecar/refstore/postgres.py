@@ -23,12 +23,18 @@ When the database cannot be reached, or the connection is lost during the commit
 raises `StoreUnavailableError`; the next call connects again by itself. Every call is bounded
 on this side too (TCP keepalives, `tcp_user_timeout`, and a watchdog that cuts a call past
 `call_timeout`), so that a server that stopped answering holds no thread for long.
+
+Group commit (:meth:`PostgresStoreBackend.run_batch`): the embedded store's client hands every
+call queued while a batch ran to the next batch, made in one transaction on one connection,
+each call in a savepoint of its own (a refusal rolls back that call alone), answered after the
+one commit. Posts to one thread lock its row until their transaction commits: one commit per
+post made them wait for each other's sync one by one, and Notice ran at half Create's rate.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -225,6 +231,8 @@ class PostgresStoreBackend(SqlStoreBackend):
         self._call_timeout = call_timeout
         self._watchdog = pgbounds.Watchdog("store")
         self._pool = _Pool(conninfo, size=pool_size, acquire_timeout=acquire_timeout)
+        # The connection of the batch this thread is making, whose calls nest in it.
+        self._batch = threading.local()
         try:
             self._transact(self._migrate, write=True)
         except BaseException:
@@ -251,8 +259,13 @@ class PostgresStoreBackend(SqlStoreBackend):
     def _transact(self, work: Callable[[_Connection], _T], *, write: bool) -> _T:
         """Run `work` in one transaction, on a fresh connection once if a pooled one was stale.
 
-        Reads get a transaction of their own too (`write` changes nothing here).
+        Reads get a transaction of their own too (`write` changes nothing here). Within a
+        batch, `work` runs in a savepoint of the batch's transaction instead.
         """
+        batch: _Connection | None = getattr(self._batch, "conn", None)
+        if batch is not None:
+            with batch.transaction():  # a savepoint: a refusal rolls back this call alone
+                return work(batch)
         for retry in (False, True):
             with self._pool.connection() as conn:
                 committing = False
@@ -279,6 +292,56 @@ class PostgresStoreBackend(SqlStoreBackend):
                             f"the connection to PostgreSQL was lost: {error}"
                         ) from error
         raise AssertionError("unreachable")
+
+    def run_batch(self, calls: Sequence[Callable[[], _T]]) -> list[_T | Exception]:
+        """Make ``calls`` (this backend's methods, bound to their arguments) in one
+        transaction, and answer each (its result or the exception it raised) after the commit.
+
+        When the transaction does not commit, every call's answer is the failure; when the
+        connection turns out broken before the commit was sent, the batch runs again once on
+        a fresh one (PostgreSQL rolled it back: nothing of it landed). A batch of one call
+        is that call alone, in its own transaction: a savepoint would cost it two round trips.
+        """
+        if len(calls) == 1:
+            try:
+                return [calls[0]()]
+            except Exception as exc:
+                return [exc]
+        for retry in (False, True):
+            with self._pool.connection() as conn:
+                committing = False
+                try:
+                    with self._watchdog.bound(conn, self._call_timeout), conn.transaction():
+                        answers = self._calls_in(conn, calls)
+                        committing = True
+                    return answers
+                except psycopg.OperationalError as error:
+                    if conn.broken:
+                        self._pool.discard_idle()
+                    if conn.broken and not committing and not retry:
+                        continue
+                    failure = StoreUnavailableError(
+                        f"PostgreSQL failed the batch; it did not commit: {error}"
+                    )
+                    return [failure] * len(calls)
+        raise AssertionError("unreachable")
+
+    def _calls_in(
+        self, conn: _Connection, calls: Sequence[Callable[[], _T]]
+    ) -> list[_T | Exception]:
+        answers: list[_T | Exception] = []
+        self._batch.conn = conn
+        try:
+            for call in calls:
+                try:
+                    answers.append(call())
+                except psycopg.OperationalError:
+                    raise  # the connection or the transaction is gone: the batch fails
+                except Exception as exc:
+                    answers.append(exc)
+        finally:
+            self._batch.conn = None
+        return answers
 
     def close(self) -> None:
         self._pool.close()

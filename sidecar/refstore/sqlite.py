@@ -16,6 +16,17 @@ finish commits for all, with one sync. No call answers before the commit that ma
 did, or what it read, durable; when that commit fails, or SQLite ends the transaction early,
 every call in it fails. One sync per call cost most of a write's time and CPU under load.
 
+A read that finds no transaction open, none committing and no call on its way in reads a
+snapshot of what has committed on a connection of its own: it needs no writer's lock, so it
+answers while another process holds the file's (the ledger's, when they share it); one that
+finds a transaction open joins it, as before.
+
+A job of several parts (:meth:`SqliteStoreBackend.in_one_transaction`: a write's audit
+intent, its store call and its outcome, when the ledger shares this file) runs in one savepoint
+of the group's transaction; a store call it makes runs in a savepoint nested in that one, so a
+refusal rolls back the call alone and the job goes on, while a failure of the job rolls back
+all of it. Nothing of the job is durable before the commit, and all of it is after.
+
 The rules (what each call checks, refuses and changes) are the shared ones in `sql`; this
 module supplies the file, its schema, and the group-committed transaction each call runs in.
 """
@@ -115,9 +126,16 @@ class SqliteStoreBackend(SqlStoreBackend):
         # transaction its last call was in.
         self._deferring: int | None = None
         self._deferred_batch = 0
+        # The thread whose call holds the connection now: a call it makes meanwhile (a job's
+        # store call) nests in that call's savepoint instead of waiting for itself.
+        self._holder: int | None = None
         # isolation_level=None: the module opens no transactions of its own; each method
         # says where its transaction begins and ends.
         self._db = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+        )
+        self._reading = threading.Lock()
+        self._reader = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
         )
         try:
@@ -125,6 +143,7 @@ class SqliteStoreBackend(SqlStoreBackend):
             self._migrate()
         except BaseException:
             self._db.close()
+            self._reader.close()
             raise
 
     def _configure(self) -> None:
@@ -154,8 +173,50 @@ class SqliteStoreBackend(SqlStoreBackend):
         # A read joins the open transaction too: it sees the writes of the calls before it,
         # so it answers only once they are durable. Several statements see one snapshot.
         # A write gets a savepoint of its own, so that its refusal rolls back it alone.
+        if self._holder == threading.get_ident():
+            return self._nested(work)
+        if not write and self._idle():
+            return self._read_alone(work)
         with self._batched(savepoint=write) as db:
             return work(db)
+
+    def _idle(self) -> bool:
+        # No transaction open, none committing, no call on its way in: nothing a read could
+        # see that is not durable yet, so it needs no writer's lock.
+        with self._turn:
+            return not (self._batch_calls or self._committing or self._arrived != self._entered)
+
+    def _read_alone(self, work: Callable[[Connection], _T]) -> _T:
+        """A read on a connection of its own, in a snapshot of what has committed: it waits
+        for no writer, and answers while another process holds the file's write lock (a
+        ledger that shares the file, locked by an operator's tool or a prune)."""
+        with self._reading:
+            self._reader.execute("BEGIN")
+            try:
+                return work(self._reader)
+            finally:
+                self._reader.execute("ROLLBACK")
+
+    def in_one_transaction(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``job`` in one savepoint of the group's transaction, and answer once it is
+        durable: all of what it did commits, or none. This backend's calls that ``job``
+        makes run inside it, each in a savepoint of its own (a refusal rolls back that call
+        alone); what else ``job`` writes on the connection (the ledger's rows, when the
+        ledger shares this file) is in the same transaction."""
+        with self._batched(savepoint=True) as db:
+            return job(db)
+
+    def _nested(self, work: Callable[[Connection], _T]) -> _T:
+        self._db.execute("SAVEPOINT nested")
+        try:
+            answer = work(self._db)
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK TO nested")
+                self._db.execute("RELEASE nested")
+            raise
+        self._db.execute("RELEASE nested")
+        return answer
 
     @contextmanager
     def _batched(self, *, savepoint: bool) -> Iterator[sqlite3.Connection]:
@@ -176,6 +237,7 @@ class SqliteStoreBackend(SqlStoreBackend):
             error: BaseException | None = None
             if savepoint:
                 self._db.execute("SAVEPOINT call")
+            self._holder = threading.get_ident()
             try:
                 yield self._db
             except BaseException as exc:
@@ -191,6 +253,8 @@ class SqliteStoreBackend(SqlStoreBackend):
             else:
                 if savepoint:
                     self._db.execute("RELEASE call")
+            finally:
+                self._holder = None
             if self._deferring == threading.get_ident():
                 # run_batch waits for the commit once, for all of its calls.
                 self._deferred_batch = batch
@@ -281,3 +345,5 @@ class SqliteStoreBackend(SqlStoreBackend):
             while self._committing or self._batch_calls:
                 self._turn.wait()
             self._db.close()
+        with self._reading:
+            self._reader.close()

@@ -84,6 +84,33 @@ def parse_canonical(text: str, field: str) -> tuple[Any, bytes]:
     return value, form
 
 
+def parse_document(text: str, field: str) -> tuple[dict[str, Any], bytes]:
+    """Parse an artifact's data as :func:`parse_canonical` does, and require a JSON object.
+
+    An artifact is a document edited one member at a time: the store contract refuses any
+    other top level (VALIDATION_FAILED), and the sidecar says so first, before the write
+    is audited, with the field named and how to send it instead.
+    """
+    value, form = parse_canonical(text, field)
+    if not isinstance(value, dict):
+        raise InvalidArgument(
+            field,
+            f"must be a JSON object, got {_json_kind(value)}: an artifact's data is a "
+            'document whose members edits set. Wrap the value in an object, e.g. {"items": ...}',
+        )
+    return value, form
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "null" if value is None else "a number"
+
+
 def as_doubles(value: Any) -> Any:
     """``value`` with each integer beyond 2^53 that RFC 8785 writes for a double as that double.
 

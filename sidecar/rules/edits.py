@@ -12,12 +12,13 @@ bad input for the same reason: a rule names each entry.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonpointer
 import rfc8785
 
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, PatchDoesNotApply
 from sidecar.rules.canonical import MAX_NAME_BYTES, as_doubles, canonical, compact
 
 _MISSING = object()
@@ -74,14 +75,19 @@ def set_patch(document: Any, path: str, value: Any, field: str = "path") -> str:
     """The JSON Patch document that sets ``value`` at ``path`` of ``document``.
 
     The patch is chosen by what holds the last token: an array's element is replaced, so
-    it must exist (InvalidArgument otherwise); anything else gets an ``add``, which adds or
-    replaces an object member and leaves a missing or non-container parent for the store
-    to refuse (PATCH_FAILED), as it always has. The store applies the patch only at the
-    version it was chosen for.
+    it must exist (InvalidArgument otherwise); an object's member is added or replaced (an
+    ``add``). A path whose parent the artifact does not have, or whose parent is no object or
+    array, is refused here (PatchDoesNotApply: PATCH_FAILED, as the store would answer the
+    patch, with ``field`` named) with the member that is missing and how to change the call,
+    which no store's wording can say. The store applies the patch only at the version it was
+    chosen for.
     """
     pointer = jsonpointer.JsonPointer(path)
-    found, parent = value_at(document, jsonpointer.JsonPointer.from_parts(pointer.parts[:-1]).path)
-    if found and isinstance(parent, list):
+    parent_parts = pointer.parts[:-1]
+    found, parent = value_at(document, jsonpointer.JsonPointer.from_parts(parent_parts).path)
+    if not found:
+        raise PatchDoesNotApply(field, _missing_parent(document, path, pointer.parts))
+    if isinstance(parent, list):
         token = pointer.parts[-1]
         if not _is_index(token):
             raise InvalidArgument(
@@ -94,7 +100,46 @@ def set_patch(document: Any, path: str, value: Any, field: str = "path") -> str:
                 "replaces an element that exists and never inserts one",
             )
         return compact([{"op": "replace", "path": path, "value": value}])
+    if not isinstance(parent, dict):
+        where = jsonpointer.JsonPointer.from_parts(parent_parts).path
+        raise PatchDoesNotApply(
+            field,
+            f"{path!r} sets a member inside {where!r}, which holds {_kind(parent)}, not an "
+            f"object or an array. Edit {where!r} itself, or a path inside an object",
+        )
     return compact([{"op": "add", "path": path, "value": value}])
+
+
+def _missing_parent(document: Any, path: str, parts: list[str]) -> str:
+    """What is missing on the way to ``path``'s parent, and how to change the call: names
+    the path and the member, never the document's content (errors reach logs and models)."""
+    parent_parts = parts[:-1]
+    depth = 0
+    while value_at(document, jsonpointer.JsonPointer.from_parts(parent_parts[: depth + 1]).path)[0]:
+        depth += 1
+    missing = jsonpointer.JsonPointer.from_parts(parent_parts[: depth + 1]).path
+    holder = jsonpointer.JsonPointer.from_parts(parent_parts[:depth]).path
+    container = value_at(document, holder)[1]
+    token = parent_parts[depth]
+    if isinstance(container, dict):
+        what = f"the artifact has no member {token!r}" + (f" in {holder!r}" if holder else "")
+        if depth == len(parent_parts) - 1:
+            member = json.dumps(parts[-1])
+            fix = f"Set both in one edit: path {missing!r}, value {{{member}: <the value>}}"
+        else:
+            fix = f"Set {missing!r} first (an edit of path {missing!r} whose value is an object)"
+    elif isinstance(container, list):
+        what = f"{holder!r} is an array of {len(container)} with no element {token!r}"
+        fix = "Name an element that exists"
+    else:
+        what = f"{holder!r} holds {_kind(container)}, which has no member {token!r}"
+        fix = f"Edit {holder!r} itself, or a path inside an object"
+    return f"{path!r} cannot be set: {what}; an edit sets one value in a parent that exists. {fix}"
+
+
+def _kind(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), "a value")
 
 
 def _is_index(token: str) -> bool:

@@ -5,16 +5,90 @@ ArtifactStoreService, and :mod:`sidecar.upstream.inprocess`, straight to the
 embedded reference store's backend. Both answer with the reference store's own
 records and refuse with :class:`Refusal`, so the core cannot tell them apart.
 :class:`WrappedStore` is the base of the clients that wrap another (metrics, traces).
+
+A client whose store shares the ledger's file (the embedded store in a data folder of one
+file) can also make a write's audit intent, its one store call and its outcome in one
+transaction and one durable commit (:class:`CommitsWrites`, found by :func:`joins_commits`):
+all three are durable or none is. Every other client makes them in turn, three commits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from sidecar.ledger.base import AuditEvent
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
+
+# The calls of the store a write can be made of alone, by their StoreClient method's name.
+WriteMethod = Literal["create_artifact", "propose_create", "create_thread", "post_message"]
+
+
+@dataclass(frozen=True)
+class StoreWrite:
+    """One write call of the store, as data: the StoreClient method and its arguments (the
+    ``timeout`` apart), so that a client can make it inside a commit of its own choosing."""
+
+    method: WriteMethod
+    store_id: str  # the id it names, for the metrics and the spans
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    async def on(self, store: StoreClient, *, timeout: float | None) -> object:
+        """Make the call on ``store`` as any other call: it commits on its own."""
+        call: Callable[..., Awaitable[object]] = getattr(store, self.method)
+        return await call(*self.args, timeout=timeout, **self.kwargs)
+
+
+def nothing() -> None:
+    """Checks nothing: what a job runs first when it is given no check."""
+    return None
+
+
+# What the write makes of the store's answer (its record, a Refusal, or the error the call
+# failed with), inside the commit: its outcome's event, and what the write answers.
+Settle = Callable[[object], tuple[AuditEvent, _R]]
+
+
+@runtime_checkable
+class CommitsWrites(Protocol):
+    """A store client that can make a write's intent, its call and its outcome one commit."""
+
+    @property
+    def commits_writes(self) -> bool:
+        """Whether it can here: its store shares the ledger's file."""
+        ...
+
+    async def commit_write(
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
+    ) -> _R:
+        """Append ``intent``, make ``call``, append the event ``settle`` makes of its answer,
+        all in one transaction, and answer what ``settle`` made once that is durable.
+        ``before`` runs first, where the job runs: what it raises refuses the write before
+        anything is written (the lease, checked again after any wait for the file).
+
+        FencedError when the intent is fenced (nothing is written, the store is not called);
+        LedgerError when the transaction did not commit (none of it is durable, though a
+        retry cannot know that); StoreDeadlineExceeded past ``timeout`` (it may still commit).
+        """
+        ...
+
+
+def joins_commits(store: object) -> CommitsWrites | None:
+    """``store`` as a client that makes a write one commit, or None when it cannot."""
+    if isinstance(store, CommitsWrites) and store.commits_writes:
+        return store
+    return None
 
 
 class Refusal(Exception):
@@ -100,6 +174,8 @@ class WrappedStore:
 
     def __init__(self, inner: StoreClient) -> None:
         self._inner = inner
+        # Found once: a runtime Protocol's isinstance is slow on a write's path.
+        self._joined = joins_commits(inner)
 
     async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
         return await call
@@ -175,6 +251,47 @@ class WrappedStore:
     ) -> Sequence[StoredMessage]:
         call = self._inner.list_messages(thread_id, timeout=timeout)
         return await self._around("list_messages", thread_id, call)
+
+    @property
+    def commits_writes(self) -> bool:
+        return self._joined is not None
+
+    async def commit_write(
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
+    ) -> _R:
+        inner = self._joined
+        if inner is None:
+            raise TypeError("the wrapped store client cannot make a write one commit")
+        # The store's refusal is an answer inside the job, not an error of it: raised within
+        # _around here, as a store call's own refusal would be, so that a wrapper's timing
+        # and spans tell it the same way, and then the job's result is answered after all.
+        answers: list[object] = []
+        made: list[_R] = []
+
+        def watched(answer: object) -> tuple[AuditEvent, _R]:
+            answers.append(answer)
+            return settle(answer)
+
+        async def job() -> _R:
+            made.append(
+                await inner.commit_write(intent, call, watched, timeout=timeout, before=before)
+            )
+            if answers and isinstance(answers[0], Exception):
+                raise answers[0]
+            return made[0]
+
+        try:
+            return await self._around(call.method, call.store_id, job())
+        except Exception as error:
+            if made and answers and error is answers[0]:
+                return made[0]
+            raise
 
     async def ping(self) -> None:
         await self._inner.ping()

@@ -18,6 +18,11 @@ contract exactly:
 
 An external store (``--store-target``) and ``actonce store`` keep the gRPC path.
 
+Where the ledger shares the store's file (a data folder of one file), the client is given the
+ledger, and a write that is one store call is made as one job of the batch thread
+(:meth:`InProcessStoreClient.commit_write`): its intent, the store's rows and its outcome in
+one transaction, one sync, and one hand-off from the event loop and back.
+
 A backend that can run a batch of calls in one transaction (the SQLite one) gets them
 from one thread of this client's: calls queue while it works, it hands the whole queue
 over at once, and it wakes the event loop once per batch with every answer. Threads
@@ -40,17 +45,19 @@ from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 import structlog
 
 from sidecar import defaults
-from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
+from sidecar.ledger.base import AuditEvent, LedgerError
 from sidecar.ops import scheduling
 from sidecar.refstore import backend as store
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
 from sidecar.refstore.refusals import StoreRefusal
-from sidecar.upstream.base import Refusal
+from sidecar.upstream.base import Refusal, Settle, StoreWrite, nothing
 
 log = structlog.get_logger()
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # As many calls in flight as the PostgreSQL backend has pooled connections; the
 # SQLite backend serializes on its one connection whatever the number.
@@ -65,6 +72,19 @@ class BatchingBackend(Protocol):
     """A backend that makes many calls in one transaction and answers after its commit."""
 
     def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[Any]: ...
+
+
+@runtime_checkable
+class OneTransactionBackend(Protocol):
+    """A backend that runs a job of several parts in one transaction on its connection."""
+
+    def in_one_transaction(self, job: Callable[[Any], _T]) -> _T: ...
+
+
+class SharedLedger(Protocol):
+    """The ledger whose file the store shares: it appends inside the store's transaction."""
+
+    def append_in(self, db: Any, events: Sequence[AuditEvent]) -> list[int | LedgerError]: ...
 
 
 @dataclass
@@ -147,9 +167,18 @@ class InProcessStoreClient:
         *,
         timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
         workers: int = DEFAULT_WORKERS,
+        ledger: SharedLedger | None = None,
+        ledger_wait_seconds: float = defaults.AUDIT_BUSY_TIMEOUT_MS / 1000,
     ) -> None:
         self._backend = backend
         self.timeout_seconds = timeout_seconds
+        # Given only where the ledger shares the backend's file (sidecar.fronts.grpc.server).
+        # Checked once: a runtime Protocol's isinstance is slow on a write's path.
+        self._one_transaction = (
+            backend if ledger is not None and isinstance(backend, OneTransactionBackend) else None
+        )
+        self._ledger = ledger if self._one_transaction is not None else None
+        self._ledger_wait = ledger_wait_seconds
         self._batches: _BatchRunner | None = None
         self._executor: ThreadPoolExecutor | None = None
         if isinstance(backend, BatchingBackend):
@@ -185,6 +214,78 @@ class InProcessStoreClient:
                     f"store did not answer {operation} in time; the write may have landed, "
                     "and a retry with the same derived id is safe"
                 ) from None
+
+    @property
+    def commits_writes(self) -> bool:
+        return self._ledger is not None and self._batches is not None
+
+    async def commit_write(
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
+    ) -> _R:
+        ledger, batches, backend = self._ledger, self._batches, self._one_transaction
+        if ledger is None or batches is None or backend is None:
+            raise TypeError("this store does not share the ledger's file")
+        operation, made = self._backend_write(call)
+
+        def one_commit(db: Any) -> _R:
+            before()
+            [intended] = ledger.append_in(db, [intent])
+            if isinstance(intended, LedgerError):  # fenced: nothing of the job is kept
+                raise intended
+            answer: object
+            try:
+                with _map_errors(operation):
+                    answer = made()
+            except (Refusal, ActonceError) as failed:
+                answer = failed
+            outcome, result = settle(answer)
+            [ended] = ledger.append_in(db, [outcome])
+            if isinstance(ended, LedgerError):
+                raise ended
+            return result
+
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_R] = loop.create_future()
+        batches.submit(
+            _Job(functools.partial(backend.in_one_transaction, one_commit), future, loop)
+        )
+        # The store's deadline, and the time the intent may wait for the file as the
+        # ledger's own appends may: the three commits in turn do not bound that wait by the
+        # store's deadline either, and ``before`` checks the lease once it is over.
+        bound = (self.timeout_seconds if timeout is None else timeout) + self._ledger_wait
+        try:
+            async with asyncio.timeout(bound):
+                return await future
+        except TimeoutError:
+            raise StoreDeadlineExceeded(
+                f"{operation} and its audit did not commit in time; the write may have "
+                "landed, and a retry with the same derived id is safe"
+            ) from None
+        except (LedgerError, ActonceError):
+            raise
+        except Exception as error:
+            # The transaction did not commit, or SQLite ended it: none of the job is durable.
+            raise LedgerError(f"the write and its audit did not commit: {error}") from error
+
+    def _backend_write(self, call: StoreWrite) -> tuple[str, Callable[[], object]]:
+        """The backend's call for ``call``, and its operation's name in the store contract."""
+        backend, a, kw = self._backend, call.args, call.kwargs
+        if call.method == "create_artifact":
+            return "CreateArtifact", functools.partial(backend.create_artifact, *a, **kw)
+        if call.method == "propose_create":
+            proposal_id, kind, data_json = a
+            return "CreateProposal", functools.partial(
+                backend.create_proposal, proposal_id, kind=kind, data_json=data_json
+            )
+        if call.method == "create_thread":
+            return "CreateThread", functools.partial(backend.create_thread, *a, **kw)
+        return "PostMessage", functools.partial(backend.post_message, *a, **kw)
 
     async def create_artifact(
         self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None

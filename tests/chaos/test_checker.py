@@ -32,7 +32,8 @@ def tampered(played: Played, tmp_path: Path) -> Iterator[Played]:
     """A copy of the played seed's files, free to be tampered with."""
     copy = tmp_path / "seed"
     (copy / "sidecar").mkdir(parents=True)
-    for name in ("store.db", "audit.db"):
+    # A data folder of one file, or of two made before the store joined the ledger's file.
+    for name in {played.store_path.name, played.ledger_path.name}:
         source = sqlite3.connect(played.seed_dir / "sidecar" / name)
         target = sqlite3.connect(copy / "sidecar" / name)
         source.backup(target)

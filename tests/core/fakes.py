@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
@@ -30,7 +30,9 @@ from sidecar.ledger.base import (
 )
 from sidecar.refstore.backend import StoredArtifact, StoredMessage, apply_patch, parse_patch
 from sidecar.refstore.refusals import ARCHIVED, ID_USED, StoreRefusal
-from sidecar.upstream.base import Refusal
+from sidecar.upstream.base import Refusal, Settle, StoreWrite, nothing
+
+_R = TypeVar("_R")
 
 
 def _no_hook(name: str) -> None:
@@ -289,6 +291,48 @@ class MemoryStore:
             "messages": {i: (m.thread_id, m.kind, m.text) for i, m in self.messages.items()},
             "turn_requests": sorted(self.turn_requests),
         }
+
+
+class OneCommitStore(MemoryStore):
+    """A MemoryStore that makes a write and its audit one job, as a store sharing the
+    ledger's file does: all of it is kept, or, when any part fails, none of it."""
+
+    def __init__(self, ledger: MemoryLedger, trace: Trace) -> None:
+        super().__init__(trace)
+        self.ledger = ledger
+
+    @property
+    def commits_writes(self) -> bool:
+        return True
+
+    async def commit_write(
+        self,
+        intent: AuditEvent,
+        call: StoreWrite,
+        settle: Settle[_R],
+        *,
+        timeout: float | None,
+        before: Callable[[], None] = nothing,
+    ) -> _R:
+        kept = (list(self.ledger.events), dict(self.ledger._newest), dict(self.artifacts),
+                dict(self.proposals), dict(self.threads), dict(self.messages),
+                list(self.turn_requests))  # fmt: skip
+        self.trace.calls.append("store.commit_write")
+        try:
+            before()
+            await self.ledger.append(intent)
+            answer: object
+            try:
+                answer = await call.on(self, timeout=timeout)
+            except Refusal as refusal:
+                answer = refusal
+            outcome, result = settle(answer)
+            await self.ledger.append(outcome)
+        except BaseException:
+            (self.ledger.events, self.ledger._newest, self.artifacts, self.proposals,
+             self.threads, self.messages, self.turn_requests) = kept  # fmt: skip
+            raise
+        return result
 
 
 def run_actions(

@@ -77,7 +77,7 @@ def stored_by_n(config: Any, kind: str) -> dict[int, list[str]]:
     if config.store_dsn:
         rows = read_postgres_store(config.store_dsn)
     else:
-        rows = read_sqlite_store(config.data_dir / "store.db")
+        rows = read_sqlite_store(config.store_path)
     found: dict[int, list[str]] = {}
     for artifact_id, (artifact_kind, _version, data_json, _archived) in rows.artifacts.items():
         if artifact_kind == kind:

@@ -53,7 +53,7 @@ class World:
         config = self.sc.config
         if config.store_dsn:
             return read_postgres_store(config.store_dsn)
-        return read_sqlite_store(config.data_dir / "store.db")
+        return read_sqlite_store(config.store_path)
 
     def ledger(self) -> tuple[int, list[Any]]:
         """How many events the ledger holds, and every event (oldest first)."""

@@ -217,7 +217,7 @@ def test_no_payload_appears_in_any_log_line(tmp_path: Path) -> None:
 
 def _turns_and_messages(sc: RunningSidecar) -> tuple[list[str], set[str]]:
     rows = (read_postgres_store(sc.config.store_dsn) if sc.config.store_dsn
-            else read_sqlite_store(sc.config.data_dir / "store.db"))  # fmt: skip
+            else read_sqlite_store(sc.config.store_path))  # fmt: skip
     return rows.turn_requests, {kind for _thread, kind, _text in rows.messages.values()}
 
 

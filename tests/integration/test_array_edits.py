@@ -116,15 +116,32 @@ def test_an_index_at_or_past_the_end_is_refused_as_bad_input_before_the_store(
     assert len(listed) == 1
 
 
-def test_object_members_are_still_added_or_replaced_and_a_missing_parent_is_refused_by_the_store(
+def test_object_members_are_still_added_or_replaced_and_a_missing_parent_is_refused_by_the_sidecar(
     sidecar: RunningSidecar,
 ) -> None:
     artifact = _artifact(sidecar)
     attempt = sidecar.begin("run-o")
     assert _edit(sidecar, attempt, artifact, "/owner", '"ann"').outcome == APPLIED
     assert _edit(sidecar, attempt, artifact, "/owner", '"bob"').outcome == APPLIED
+    before = _stored(sidecar, artifact)
     with pytest.raises(grpc.RpcError) as caught:
         _edit(sidecar, attempt, artifact, "/missing/deeper", "1")
-    assert refusal(caught.value).reason == "PATCH_FAILED"
+    got = refusal(caught.value)
+    # The path and the missing member are named, with how to change the call; the
+    # artifact's data is not quoted.
+    # PATCH_FAILED, as the store would answer the patch, but said before it is sent.
+    assert (got.code, got.reason, got.failure_class, got.fields, got.message) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "PATCH_FAILED",
+        "REFUSED",
+        ["path"],
+        "path: '/missing/deeper' cannot be set: the artifact has no member 'missing'; an edit "
+        "sets one value in a parent that exists. Set both in one edit: path '/missing', value "
+        '{"deeper": <the value>}',
+    )
     stored = _stored(sidecar, artifact)
     assert json.loads(stored.data_json) == {"items": ["a", "b", "c"], "owner": "bob"}
+    assert stored.version == before.version  # no patch reached the store
+    edits = [e.event for e in sidecar.audit("run-o") if e.event.phase == "outcome"]
+    assert [(e.outcome, e.reason) for e in edits][-1] == ("", "PATCH_FAILED")
+    assert [e.outcome for e in edits].count("OUTCOME_APPLIED") == 2

@@ -25,6 +25,16 @@ CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("too large", "Create", {"kind": "k", "data_json": HUGE}, "data_json"),
     ("unsafe integer", "Create", {"kind": "k", "data_json": "9007199254740993"}, "data_json"),
     ("empty data", "Create", {"kind": "k", "data_json": ""}, "data_json"),
+    ("array data", "Create", {"kind": "k", "data_json": "[1]"}, "data_json"),
+    ("number data", "Create", {"kind": "k", "data_json": "1"}, "data_json"),
+    ("string data", "Create", {"kind": "k", "data_json": '"x"'}, "data_json"),
+    ("null data", "Create", {"kind": "k", "data_json": "null"}, "data_json"),
+    (
+        "proposed array data",
+        "Create",
+        {"kind": "k", "data_json": "[1]", "propose": True},
+        "data_json",
+    ),
     ("empty kind", "Create", {"kind": "", "data_json": "{}"}, "kind"),
     ("empty title", "CreateThread", {"title": ""}, "title"),
     ("empty thread id", "Notice", {"thread_id": "", "text": "x"}, "thread_id"),
@@ -76,3 +86,24 @@ def test_bad_input_gets_invalid_argument_naming_the_field_and_changes_nothing(
     assert len(sidecar.audit()) == before
     assert sidecar.artifacts("k") == []
     assert sidecar.health() == 1  # SERVING
+
+
+def test_data_that_is_no_object_is_refused_by_the_sidecar_saying_what_to_send(
+    sidecar: RunningSidecar,
+) -> None:
+    """The store contract keeps documents; the sidecar says so before anything is audited."""
+    attempt = sidecar.begin("run-array")
+    before = sidecar.audit()
+    with pytest.raises(grpc.RpcError) as caught:
+        sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json="[1]"))
+    got = refusal(caught.value)
+    assert (got.code, got.reason, got.failure_class, got.fields, got.message) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_ARGUMENT",
+        "REFUSED",
+        ["data_json"],
+        "data_json: must be a JSON object, got an array: an artifact's data is a document "
+        'whose members edits set. Wrap the value in an object, e.g. {"items": ...}',
+    )
+    assert sidecar.audit() == before
+    assert sidecar.artifacts("k") == []

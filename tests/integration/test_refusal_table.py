@@ -134,12 +134,17 @@ def test_bad_input_is_refused(sidecar: RunningSidecar) -> None:
     )
 
 
+# The sidecar says first what the reference store would refuse: a missing parent is
+# PATCH_FAILED before the patch is sent (tests/integration/test_array_edits.py), data that
+# is no object INVALID_ARGUMENT before anything is audited (test_bad_input.py). The store's
+# own VALIDATION_FAILED and PATCH_FAILED are a fault's (tests/faults/test_store_faults.py)
+# or a hostile store's (test_hostile_store.py).
 @pytest.mark.parametrize(
     ("case", "reason"),
     [
         ("not_found", "NOT_FOUND"),
         ("patch_failed", "PATCH_FAILED"),
-        ("validation", "VALIDATION_FAILED"),
+        ("validation", "INVALID_ARGUMENT"),
     ],
 )
 def test_not_found_validation_failed_patch_failed_are_refused(

@@ -58,7 +58,7 @@ def _propose(sc: RunningSidecar, attempt: str, artifact: str, value: str) -> pb.
 def _proposed_values(sc: RunningSidecar, artifact: str) -> list[str]:
     """Every value proposed for the artifact, read from the store's database."""
     rows = (read_postgres_store(sc.config.store_dsn) if sc.config.store_dsn
-            else read_sqlite_store(sc.config.data_dir / "store.db"))  # fmt: skip
+            else read_sqlite_store(sc.config.store_path))  # fmt: skip
     values = []
     for _kind, _data, artifact_id, patch_json, _base in rows.proposals.values():
         if artifact_id == artifact:

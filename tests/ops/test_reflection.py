@@ -13,6 +13,9 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 
 from tests.harness import sidecar_config, start_sidecar, start_store
 
@@ -105,3 +108,42 @@ def test_the_store_answers_for_its_methods(tmp_path: Path) -> None:
         store.stop()
     for files in answers:
         assert isinstance(files, list) and files[0] == "actonce/store/v1/artifact_store.proto"
+
+
+def _comments(target: str, symbol: str) -> list[str]:
+    """The comments of the file that holds ``symbol``, as a reflection client receives it:
+    grpcio-reflection's own client, over the wire, as grpcurl's ``describe`` asks."""
+    with grpc.insecure_channel(target) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        file = database.FindFileContainingSymbol(symbol)
+    return [
+        line.strip()
+        for location in file.source_code_info.location
+        for line in (location.leading_comments + location.trailing_comments).splitlines()
+    ]
+
+
+def test_a_reflection_client_gets_the_protos_comments(tmp_path: Path) -> None:
+    """The comment of a service, an RPC, a message and a field, as the protos have them,
+    from the sidecar and from the store."""
+    sidecar = start_sidecar(sidecar_config(tmp_path / "sidecar"))
+    store = start_store(tmp_path / "store")
+    try:
+        api = _comments(f"127.0.0.1:{sidecar.port}", "actonce.v1.RunActionsService.Notice")
+        stored = _comments(store.target, "actonce.store.v1.PatchArtifactRequest")
+    finally:
+        sidecar.stop()
+        store.stop()
+    assert 'Errors carry google.rpc.ErrorInfo (domain "actonce") with a reason and' in api
+    assert 'Notice posts a message of kind "notice" to a thread: it starts and' in api
+    assert "NoticeRequest posts a notice to a thread." in api
+    assert "The version the patch was computed against; VERSION_CONFLICT otherwise." in stored
+
+
+def test_only_our_files_come_from_the_documented_set() -> None:
+    from sidecar.ops import reflection
+
+    documented = reflection.documented_files()
+    protos = Path(__file__).resolve().parents[2] / "protos"
+    assert set(documented) == {str(p.relative_to(protos)) for p in protos.rglob("*.proto")}
+    assert all(f.HasField("source_code_info") for f in documented.values())

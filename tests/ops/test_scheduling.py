@@ -49,7 +49,7 @@ def test_the_ledger_writer_and_the_store_batches_keep_the_normal_policy(tmp_path
     assert caller == os.SCHED_OTHER
 
 
-def test_the_store_workers_of_a_postgresql_store_keep_the_normal_policy() -> None:
+def test_the_store_batches_of_a_postgresql_store_keep_the_normal_policy() -> None:
     from sidecar.refstore.postgres import PostgresStoreBackend
     from tests.helpers import postgres as pg
 
@@ -58,7 +58,7 @@ def test_the_store_workers_of_a_postgresql_store_keep_the_normal_policy() -> Non
         store = InProcessStoreClient(backend)
         try:
             await store.ping()
-            return policy_of("store_0")
+            return policy_of("store-batches")
         finally:
             await store.close()
             backend.close()

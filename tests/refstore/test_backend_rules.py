@@ -400,6 +400,8 @@ def test_a_patch_that_does_not_apply_is_patch_failed(
     backend.create_artifact("a1", "note", '{"n": 1, "list": [], "obj": {}}')
     refused = refusal(lambda: backend.patch_artifact("a1", 1, patch_json))
     assert refused.code is RefusalCode.PATCH_FAILED
+    # It names the operation and its path, never the artifact's data.
+    assert "{" not in refused.message and "'n': 1" not in refused.message, refused.message
     assert backend.get_artifact("a1") == StoredArtifact(
         id="a1", kind="note", version=1, data_json='{"n":1,"list":[],"obj":{}}', archived=False
     )
@@ -678,3 +680,17 @@ def test_turn_requests_need_a_message_that_is_not_a_notice(backend: StoreBackend
 def test_listing_an_unknown_thread_is_not_found(backend: StoreBackend) -> None:
     assert refusal(lambda: backend.list_messages("nope")).code is RefusalCode.NOT_FOUND
     assert refusal(lambda: backend.list_turn_requests("nope")).code is RefusalCode.NOT_FOUND
+
+
+def test_a_patch_that_does_not_apply_names_the_operation_and_the_missing_path(
+    backend: StoreBackend,
+) -> None:
+    backend.create_artifact("a1", "ticket", '{"title": "Disk full"}')
+    patch = '[{"op": "add", "path": "/t", "value": 1}, {"op": "add", "path": "/a/b", "value": 1}]'
+    refused = refusal(lambda: backend.patch_artifact("a1", 1, patch))
+    assert (refused.code, refused.message) == (
+        RefusalCode.PATCH_FAILED,
+        "the patch does not apply: operation 1 (add at '/a/b': the artifact has no '/a' to add "
+        "it to)",
+    )
+    assert backend.get_artifact("a1").data_json == '{"title":"Disk full"}'

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, PatchDoesNotApply
 from sidecar.rules import edits
 
 
@@ -38,8 +38,53 @@ def test_an_edit_replaces_an_array_element_and_adds_or_replaces_an_object_member
     ]
     assert json.loads(edits.set_patch(doc, "/tags/x", 2))[0]["op"] == "add"
     assert json.loads(edits.set_patch(doc, "/tags/y", 2))[0]["op"] == "add"
-    # A missing parent is left to the store, which refuses the patch (PATCH_FAILED).
-    assert json.loads(edits.set_patch(doc, "/missing/x", 2))[0]["op"] == "add"
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "says"),
+    [
+        (
+            {"title": "Disk full"},
+            "/a/b",
+            "'/a/b' cannot be set: the artifact has no member 'a'; an edit sets one value in a "
+            "parent that exists. Set both in one edit: path '/a', value {\"b\": <the value>}",
+        ),
+        (
+            {"title": "Disk full"},
+            "/a/b/c",
+            "'/a/b/c' cannot be set: the artifact has no member 'a'; an edit sets one value in "
+            "a parent that exists. Set '/a' first (an edit of path '/a' whose value is an object)",
+        ),
+        (
+            {"a": {"x": 1}},
+            "/a/b/c",
+            "'/a/b/c' cannot be set: the artifact has no member 'b' in '/a'; an edit sets one "
+            "value in a parent that exists. Set both in one edit: path '/a/b', value {\"c\": "
+            "<the value>}",
+        ),
+        (
+            {"items": ["a"]},
+            "/items/3/x",
+            "'/items/3/x' cannot be set: '/items' is an array of 1 with no element '3'; an "
+            "edit sets one value in a parent that exists. Name an element that exists",
+        ),
+        (
+            {"title": "Disk full"},
+            "/title/x",
+            "'/title/x' sets a member inside '/title', which holds a string, not an object or "
+            "an array. Edit '/title' itself, or a path inside an object",
+        ),
+    ],
+)
+def test_a_path_whose_parent_is_missing_names_the_member_and_the_fix(
+    doc: dict[str, object], path: str, says: str
+) -> None:
+    with pytest.raises(PatchDoesNotApply) as caught:
+        edits.set_patch(doc, path, 2)
+    assert (caught.value.reason, caught.value.failure_class) == ("PATCH_FAILED", "REFUSED")
+    (violation,) = caught.value.violations
+    assert (violation.field, violation.description) == ("path", says)
+    assert "Disk full" not in str(caught.value)  # names paths, never the artifact's data
 
 
 @pytest.mark.parametrize("path", ["/items/2", "/items/10", "/items/01", "/items/x", "/items/-1"])

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
@@ -31,14 +32,16 @@ def _loose() -> None:
     os.umask(0o002)
 
 
+@pytest.mark.parametrize("files", [("audit.db",), ("audit.db", "store.db")])
 def test_every_file_the_sidecar_makes_is_its_owners_alone_under_umask_002(
-    tmp_path: Path,
+    tmp_path: Path, files: tuple[str, ...]
 ) -> None:
     data = tmp_path / "data"
     data.mkdir(mode=0o755)
     os.chmod(data, 0o755)
-    (data / "audit.db").touch(mode=0o644)  # as an earlier release left it (an empty ledger)
-    os.chmod(data / "audit.db", 0o644)
+    for name in files:  # as an earlier release left them (empty), one file or two
+        (data / name).touch(mode=0o644)
+        os.chmod(data / name, 0o644)
     listen = tmp_path / "sock" / "actonce.sock"
     listen.parent.mkdir()
     args = [sys.executable, "-m", "sidecar.cli", "serve", "--listen", f"unix:{listen}",
@@ -55,8 +58,10 @@ def test_every_file_the_sidecar_makes_is_its_owners_alone_under_umask_002(
             stub.EndAttempt(pb.EndAttemptRequest(attempt_id=attempt))
         modes = {path.name: _mode(path) for path in data.iterdir()}
         assert _mode(data) == 0o700
-        for name in ("audit.db", "audit.db-wal", "audit.db-shm", "store.db", "store.db-wal",
-                     "store.db-shm", "store.sock"):  # fmt: skip
+        # A folder with no store's file of its own keeps the store's tables in the ledger's.
+        made = [f"{name}{suffix}" for name in files for suffix in ("", "-wal", "-shm")]
+        assert ("store.db" in modes) == ("store.db" in files)
+        for name in (*made, "store.sock"):
             assert modes.get(name) == 0o600, (name, modes)
         assert _mode(listen) == 0o600
     finally:

@@ -161,6 +161,14 @@ def test_a_write_is_one_trace_from_the_agent_through_the_sidecar_to_the_store(
     assert server.attributes["rpc.service"] == "actonce.v1.RunActionsService"
     assert server.attributes["rpc.method"] == "Create"
     assert server.attributes["rpc.grpc.status_code"] == 0
+    # Today's networking names, not the net.peer.* that the instrumentation makes.
+    assert server.attributes["network.peer.address"] == "127.0.0.1"
+    assert isinstance(server.attributes["network.peer.port"], int)
+    assert (server.attributes["network.transport"], server.attributes["network.type"]) == (
+        "tcp",
+        "ipv4",
+    )
+    assert not [k for k in server.attributes if k.startswith("net.")], server.attributes
     assert {k: server.attributes[k] for k in (
         "actonce.run_id", "actonce.attempt_id", "actonce.write_type", "actonce.derived_id",
         "actonce.outcome")} == {
@@ -185,8 +193,16 @@ def test_a_write_is_one_trace_from_the_agent_through_the_sidecar_to_the_store(
     store_client = _one(spans, kind=CLIENT, service=SIDECAR_SERVICE)
     assert store_client.parent_span_id == store_call.span_id
     assert store_client.name == "/actonce.store.v1.ArtifactStoreService/CreateArtifact"
+    host, _, port = traced_store.target.rpartition(":")
+    assert (store_client.attributes["server.address"], store_client.attributes["server.port"]) == (
+        host,
+        int(port),
+    )
+    assert store_client.attributes["rpc.system"] == "grpc"
     store_server = _one(spans, service=STORE_SERVICE)
     assert (store_server.kind, store_server.parent_span_id) == (SERVER, store_client.span_id)
+    assert store_server.attributes["network.peer.address"] == "127.0.0.1"
+    assert not [k for k in store_server.attributes if k.startswith("net.")]
 
     # The audit events of the write name the trace, and the call's span within it.
     written = [e.event for e in events if e.event.derived_id == created.id]
@@ -507,3 +523,47 @@ def test_a_call_not_sampled_makes_no_span_and_names_no_trace(
     assert [e.event.phase for e in events] == [Phase.ATTEMPT_BEGIN, Phase.INTENT, Phase.OUTCOME]
     assert {(e.event.trace_id, e.event.span_id) for e in events} == {("", "")}
     assert traced.spans() == []
+
+
+@pytest.mark.parametrize(
+    ("bound", "reason", "failure_class"),
+    [
+        # Refused in the store, after the intent was audited.
+        ("begun", "NOT_FOUND", "REFUSED"),
+        # Refused before anything is audited: only the front can tell the span.
+        ("unknown", "UNKNOWN_ATTEMPT", "RETRYABLE"),
+    ],
+)
+def test_an_mcp_refusal_is_told_on_the_tool_span(
+    agent: Agent,
+    traced: OtlpReceiver,
+    tmp_path: Path,
+    bound: str,
+    reason: str,
+    failure_class: str,
+) -> None:
+    running = start_sidecar(sidecar_config(tmp_path / "data", mcp_listen="127.0.0.1:0"))
+    try:
+        with agent.tracer.start_as_current_span("agent.tool") as caller:
+            meta: dict[str, str] = {}
+            propagate.inject(meta)
+        attempt_id = running.begin("run-mcp-refused") if bound == "begun" else "att_unknown"
+        result = asyncio.run(
+            _call_tool(
+                f"http://127.0.0.1:{running.sidecar.mcp_port}/mcp/attempts/{attempt_id}",
+                "edit",
+                {"artifact_id": "art_missing", "path": "/title", "value": "x"},
+                meta,
+            )
+        )
+    finally:
+        running.stop()
+    assert result.is_error, result
+    trace_id = format(caller.get_span_context().trace_id, "032x")
+    spans = traced.wait_for(
+        lambda spans: any(s.name == "tools/call edit" and s.trace_id == trace_id for s in spans)
+    )
+    tool = _one(spans, name="tools/call edit", service=SIDECAR_SERVICE)
+    assert tool.attributes["actonce.reason"] == reason
+    assert tool.attributes["actonce.failure_class"] == failure_class
+    assert tool.attributes["error.type"] == "tool_error"

@@ -88,8 +88,14 @@ def run_all(world: World, job: Job, kill: Kill | None = None) -> list[dict[str, 
     return results
 
 
+def store_file(data_dir: Path) -> Path:
+    """The embedded store's file: the ledger's own (audit.db) in a data folder of one file."""
+    own = data_dir / "store.db"
+    return own if own.exists() else data_dir / "audit.db"
+
+
 def store_rows(world: World, sql: str, *args: str) -> list[tuple[str, ...]]:
-    with sqlite3.connect(world.sidecar.data_dir / "store.db") as db:
+    with sqlite3.connect(store_file(world.sidecar.data_dir)) as db:
         return db.execute(sql, args).fetchall()
 
 

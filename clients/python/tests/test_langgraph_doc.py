@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from card_processor import card_processor
+from kill_loop import store_file
 from scripted_model import DONE, ScriptedChatModel, turn
 
 from actonce_client.testing import LocalSidecar
@@ -58,7 +59,7 @@ def test_the_complete_agent_does_its_work_once_when_a_job_is_delivered_twice(
             assert agent.handle(app, job) == "done"  # the queue delivers it again
         finally:
             agent.client.close()
-        with sqlite3.connect(sidecar.data_dir / "store.db") as db:
+        with sqlite3.connect(store_file(sidecar.data_dir)) as db:
             (tickets,) = db.execute(
                 "SELECT count(*) FROM artifacts WHERE kind = 'ticket'"
                 " AND json_extract(data_json, '$.title') = 'Card declined twice'"

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import pytest
 from agents import Agent, set_tracing_disabled
+from kill_loop import store_file
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -73,7 +74,7 @@ def sidecar() -> Iterator[LocalSidecar]:
 
 
 def tickets(sidecar: LocalSidecar, run_id: str) -> int:
-    with sqlite3.connect(sidecar.data_dir / "store.db") as db:
+    with sqlite3.connect(store_file(sidecar.data_dir)) as db:
         (count,) = db.execute(
             "SELECT count(*) FROM artifacts WHERE kind = 'ticket'"
             " AND json_extract(data_json, '$.run') = ?",

@@ -140,7 +140,8 @@ class Sidecar:
         """Drain, then close, all within ``grace`` seconds: no new calls, calls in flight
         get the grace less what closing keeps (CLOSE_RESERVE_SECONDS at most) and less
         the linger after a cut (LINGER_SECONDS at most), and the ledger is flushed and
-        closed last. ``None`` or 0 cuts calls in flight at once.
+        closed, then the store it may share a file with. ``None`` or 0 cuts calls in flight
+        at once.
 
         Every call the sidecar receives is answered, never cancelled (sidecar.ops.drain):
         calls still running when their time runs out, and calls that arrive while the
@@ -206,10 +207,12 @@ class Sidecar:
         await _bounded("store_client", self.store.close(), left())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)
+        # The ledger before the embedded store's backend: in a data folder of one file the
+        # ledger's last events are written through the backend's connection.
+        await _bounded("ledger", self.ledger.close(), left())
         if self.embedded_backend is not None:
             closing = asyncio.to_thread(self.embedded_backend.close)
             await _bounded("store_backend", closing, left())
-        await _bounded("ledger", self.ledger.close(), left())
         if self.tracing is not None:
             # The spans of the last calls leave before the process does.
             await _bounded("tracing", asyncio.to_thread(self.tracing.shutdown), left())
@@ -298,7 +301,9 @@ def open_store_backend(config: Config) -> StoreBackend:
         # Past the store timeout the caller has given up: its connection is cut then,
         # so that a database that stopped answering holds no thread for long.
         return PostgresStoreBackend(config.store_dsn, call_timeout=config.store_timeout_seconds)
-    return SqliteStoreBackend(files.private_folder(config.data_dir) / "store.db")
+    if config.audit_db is None:
+        files.private_folder(config.data_dir)
+    return SqliteStoreBackend(config.store_path)
 
 
 def _operator_ledger(config: Config) -> OperatorLedger:
@@ -325,6 +330,20 @@ async def create_server(
         heartbeat = open_heartbeat(
             f"sc_{secrets.token_hex(8)}", config.audit_path, config.audit_dsn
         )
+    backend: StoreBackend | None = None
+    shared: SqliteLedger | None = None
+    if ledger is None and config.one_file:
+        # One file: the store's connection is its one writer, and the ledger writes through
+        # it; a write of one store call then commits with its audit as one transaction.
+        # The file's lock is the ledger's: its busy timeout is the ledger's too.
+        files.private_folder(config.data_dir)
+        sqlite_backend = SqliteStoreBackend(
+            config.store_path, busy_timeout_ms=config.audit_busy_timeout_ms
+        )
+        backend = sqlite_backend
+        ledger = shared = SqliteLedger(
+            config.audit_path, through=sqlite_backend, busy_timeout_ms=config.audit_busy_timeout_ms
+        )
     ledger = ledger if ledger is not None else open_ledger(config)
     if traces is not None:
         traces.watch_commits(ledger)
@@ -333,7 +352,6 @@ async def create_server(
     if traces is not None:
         ledger = traces.ledger(ledger)
     embedded: grpc.aio.Server | None = None
-    backend: StoreBackend | None = None
     upstream: StoreClient
     if config.store_target:
         target = config.store_target
@@ -345,10 +363,10 @@ async def create_server(
             ),
             token_file=config.store_token_file,
             timeout_seconds=config.store_timeout_seconds,
-            interceptors=traces.store_client_interceptors() if traces is not None else (),
+            interceptors=traces.store_client_interceptors(target) if traces is not None else (),
         )
     else:
-        backend = open_store_backend(config)
+        backend = backend if backend is not None else open_store_backend(config)
         # The embedded store still serves its contract, for operators and tests that
         # look into it; the sidecar's own calls skip that hop and reach the backend
         # directly, with the same refusals (see sidecar.upstream.inprocess). It serves
@@ -356,7 +374,12 @@ async def create_server(
         # there would bypass the audit ledger.
         target = embedded_store_socket(config.data_dir)
         embedded, _ = await create_store_server(backend, target)
-        upstream = InProcessStoreClient(backend, timeout_seconds=config.store_timeout_seconds)
+        upstream = InProcessStoreClient(
+            backend,
+            timeout_seconds=config.store_timeout_seconds,
+            ledger=shared,
+            ledger_wait_seconds=config.audit_busy_timeout_ms / 1000,
+        )
     store = instrument_store(upstream, metrics)
     if traces is not None:
         store = traces.store(store)

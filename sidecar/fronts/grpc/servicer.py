@@ -54,6 +54,18 @@ def _timestamp(value: timestamp_pb2.Timestamp | None, field: str) -> datetime | 
         raise InvalidArgument(field, f"is not a valid timestamp: {exc}") from None
 
 
+# A repeat of a step still running waits no longer than its caller does, less this much:
+# it is answered (with ErrorInfo), not cut off by its deadline.
+ANSWER_MARGIN_SECONDS = 0.5
+
+
+def _within(context: _Context) -> float | None:
+    """How long its caller waits for a BeginStep's answer, less the margin; None when it
+    set no deadline."""
+    remaining = context.time_remaining()
+    return None if remaining is None else max(0.0, remaining - ANSWER_MARGIN_SECONDS)
+
+
 class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
     """actonce.v1.RunActionsService over sidecar.core.actions.RunActions."""
 
@@ -206,6 +218,7 @@ class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
                 effect=int(request.effect),
                 args_json=request.args_json,
                 request_id=request.request_id,
+                within_seconds=_within(context),
             ),
         )
         return pb.BeginStepResponse(

@@ -1,0 +1,3 @@
+module actonce.dev/bench/httpload
+
+go 1.22
