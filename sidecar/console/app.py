@@ -1,6 +1,11 @@
 """The console's web application: Starlette routes, Jinja2 pages, and their JSON twins.
 
-Pages are rendered on the server and work without JavaScript. Access:
+Pages are rendered on the server, and reading them needs no JavaScript. A form that
+changes something is posted by the console's one script (static/console.js) as JSON, the
+only type a POST here takes: a page of another site can make a browser send a form's
+encodings anywhere without asking first, never JSON. A POST that is taken answers
+``{"location": URL}``, where the script goes next; one that is refused answers its page
+again, the refusal shown and the fields kept, which the script puts in place. Access:
 
 - reading is open to clients on loopback (a port-forward arrives there); any
   other client needs the operator's token, as ``Authorization: Bearer`` or
@@ -13,8 +18,8 @@ Pages are rendered on the server and work without JavaScript. Access:
   the rules above: as ``Authorization: Bearer``, or a session signed in with it. The
   operator's token stands for it; it opens nothing the rules above keep closed;
 - before any of that, the HTTP guard (sidecar.ops.http_guard): Host and Origin on every
-  route (a name rebound to loopback reaches nothing), the forms' own media type on every
-  POST, the body's size; and the hardening headers on every answer.
+  route (a name rebound to loopback reaches nothing), ``application/json`` on every POST,
+  the body's size and nesting; and the hardening headers on every answer.
 
 The console reads the ledger through OperatorLedger, whose queries page in SQL,
 and appends nothing but an operator's decisions; it is never on a write's path.
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -69,13 +75,14 @@ PENDING_SHOWN = 200  # the newest; `actonce audit pending` and /api/pending list
 MAX_OPERATOR_BYTES = canonical.MAX_NAME_BYTES
 SQL_INT_MAX = 2**63 - 1
 
-# Pages of the console's own, styled by its own stylesheet: no script, no frame, forms
-# posted here only. A same-origin referrer, not none: a browser sends `Origin: null` on a
-# form's POST from a page whose policy is no-referrer, and the guard refuses that origin.
+# Pages of the console's own, styled by its own stylesheet, scripted by its own script
+# (nothing inline), which fetches from here alone: no frame, forms posted here only. A
+# same-origin referrer, not none: a browser sends `Origin: null` on a POST from a page
+# whose policy is no-referrer, and the guard refuses that origin.
 PAGE_HEADERS: tuple[tuple[str, str], ...] = (
     ("content-security-policy",
-     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-     "frame-ancestors 'none'; base-uri 'none'"),
+     "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; "
+     "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     ("x-frame-options", "DENY"),
     ("x-content-type-options", "nosniff"),
     ("cache-control", "no-store"),
@@ -86,11 +93,12 @@ PAGE_HEADERS: tuple[tuple[str, str], ...] = (
 def console_policy(
     hosts: tuple[http_guard.AllowedHost, ...] = (), origins: tuple[str, ...] = ()
 ) -> http_guard.RequestPolicy:
-    """What the console takes: its forms' encoding on a POST, its pages' headers."""
+    """What the console takes: JSON on a POST, as its script sends its forms; its pages'
+    headers."""
     return http_guard.RequestPolicy(
         hosts=hosts,
         origins=origins,
-        media_types=frozenset({http_guard.FORM}),
+        media_types=frozenset({http_guard.JSON}),
         headers=PAGE_HEADERS,
         hosts_flag="--allowed-hosts",
         origins_flag="--allowed-origins",
@@ -254,8 +262,9 @@ def create_app(
 
     async def resolve(request: Request) -> Response:
         item_id = request.path_params["item_id"]
-        form = await request.form()
-        fields = {k: str(v) for k, v in form.items() if isinstance(v, str)}
+        fields = await posted_fields(request)
+        if fields is None:
+            return await _refuse(request, 400, UNREADABLE, item_id, {})
         if _names_nothing(item_id, *fields.values()):
             return await _refuse(
                 request,
@@ -331,9 +340,7 @@ def create_app(
             )
         except DecisionRefused as exc:
             return await _refuse(request, 409, str(exc), item_id, fields)
-        return RedirectResponse(
-            f"/runs/{quote(stored.event.run_id)}#event-{stored.seq}", status_code=303
-        )
+        return taken(f"/runs/{quote(stored.event.run_id)}#event-{stored.seq}")
 
     async def _refuse(
         request: Request, status: int, message: str, item_id: str, fields: dict[str, str]
@@ -360,29 +367,31 @@ def create_app(
         size = await run_in_threadpool(state.ledger.size_bytes)
         return JSONResponse({"chain": verdict, "events": head[0], "size_bytes": size})
 
-    async def sign_in(request: Request) -> Response:
-        if request.method == "POST":
-            form = await request.form()
-            given = str(form.get("token", ""))
-            csrf = str(form.get("csrf", ""))
-            expected = str(request.session.get("csrf", ""))
-            operator = _same_token(given, token)
-            api = api_token is not None and api_token.matches(given.encode())
-            if expected and hmac.compare_digest(csrf, expected) and (operator or api):
-                # Signed in with the API token, a session passes that token's gate alone.
-                request.session[SIGNED_IN if operator else API_SIGNED_IN] = True
-                return RedirectResponse("/", status_code=303)
-            return templates.TemplateResponse(
-                request,
-                "sign_in.html",
-                {"csrf": csrf_token(request), "failed": True, "api_token": api_token is not None},
-                status_code=403,
-            )
+    def sign_in_page(request: Request, error: str = "", status: int = 200) -> Response:
         return templates.TemplateResponse(
             request,
             "sign_in.html",
-            {"csrf": csrf_token(request), "api_token": api_token is not None},
+            {"csrf": csrf_token(request), "error": error, "api_token": api_token is not None},
+            status_code=status,
         )
+
+    async def sign_in(request: Request) -> Response:
+        if request.method != "POST":
+            return sign_in_page(request)
+        fields = await posted_fields(request)
+        if fields is None:
+            return sign_in_page(request, UNREADABLE, 400)
+        given = fields.get("token", "")
+        csrf = fields.get("csrf", "")
+        expected = str(request.session.get("csrf", ""))
+        operator = _same_token(given, token)
+        api = api_token is not None and api_token.matches(given.encode())
+        if expected and hmac.compare_digest(csrf, expected) and (operator or api):
+            # Signed in with the API token, a session passes that token's gate alone.
+            request.session[SIGNED_IN if operator else API_SIGNED_IN] = True
+            return taken("/")
+        nor = ", nor the API token" if api_token is not None else ""
+        return sign_in_page(request, f"That is not the operator's token{nor}.", 403)
 
     routes = [
         Route("/", runs),
@@ -495,6 +504,41 @@ async def _refuse_without_api_token(
         await RedirectResponse("/sign-in", status_code=303)(scope, receive, send)
         return
     await auth.refuse_http(scope, receive, send)
+
+
+UNREADABLE = (
+    "The form did not come as the console's page sends it (a JSON object of text fields): "
+    "nothing was recorded. Reload the page and try again."
+)
+
+
+async def posted_fields(request: Request) -> dict[str, str] | None:
+    """A form's fields as the console's script posts them, a JSON object of strings; None
+    for any other body. The guard has checked the type, the size and the nesting."""
+    try:
+        value = json.loads(await request.body())
+    except ValueError:  # not JSON, or not UTF-8
+        return None
+    if not isinstance(value, dict) or not all(_is_text(v) for v in value.values()):
+        return None
+    return value
+
+
+def _is_text(value: object) -> bool:
+    # A lone surrogate (an escape such as "\ud800") is no text: it has no UTF-8 to compare.
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def taken(location: str) -> Response:
+    """A POST that was taken: where the console's script goes next. Named, not redirected
+    to: a fetch follows a redirect itself, and hides the fragment (the decision's event)."""
+    return JSONResponse({"location": location})
 
 
 def _names_nothing(*texts: str) -> bool:

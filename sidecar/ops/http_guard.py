@@ -55,7 +55,6 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 JSON = "application/json"
-FORM = "application/x-www-form-urlencoded"
 # Names a caller on this host uses; any port.
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

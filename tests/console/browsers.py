@@ -5,13 +5,18 @@ what an operator does in it. Screenshots go to tests/console/screenshots/ (not c
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+T = TypeVar("T")
 
 SHOTS = Path(__file__).parent / "screenshots"
 
@@ -49,6 +54,15 @@ def shoot(driver: webdriver.Chrome, name: str) -> Path:
     path = SHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
+
+
+def wait(
+    browser: webdriver.Chrome, until: Callable[[webdriver.Chrome], T], seconds: float = 15
+) -> T:
+    """What ``until`` gives once it is truthy: the console's script answers a form after
+    its fetch, not as a navigation the driver waits for by itself."""
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    return WebDriverWait(browser, seconds, ignored_exceptions=ignored).until(until)
 
 
 def fill(browser: webdriver.Chrome, step_id: str, *, token: str, by: str | None = "dana") -> None:

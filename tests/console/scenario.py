@@ -136,7 +136,12 @@ class Console:
 
 
 def start_console(
-    config: Config, tmp: Path, *, token: bool = True, flags: Sequence[str] = ()
+    config: Config,
+    tmp: Path,
+    *,
+    token: bool = True,
+    flags: Sequence[str] = (),
+    api_token: str | None = None,
 ) -> Console:
     port = free_port()
     args = ["console", "--listen", f"127.0.0.1:{port}", "--log-format", "json", *flags]
@@ -144,6 +149,12 @@ def start_console(
         token_file = tmp / "console.token"
         token_file.write_text(TOKEN + "\n")
         args += ["--token-file", str(token_file)]
+    probe_headers = {}
+    if api_token is not None:
+        api_token_file = tmp / "api.token"
+        api_token_file.write_text(api_token + "\n")
+        args += ["--api-token-file", str(api_token_file)]
+        probe_headers["Authorization"] = f"Bearer {api_token}"
     args += ["--audit-dsn", config.audit_dsn] if config.audit_dsn else [
         "--audit-db", str(config.audit_path)]  # fmt: skip
     served = start_cli(tmp / "console.log", *args)
@@ -153,7 +164,8 @@ def start_console(
         if served.process.poll() is not None:
             raise AssertionError(f"the console exited: {served.log()[-2000:]}")
         try:
-            with urllib.request.urlopen(f"{url}/api/status", timeout=2) as answer:
+            probe = urllib.request.Request(f"{url}/api/status", headers=probe_headers)
+            with urllib.request.urlopen(probe, timeout=2) as answer:
                 if b'"checking"' not in answer.read():
                     return Console(served, url)
         except OSError:

@@ -1,13 +1,14 @@
 """The console and the MCP front against what a real browser sends: a sign-in proxy's header,
-parallel tool calls on a run's page, and pages of other sites, also through names rebound to
-127.0.0.1 (Chromium's host resolver rules stand for the attacker's DNS).
+signing in through the console's script, parallel tool calls on a run's page, and pages of
+other sites, also through names rebound to 127.0.0.1 (Chromium's host resolver rules stand
+for the attacker's DNS), posting forms to the console or calling the MCP front.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,12 +22,13 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from sidecar.ledger.sqlite import read_events
-from tests.console.browsers import chromium, fill, shoot
+from tests.console.browsers import chromium, fill, shoot, wait
 from tests.console.scenario import RUN, TOKEN, make_ledger, start_console
 from tests.harness import free_port, sidecar_config, spawn_sidecar, start_sidecar
 from tests.server.processes import run_cli
 
 OPERATOR = "dana@example.com"
+API_TOKEN = "api-t0ken-5b8e"
 
 
 def test_the_operator_the_sign_in_proxy_names_is_recorded(
@@ -49,14 +51,39 @@ def test_the_operator_the_sign_in_proxy_names_is_recorded(
         assert not card.find_elements(By.NAME, "by")  # nobody types a name
         shoot(browser, "6-signed-in-by-the-proxy")
         fill(browser, step_id, token=TOKEN, by=None)
-        assert f"/runs/{RUN}" in browser.current_url
-        decision = browser.find_element(By.CSS_SELECTOR, ".entry.decision")
+        wait(browser, lambda b: f"/runs/{RUN}#event-" in b.current_url)
+        decision = wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, ".entry.decision"))
         assert f"by {OPERATOR} (signed in)" in decision.text
     finally:
         console.stop()
     [decided] = [e.event for e in read_events(config.audit_path) if e.event.phase == "decision"]
     assert (decided.detail["by"], decided.detail["by_header"]) == (OPERATOR, "x-forwarded-email")
     assert run_cli("audit", "verify", "--audit-db", str(config.audit_path)).returncode == 0
+
+
+def test_a_browser_signs_in_through_the_page(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    # With an API token even loopback reads need a session: the sign-in form makes one.
+    config = sidecar_config(tmp_path / "data")
+    make_ledger(config, tmp_path)
+    console = start_console(config, tmp_path, api_token=API_TOKEN)
+    try:
+        browser.get(f"{console.url}/pending")
+        wait(browser, lambda b: b.current_url.endswith("/sign-in"))
+        typed = browser.find_element(By.NAME, "token")
+        typed.send_keys("not-the-token")
+        browser.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+        error = wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, "[role=alert]"))
+        assert "nor the API token" in error.text
+        assert browser.current_url.endswith("/sign-in")
+        shoot(browser, "8-sign-in-refused")
+        browser.find_element(By.NAME, "token").send_keys(API_TOKEN)
+        browser.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+        wait(browser, lambda b: b.current_url == f"{console.url}/")
+        assert wait(browser, lambda b: b.find_element(By.LINK_TEXT, RUN))
+        browser.get(f"{console.url}/pending")  # the session holds
+        assert "Needs a person" in browser.page_source
+    finally:
+        console.stop()
 
 
 def test_a_run_page_groups_parallel_tool_calls_by_scope(
@@ -117,13 +144,13 @@ def test_a_run_page_groups_parallel_tool_calls_by_scope(
 
 
 @contextmanager
-def site(page: str) -> Iterator[int]:
-    """A web server of some other site, serving ``page`` at /; its port."""
+def site(pages: Mapping[str, str]) -> Iterator[int]:
+    """A web server of some other site, serving each page at its path; its port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            body = page.encode()
-            self.send_response(200)
+            body = pages.get(self.path, "").encode()
+            self.send_response(200 if self.path in pages else 404)
             self.send_header("content-type", "text/html; charset=utf-8")
             self.send_header("content-length", str(len(body)))
             self.end_headers()
@@ -186,7 +213,7 @@ def test_pages_on_other_sites_reach_neither_front(tmp_path: Path) -> None:
         stack.callback(console.stop)
         page = ATTACK % {"mcp": mcp, "run": "pay-7781", "attempt": agent}
         rules = "MAP evil.example 127.0.0.1, MAP rebound.example 127.0.0.1"
-        with site(page) as evil, chromium(f"--host-resolver-rules={rules}") as browser:
+        with site({"/": page}) as evil, chromium(f"--host-resolver-rules={rules}") as browser:
             browser.get(f"http://evil.example:{evil}/")
             WebDriverWait(browser, 20).until(lambda b: b.title.startswith("done"))
             # The blind ones "succeed" as no-cors requests do (opaque answers); the one
@@ -217,3 +244,62 @@ def test_pages_on_other_sites_reach_neither_front(tmp_path: Path) -> None:
         if e.event.run_id == "pay-7781" and e.event.phase == "attempt_begin"
     ]
     assert begun == [agent]
+
+
+# A page that posts a form to the console as soon as it loads, as a browser posts any form:
+# the fields of a decision, the operator's token among them (say it leaked); no form token,
+# which no other page can read.
+FORGED = """<!doctype html><title>cat pictures</title>
+<form method="post" action="%(action)s" enctype="%(enctype)s">
+<input name="decision" value="did_not_run"><input name="by" value="mallory">
+<input name="reason" value="forged"><input name="token" value="%(token)s">
+</form><script>document.forms[0].submit()</script>"""
+
+# And the requests its script may send: blind (no-cors, which drops the JSON type), and JSON,
+# which asks the console first (a CORS preflight) and is told nothing it could use.
+FETCHES = """<!doctype html><title>cat pictures</title><script>
+const body = JSON.stringify({decision: "did_not_run", by: "mallory", reason: "forged",
+                             token: "%(token)s"});
+const json = {"Content-Type": "application/json"};
+Promise.allSettled([
+  fetch("%(action)s", {method: "POST", mode: "no-cors", headers: json, body: body}),
+  fetch("%(action)s", {method: "POST", headers: json, body: body}),
+]).then((settled) => {
+  document.title = "done: " + settled.map((s) => s.status).join(",");
+});
+</script>"""
+
+
+def test_forms_that_pages_of_other_sites_post_to_the_console_record_nothing(
+    tmp_path: Path,
+) -> None:
+    config = sidecar_config(tmp_path / "data")
+    step_id = make_ledger(config, tmp_path)
+    console = start_console(config, tmp_path)
+    action = f"{console.url}/pending/{step_id}/resolve"
+    enctypes = ["application/x-www-form-urlencoded", "text/plain", "multipart/form-data"]
+    pages = {
+        f"/{n}": FORGED % {"action": action, "enctype": enctype, "token": TOKEN}
+        for n, enctype in enumerate(enctypes)
+    }
+    pages["/fetch"] = FETCHES % {"action": action, "token": TOKEN}
+    try:
+        rules = "MAP evil.example 127.0.0.1"
+        with site(pages) as port, chromium(f"--host-resolver-rules={rules}") as browser:
+            # Another port of this host: an origin the console allows (a loopback one), so
+            # that the media type is the rule left to refuse it.
+            for path in [f"/{n}" for n in range(len(enctypes))]:
+                browser.get(f"http://127.0.0.1:{port}{path}")
+                wait(browser, lambda b: b.current_url == action)
+                assert "UNSUPPORTED_MEDIA_TYPE" in browser.page_source, path
+            browser.get(f"http://127.0.0.1:{port}/fetch")
+            wait(browser, lambda b: b.title.startswith("done"))
+            assert browser.title == "done: fulfilled,rejected"
+            # A page of another site: refused for its origin first.
+            browser.get(f"http://evil.example:{port}/0")
+            wait(browser, lambda b: b.current_url == action)
+            assert "ORIGIN_NOT_ALLOWED" in browser.page_source
+    finally:
+        console.stop()
+    assert not [e for e in read_events(config.audit_path) if e.event.phase == "decision"]
+    assert run_cli("audit", "pending", "--audit-db", str(config.audit_path)).returncode == 3

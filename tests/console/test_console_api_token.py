@@ -30,9 +30,9 @@ OPERATOR = "op-t0ken-2d7e"
 LOCAL = ("127.0.0.1", 5000)
 REMOTE = ("203.0.113.9", 5000)
 LOCAL_URL, REMOTE_URL = "http://127.0.0.1", "http://console.example"
-# What the console's forms send: a POST of any other type is refused before the token is
+# What the console's script sends: a POST of any other type is refused before the token is
 # looked at (sidecar.ops.http_guard).
-FORM = {"content-type": "application/x-www-form-urlencoded"}
+JSON_TYPE = {"content-type": "application/json"}
 OPEN = ("/sign-in", "/static/console.css")
 
 
@@ -98,7 +98,7 @@ def test_every_route_but_sign_in_refuses_a_request_without_the_api_token(
             if path in OPEN:
                 continue
             for headers in ({}, bearer("not-the-token"), bearer(API_TOKEN[:-1])):
-                sent = {**headers, **FORM} if method == "POST" else headers
+                sent = {**headers, **JSON_TYPE} if method == "POST" else headers
                 answer = local.request(method, path, headers=sent, follow_redirects=False)
                 if path.startswith("/api/"):
                     assert answer.status_code == 401, (method, path)
@@ -128,7 +128,7 @@ def test_the_api_token_opens_nothing_the_console_kept_closed(
         with TestClient(app, base_url=LOCAL_URL, client=LOCAL) as local:
             form = local.get("/sign-in").text  # the session's form token
             fields = {"csrf": csrf_of(form), "token": API_TOKEN, "decision": "ran", "by": "ops"}
-            refused = local.post("/pending/step-1/resolve", headers=bearer(API_TOKEN), data=fields)
+            refused = local.post("/pending/step-1/resolve", headers=bearer(API_TOKEN), json=fields)
             # Resolving needs the operator's token typed in; the API token is not it.
             assert refused.status_code == 403
             expected = "Wrong or missing operator token" if operator else "--token-file"
@@ -141,12 +141,11 @@ def test_a_browser_signs_in_with_the_api_token(ledger: OperatorLedger, tmp_path:
         assert local.get("/", follow_redirects=False).status_code == 303
         form = local.get("/sign-in").text
         assert "API token" in form
-        wrong = local.post("/sign-in", data={"token": "guess", "csrf": csrf_of(form)})
-        assert wrong.status_code == 403
-        signed = local.post(
-            "/sign-in", data={"token": API_TOKEN, "csrf": csrf_of(form)}, follow_redirects=False
-        )
-        assert signed.status_code == 303
+        wrong = local.post("/sign-in", json={"token": "guess", "csrf": csrf_of(form)})
+        assert wrong.status_code == 403 and "nor the API token" in wrong.text
+        assert local.get("/", follow_redirects=False).status_code == 303
+        signed = local.post("/sign-in", json={"token": API_TOKEN, "csrf": csrf_of(form)})
+        assert (signed.status_code, signed.json()) == (200, {"location": "/"})
         assert local.get("/").status_code == 200
         assert local.get("/api/runs").status_code == 200
     with TestClient(app, base_url=REMOTE_URL, client=REMOTE) as remote:

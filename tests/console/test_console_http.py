@@ -6,7 +6,6 @@ import http.cookiejar
 import json
 import re
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from tests.server.processes import run_cli
 
 
 class Browser:
-    """A cookie-keeping HTTP client, as a browser without JavaScript is."""
+    """A cookie-keeping HTTP client that posts forms as the console's script does: JSON."""
 
     def __init__(self, base: str) -> None:
         self.base = base
@@ -46,9 +45,13 @@ class Browser:
         return json.loads(body)
 
     def post(self, path: str, fields: dict[str, str]) -> tuple[int, str]:
-        data = urllib.parse.urlencode(fields).encode()
+        request = urllib.request.Request(
+            self.base + path,
+            data=json.dumps(fields).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
-            with self.opener.open(self.base + path, data=data, timeout=10) as answer:
+            with self.opener.open(request, timeout=10) as answer:
                 return answer.status, answer.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
@@ -58,6 +61,14 @@ def csrf_of(page: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page)
     assert found, "no form token on the page"
     return found.group(1)
+
+
+def location_of(code: int, body: str) -> str:
+    """Where a taken POST sends the console's script next."""
+    assert code == 200, body[:500]
+    location = json.loads(body)["location"]
+    assert isinstance(location, str) and location.startswith("/")
+    return location
 
 
 @pytest.fixture
@@ -131,10 +142,17 @@ def test_resolving_needs_the_token_and_the_form_token(
     assert code == 403 and "token" in body
     assert run_cli("audit", "pending", *flags).returncode == 3  # nothing was recorded
 
-    code, body = client.post(
-        f"/pending/{step_id}/resolve", {**fields, "token": TOKEN, "csrf": csrf_of(page)}
+    location = location_of(
+        *client.post(
+            f"/pending/{step_id}/resolve", {**fields, "token": TOKEN, "csrf": csrf_of(page)}
+        )
     )
-    assert code == 200 and "Operator decision: did not run" in body  # the run's timeline
+    # The run's timeline, at the decision's own event.
+    path, _, anchor = location.partition("#")
+    assert path == f"/runs/{RUN}" and anchor.startswith("event-")
+    code, timeline = client.get(path)
+    assert code == 200 and f'<li class="entry decision" id="{anchor}">' in timeline
+    assert "Operator decision: did not run" in timeline
     assert run_cli("audit", "pending", *flags).returncode == 0
     code, body = client.post(
         f"/pending/{step_id}/resolve", {**fields, "token": TOKEN, "csrf": csrf_of(page)}
@@ -198,12 +216,11 @@ def test_a_client_beyond_loopback_needs_the_token(tmp_path: Path) -> None:
                     == 200
                 )
                 form = remote.get("/sign-in").text
-                wrong = remote.post("/sign-in", data={"token": "guess", "csrf": csrf_of(form)})
-                assert wrong.status_code == 403
-                signed = remote.post(
-                    "/sign-in", data={"token": TOKEN, "csrf": csrf_of(form)}, follow_redirects=False
-                )
-                assert signed.status_code == 303
+                wrong = remote.post("/sign-in", json={"token": "guess", "csrf": csrf_of(form)})
+                assert wrong.status_code == 403 and "not the operator" in wrong.text
+                assert remote.get("/api/pending").status_code == 401
+                signed = remote.post("/sign-in", json={"token": TOKEN, "csrf": csrf_of(form)})
+                assert (signed.status_code, signed.json()) == (200, {"location": "/"})
                 assert remote.get("/api/pending").status_code == 200
     finally:
         ledger.close()

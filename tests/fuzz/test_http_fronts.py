@@ -183,11 +183,19 @@ def bodies_of(route: str, fronts: Fronts) -> st.SearchStrategy[bytes]:
     return st.integers(0, 3).flatmap(lambda n: usual if n else deep | sized)
 
 
-forms = st.dictionaries(
+# A console form's fields, as its script posts them (JSON), now and then not as text.
+form_fields = st.dictionaries(
     st.sampled_from(["token", "csrf", "decision", "by", "reason", "result_json", "x"]),
-    st.text(max_size=20) | st.sampled_from(["ran", "did_not_run", "landed", TOKEN, "{}", "[" * 90]),
+    st.text(max_size=20)
+    | st.sampled_from(["ran", "did_not_run", "landed", TOKEN, "{}", "[" * 90])
+    | json_values,
     max_size=6,
-).map(lambda fields: "&".join(f"{quote(k)}={quote(v)}" for k, v in fields.items()).encode())
+)
+forms = form_fields.map(lambda fields: json.dumps(fields).encode())
+# The same fields as a browser posts a plain form, which the console refuses.
+encoded_forms = form_fields.map(
+    lambda fields: "&".join(f"{quote(k)}={quote(str(v))}" for k, v in fields.items()).encode()
+)
 
 
 METHODS = ["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD", "PATCH", "BREW"]
@@ -289,7 +297,7 @@ def requests(draw: st.DrawFn, front: str, fronts: Fronts) -> Request:
     origins = st.sampled_from(
         [f"http://127.0.0.1:{port}", "http://evil.example", "null", "file://"]
     )
-    taken = "application/json" if front == "mcp" else "application/x-www-form-urlencoded"
+    taken = "application/json"
     media_types = st.sampled_from(
         [
             "text/plain",
@@ -324,7 +332,9 @@ def requests(draw: st.DrawFn, front: str, fronts: Fronts) -> Request:
         cookie = "actonce_console=" + draw(header_text)
         headers += [("Authorization", bearer), ("Cookie", cookie)][: draw(st.integers(0, 2))]
     headers += draw(st.lists(st.tuples(header_names, header_text), max_size=3))
-    anything = st.one_of(st.just(b""), st.binary(max_size=200), json_texts, deep, sized, forms)
+    anything = st.one_of(
+        st.just(b""), st.binary(max_size=200), json_texts, deep, sized, forms, encoded_forms
+    )
     body = draw(bodies_of(route, fronts) if clean else mostly(bodies_of(route, fronts), anything))
     return Request(method, path, headers, body, draw(st.integers(0, 9)) == 0)
 
