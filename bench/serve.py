@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 
 from sidecar.config import Config
-from sidecar.fronts.grpc.server import create_server
+from sidecar.assembly.server import create_server
 from sidecar.ledger.base import AuditEvent, StoredEvent
 from sidecar.ops import logs
 
