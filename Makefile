@@ -68,6 +68,7 @@ buf-lint: $(BUF)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sidecar tests scripts bench
 	$(VENV)/bin/ruff format --check sidecar tests scripts bench
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
