@@ -7,8 +7,9 @@ Routes (all on ``--mcp-listen``):
   ``actonce-scope`` too, that attempt is the delivery, and each call is made in the
   scoped attempt of that tool call's scope in the delivery (core/deliveries.py);
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
-- ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?}`` ->
-  ``{"attempt_id"}``, and ``POST /attempts/{attempt_id}/end`` -> the counts.
+- ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?,
+  "delivery_attempt_id"?}`` -> ``{"attempt_id"}`` (BeginAttempt's fields), and
+  ``POST /attempts/{attempt_id}/end`` -> the counts.
 
 The harness binds the attempt, never the model: no tool takes an attempt id.
 
@@ -55,6 +56,10 @@ log = structlog.get_logger()
 ATTEMPT_HEADER = "actonce-attempt-id"
 SCOPE_HEADER = "actonce-scope"
 FRONT_NAME = "mcp"
+# POST /attempts takes BeginAttempt's fields, by their names there, and no other.
+BEGIN_FIELDS = frozenset(
+    {"run_id", "rule", "checkpoint", "lease_deadline", "scope", "delivery_attempt_id"}
+)
 # What the metrics and traces call a tool that is not listed.
 UNLISTED_TOOL = "unlisted"
 
@@ -228,13 +233,14 @@ class McpFront:
         try:
             body = await _json_body(request)
             deadline = body.get("lease_deadline")
-            _only(body, {"run_id", "rule", "checkpoint", "lease_deadline", "scope"})
+            _only(body, BEGIN_FIELDS)
             attempt = await self.actions.begin_attempt(
                 run_id=_field(body, "run_id"),
                 rule=_field(body, "rule"),
                 checkpoint=_field(body, "checkpoint"),
                 lease_deadline=_timestamp(deadline) if deadline is not None else None,
                 scope=_field(body, "scope"),
+                delivery_attempt_id=_field(body, "delivery_attempt_id"),
             )
         except ActonceError as error:
             return _http_error(error)
@@ -259,7 +265,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _only(body: dict[str, Any], allowed: set[str]) -> None:
+def _only(body: dict[str, Any], allowed: frozenset[str]) -> None:
     for name in body:
         if name not in allowed:
             raise InvalidArgument(name, "is not a field of this request")
