@@ -50,8 +50,8 @@ class AppendHook(Protocol):
 
     def commit(self, appends: Sequence[contextvars.Context]) -> AbstractContextManager[None]:
         """Around one commit, in the writer's thread: ``appends`` holds the context each append
-        it carries was queued in (within every hook's ``append``). A commit that failed leaves
-        it with its error, which the ledger then answers each of those appends with."""
+        it carries was queued in (within every hook's ``append``). A commit that fails leaves
+        it with the error, and each of those appends is then refused."""
         ...
 
 

@@ -150,11 +150,11 @@ class MemoryStore:
     timeouts: list[tuple[str, float | None]] = field(default_factory=list)
 
     async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
-        # Each call is the method of its operation's name, so that a test's store can
-        # change one call by overriding its method.
+        # Each call is made by the method of its operation's name, so that a test's store
+        # can change one call by overriding that method.
         if op.operation not in _OPERATIONS:
             raise TypeError(f"{type(op).__name__} is not a call of this store")
-        made: Callable[[Any, float | None], Awaitable[Any]] = getattr(self, op.operation)
+        made: Callable[[Any, float | None], Awaitable[Any]] = getattr(self, f"_{op.operation}")
         return cast(_T, await made(op, timeout))
 
     async def _point(self, name: str, timeout: float | None) -> None:
@@ -166,7 +166,7 @@ class MemoryStore:
             id=artifact_id, kind=kind, version=1, data_json=json.dumps(data), archived=False
         )
 
-    async def create_artifact(self, op: CreateArtifact, timeout: float | None) -> StoredArtifact:
+    async def _create_artifact(self, op: CreateArtifact, timeout: float | None) -> StoredArtifact:
         if op.artifact_id in self.artifacts:
             await self._point("create_artifact", timeout)
             raise _id_used("artifact", op.artifact_id)
@@ -177,14 +177,14 @@ class MemoryStore:
         await self._point("create_artifact", timeout)
         return made
 
-    async def get_artifact(self, op: GetArtifact, timeout: float | None) -> StoredArtifact:
+    async def _get_artifact(self, op: GetArtifact, timeout: float | None) -> StoredArtifact:
         found = self.artifacts.get(op.artifact_id)
         await self._point("get_artifact", timeout)
         if found is None:
             raise Refusal("NOT_FOUND", f"artifact {op.artifact_id} not found")
         return found
 
-    async def patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
+    async def _patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
         refusal = self._patch(op.artifact_id, op.expected_version, op.patch_json)
         await self._point("patch_artifact", timeout)
         if refusal is not None:
@@ -209,10 +209,10 @@ class MemoryStore:
         )  # fmt: skip
         return None
 
-    async def propose_create(self, op: ProposeCreate, timeout: float | None) -> None:
+    async def _propose_create(self, op: ProposeCreate, timeout: float | None) -> None:
         await self._propose(op.proposal_id, {"kind": op.kind, "data_json": op.data_json}, timeout)
 
-    async def propose_patch(self, op: ProposePatch, timeout: float | None) -> None:
+    async def _propose_patch(self, op: ProposePatch, timeout: float | None) -> None:
         proposal = {"artifact_id": op.artifact_id, "patch_json": op.patch_json,
                     "base_version": op.base_version}  # fmt: skip
         await self._propose(op.proposal_id, proposal, timeout)
@@ -227,7 +227,7 @@ class MemoryStore:
         if used:
             raise _id_used("proposal", proposal_id)
 
-    async def create_thread(self, op: CreateThread, timeout: float | None) -> None:
+    async def _create_thread(self, op: CreateThread, timeout: float | None) -> None:
         used = op.thread_id in self.threads
         if not used:
             self.threads[op.thread_id] = op.title
@@ -235,7 +235,7 @@ class MemoryStore:
         if used:
             raise _id_used("thread", op.thread_id)
 
-    async def post_message(self, op: PostMessage, timeout: float | None) -> StoredMessage:
+    async def _post_message(self, op: PostMessage, timeout: float | None) -> StoredMessage:
         refusal: Refusal | None = None
         if op.thread_id not in self.threads:
             refusal = Refusal("NOT_FOUND", f"thread {op.thread_id} not found")
@@ -253,7 +253,7 @@ class MemoryStore:
             raise refusal
         return self.messages[op.message_id]
 
-    async def list_messages(
+    async def _list_messages(
         self, op: ListMessages, timeout: float | None
     ) -> Sequence[StoredMessage]:
         await self._point("list_messages", timeout)

@@ -203,11 +203,11 @@ class _Conflicting(MemoryStore):
 
     conflicts = 0
 
-    async def patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
+    async def _patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
         if self.conflicts > 0:
             self.conflicts -= 1
             raise Refusal(RefusalCode.VERSION_CONFLICT, "someone else patched it")
-        return await super().patch_artifact(op, timeout)
+        return await super()._patch_artifact(op, timeout)
 
 
 @pytest.mark.parametrize(("conflicts", "rereads"), [(0, 0), (2, 2), (4, 3)])
@@ -244,11 +244,11 @@ class _SlowPatch(MemoryStore):
     go: asyncio.Event | None = None
     patches = 0
 
-    async def patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
+    async def _patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
         self.patches += 1
         assert self.go is not None
         await self.go.wait()
-        return await super().patch_artifact(op, timeout)
+        return await super()._patch_artifact(op, timeout)
 
 
 def test_an_edit_whose_turn_does_not_come_by_its_deadline_fails_retryable_unsent() -> None:
