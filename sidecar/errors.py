@@ -9,7 +9,7 @@ builds a status by hand: :func:`to_status` turns any of these into a
     ├── InvalidArgument          INVALID_ARGUMENT        REFUSED
     ├── UnknownAttempt           UNKNOWN_ATTEMPT         RETRYABLE
     ├── AuditPersistenceFailed   AUDIT_PERSISTENCE_FAILED UNKNOWN
-    ├── StoreRefused             <the store's code>      (from rules.refusals)
+    ├── StoreRefused             <the store's code>      (the store contract's table)
     ├── PatchDoesNotApply        PATCH_FAILED            REFUSED
     ├── StoreUnavailable         STORE_UNAVAILABLE       RETRYABLE
     ├── StoreDeadlineExceeded    STORE_DEADLINE_EXCEEDED RETRYABLE
@@ -37,8 +37,6 @@ from dataclasses import dataclass
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
-
-from sidecar.store_codes import STATUS_CODES, RefusalCode
 
 DOMAIN = "actonce"
 
@@ -123,8 +121,8 @@ class AuditPersistenceFailed(ActonceError):
 
 
 class StoreRefused(ActonceError):
-    """The store refused the write; reason is the store's own code, and the
-    status code follows it (the contract's table, sidecar.store_codes)."""
+    """The store refused the write; reason is the store's own code, and the class and
+    status code follow it (the store contract's table, sidecar.store_contract.as_error)."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -134,14 +132,11 @@ class StoreRefused(ActonceError):
         *,
         reason: str,
         failure_class: FailureClass,
+        code: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
         metadata: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
-            message,
-            reason=reason,
-            failure_class=failure_class,
-            code=STATUS_CODES.get(reason, grpc.StatusCode.FAILED_PRECONDITION),
-            metadata=metadata,
+            message, reason=reason, failure_class=failure_class, code=code, metadata=metadata
         )
 
 
@@ -151,7 +146,7 @@ class PatchDoesNotApply(ActonceError):
 
     reason = "PATCH_FAILED"
     failure_class = FailureClass.REFUSED
-    code = STATUS_CODES[RefusalCode.PATCH_FAILED]
+    code = grpc.StatusCode.FAILED_PRECONDITION  # the store's for PATCH_FAILED
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(
@@ -180,7 +175,7 @@ class StoreDeadlineExceeded(ActonceError):
 class ArtifactArchived(ActonceError):
     """An edit of an archived artifact, refused before it is tried, as the store would."""
 
-    reason = RefusalCode.INVALID_STATE.value
+    reason = "INVALID_STATE"
     failure_class = FailureClass.PERMANENT
     code = grpc.StatusCode.FAILED_PRECONDITION
 
@@ -188,7 +183,7 @@ class ArtifactArchived(ActonceError):
 class SendNotAllowed(ActonceError):
     """Send from a rule that the operator's allowlist does not name."""
 
-    reason = RefusalCode.FORBIDDEN.value
+    reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
     code = grpc.StatusCode.PERMISSION_DENIED
 
@@ -196,7 +191,7 @@ class SendNotAllowed(ActonceError):
 class RuleNotServed(ActonceError):
     """BeginAttempt for a rule the operator did not pin this sidecar to (``--rules``)."""
 
-    reason = RefusalCode.FORBIDDEN.value
+    reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
     code = grpc.StatusCode.PERMISSION_DENIED
 
@@ -205,7 +200,7 @@ class RunOfAnotherRule(ActonceError):
     """BeginAttempt of a run under another rule than the one its first attempt began
     under: a run belongs to its rule, on every sidecar sharing the ledger."""
 
-    reason = RefusalCode.FORBIDDEN.value
+    reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
     code = grpc.StatusCode.PERMISSION_DENIED
 

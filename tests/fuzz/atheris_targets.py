@@ -33,8 +33,8 @@ with atheris.instrument_imports(include=["sidecar", "jsonpointer", "jsonpatch", 
 
     from sidecar.errors import InvalidArgument, PatchDoesNotApply
     from sidecar.refstore import backend
-    from sidecar.refstore.refusals import StoreRefusal
     from sidecar.rules import canonical, edits
+    from sidecar.store_contract import StoreRefusal
 
 JSON_SEEDS = [
     '{"title": "Disk full", "tags": ["db", "p1"], "n": 1.0, "ok": true, "none": null}',

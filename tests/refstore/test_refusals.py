@@ -1,4 +1,5 @@
-"""The refusal table: each code's status code and ErrorInfo, without a server."""
+"""The refusal table on the store's wire: each code's status code and ErrorInfo, without a
+server."""
 
 from __future__ import annotations
 
@@ -6,16 +7,9 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from sidecar.refstore.refusals import (
-    ARCHIVED,
-    DOMAIN,
-    ID_USED,
-    RefusalCode,
-    StoreRefusal,
-    grpc_status_for,
-    status_code_for,
-    status_proto_for,
-)
+from sidecar.refstore.wire import grpc_status_for, status_proto_for
+from sidecar.store_contract import ARCHIVED, ID_USED, RefusalCode, StoreRefusal, status_code_for
+from sidecar.store_contract import STORE_DOMAIN as DOMAIN
 
 
 @pytest.mark.parametrize(

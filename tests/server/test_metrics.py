@@ -296,7 +296,8 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
     from grpc_status import rpc_status
 
     from sidecar.errors import UnknownAttempt, to_status
-    from sidecar.ops.metrics import Metrics, MetricsInterceptor
+    from sidecar.fronts.grpc.metrics import MetricsInterceptor
+    from sidecar.ops.metrics import Metrics
 
     metrics = Metrics()
     seen_when_sent: list[float] = []
