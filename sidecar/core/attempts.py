@@ -215,8 +215,8 @@ class AttemptRegistry:
         self, *, id_scheme: int = 1, delivery: Attempt | None = None, **start: Unpack[AttemptStart]
     ) -> Attempt:
         self.expire()
-        attempt = Attempt(attempt_id=f"att_{secrets.token_hex(16)}", id_scheme=id_scheme,
-                          delivery=delivery, **start)  # fmt: skip
+        attempt_id = f"att_{secrets.token_hex(16)}"
+        attempt = Attempt(attempt_id=attempt_id, id_scheme=id_scheme, delivery=delivery, **start)
         attempt.requests = Requests(self._charge_for(attempt))
         self._attempts[attempt.attempt_id] = attempt
         self._bytes += ATTEMPT_BYTES

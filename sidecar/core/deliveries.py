@@ -87,9 +87,13 @@ class ScopedAttempts:
             if found is not None:
                 return self._attempts.get(found.attempt_id)
             attempt = await self._begin(
-                run_id=delivery.run_id, rule=delivery.rule, checkpoint=delivery.checkpoint,
-                lease_deadline=None, scope=scope, delivery_attempt_id=delivery_attempt_id,
-            )  # fmt: skip
+                run_id=delivery.run_id,
+                rule=delivery.rule,
+                checkpoint=delivery.checkpoint,
+                lease_deadline=None,
+                scope=scope,
+                delivery_attempt_id=delivery_attempt_id,
+            )
             scopes.by_scope[scope] = attempt.attempt_id
             return attempt
 

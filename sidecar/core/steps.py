@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
 
-from sidecar.core import writes
+from sidecar.core import step_history, writes
 from sidecar.core.attempts import Attempt, StepState, StepStatus
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.requests import Claim
@@ -38,7 +38,6 @@ from sidecar.errors import (
     StepEnded,
     UnknownStep,
 )
-from sidecar.ledger import pending
 from sidecar.ledger.base import AuditEvent, AuditLedger, LedgerError, Phase, StoredEvent
 from sidecar.rules import effects, ids
 
@@ -147,13 +146,13 @@ class Steps:
         attempt, step_id = landing.attempt, landing.derived_id
         history = await self._history(step_id, state)
         earlier = [e for e in history if e.event.attempt_id != attempt.attempt_id]
-        effect = _effect_with_earlier(state.effect, earlier)
+        effect = step_history.effect_with_earlier(state.effect, earlier)
         if effect is not effects.ToolEffect.READ_ONLY:  # a read-only step runs every time
-            result = _ended_result(earlier, history)
+            result = step_history.ended_result(earlier, history)
             if result is not None:
                 state.settle(StepStatus.ENDED, result)
                 return WriteResult(Outcome.ALREADY_APPLIED, id=step_id, result_json=result)
-        _refuse_if_in_doubt(earlier, history, state, step_id)
+        step_history.refuse_if_in_doubt(earlier, history, state, step_id)
         return WriteResult(Outcome.APPLIED, id=step_id)
 
     async def _history(self, step_id: str, state: StepState) -> list[StoredEvent]:
@@ -418,48 +417,3 @@ def _bounded(text: str) -> str:
     if len(encoded) <= ERROR_TEXT_BYTES:
         return text
     return encoded[: ERROR_TEXT_BYTES - 3].decode("utf-8", "ignore") + "..."
-
-
-def _effect_with_earlier(
-    declared: effects.ToolEffect, earlier: Sequence[StoredEvent]
-) -> effects.ToolEffect:
-    """The strictest of the step's declared effect and those its earlier begins recorded."""
-    began = [e for e in earlier if e.event.phase == Phase.STEP_BEGIN]
-    return max([declared, *(pending.recorded_effect(e.event) for e in began)])
-
-
-def _ended_result(earlier: Sequence[StoredEvent], history: Sequence[StoredEvent]) -> str | None:
-    """The result an earlier attempt ended the step with, or an operator decided it
-    ran with (``actonce audit resolve``); None if neither."""
-    ended = [e for e in earlier if e.event.phase == Phase.STEP_END]
-    if ended:
-        return str(ended[0].event.detail.get("result_json", ""))
-    decided = pending.latest_decision(history)
-    if decided is not None and decided.decision is pending.Decision.RAN:
-        return decided.result_json
-    return None
-
-
-def _refuse_if_in_doubt(
-    earlier: Sequence[StoredEvent], history: Sequence[StoredEvent], state: StepState, step_id: str
-) -> None:
-    """IN_DOUBT if a try of a non-idempotent write began earlier and may have acted."""
-    # An operator's decision settles the begins before it; a try that was aborted,
-    # or refused before it ran, never acted.
-    decided = pending.latest_decision(history)
-    began = [
-        e
-        for e in pending.tries_that_may_have_acted(earlier)
-        if decided is None or e.seq > decided.seq
-    ]
-    if not began:
-        return
-    recorded = max(pending.recorded_effect(e.event) for e in began)
-    if max(recorded, state.effect) is effects.ToolEffect.NON_IDEMPOTENT_WRITE:
-        failed = pending.failure_of(earlier)
-        said = f"; its call failed: {failed}" if failed else ""
-        raise InDoubt(
-            f"step {step_id} ({state.tool}) is a non-idempotent write that began in an "
-            f"earlier attempt and never ended{said}; it is not run again automatically",
-            metadata={"step_id": step_id, "tool": state.tool},
-        )

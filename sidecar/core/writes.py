@@ -151,13 +151,7 @@ class WritePath:
     async def _in_one_commit(self, landing: Landing, perform: OneCall) -> WriteResult:
         """Phases 3 to 5 as one transaction: the intent, the store's call and the outcome
         are durable together or not at all, and nothing answers before they are."""
-        intent = event(
-            landing.attempt,
-            landing.write.rpc,
-            Phase.INTENT,
-            landing.subject,
-            detail=landing.write.detail,
-        )
+        intent = _intent(landing)
         timeout = perform.timeout()  # the lease is checked before anything is written
 
         def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
@@ -218,15 +212,8 @@ class WritePath:
         return Landing(attempt, write, claim, occurrence, derived)
 
     async def _audit_intent(self, landing: Landing) -> None:
-        intent = event(
-            landing.attempt,
-            landing.write.rpc,
-            Phase.INTENT,
-            landing.subject,
-            detail=landing.write.detail,
-        )
         await self.audit.required(
-            intent, because="audit intent not persisted, the store was not called"
+            _intent(landing), because="audit intent not persisted, the store was not called"
         )
 
     async def perform(self, landing: Landing, perform: Perform) -> WriteResult:
@@ -349,3 +336,9 @@ def require_request_id(request_id: str) -> None:
     if len(request_id) > canonical.MAX_NAME_BYTES:
         raise InvalidArgument("request_id", f"is longer than {canonical.MAX_NAME_BYTES}")
     canonical.require_no_nul(request_id, "request_id")
+
+
+def _intent(landing: Landing) -> AuditEvent:
+    """The write's intent: what it is about to ask the store, before the store is called."""
+    write = landing.write
+    return event(landing.attempt, write.rpc, Phase.INTENT, landing.subject, detail=write.detail)
