@@ -15,6 +15,9 @@ from google.rpc import error_details_pb2, status_pb2
 
 from sidecar.fronts.grpc.interceptors import ForwardingContext, Metadata
 
+# What an abort sends after its status: the trailing metadata, where the ErrorInfo rides.
+Trailing = Metadata | None
+
 _CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -45,7 +48,7 @@ def error_info_of(
 class AbortWatchingContext(ForwardingContext):
     """The call's context, telling :meth:`refused` of each abort before its status is sent."""
 
-    def refused(self, code: grpc.StatusCode, trailing: Metadata | None) -> None:
+    def refused(self, code: grpc.StatusCode, trailing: Trailing) -> None:
         """What an observer does with the refusal; nothing by default."""
 
     async def abort_with_status(self, status: grpc.Status) -> Never:

@@ -13,12 +13,11 @@ from typing import Any
 import grpc
 from actonce_api.v1 import types_pb2
 
-from sidecar.fronts.grpc.aborts import AbortWatchingContext, error_info_of, status_code_of
+from sidecar.fronts.grpc.aborts import AbortWatchingContext, Trailing, error_info_of, status_code_of
 from sidecar.fronts.grpc.interceptors import (
     Behavior,
     Context,
     Handler,
-    Metadata,
     RunActionsInterceptor,
     behavior_of,
 )
@@ -68,7 +67,7 @@ class _CallRecord:
             metrics.request_seconds.labels(rpc, code.name), time.perf_counter() - self.started
         )
 
-    def refused(self, code: grpc.StatusCode | int | None, trailing: Metadata | None) -> None:
+    def refused(self, code: grpc.StatusCode | int | None, trailing: Trailing) -> None:
         self.finish(status_code_of(code), "failed", error_info_of(trailing))
 
 
@@ -79,7 +78,7 @@ class _CountingContext(AbortWatchingContext):
         super().__init__(context)
         self._record = record
 
-    def refused(self, code: grpc.StatusCode, trailing: Metadata | None) -> None:
+    def refused(self, code: grpc.StatusCode, trailing: Trailing) -> None:
         self._record.refused(code, trailing)
 
 

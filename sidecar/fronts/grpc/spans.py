@@ -14,13 +14,12 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from sidecar.fronts.grpc.aborts import AbortWatchingContext, error_info_of
+from sidecar.fronts.grpc.aborts import AbortWatchingContext, Trailing, error_info_of
 from sidecar.fronts.grpc.interceptors import (
     RUN_ACTIONS,
     Behavior,
     Context,
     Handler,
-    Metadata,
     RunActionsInterceptor,
     behavior_of,
 )
@@ -71,7 +70,7 @@ class _SpanStatusContext(AbortWatchingContext):
         super().__init__(context)
         self._span = span
 
-    def refused(self, code: grpc.StatusCode, trailing: Metadata | None) -> None:
+    def refused(self, code: grpc.StatusCode, trailing: Trailing) -> None:
         info = error_info_of(trailing)
         span = self._span
         span.set_attribute("rpc.grpc.status_code", code.value[0])
