@@ -21,6 +21,8 @@ STORE_TIMEOUT_SECONDS = 5.0
 STEP_REPEAT_WAIT_SECONDS = 5.0
 # Seconds the MCP gateway waits for an upstream's answer.
 MCP_UPSTREAM_TIMEOUT_SECONDS = 30.0
+# Seconds the drain on SIGTERM takes at most: calls first, then closing.
+GRACE_SECONDS = 10.0
 # Milliseconds a ledger append waits for a locked ledger.
 AUDIT_BUSY_TIMEOUT_MS = 5000
 # The derived-id scheme of new runs; a run keeps the one it began with.

@@ -7,6 +7,9 @@ call it through ordinary blocking stubs exactly as an agent would.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
+import random
 import signal
 import socket
 import subprocess
@@ -216,10 +219,42 @@ def refusal(error: grpc.RpcError) -> Refusal:
     )
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# A port for a server a test starts by its address, found free now and bound a moment
+# later. Not one the kernel hands out for port 0: those come from the ephemeral range,
+# which every in-process server on port 0 and every outgoing connection draws from too, so
+# one could take it in between (and a store there answers the health check a sidecar was
+# awaited with). Below that range, each of pytest-xdist's workers walks its own slice from
+# a random point, so two workers never pick one port.
+_FIRST_PORT = 10000
+_WORKERS = 12
+_SLICE = max(100, (_ephemeral_low() - _FIRST_PORT) // _WORKERS)
+_walk = itertools.count(random.randrange(_SLICE))
+
+
 def free_port() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = _FIRST_PORT + (int(worker or 0) % _WORKERS) * _SLICE
+    for _ in range(_SLICE):
+        port = first + next(_walk) % _SLICE
+        if _bindable(port):
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + _SLICE - 1}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass

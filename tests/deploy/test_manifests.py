@@ -19,7 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from sidecar.cli import SERVE_SETTINGS, build_parser
+from sidecar.cli import build_parser
+from sidecar.config.commands import SERVE as SERVE_SETTINGS
 from tests.deploy.render import (
     KUBE,
     REPO,
@@ -131,7 +132,7 @@ def test_every_setting_the_sidecar_is_given_is_one_it_accepts(
 ) -> None:
     # The sidecar stops at start on an unknown or malformed ACTONCE_* variable; this finds
     # such a typo before a pod does. The only other variable is the pod's address.
-    by_env = {env: parse for env, parse, *_ in SERVE_SETTINGS.values()}
+    by_env = {setting.env: setting.parse for setting in SERVE_SETTINGS.values()}
     others = {name for name in settings if not name.startswith("ACTONCE_")}
     assert others == {"POD_IP"}
     for name, raw in settings.items():
@@ -144,7 +145,7 @@ def test_every_setting_the_sidecar_is_given_is_one_it_accepts(
 
 def test_the_operator_pins_the_rules_the_sidecar_serves(settings: dict[str, str]) -> None:
     # Unset, the agent names its own rule, and with it what the send allowlist grants.
-    rules = SERVE_SETTINGS["--rules"][1](settings["ACTONCE_RULES"])
+    rules = SERVE_SETTINGS["--rules"].parse(settings["ACTONCE_RULES"])
     assert rules, "ACTONCE_RULES names no rule"
     allowed = {r.strip() for r in settings["ACTONCE_SEND_ALLOWLIST"].split(",") if r.strip()}
     assert allowed <= rules, "a rule allowed to Send that the sidecar does not serve"

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.cli import SERVE_SETTINGS, STORE_SETTINGS, build_parser, config_from
-from sidecar.cli import _resolve as resolve
+from sidecar.cli import build_parser, config_from
+from sidecar.config.commands import SERVE as SERVE_SETTINGS
+from sidecar.config.commands import STORE as STORE_SETTINGS
+from sidecar.config.reading import given
 from tests.harness import free_port
 from tests.helpers.env import scrubbed_env
 from tests.helpers.health import wait_serving
@@ -33,9 +35,9 @@ def test_serve_help_lists_every_flag_with_its_variable() -> None:
     done = run_cli("serve", "--help")
     assert done.returncode == 0
     text = " ".join(done.stdout.split())  # argparse wraps lines anywhere
-    for flag, (env, *_rest) in SERVE_SETTINGS.items():
+    for flag, setting in SERVE_SETTINGS.items():
         assert flag in text, flag
-        assert f"[env {env}]" in text, env
+        assert f"[env {setting.env}]" in text, setting.env
     for flag in (
         "--metrics-listen",
         "--health-listen",
@@ -52,13 +54,13 @@ def test_every_store_flag_has_a_variable_too() -> None:
     done = run_cli("store", "--help")
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
-    for flag, (env, *_rest) in STORE_SETTINGS.items():
-        assert flag in text and f"[env {env}]" in text, flag
+    for flag, setting in STORE_SETTINGS.items():
+        assert flag in text and f"[env {setting.env}]" in text, flag
     assert "--token-file" in STORE_SETTINGS
 
 
 def test_every_variable_is_named_actonce_and_unique_to_its_flag() -> None:
-    envs = [env for env, *_ in SERVE_SETTINGS.values()]
+    envs = [setting.env for setting in SERVE_SETTINGS.values()]
     assert all(env.startswith("ACTONCE_") for env in envs)
     assert len(envs) == len(set(envs))
 
@@ -259,7 +261,7 @@ def test_rules_pin_what_the_sidecar_serves_and_unset_serves_any(
 ) -> None:
     def rules(*argv: str) -> frozenset[str] | None:
         args = build_parser().parse_args(["serve", *argv])
-        return config_from(resolve(args, SERVE_SETTINGS)).rules
+        return config_from(given(args, SERVE_SETTINGS)).rules
 
     monkeypatch.delenv("ACTONCE_RULES", raising=False)
     assert rules() is None
