@@ -259,8 +259,12 @@ def _landed_once(
         row["outcome"] in (("ALREADY_APPLIED", "SKIPPED") if n < len(first) else ("APPLIED",))
         for n, row in enumerate(second)
     )
-    expected = {"title": "Disk full on db-3", "severity": 2, "status": "investigating",
-                "assignee": "storage-oncall"}  # fmt: skip
+    expected = {
+        "title": "Disk full on db-3",
+        "severity": 2,
+        "status": "investigating",
+        "assignee": "storage-oncall",
+    }
     return same_ids and made_once and messages == 2 and data == expected
 
 

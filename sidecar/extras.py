@@ -23,8 +23,14 @@ class Extra:
 
 
 MCP = Extra("mcp", ("mcp", "yaml"))
-OTEL = Extra("otel", ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.grpc",
-                      "opentelemetry.instrumentation.grpc"))  # fmt: skip
+OTEL = Extra(
+    "otel",
+    (
+        "opentelemetry.sdk",
+        "opentelemetry.exporter.otlp.proto.grpc",
+        "opentelemetry.instrumentation.grpc",
+    ),
+)
 CONSOLE = Extra("console", ("starlette", "jinja2", "uvicorn", "multipart", "itsdangerous"))
 POSTGRES = Extra("postgres", ("psycopg",))
 

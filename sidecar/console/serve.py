@@ -75,8 +75,9 @@ def run_console(values: dict[str, Any]) -> int:
     try:
         sock.bind((host.strip("[]"), int(port)))
     except OSError as exc:
-        print(f"actonce: error: cannot listen on {values['listen']}: {exc.strerror}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"actonce: error: cannot listen on {values['listen']}: {exc.strerror}", file=sys.stderr
+        )
         return 2
     server = uvicorn.Server(server_config(app))
     bound = sock.getsockname()[1]

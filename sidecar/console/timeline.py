@@ -13,7 +13,7 @@ attempts of parallel tool calls do not interleave.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -112,136 +112,180 @@ def by_scope(attempts: Sequence[AttemptView], entries: Sequence[Entry]) -> list[
 
 def build(run_id: str, events: Sequence[StoredEvent], pending_ids: set[str]) -> Timeline:
     """The timeline of a run; ``pending_ids`` are its items that need a person."""
-    attempts: dict[str, AttemptView] = {}
-    entries: list[Entry] = []
-    open_entries: dict[tuple[str, str], Entry] = {}
-    rule = ""
-    newest: dict[str, AttemptView] = {}  # by scope: fencing is per (run, scope)
-    decided: dict[str, str] = {}  # id -> the latest decision on it so far
-    traces: dict[int, str] = {}  # seq -> the trace of the call that wrote it
-    scopes: dict[int, str] = {}  # seq -> the scope its event names
+    drawing = _Drawing()
     for stored in events:
+        drawing.take(stored)
+    return drawing.timeline(run_id, pending_ids)
+
+
+class _Drawing:
+    """A timeline as it is drawn, one event after another, oldest first."""
+
+    def __init__(self) -> None:
+        self.attempts: dict[str, AttemptView] = {}
+        self.entries: list[Entry] = []
+        self.open_entries: dict[tuple[str, str], Entry] = {}
+        self.rule = ""
+        self.newest: dict[str, AttemptView] = {}  # by scope: fencing is per (run, scope)
+        self.decided: dict[str, str] = {}  # id -> the latest decision on it so far
+        self.traces: dict[int, str] = {}  # seq -> the trace of the call that wrote it
+        self.scopes: dict[int, str] = {}  # seq -> the scope its event names
+        self._by_phase: dict[str, Callable[[StoredEvent, AttemptView | None], None]] = {
+            Phase.ATTEMPT_BEGIN: self._attempt_began,
+            Phase.ATTEMPT_END: self._attempt_ended,
+            Phase.INTENT: self._opened,
+            Phase.STEP_BEGIN: self._opened,
+            Phase.OUTCOME: self._settled,
+            Phase.STEP_END: self._step_ended,
+            Phase.STEP_ABORT: self._step_aborted,
+            Phase.STEP_FAILED: self._step_failed,
+            Phase.LEASE: self._lease_extended,
+            Phase.READ: self._read,
+            Phase.DECISION: self._decided,
+        }
+
+    def take(self, stored: StoredEvent) -> None:
         e = stored.event
         if e.trace_id:
-            traces[stored.seq] = e.trace_id
-        scopes[stored.seq] = e.scope
-        rule = rule or e.rule
-        attempt = attempts.get(e.attempt_id)
-        if e.phase == Phase.ATTEMPT_BEGIN:
-            attempt = AttemptView(
-                e.attempt_id,
-                len(attempts) + 1,
-                stored.seq,
-                stored.ts,
-                e.checkpoint,
-                lease_deadline=str(e.detail.get("lease_deadline", "")),
-                scope=e.scope,
-            )
-            attempts[e.attempt_id] = attempt
-            entry = Entry("attempt_begin", stored.seq, stored.ts, attempt)
-            older = newest.get(e.scope)
-            if older is not None and not older.ended_ts:
-                older.fenced_by = attempt.number
-                entry.fences = older.number
-            newest[e.scope] = attempt
-            entries.append(entry)
-            continue
-        key = (e.attempt_id, e.derived_id)
-        if e.phase == Phase.ATTEMPT_END:
-            if attempt is not None:
-                attempt.ended_ts = stored.ts
-                # The counts alone: the detail says more (the front that ended it).
-                attempt.counts = {k: int(e.detail[k]) for k in _COUNTS if k in e.detail}
-            entries.append(
-                Entry("attempt_end", stored.seq, stored.ts, attempt, detail=dict(e.detail))
-            )
-        elif e.phase in (Phase.INTENT, Phase.STEP_BEGIN):
-            entry = _entry(
-                "step" if e.phase == Phase.STEP_BEGIN else "write",
+            self.traces[stored.seq] = e.trace_id
+        self.scopes[stored.seq] = e.scope
+        self.rule = self.rule or e.rule
+        phase = self._by_phase.get(e.phase)
+        if phase is not None:
+            phase(stored, self.attempts.get(e.attempt_id))
+
+    def timeline(self, run_id: str, pending_ids: set[str]) -> Timeline:
+        entries = self.entries
+        _mark_in_doubt(entries, pending_ids)
+        for entry in entries:
+            entry.trace_id = self.traces.get(entry.seq, "")
+            entry.scope = entry.attempt.scope if entry.attempt else self.scopes.get(entry.seq, "")
+        shown = list(self.attempts.values())
+        return Timeline(run_id, self.rule, shown, entries, by_scope(shown, entries))
+
+    def _open_entry(self, stored: StoredEvent) -> Entry | None:
+        return self.open_entries.get((stored.event.attempt_id, stored.event.derived_id))
+
+    # -- attempts ----------------------------------------------------------------------
+
+    def _attempt_began(self, stored: StoredEvent, _known: AttemptView | None) -> None:
+        e = stored.event
+        attempt = AttemptView(
+            e.attempt_id,
+            len(self.attempts) + 1,
+            stored.seq,
+            stored.ts,
+            e.checkpoint,
+            lease_deadline=str(e.detail.get("lease_deadline", "")),
+            scope=e.scope,
+        )
+        self.attempts[e.attempt_id] = attempt
+        entry = Entry("attempt_begin", stored.seq, stored.ts, attempt)
+        older = self.newest.get(e.scope)
+        if older is not None and not older.ended_ts:
+            older.fenced_by = attempt.number
+            entry.fences = older.number
+        self.newest[e.scope] = attempt
+        self.entries.append(entry)
+
+    def _attempt_ended(self, stored: StoredEvent, attempt: AttemptView | None) -> None:
+        e = stored.event
+        if attempt is not None:
+            attempt.ended_ts = stored.ts
+            # The counts alone: the detail says more (the front that ended it).
+            attempt.counts = {k: int(e.detail[k]) for k in _COUNTS if k in e.detail}
+        self.entries.append(
+            Entry("attempt_end", stored.seq, stored.ts, attempt, detail=dict(e.detail))
+        )
+
+    def _lease_extended(self, stored: StoredEvent, attempt: AttemptView | None) -> None:
+        if attempt is not None:
+            attempt.lease_deadline = str(stored.event.detail.get("lease_deadline", ""))
+
+    # -- writes and steps --------------------------------------------------------------
+
+    def _opened(self, stored: StoredEvent, attempt: AttemptView | None) -> None:
+        e = stored.event
+        entry = _entry(
+            "step" if e.phase == Phase.STEP_BEGIN else "write",
+            stored,
+            attempt,
+            occurrence=e.occurrence,
+            digest=e.digest,
+            detail=dict(e.detail),
+            state="no_outcome" if e.phase == Phase.INTENT else "in_progress",
+        )
+        self.open_entries[(e.attempt_id, e.derived_id)] = entry
+        self.entries.append(entry)
+
+    def _settled(self, stored: StoredEvent, attempt: AttemptView | None) -> None:
+        e = stored.event
+        entry = self._open_entry(stored)
+        if entry is None or entry.settled_ts:
+            refusal = _entry(
+                "refusal",
                 stored,
                 attempt,
-                occurrence=e.occurrence,
-                digest=e.digest,
-                detail=dict(e.detail),
-                state="no_outcome" if e.phase == Phase.INTENT else "in_progress",
+                reason=e.reason,
+                failure_class=e.failure_class,
+                state="refused",
             )
-            open_entries[key] = entry
-            entries.append(entry)
-        elif e.phase == Phase.OUTCOME:
-            entry_or_none = open_entries.get(key)
-            if entry_or_none is None or entry_or_none.settled_ts:
-                entries.append(
-                    _entry(
-                        "refusal",
-                        stored,
-                        attempt,
-                        reason=e.reason,
-                        failure_class=e.failure_class,
-                        state="refused",
-                    )
-                )
-                continue
-            entry = entry_or_none
-            entry.settled_ts = stored.ts
-            entry.outcome, entry.reason, entry.failure_class = (
-                e.outcome,
-                e.reason,
-                e.failure_class,
-            )
-            entry.state = _settled_state(entry)
-            if e.detail.get("landed") == "unknown":
-                entry.state = "may_have_landed"  # the store was called: it may have it
-            if entry.kind == "step" and entry.state == "already_applied":
-                entry.by_decision = decided.get(e.derived_id) == "ran"
-        elif e.phase == Phase.STEP_END:
-            entry_or_none = open_entries.get(key)
-            if entry_or_none is not None:
-                entry_or_none.ended_ts = stored.ts
-                entry_or_none.result_json = str(e.detail.get("result_json", ""))
-                entry_or_none.state = "ended"
-        elif e.phase == Phase.STEP_ABORT:
-            entry_or_none = open_entries.get(key)
-            if entry_or_none is not None:
-                entry_or_none.ended_ts = stored.ts
-                entry_or_none.state = "aborted"
-        elif e.phase == Phase.STEP_FAILED:
-            entry_or_none = open_entries.get(key)
-            if entry_or_none is not None:
-                entry_or_none.state = "call_failed"
-                entry_or_none.error = str(e.detail.get("error", ""))
-        elif e.phase == Phase.LEASE:
-            if attempt is not None:
-                attempt.lease_deadline = str(e.detail.get("lease_deadline", ""))
-        elif e.phase == Phase.READ:
-            entries.append(
-                _entry(
-                    "read",
-                    stored,
-                    attempt,
-                    write_type="",  # a read writes nothing
-                    reason=e.reason,
-                    failure_class=e.failure_class,
-                    state="refused" if e.reason else "read",
-                )
-            )
-        elif e.phase == Phase.DECISION:
-            decided[e.derived_id] = str(e.detail.get("decision", ""))
-            entries.append(
-                _entry(
-                    "decision",
-                    stored,
-                    attempt,
-                    detail=dict(e.detail),
-                    result_json=str(e.detail.get("result_json", "")),
-                    state=str(e.detail.get("decision", "")),
-                )
-            )
-    _mark_in_doubt(entries, pending_ids)
-    for entry in entries:
-        entry.trace_id = traces.get(entry.seq, "")
-        entry.scope = entry.attempt.scope if entry.attempt else scopes.get(entry.seq, "")
-    shown = list(attempts.values())
-    return Timeline(run_id, rule, shown, entries, by_scope(shown, entries))
+            self.entries.append(refusal)
+            return
+        entry.settled_ts = stored.ts
+        entry.outcome, entry.reason, entry.failure_class = e.outcome, e.reason, e.failure_class
+        entry.state = _settled_state(entry)
+        if e.detail.get("landed") == "unknown":
+            entry.state = "may_have_landed"  # the store was called: it may have it
+        if entry.kind == "step" and entry.state == "already_applied":
+            entry.by_decision = self.decided.get(e.derived_id) == "ran"
+
+    def _step_ended(self, stored: StoredEvent, _attempt: AttemptView | None) -> None:
+        entry = self._open_entry(stored)
+        if entry is not None:
+            entry.ended_ts = stored.ts
+            entry.result_json = str(stored.event.detail.get("result_json", ""))
+            entry.state = "ended"
+
+    def _step_aborted(self, stored: StoredEvent, _attempt: AttemptView | None) -> None:
+        entry = self._open_entry(stored)
+        if entry is not None:
+            entry.ended_ts = stored.ts
+            entry.state = "aborted"
+
+    def _step_failed(self, stored: StoredEvent, _attempt: AttemptView | None) -> None:
+        entry = self._open_entry(stored)
+        if entry is not None:
+            entry.state = "call_failed"
+            entry.error = str(stored.event.detail.get("error", ""))
+
+    # -- reads and decisions -----------------------------------------------------------
+
+    def _read(self, stored: StoredEvent, attempt: AttemptView | None) -> None:
+        e = stored.event
+        read = _entry(
+            "read",
+            stored,
+            attempt,
+            write_type="",  # a read writes nothing
+            reason=e.reason,
+            failure_class=e.failure_class,
+            state="refused" if e.reason else "read",
+        )
+        self.entries.append(read)
+
+    def _decided(self, stored: StoredEvent, attempt: AttemptView | None) -> None:
+        e = stored.event
+        self.decided[e.derived_id] = str(e.detail.get("decision", ""))
+        decision = _entry(
+            "decision",
+            stored,
+            attempt,
+            detail=dict(e.detail),
+            result_json=str(e.detail.get("result_json", "")),
+            state=str(e.detail.get("decision", "")),
+        )
+        self.entries.append(decision)
 
 
 def _entry(kind: str, stored: StoredEvent, attempt: AttemptView | None, **fields: Any) -> Entry:

@@ -62,8 +62,9 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
             inspect.list_runs(reader, sys.stdout)
         elif command == "show":
             if not inspect.show_run(reader, run_id, sys.stdout):
-                print(f"actonce: error: the ledger holds no event of run {run_id!r}",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"actonce: error: the ledger holds no event of run {run_id!r}", file=sys.stderr
+                )
                 return NOT_FOUND
         elif command == "export":
             inspect.export(reader, sys.stdout, _progress)
@@ -93,15 +94,19 @@ def _notes(verdict: inspect.Verdict) -> str:
     if verdict.exports_empty:
         notes.append("; the exports hold no event (prunes that found nothing to remove)")
     if verdict.leftover:
-        notes.append(f"; {verdict.leftover} of them, at or before the checkpoint, a prune had "
-                     "not deleted yet (the next prune deletes them)")  # fmt: skip
+        notes.append(
+            f"; {verdict.leftover} of them, at or before the checkpoint, a prune had "
+            "not deleted yet (the next prune deletes them)"
+        )
     return "".join(notes)
 
 
 def _where(verdict: inspect.Verdict) -> str:
     if verdict.exported:
-        return (f" ({verdict.exported} in the exports, {verdict.checked - verdict.exported} "
-                f"in the ledger, from event #{verdict.after + 1})")  # fmt: skip
+        return (
+            f" ({verdict.exported} in the exports, {verdict.checked - verdict.exported} "
+            f"in the ledger, from event #{verdict.after + 1})"
+        )
     if verdict.after:
         return f" from the checkpoint after event #{verdict.after} (earlier events were pruned)"
     return ""
@@ -140,14 +145,17 @@ def run_prune(values: dict[str, Any]) -> int:
     finally:
         ledger.close()
     if result.cut > result.after:
-        print(f"pruned events #{result.after + 1} to #{result.cut} ({result.exported} events), "
-              f"exported to {export}; the ledger's chain now begins after #{result.cut} "
-              f"(hash {result.hash})")  # fmt: skip
+        print(
+            f"pruned events #{result.after + 1} to #{result.cut} ({result.exported} events), "
+            f"exported to {export}; the ledger's chain now begins after #{result.cut} "
+            f"(hash {result.hash})"
+        )
     else:
         print(f"nothing to prune before {values['before']}: {export} is empty")
     if result.holds:
-        print(f"kept events #{result.cut + 1} to #{result.requested}, older than --before, "
-              "because:")  # fmt: skip
+        print(
+            f"kept events #{result.cut + 1} to #{result.requested}, older than --before, because:"
+        )
         for hold in result.holds:
             print(f"    #{hold.seq}: {hold.why}")
     return PENDING_FOUND if result.held_by_pending else 0
@@ -195,9 +203,12 @@ def run_migrate(values: dict[str, Any]) -> int:
     that opens it brings it up to date."""
     dsn, role = values.get("audit_dsn"), values.get("writer_role")
     if not dsn:
-        print("actonce: error: migrate is for a PostgreSQL ledger (--audit-dsn or "
-              "--audit-dsn-file); a SQLite file is brought up to date by the sidecar that "
-              "opens it", file=sys.stderr)  # fmt: skip
+        print(
+            "actonce: error: migrate is for a PostgreSQL ledger (--audit-dsn or "
+            "--audit-dsn-file); a SQLite file is brought up to date by the sidecar that "
+            "opens it",
+            file=sys.stderr,
+        )
         return 2
     from sidecar.ledger.pgschema import migrate
 
@@ -209,8 +220,10 @@ def run_migrate(values: dict[str, Any]) -> int:
     was = "new" if state.migrated_from is None else f"was version {state.migrated_from}"
     print(f"ledger schema at version {state.version} ({was}), owned by role {state.role}")
     if role:
-        print(f"role {role} may append events, fence, bind runs and decide; it may not update "
-              "or delete an event, nor write a checkpoint")  # fmt: skip
+        print(
+            f"role {role} may append events, fence, bind runs and decide; it may not update "
+            "or delete an event, nor write a checkpoint"
+        )
     return 0
 
 
@@ -251,8 +264,10 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
         except DecisionRefused as exc:
             print(f"actonce: refused: {exc}", file=sys.stderr)
             return 1
-        print(f"recorded as event #{stored.seq}: {values['item_id']} "
-              f"{stored.event.detail['decision']} (run {stored.event.run_id})")  # fmt: skip
+        print(
+            f"recorded as event #{stored.seq}: {values['item_id']} "
+            f"{stored.event.detail['decision']} (run {stored.event.run_id})"
+        )
         return 0
     except LedgerError as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)

@@ -50,6 +50,13 @@ class Verdict:
     exports_empty: bool = False
 
 
+def _broken(
+    first_bad: int, problem: str, *, checked: int = 0, after: int = 0, exported: int = 0
+) -> Verdict:
+    """The verdict on a chain broken at ``first_bad``."""
+    return Verdict(False, checked, first_bad, problem, after=after, exported=exported)
+
+
 @dataclass
 class _Chain:
     """A walk along the chain: the next sequence number and hash each event must link to
@@ -64,17 +71,23 @@ class _Chain:
     def take(self, stored: StoredEvent) -> tuple[int, str] | None:
         """The first bad event and why, if ``stored`` does not follow the chain so far."""
         if stored.seq != self.expected:
-            return self.expected, (f"event {self.expected} is missing: the next event is "
-                                   f"{stored.seq} (deleted or renumbered)")  # fmt: skip
+            return self.expected, (
+                f"event {self.expected} is missing: the next event is "
+                f"{stored.seq} (deleted or renumbered)"
+            )
         prev = stored.prev_hash if self.prev is None else self.prev
         if stored.prev_hash != prev:
-            return stored.seq, ("it does not link to the event before it (an event was "
-                                "deleted, inserted or reordered)")  # fmt: skip
+            return stored.seq, (
+                "it does not link to the event before it (an event was "
+                "deleted, inserted or reordered)"
+            )
         if event_hash(stored.seq, stored.ts, stored.event, prev) != stored.hash:
             return stored.seq, "its content does not match its hash (the event was edited)"
         if self.marks.get(stored.seq, stored.hash) != stored.hash:
-            return stored.seq, (f"the checkpoint after event #{stored.seq} names another hash "
-                                "than the event's: it was not recorded by a prune")  # fmt: skip
+            return stored.seq, (
+                f"the checkpoint after event #{stored.seq} names another hash "
+                "than the event's: it was not recorded by a prune"
+            )
         self.prev = stored.hash
         self.expected += 1
         self.checked += 1
@@ -120,10 +133,14 @@ def verify(
         chain, first = walked
         if (chain.expected - 1, chain.prev) != (after, prev):
             where = f"after event {after}" if after else "at the first event (never pruned)"
-            return Verdict(False, chain.checked, chain.expected,
-                           f"the exports end at event {chain.expected - 1} but the ledger's "
-                           f"chain begins {where}: an export is missing, or is not of this "
-                           "ledger", after=first)  # fmt: skip
+            return _broken(
+                chain.expected,
+                f"the exports end at event {chain.expected - 1} but the ledger's "
+                f"chain begins {where}: an export is missing, or is not of this "
+                "ledger",
+                checked=chain.checked,
+                after=first,
+            )
         return _walk_ledger(
             reader, after, prev, by_seq, progress, False, exported=chain.checked, first=first
         )
@@ -136,18 +153,22 @@ def _forged_checkpoint(marks: Sequence[Checkpoint], low: int | None) -> Verdict 
     before = 0
     for mark in marks:
         if mark.after != before:
-            return Verdict(False, 0, mark.after + 1,
-                           f"the checkpoint after event #{mark.seq} says a prune removed events "
-                           f"#{mark.after + 1} to #{mark.seq}, but the prune before it removed "
-                           f"up to #{before}: it was not recorded by a prune")  # fmt: skip
+            return _broken(
+                mark.after + 1,
+                f"the checkpoint after event #{mark.seq} says a prune removed events "
+                f"#{mark.after + 1} to #{mark.seq}, but the prune before it removed "
+                f"up to #{before}: it was not recorded by a prune",
+            )
         before = mark.seq
     newest = marks[-1] if marks else None
     if newest is not None and newest.events and low is not None and low <= newest.after + 1:
-        return Verdict(False, 0, low,
-                       f"the checkpoint after event #{newest.seq} says a prune removed events "
-                       f"#{newest.after + 1} to #{newest.seq}, but event #{low} is still in the "
-                       "ledger: it was not recorded by a prune (or an earlier release's prune "
-                       "was cut short before it deleted anything: prune again)")  # fmt: skip
+        return _broken(
+            low,
+            f"the checkpoint after event #{newest.seq} says a prune removed events "
+            f"#{newest.after + 1} to #{newest.seq}, but event #{low} is still in the "
+            "ledger: it was not recorded by a prune (or an earlier release's prune "
+            "was cut short before it deleted anything: prune again)",
+        )
     return None
 
 
@@ -173,25 +194,29 @@ def _walk_ledger(
     # a second time.
     total = reader.head()[0] - chain.expected + 1
 
-    def verdict(intact: bool, bad: tuple[int, str] | None = None) -> Verdict:
+    def verdict(intact: bool, first_bad: int | None = None, problem: str = "") -> Verdict:
         # Events before the checkpoint that the exports hold too are counted once.
         checked = chain.checked - (leftover if exported else 0) + exported
-        return Verdict(intact, max(0, checked), bad[0] if bad else None, bad[1] if bad else "",
-                       begin, exported, leftover, exports_empty)  # fmt: skip
+        return Verdict(
+            intact, max(0, checked), first_bad, problem, begin, exported, leftover, exports_empty
+        )
 
     for stored in reader.events(after=chain.expected - 1):
         bad = chain.take(stored)
         if bad is not None:
-            return verdict(False, bad)
+            return verdict(False, *bad)
         if progress is not None and chain.checked % PROGRESS_EVERY == 0:
             progress(chain.checked, total)
     head_seq, head_hash = reader.head()
     last = chain.expected - 1
     ends = (last, chain.prev) if last > after else (after, prev)
     if (head_seq, head_hash) != ends:
-        return verdict(False, (chain.expected,
-                               f"the chain ends at event {ends[0]} but the ledger's head records "
-                               f"event {head_seq} (events were deleted from the end)"))  # fmt: skip
+        return verdict(
+            False,
+            chain.expected,
+            f"the chain ends at event {ends[0]} but the ledger's head records "
+            f"event {head_seq} (events were deleted from the end)",
+        )
     if progress is not None:
         progress(chain.checked, total)
     return verdict(True)
@@ -221,12 +246,14 @@ def _walk_exports(
             for stored in _read_export(path):
                 bad = chain.take(stored)
                 if bad is not None:
-                    return Verdict(False, chain.checked, bad[0], f"in the export {path}: {bad[1]}",
-                                   after, chain.checked)  # fmt: skip
+                    problem = f"in the export {path}: {bad[1]}"
+                    return _broken(
+                        bad[0], problem, checked=chain.checked, after=after, exported=chain.checked
+                    )
         except ValueError as exc:
-            return Verdict(False, chain.checked, chain.expected,
-                           f"the export {path} is not what `audit export` writes: {exc}",
-                           after, chain.checked)  # fmt: skip
+            problem = f"the export {path} is not what `audit export` writes: {exc}"
+            checked = chain.checked
+            return _broken(chain.expected, problem, checked=checked, after=after, exported=checked)
     return chain, after
 
 
@@ -234,8 +261,9 @@ def list_runs(reader: LedgerReader, out: TextIO) -> int:
     runs = reader.runs()
     out.write(f"{'run':<36} {'rule':<20} {'attempts':>8} {'events':>7}  last event\n")
     for run in runs:
-        out.write(f"{run.run_id:<36} {run.rule:<20} {run.attempts:>8} {run.events:>7}  "
-                  f"{run.last_ts}\n")  # fmt: skip
+        out.write(
+            f"{run.run_id:<36} {run.rule:<20} {run.attempts:>8} {run.events:>7}  {run.last_ts}\n"
+        )
     return len(runs)
 
 
@@ -273,8 +301,10 @@ def _timeline_line(stored: StoredEvent) -> str:
     if e.phase == Phase.ATTEMPT_BEGIN:
         scope = f", scope {e.scope!r}" if e.scope else ""
         scheme = f", id scheme {e.detail['id_scheme']}" if "id_scheme" in e.detail else ""
-        return (f"{head} attempt {e.attempt_id} began (rule {e.rule}, checkpoint "
-                f"{e.checkpoint!r}{scope}{scheme})")  # fmt: skip
+        return (
+            f"{head} attempt {e.attempt_id} began (rule {e.rule}, checkpoint "
+            f"{e.checkpoint!r}{scope}{scheme})"
+        )
     if e.phase == Phase.ATTEMPT_END and "forgotten" in e.detail:
         return (
             f"{head} attempt {e.attempt_id} forgotten by its sidecar "
@@ -284,13 +314,17 @@ def _timeline_line(stored: StoredEvent) -> str:
         return f"{head} attempt {e.attempt_id}'s lease extended to {e.detail.get('lease_deadline')}"
     if e.phase == Phase.ATTEMPT_END:
         d = e.detail
-        return (f"{head} attempt {e.attempt_id} ended: applied {d.get('applied', 0)}, "
-                f"already applied {d.get('already_applied', 0)}, skipped {d.get('skipped', 0)}, "
-                f"failed {d.get('failed', 0)}")  # fmt: skip
+        return (
+            f"{head} attempt {e.attempt_id} ended: applied {d.get('applied', 0)}, "
+            f"already applied {d.get('already_applied', 0)}, skipped {d.get('skipped', 0)}, "
+            f"failed {d.get('failed', 0)}"
+        )
     if e.phase == Phase.DECISION:
         d = e.detail
-        return (f"{head}   decision on {e.derived_id}: {d.get('decision')} by {d.get('by')} "
-                f"({d.get('reason')})")  # fmt: skip
+        return (
+            f"{head}   decision on {e.derived_id}: {d.get('decision')} by {d.get('by')} "
+            f"({d.get('reason')})"
+        )
     what = f"{e.rpc:<12} {e.derived_id or '-'}"
     if e.occurrence >= 0:
         what += f" (occurrence {e.occurrence})"
@@ -320,8 +354,13 @@ def _timeline_line(stored: StoredEvent) -> str:
 
 def export_line(stored: StoredEvent) -> str:
     """One event as ``audit export`` writes it: a JSON line, chain fields included."""
-    line = {"seq": stored.seq, "ts": stored.ts, **asdict(stored.event),
-            "prev_hash": stored.prev_hash, "hash": stored.hash}  # fmt: skip
+    line = {
+        "seq": stored.seq,
+        "ts": stored.ts,
+        **asdict(stored.event),
+        "prev_hash": stored.prev_hash,
+        "hash": stored.hash,
+    }
     return json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n"
 
 
@@ -330,8 +369,13 @@ def parse_export_line(line: str) -> StoredEvent:
     try:
         fields_ = json.loads(line)
         event = AuditEvent(**{name: fields_[name] for name in _EVENT_FIELDS if name in fields_})
-        return StoredEvent(int(fields_["seq"]), str(fields_["ts"]), event,
-                           str(fields_["prev_hash"]), str(fields_["hash"]))  # fmt: skip
+        return StoredEvent(
+            int(fields_["seq"]),
+            str(fields_["ts"]),
+            event,
+            str(fields_["prev_hash"]),
+            str(fields_["hash"]),
+        )
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"a line is not an event: {exc}") from exc
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import NotRequired, TypedDict
 
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
@@ -73,12 +73,7 @@ class PendingItem:
     why: str
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "kind": self.kind.value, "id": self.id, "run_id": self.run_id, "rule": self.rule,
-            "attempt_id": self.attempt_id, "rpc": self.rpc, "tool": self.tool,
-            "write_type": self.write_type, "digest": self.digest, "seq": self.seq,
-            "ts": self.ts, "why": self.why,
-        }  # fmt: skip
+        return {**asdict(self), "kind": self.kind.value}
 
 
 @dataclass(frozen=True)
@@ -270,29 +265,14 @@ def decision_event(
     of the wrong kind (a step's for a write), or an item that is not pending,
     which names the decision already taken if there is one.
     """
-    if not by.strip() or not reason.strip():
-        raise DecisionRefused("a decision needs --by NAME and --reason TEXT")
-    if not events:
-        raise DecisionRefused(f"no step or write with id {item_id} in the ledger")
-    item = pending_item(events)
-    if item is None:
-        earlier = latest_decision(events)
-        if earlier is not None:
-            raise DecisionRefused(f"{item_id} was already decided: {earlier.describe()}")
-        raise DecisionRefused(f"{item_id} is not pending: nothing for a person to decide")
-    is_step = item.kind is Kind.STEP_IN_DOUBT
-    if is_step and decision not in STEP_DECISIONS:
-        raise DecisionRefused(f"{item_id} is a step: decide --ran or --did-not-run")
-    if not is_step and decision not in WRITE_DECISIONS:
-        raise DecisionRefused(f"{item_id} is a write: decide --landed or --not-landed")
-    if decision is Decision.RAN and not result_json:
-        raise DecisionRefused("--ran needs --result-json: the result later attempts get back")
-    if decision is not Decision.RAN and result_json:
-        raise DecisionRefused("--result-json goes with --ran only")
+    item = _decidable_item(events, item_id, decision, by=by, reason=reason, result_json=result_json)
     detail: dict[str, object] = {
-        "decision": decision.value, "by": by, "reason": reason, "kind": item.kind.value,
+        "decision": decision.value,
+        "by": by,
+        "reason": reason,
+        "kind": item.kind.value,
         "pending_since": item.seq,
-    }  # fmt: skip
+    }
     if by_header:
         detail["by_header"] = by_header
     if item.tool:
@@ -313,3 +293,35 @@ def decision_event(
         digest=digest,
         detail=detail,
     )
+
+
+def _decidable_item(
+    events: Sequence[StoredEvent],
+    item_id: str,
+    decision: Decision,
+    *,
+    by: str,
+    reason: str,
+    result_json: str,
+) -> PendingItem:
+    """The pending item ``decision`` may settle; DecisionRefused naming why not."""
+    if not by.strip() or not reason.strip():
+        raise DecisionRefused("a decision needs --by NAME and --reason TEXT")
+    if not events:
+        raise DecisionRefused(f"no step or write with id {item_id} in the ledger")
+    item = pending_item(events)
+    if item is None:
+        earlier = latest_decision(events)
+        if earlier is not None:
+            raise DecisionRefused(f"{item_id} was already decided: {earlier.describe()}")
+        raise DecisionRefused(f"{item_id} is not pending: nothing for a person to decide")
+    is_step = item.kind is Kind.STEP_IN_DOUBT
+    if is_step and decision not in STEP_DECISIONS:
+        raise DecisionRefused(f"{item_id} is a step: decide --ran or --did-not-run")
+    if not is_step and decision not in WRITE_DECISIONS:
+        raise DecisionRefused(f"{item_id} is a write: decide --landed or --not-landed")
+    if decision is Decision.RAN and not result_json:
+        raise DecisionRefused("--ran needs --result-json: the result later attempts get back")
+    if decision is not Decision.RAN and result_json:
+        raise DecisionRefused("--result-json goes with --ran only")
+    return item

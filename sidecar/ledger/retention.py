@@ -199,9 +199,11 @@ class Retention(OperatorLedger):
             )
             first = rows[0][0] if rows else None
             if first is not None and int(first) <= plan.cut:
-                held.append(Hold(int(first), item.run_id,
-                                 f"run {item.run_id} has {item.kind.value} {item.id} pending: "
-                                 "see `actonce audit pending`", True))  # fmt: skip
+                why = (
+                    f"run {item.run_id} has {item.kind.value} {item.id} pending: "
+                    "see `actonce audit pending`"
+                )
+                held.append(Hold(int(first), item.run_id, why, pending=True))
         if held:
             first_held = min(held, key=lambda hold: hold.seq)
             if len(held) > 1:
@@ -223,8 +225,8 @@ class Retention(OperatorLedger):
                 break
             seq, run_id = int(rows[0][0]), str(rows[0][1])
             plan.cut = seq - 1
-            plan.holds.append(Hold(seq, run_id, f"run {run_id} has events after the cut: a "
-                                   "run is pruned whole or not at all", False))  # fmt: skip
+            why = f"run {run_id} has events after the cut: a run is pruned whole or not at all"
+            plan.holds.append(Hold(seq, run_id, why, pending=False))
         return plan
 
     def _export(self, plan: PruneResult, path: Path, progress: Progress | None) -> None:
@@ -235,8 +237,11 @@ class Retention(OperatorLedger):
         total = plan.cut - plan.after
         with files.new_private_text(path) as out:
             rows = self._stream(
-                self._sql(f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? AND seq <= ? "
-                          "ORDER BY seq"), [plan.after, plan.cut])  # fmt: skip
+                self._sql(
+                    f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? AND seq <= ? ORDER BY seq"
+                ),
+                [plan.after, plan.cut],
+            )
             for row in rows:
                 stored = row_to_event(row)
                 bad = chain.take(stored)
@@ -252,16 +257,17 @@ class Retention(OperatorLedger):
             os.fsync(out.fileno())
         _fsync_folder(path.parent)
         if chain.expected - 1 != plan.cut:
-            raise PruneRefused(f"event #{chain.expected} is missing; nothing was pruned "
-                               "(run `actonce audit verify`)")  # fmt: skip
+            raise PruneRefused(
+                f"event #{chain.expected} is missing; nothing was pruned "
+                "(run `actonce audit verify`)"
+            )
         if progress is not None and total:
             progress(chain.checked, total)
         plan.exported = chain.checked
         plan.hash = chain.prev or prev
 
     def _checkpoint_row(self, plan: PruneResult, before: datetime) -> list[object]:
-        return [plan.cut, plan.hash, event_time(self.now()), event_time(before),
-                plan.exported]  # fmt: skip
+        return [plan.cut, plan.hash, event_time(self.now()), event_time(before), plan.exported]
 
 
 _INSERT_CHECKPOINT = (

@@ -10,6 +10,7 @@ import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sidecar.ledger import liveness
 from sidecar.ledger.base import (
@@ -163,43 +164,45 @@ CHECKPOINT_QUERY = "SELECT seq, hash FROM audit_checkpoints ORDER BY seq DESC LI
 CHECKPOINTS_QUERY = "SELECT seq, hash, events FROM audit_checkpoints ORDER BY seq"
 
 
+# The row's columns by name, and those that hold an event's field under the field's name.
+_COLUMN_NAMES = tuple(COLUMNS.split(", "))
+_EVENT_COLUMNS = tuple(name for name in _COLUMN_NAMES if name in AuditEvent.__dataclass_fields__)
+
+
 def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:
     """An event as the row both SQL backends store (in COLUMNS order)."""
-    detail = json.dumps(event.detail, sort_keys=True, separators=(",", ":"))
-    return (
-        seq, ts, event.run_id, event.attempt_id, event.rpc, event.phase, event.rule,
-        event.checkpoint, event.write_type, event.derived_id, event.request_id,
-        event.occurrence, event.digest, event.outcome, event.reason, event.failure_class,
-        detail, prev, digest, event.scope, event.trace_id or None, event.span_id or None,
-    )  # fmt: skip
+    row: dict[str, object] = {name: getattr(event, name) for name in _EVENT_COLUMNS}
+    row.update(
+        seq=seq,
+        ts=ts,
+        prev_hash=prev,
+        hash=digest,
+        detail=json.dumps(event.detail, sort_keys=True, separators=(",", ":")),
+        # No trace is NULL, as the columns' stand-in for a ledger from before them says.
+        trace_id=event.trace_id or None,
+        span_id=event.span_id or None,
+    )
+    return tuple(row[name] for name in _COLUMN_NAMES)
 
 
 def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
     """Decode one ``audit_events`` row (in COLUMNS order)."""
-    (seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id,
-     request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash,
-     hash_, scope, trace_id, span_id) = row  # fmt: skip
-    event = AuditEvent(
-        run_id=str(run_id),
-        attempt_id=str(attempt_id),
-        rpc=str(rpc),
-        phase=str(phase),
-        rule=str(rule),
-        checkpoint=str(checkpoint),
-        write_type=str(write_type),
-        derived_id=str(derived_id),
-        request_id=str(request_id),
-        occurrence=int(str(occurrence)),
-        digest=str(digest),
-        outcome=str(outcome),
-        reason=str(reason),
-        failure_class=str(failure_class),
-        detail=json.loads(str(detail)),
-        scope=str(scope),
-        trace_id=str(trace_id or ""),
-        span_id=str(span_id or ""),
+    stored = dict(zip(_COLUMN_NAMES, row, strict=True))
+    text: dict[str, Any] = {name: str(stored[name]) for name in _EVENT_COLUMNS}
+    text.update(
+        occurrence=int(text["occurrence"]),
+        detail=json.loads(text["detail"]),
+        trace_id=str(stored["trace_id"] or ""),
+        span_id=str(stored["span_id"] or ""),
     )
-    return StoredEvent(int(str(seq)), str(ts), event, str(prev_hash), str(hash_))
+    event = AuditEvent(**text)
+    return StoredEvent(
+        int(str(stored["seq"])),
+        str(stored["ts"]),
+        event,
+        str(stored["prev_hash"]),
+        str(stored["hash"]),
+    )
 
 
 def now() -> str:

@@ -173,9 +173,11 @@ class SqliteLedgerReader(SqlLedgerReader[sqlite3.Connection]):
         super().__init__(conn, SQLITE, readable_columns(present_columns(conn, SQLITE)))
 
     def _has_checkpoints(self) -> bool:
-        return bool(self._conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_checkpoints'"
-        ).fetchone())  # fmt: skip
+        return bool(
+            self._conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_checkpoints'"
+            ).fetchone()
+        )
 
     def snapshot(self) -> AbstractContextManager[None]:
         return read_snapshot(self._conn)

@@ -18,7 +18,7 @@ share counters; :class:`MetricsEndpoint` serves it as Prometheus text over HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from actonce_api.v1 import run_actions_pb2
 from prometheus_client import (
@@ -52,83 +52,122 @@ WRITE_RPCS: frozenset[str] = frozenset(
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
+# Sizes of one group commit, in audit events, each bucket twice the last.
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
 class Metrics:
     """The sidecar's metrics, in a registry of their own."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
         # process_* (CPU, resident memory, open files, start time) of this process, as every
         # Prometheus client exports them, so the usual dashboards and alerts apply.
-        ProcessCollector(registry=r)
-        self.writes = Counter(
-            "writes", "Writes answered, by RPC and outcome (applied, already_applied, "
-            "skipped; failed when refused, cancelled when the call was cut off).",
-            ["rpc", "outcome"], namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.refusals = Counter(
-            "refusals", "Calls refused, by RPC, ErrorInfo reason and failure class.",
-            ["rpc", "reason", "failure_class"], namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.in_flight = Gauge(
-            "in_flight_requests", "RunActionsService calls being handled now, by RPC.",
-            ["rpc"], namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.request_seconds = Histogram(
-            "request_seconds", "Time to answer a RunActionsService call, by RPC and status code.",
-            ["rpc", "code"], namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
-        )  # fmt: skip
-        self.audit_append_seconds = Histogram(
-            "audit_append_seconds", "Time until an audit event was durable (or failed), "
-            "as the write waiting for it saw it.",
-            namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
-        )  # fmt: skip
-        self.audit_append_failures = Counter(
-            "audit_append_failures", "Audit events the ledger could not make durable.",
-            namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.audit_commit_seconds = Histogram(
-            "audit_commit_seconds", "Time of one group commit of the ledger.",
-            namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
-        )  # fmt: skip
-        self.audit_commit_events = Histogram(
-            "audit_commit_events", "Audit events written by one group commit.",
-            namespace=NAMESPACE, registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-        )  # fmt: skip
-        self.store_call_seconds = Histogram(
-            "store_call_seconds", "Time of a call to the artifact store, by operation (the "
-            "store client's method) and result (ok, the store's refusal code, unavailable, "
-            "deadline_exceeded).",
-            ["operation", "result"], namespace=NAMESPACE, registry=r, buckets=_LATENCY_BUCKETS,
-        )  # fmt: skip
-        self.version_conflict_rereads = Counter(
-            "version_conflict_rereads", "Re-reads of an artifact after the store refused an "
-            "edit with VERSION_CONFLICT.",
-            namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.attempts_forgotten = Counter(
-            "attempts_forgotten", "Attempts forgotten before they ended, by why: idle past "
-            "--attempt-idle-ttl, or pressure (past --attempt-max-count or --attempt-max-mib). "
-            "Their later calls get UNKNOWN_ATTEMPT.",
-            ["reason"], namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.live_attempts = Gauge(
-            "live_attempts", "Attempts this sidecar holds in memory.",
-            namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.front_calls = Counter(
-            "front_calls", "Calls answered, by the front they came through (grpc, mcp), "
-            "RPC (or gateway tool) and outcome (applied, already_applied, skipped; ok for a "
-            "read; failed when refused).",
-            ["front", "rpc", "outcome"], namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
-        self.draining = Gauge(
-            "draining", "1 once SIGTERM was received and the sidecar takes no new calls.",
-            namespace=NAMESPACE, registry=r,
-        )  # fmt: skip
+        ProcessCollector(registry=self.registry)
+        self._declare_call_metrics()
+        self._declare_ledger_metrics()
+        self._declare_store_metrics()
+        self._declare_attempt_metrics()
+        self._declare_front_metrics()
         # Set only when the sidecar traces (sidecar.ops.tracing): the latency histograms
         # then carry the current trace as an exemplar, seen when scraped as OpenMetrics.
         self.exemplar: Callable[[], dict[str, str] | None] | None = None
+
+    def _declare_call_metrics(self) -> None:
+        self.writes = self._counter(
+            "writes",
+            "Writes answered, by RPC and outcome (applied, already_applied, "
+            "skipped; failed when refused, cancelled when the call was cut off).",
+            ["rpc", "outcome"],
+        )
+        self.refusals = self._counter(
+            "refusals",
+            "Calls refused, by RPC, ErrorInfo reason and failure class.",
+            ["rpc", "reason", "failure_class"],
+        )
+        self.in_flight = self._gauge(
+            "in_flight_requests", "RunActionsService calls being handled now, by RPC.", ["rpc"]
+        )
+        self.request_seconds = self._histogram(
+            "request_seconds",
+            "Time to answer a RunActionsService call, by RPC and status code.",
+            ["rpc", "code"],
+        )
+
+    def _declare_ledger_metrics(self) -> None:
+        self.audit_append_seconds = self._histogram(
+            "audit_append_seconds",
+            "Time until an audit event was durable (or failed), "
+            "as the write waiting for it saw it.",
+        )
+        self.audit_append_failures = self._counter(
+            "audit_append_failures", "Audit events the ledger could not make durable."
+        )
+        self.audit_commit_seconds = self._histogram(
+            "audit_commit_seconds", "Time of one group commit of the ledger."
+        )
+        self.audit_commit_events = self._histogram(
+            "audit_commit_events",
+            "Audit events written by one group commit.",
+            buckets=_BATCH_BUCKETS,
+        )
+
+    def _declare_store_metrics(self) -> None:
+        self.store_call_seconds = self._histogram(
+            "store_call_seconds",
+            "Time of a call to the artifact store, by operation (the "
+            "store client's method) and result (ok, the store's refusal code, unavailable, "
+            "deadline_exceeded).",
+            ["operation", "result"],
+        )
+        self.version_conflict_rereads = self._counter(
+            "version_conflict_rereads",
+            "Re-reads of an artifact after the store refused an edit with VERSION_CONFLICT.",
+        )
+
+    def _declare_attempt_metrics(self) -> None:
+        self.attempts_forgotten = self._counter(
+            "attempts_forgotten",
+            "Attempts forgotten before they ended, by why: idle past "
+            "--attempt-idle-ttl, or pressure (past --attempt-max-count or --attempt-max-mib). "
+            "Their later calls get UNKNOWN_ATTEMPT.",
+            ["reason"],
+        )
+        self.live_attempts = self._gauge("live_attempts", "Attempts this sidecar holds in memory.")
+
+    def _declare_front_metrics(self) -> None:
+        self.front_calls = self._counter(
+            "front_calls",
+            "Calls answered, by the front they came through (grpc, mcp), "
+            "RPC (or gateway tool) and outcome (applied, already_applied, skipped; ok for a "
+            "read; failed when refused).",
+            ["front", "rpc", "outcome"],
+        )
+        self.draining = self._gauge(
+            "draining", "1 once SIGTERM was received and the sidecar takes no new calls."
+        )
+
+    def _counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)
+
+    def _histogram(
+        self,
+        name: str,
+        documentation: str,
+        labels: Sequence[str] = (),
+        buckets: Sequence[float] = _LATENCY_BUCKETS,
+    ) -> Histogram:
+        return Histogram(
+            name,
+            documentation,
+            labels,
+            namespace=NAMESPACE,
+            registry=self.registry,
+            buckets=buckets,
+        )
 
     def observe(self, histogram: Histogram, seconds: float) -> None:
         """``seconds`` into ``histogram`` (a child with its labels), with the trace's

@@ -266,42 +266,34 @@ class CurrentNames(trace.TracerProvider):
 
 
 class _RenamingTracer(trace.Tracer):
+    """A tracer whose spans start with the attributes under their current names.
+
+    Both ways of starting a span take the OpenTelemetry API's arguments unchanged but for
+    ``attributes`` (the third after the name, or the keyword), so they pass them on as given.
+    """
+
+    # Where ``attributes`` stands among the positional arguments after the span's name.
+    _ATTRIBUTES_AT = 2
+
     def __init__(self, inner: trace.Tracer, extra: Mapping[str, Any]) -> None:
         self._inner = inner
         self._extra = extra
 
-    def start_span(
-        self,
-        name: str,
-        context: Any = None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Attributes = None,
-        links: Any = None,
-        start_time: int | None = None,
-        record_exception: bool = True,
-        set_status_on_exception: bool = True,
-    ) -> trace.Span:
-        return self._inner.start_span(
-            name, context, kind, current_names(attributes, self._extra), links, start_time,
-            record_exception, set_status_on_exception,
-        )  # fmt: skip
+    def start_span(self, name: str, *args: Any, **kwargs: Any) -> trace.Span:
+        args, kwargs = self._renamed(args, kwargs)
+        return self._inner.start_span(name, *args, **kwargs)
 
-    def start_as_current_span(
-        self,
-        name: str,
-        context: Any = None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Attributes = None,
-        links: Any = None,
-        start_time: int | None = None,
-        record_exception: bool = True,
-        set_status_on_exception: bool = True,
-        end_on_exit: bool = True,
-    ) -> Any:
-        return self._inner.start_as_current_span(
-            name, context, kind, current_names(attributes, self._extra), links, start_time,
-            record_exception, set_status_on_exception, end_on_exit,
-        )  # fmt: skip
+    def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._renamed(args, kwargs)
+        return self._inner.start_as_current_span(name, *args, **kwargs)
+
+    def _renamed(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        at = self._ATTRIBUTES_AT
+        if len(args) > at:
+            return (*args[:at], current_names(args[at], self._extra), *args[at + 1 :]), kwargs
+        return args, {**kwargs, "attributes": current_names(kwargs.get("attributes"), self._extra)}
 
 
 # -- the MCP front -------------------------------------------------------------------------

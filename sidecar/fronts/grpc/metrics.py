@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any, Never
+from typing import Any
 
 import grpc
 from actonce_api.v1 import types_pb2
-from google.rpc import error_details_pb2, status_pb2
 
+from sidecar.fronts.grpc.aborts import AbortWatchingContext, Trailing, error_info_of, status_code_of
 from sidecar.fronts.grpc.interceptors import (
     Behavior,
     Context,
-    ForwardingContext,
     Handler,
-    Metadata,
     RunActionsInterceptor,
     behavior_of,
 )
@@ -30,21 +27,6 @@ from sidecar.ops.metrics import WRITE_RPCS, Metrics
 def _outcome_label(outcome: types_pb2.Outcome.ValueType) -> str:
     name = types_pb2.Outcome.Name(outcome) if outcome else "OUTCOME_UNSPECIFIED"
     return name.removeprefix("OUTCOME_").lower()
-
-
-def error_info_of(
-    trailing: grpc.aio.Metadata | Sequence[tuple[str, str | bytes]] | None,
-) -> error_details_pb2.ErrorInfo:
-    """The ErrorInfo carried by a call's rich status trailer; empty when there is none."""
-    for key, value in trailing or ():
-        if key != "grpc-status-details-bin" or not isinstance(value, bytes):
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Unpack(info):
-                return info
-    return error_details_pb2.ErrorInfo()
 
 
 class _CallRecord:
@@ -85,29 +67,19 @@ class _CallRecord:
             metrics.request_seconds.labels(rpc, code.name), time.perf_counter() - self.started
         )
 
-    def refused(self, code: grpc.StatusCode | int | None, trailing: Metadata | None) -> None:
-        # grpc.aio's context answers code() with the status's number, not its enum.
-        if not isinstance(code, grpc.StatusCode):
-            code = _code_from_int(int(code)) if code is not None else grpc.StatusCode.UNKNOWN
-        self.finish(code, "failed", error_info_of(trailing))
+    def refused(self, code: grpc.StatusCode | int | None, trailing: Trailing) -> None:
+        self.finish(status_code_of(code), "failed", error_info_of(trailing))
 
 
-class _CountingContext(ForwardingContext):
+class _CountingContext(AbortWatchingContext):
     """The call's context, with its aborts counted before their status is sent."""
 
     def __init__(self, context: Context, record: _CallRecord) -> None:
         super().__init__(context)
         self._record = record
 
-    async def abort_with_status(self, status: grpc.Status) -> Never:
-        self._record.refused(status.code, status.trailing_metadata)
-        await super().abort_with_status(status)
-
-    async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
-    ) -> Never:
-        self._record.refused(code, trailing_metadata)
-        await super().abort(code, details, trailing_metadata)
+    def refused(self, code: grpc.StatusCode, trailing: Trailing) -> None:
+        self._record.refused(code, trailing)
 
 
 class MetricsInterceptor(RunActionsInterceptor):
@@ -142,10 +114,3 @@ class MetricsInterceptor(RunActionsInterceptor):
                 return response
 
         return counted
-
-
-_CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
-
-
-def _code_from_int(number: int) -> grpc.StatusCode:
-    return _CODES_BY_NUMBER.get(number, grpc.StatusCode.UNKNOWN)

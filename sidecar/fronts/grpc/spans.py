@@ -8,23 +8,21 @@ refusal's reason and failure class from its ErrorInfo.
 
 from __future__ import annotations
 
-from typing import Any, Never
+from typing import Any
 
 import grpc
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from sidecar.fronts.grpc.aborts import AbortWatchingContext, Trailing, error_info_of
 from sidecar.fronts.grpc.interceptors import (
     RUN_ACTIONS,
     Behavior,
     Context,
-    ForwardingContext,
     Handler,
-    Metadata,
     RunActionsInterceptor,
     behavior_of,
 )
-from sidecar.fronts.grpc.metrics import error_info_of
 from sidecar.ops.tracing import FAILURE_CLASS, REASON, Tracing
 
 
@@ -45,7 +43,6 @@ _SERVER_ERRORS = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
-_CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 
 
 class CallSpans(RunActionsInterceptor):
@@ -66,16 +63,14 @@ class CallSpans(RunActionsInterceptor):
         return spanned
 
 
-class _SpanStatusContext(ForwardingContext):
+class _SpanStatusContext(AbortWatchingContext):
     """The call's context, with each abort's status told to the span before it is sent."""
 
     def __init__(self, context: Context, span: trace.Span) -> None:
         super().__init__(context)
         self._span = span
 
-    def _refused(self, code: Any, trailing: Any) -> None:
-        if not isinstance(code, grpc.StatusCode):
-            code = _CODES_BY_NUMBER.get(int(code), grpc.StatusCode.UNKNOWN)
+    def refused(self, code: grpc.StatusCode, trailing: Trailing) -> None:
         info = error_info_of(trailing)
         span = self._span
         span.set_attribute("rpc.grpc.status_code", code.value[0])
@@ -85,13 +80,3 @@ class _SpanStatusContext(ForwardingContext):
             )
         if code in _SERVER_ERRORS:
             span.set_status(Status(StatusCode.ERROR, info.reason or code.name))
-
-    async def abort_with_status(self, status: grpc.Status) -> Never:
-        self._refused(status.code, status.trailing_metadata)
-        await super().abort_with_status(status)
-
-    async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
-    ) -> Never:
-        self._refused(code, trailing_metadata)
-        await super().abort(code, details, trailing_metadata)
