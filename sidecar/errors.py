@@ -1,9 +1,11 @@
-"""The one error hierarchy of the sidecar, and the one table that maps it to gRPC.
+"""The one error hierarchy of the sidecar: what each refusal is, in no protocol's words.
 
-Every refusal the sidecar gives is an :class:`ActonceError`. The servicer never
-builds a status by hand: :func:`to_status` turns any of these into a
-``google.rpc.Status`` with an ``ErrorInfo`` (reason, domain ``actonce``,
-``metadata.failure_class``) and, for bad input, a ``BadRequest``.
+Every refusal the sidecar gives is an :class:`ActonceError`, carrying its ``reason``
+(the ErrorInfo reason every front sends), its :class:`FailureClass` and, for bad
+input, the fields at fault. How a front tells it is the front's own table, as
+httpx's error tree knows no transport: the gRPC front's status codes, ErrorInfo and
+BadRequest (sidecar.fronts.grpc.status), the MCP front's tool errors and HTTP
+statuses (sidecar.fronts.mcp).
 
     ActonceError
     ├── InvalidArgument          INVALID_ARGUMENT        REFUSED
@@ -34,13 +36,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import grpc
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-
-from sidecar.store_codes import STATUS_CODES, RefusalCode
-
-DOMAIN = "actonce"
+from sidecar.store_codes import RefusalCode
 
 
 class FailureClass(enum.StrEnum):
@@ -65,7 +61,6 @@ class ActonceError(Exception):
 
     reason: str = "INTERNAL"
     failure_class: FailureClass = FailureClass.UNKNOWN
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
     def __init__(
         self,
@@ -73,7 +68,6 @@ class ActonceError(Exception):
         *,
         reason: str | None = None,
         failure_class: FailureClass | None = None,
-        code: grpc.StatusCode | None = None,
         metadata: Mapping[str, str] | None = None,
         violations: Sequence[FieldViolation] = (),
         nothing_sent: bool = False,
@@ -87,8 +81,6 @@ class ActonceError(Exception):
             self.reason = reason
         if failure_class is not None:
             self.failure_class = failure_class
-        if code is not None:
-            self.code = code
         self.metadata: dict[str, str] = dict(metadata or {})
         self.violations: tuple[FieldViolation, ...] = tuple(violations)
 
@@ -98,7 +90,6 @@ class InvalidArgument(ActonceError):
 
     reason = "INVALID_ARGUMENT"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.INVALID_ARGUMENT
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(f"{field}: {description}", violations=[FieldViolation(field, description)])
@@ -109,7 +100,6 @@ class UnknownAttempt(ActonceError):
 
     reason = "UNKNOWN_ATTEMPT"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class AuditPersistenceFailed(ActonceError):
@@ -117,16 +107,10 @@ class AuditPersistenceFailed(ActonceError):
 
     reason = "AUDIT_PERSISTENCE_FAILED"
     failure_class = FailureClass.UNKNOWN
-    # Not UNAVAILABLE: a transport retry policy would re-run a write whose
-    # effect may already have landed.
-    code = grpc.StatusCode.INTERNAL
 
 
 class StoreRefused(ActonceError):
-    """The store refused the write; reason is the store's own code, and the
-    status code follows it (the contract's table, sidecar.store_codes)."""
-
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    """The store refused the write; reason is the store's own code."""
 
     def __init__(
         self,
@@ -136,13 +120,7 @@ class StoreRefused(ActonceError):
         failure_class: FailureClass,
         metadata: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(
-            message,
-            reason=reason,
-            failure_class=failure_class,
-            code=STATUS_CODES.get(reason, grpc.StatusCode.FAILED_PRECONDITION),
-            metadata=metadata,
-        )
+        super().__init__(message, reason=reason, failure_class=failure_class, metadata=metadata)
 
 
 class PatchDoesNotApply(ActonceError):
@@ -151,7 +129,6 @@ class PatchDoesNotApply(ActonceError):
 
     reason = "PATCH_FAILED"
     failure_class = FailureClass.REFUSED
-    code = STATUS_CODES[RefusalCode.PATCH_FAILED]
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(
@@ -166,7 +143,6 @@ class StoreUnavailable(ActonceError):
 
     reason = "STORE_UNAVAILABLE"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.UNAVAILABLE
 
 
 class StoreDeadlineExceeded(ActonceError):
@@ -174,7 +150,6 @@ class StoreDeadlineExceeded(ActonceError):
 
     reason = "STORE_DEADLINE_EXCEEDED"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 class ArtifactArchived(ActonceError):
@@ -182,7 +157,6 @@ class ArtifactArchived(ActonceError):
 
     reason = RefusalCode.INVALID_STATE.value
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class SendNotAllowed(ActonceError):
@@ -190,7 +164,6 @@ class SendNotAllowed(ActonceError):
 
     reason = RefusalCode.FORBIDDEN.value
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class RuleNotServed(ActonceError):
@@ -198,7 +171,6 @@ class RuleNotServed(ActonceError):
 
     reason = RefusalCode.FORBIDDEN.value
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class RunOfAnotherRule(ActonceError):
@@ -207,7 +179,6 @@ class RunOfAnotherRule(ActonceError):
 
     reason = RefusalCode.FORBIDDEN.value
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class LeaseExpired(ActonceError):
@@ -215,7 +186,6 @@ class LeaseExpired(ActonceError):
 
     reason = "LEASE_EXPIRED"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class AttemptFenced(ActonceError):
@@ -223,7 +193,6 @@ class AttemptFenced(ActonceError):
 
     reason = "ATTEMPT_FENCED"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class InDoubt(ActonceError):
@@ -231,7 +200,6 @@ class InDoubt(ActonceError):
 
     reason = "IN_DOUBT"
     failure_class = FailureClass.UNKNOWN
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class UnknownStep(ActonceError):
@@ -239,7 +207,6 @@ class UnknownStep(ActonceError):
 
     reason = "UNKNOWN_STEP"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class StepEnded(ActonceError):
@@ -247,7 +214,6 @@ class StepEnded(ActonceError):
 
     reason = "STEP_ENDED"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class StepAborted(ActonceError):
@@ -255,7 +221,6 @@ class StepAborted(ActonceError):
 
     reason = "STEP_ABORTED"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class ShuttingDown(ActonceError):
@@ -263,7 +228,6 @@ class ShuttingDown(ActonceError):
 
     reason = "SHUTTING_DOWN"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.UNAVAILABLE
 
 
 class Unauthenticated(ActonceError):
@@ -274,7 +238,6 @@ class Unauthenticated(ActonceError):
 
     reason = "UNAUTHENTICATED"
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class RequestTooLarge(ActonceError):
@@ -282,38 +245,3 @@ class RequestTooLarge(ActonceError):
 
     reason = "REQUEST_TOO_LARGE"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-_CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: int(code.value[0]) for code in grpc.StatusCode}
-
-
-def to_status(error: ActonceError) -> status_pb2.Status:
-    """Build the google.rpc.Status that carries ``error`` to the caller."""
-    info = error_details_pb2.ErrorInfo(
-        reason=error.reason,
-        domain=DOMAIN,
-        metadata={**error.metadata, "failure_class": error.failure_class.value},
-    )
-    details = [_pack(info)]
-    if error.violations:
-        bad = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(
-                    field=v.field, description=v.description
-                )
-                for v in error.violations
-            ]
-        )
-        details.append(_pack(bad))
-    return status_pb2.Status(
-        code=_CODE_NUMBERS.get(error.code, code_pb2.INTERNAL),
-        message=error.message,
-        details=details,
-    )
-
-
-def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed

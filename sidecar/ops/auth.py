@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, Never
 
 import grpc
 import structlog
-from grpc_status import rpc_status
 from prometheus_client import Counter
 
 from sidecar import defaults
-from sidecar.errors import Unauthenticated, to_status
+from sidecar.errors import Unauthenticated
+from sidecar.fronts.grpc.status import to_grpc_status
 from sidecar.ops.security import SecuritySettingError, read_token
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class _Refusal(grpc.Status):
 
 
 def _grpc_refusal() -> grpc.Status:
-    return _Refusal(rpc_status.to_status(to_status(Unauthenticated(MESSAGE))))
+    return _Refusal(to_grpc_status(Unauthenticated(MESSAGE)))
 
 
 class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
