@@ -68,6 +68,7 @@ buf-lint: $(BUF)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sidecar tests scripts bench
 	$(VENV)/bin/ruff format --check sidecar tests scripts bench
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -85,7 +86,7 @@ test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
 # no Go, Node, Maven or PostgreSQL. Well under a minute.
 CHECK_TESTS := tests/rules tests/core tests/ops/test_scheduling.py tests/ops/test_http_guard.py \
 	tests/chaos/test_plan.py tests/test_generated.py tests/fronts/test_operations.py \
-	tests/fronts/grpc/test_status.py
+	tests/fronts/grpc/test_status.py tests/test_store_contract.py
 check: lint typecheck
 	$(PY) -m pytest -q $(CHECK_TESTS)
 

@@ -29,8 +29,8 @@ import psycopg
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 
+from sidecar.assembly.server import create_server
 from sidecar.config import Config
-from sidecar.fronts.grpc.server import create_server
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 

@@ -26,8 +26,8 @@ import signal
 import threading
 from pathlib import Path
 
+from sidecar.assembly.server import create_server
 from sidecar.config import Config
-from sidecar.fronts.grpc.server import create_server
 from sidecar.ledger.base import AuditEvent, StoredEvent
 from sidecar.ops import logs
 

@@ -13,7 +13,8 @@
 #                            every framework and scenario killed after every write and as every
 #                            model call starts, and its table; `make test` runs every row in
 #                            the Python client's suite with every third kill, as
-#                            `make grid-quick` does
+#                            `make grid-quick` does. Its MCP row's worker runs in an agent
+#                            environment made once under .cache/ (clients/python/tests/mcp_world.py)
 
 TEST_TARGETS += test-clients
 

@@ -51,3 +51,5 @@ dist-image: $(STAMP)
 	mkdir -p $(DIST) && rm -f $(IMAGE_ARCHIVE)
 	IMAGE=$(DIST_IMAGE) ARCHIVE=$(IMAGE_ARCHIVE) bash scripts/image_archive.sh
 test-clients-crosslang: dist-packages
+# The Python client's suite runs each framework guide's complete agent from its wheel.
+test-clients-python: $(CLIENT_WHEEL)

@@ -667,7 +667,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             config = config_from(values)
             tracing_settings.check()
             logs.configure(config.log_level, config.log_format)
-            from sidecar.fronts.grpc.server import serve
+            from sidecar.assembly.server import serve
 
             asyncio.run(serve(config, grace_seconds=values["grace_period"]))
         elif args.command == "audit":

@@ -15,7 +15,7 @@ store over gRPC and prints what holds:
   version is VERSION_CONFLICT and changes nothing; a patch that does not apply is
   PATCH_FAILED and changes nothing, not even the operations before the failing one;
 - the refusal table: each code travels in an ErrorInfo of domain ``store.actonce`` with its
-  status code (``sidecar.store_codes``), ALREADY_EXISTS for ID_USED alone;
+  status code (``sidecar.store_contract``), ALREADY_EXISTS for ID_USED alone;
 - threads: messages keep posting order (seq from 1), a message posted with its turn
   request and a turn request keyed by the message id are idempotent, a notice takes no turn;
 - listing: a kind's artifacts in id order, archived ones included, page by page;
@@ -45,7 +45,14 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from sidecar.ops.security import CHANNEL_OPTIONS, channel_credentials, read_token, store_tls
-from sidecar.store_codes import ARCHIVED, ID_USED, STATUS_CODES, STORE_DOMAIN, RefusalCode
+from sidecar.store_contract import (
+    ARCHIVED,
+    ID_USED,
+    STORE_DOMAIN,
+    Refusal,
+    RefusalCode,
+    status_code_for,
+)
 
 # Writers that race for one id in ids/race.
 RACERS = 8
@@ -136,11 +143,7 @@ def expect(answer: Answer, reason: RefusalCode, states: set[str] | None = None) 
     """The refusal is ``reason`` (with exactly ``states``), in the store's domain, with the
     status code the contract gives it."""
     wanted_states = frozenset(states or ())
-    code = (
-        grpc.StatusCode.ALREADY_EXISTS
-        if reason is RefusalCode.INVALID_STATE and wanted_states == {ID_USED}
-        else STATUS_CODES[reason]
-    )
+    code = grpc.StatusCode[status_code_for(Refusal(reason, "", wanted_states))]
     said = f"{answer.code.name}, reason {answer.reason or '(none)'!r}"
     said += f", domain {answer.domain or '(none)'!r}"
     if answer.states:

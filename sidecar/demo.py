@@ -36,8 +36,8 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
+from sidecar.assembly.server import Sidecar, create_server
 from sidecar.config import Config
-from sidecar.fronts.grpc.server import Sidecar, create_server
 from sidecar.ops import logs
 
 RULE = "incident-bot"

@@ -11,7 +11,7 @@ statuses (sidecar.fronts.mcp).
     ├── InvalidArgument          INVALID_ARGUMENT        REFUSED
     ├── UnknownAttempt           UNKNOWN_ATTEMPT         RETRYABLE
     ├── AuditPersistenceFailed   AUDIT_PERSISTENCE_FAILED UNKNOWN
-    ├── StoreRefused             <the store's code>      (from rules.refusals)
+    ├── StoreRefused             <the store's code>      (the store contract's table)
     ├── PatchDoesNotApply        PATCH_FAILED            REFUSED
     ├── StoreUnavailable         STORE_UNAVAILABLE       RETRYABLE
     ├── StoreDeadlineExceeded    STORE_DEADLINE_EXCEEDED RETRYABLE
@@ -35,8 +35,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from sidecar.store_codes import RefusalCode
 
 
 class FailureClass(enum.StrEnum):
@@ -110,7 +108,8 @@ class AuditPersistenceFailed(ActonceError):
 
 
 class StoreRefused(ActonceError):
-    """The store refused the write; reason is the store's own code."""
+    """The store refused the write; reason is the store's own code, and its class follows it
+    (the store contract's table, sidecar.store_contract.as_error)."""
 
     def __init__(
         self,
@@ -155,21 +154,21 @@ class StoreDeadlineExceeded(ActonceError):
 class ArtifactArchived(ActonceError):
     """An edit of an archived artifact, refused before it is tried, as the store would."""
 
-    reason = RefusalCode.INVALID_STATE.value
+    reason = "INVALID_STATE"
     failure_class = FailureClass.PERMANENT
 
 
 class SendNotAllowed(ActonceError):
     """Send from a rule that the operator's allowlist does not name."""
 
-    reason = RefusalCode.FORBIDDEN.value
+    reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
 
 
 class RuleNotServed(ActonceError):
     """BeginAttempt for a rule the operator did not pin this sidecar to (``--rules``)."""
 
-    reason = RefusalCode.FORBIDDEN.value
+    reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
 
 
@@ -177,7 +176,7 @@ class RunOfAnotherRule(ActonceError):
     """BeginAttempt of a run under another rule than the one its first attempt began
     under: a run belongs to its rule, on every sidecar sharing the ledger."""
 
-    reason = RefusalCode.FORBIDDEN.value
+    reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
 
 

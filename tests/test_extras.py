@@ -74,7 +74,7 @@ def test_a_missing_extra_is_named_with_its_install_command(
 def test_the_sidecar_alone_serves_without_any_extra_loaded() -> None:
     """What `actonce serve` imports with no feature asked for: none of the extras."""
     code = (
-        "import sys; import sidecar.cli, sidecar.fronts.grpc.server, sidecar.demo; "
+        "import sys; import sidecar.cli, sidecar.assembly.server, sidecar.demo; "
         "print(sorted({m.split('.')[0] for m in sys.modules}))"
     )
     done = subprocess.run(

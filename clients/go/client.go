@@ -134,11 +134,19 @@ type Run struct {
 	// ids are per (run, scope): sibling scopes never fence each other, and the
 	// same write in two scopes is two writes.
 	Scope string
+	// DeliveryAttemptID names the delivery a scoped attempt belongs to: the
+	// unscoped attempt of the queue's delivery of the job, whose tool call it
+	// is. A newer delivery of the run then fences this attempt too. Empty: the
+	// attempt belongs to no delivery. Not an input of any derived id.
+	DeliveryAttemptID string
 }
 
 // Begin starts one try of run from its checkpoint.
 func (c *Client) Begin(ctx context.Context, run Run) (*Attempt, error) {
-	req := &actoncev1.BeginAttemptRequest{RunId: run.ID, Rule: run.Rule, Checkpoint: run.Checkpoint, Scope: run.Scope}
+	req := &actoncev1.BeginAttemptRequest{
+		RunId: run.ID, Rule: run.Rule, Checkpoint: run.Checkpoint, Scope: run.Scope,
+		DeliveryAttemptId: run.DeliveryAttemptID,
+	}
 	if !run.LeaseDeadline.IsZero() {
 		req.LeaseDeadline = timestamppb.New(run.LeaseDeadline)
 	}

@@ -278,6 +278,30 @@ func TestScopedAttemptsKeepTheirOwnIDsAndDoNotFenceEachOther(t *testing.T) {
 	}
 }
 
+func TestANewerDeliveryFencesTheToolCallsOfAnOlderOne(t *testing.T) {
+	ctx := context.Background()
+	client := connect(t)
+	run := newRun("deliveries")
+	run.Checkpoint = ""
+	older := begin(t, client, run)
+	thread := must[actonce.Write](t)(older.CreateThread(ctx, "Deliveries"))
+	toolCall := run
+	toolCall.Scope = "call_1"
+	toolCall.DeliveryAttemptID = older.ID()
+	scoped := begin(t, client, toolCall)
+	must[actonce.Write](t)(scoped.Notice(ctx, thread.ID, "before the redelivery"))
+	begin(t, client, run) // the queue delivers the job again
+	// The older delivery's tool call is another scope than the newer delivery's, yet fenced.
+	if _, err := scoped.Notice(ctx, thread.ID, "late"); asError(t, err).Reason != "ATTEMPT_FENCED" {
+		t.Errorf("the older delivery's tool call was not fenced: %v", err)
+	}
+	unscoped := run
+	unscoped.DeliveryAttemptID = older.ID()
+	if _, err := client.Begin(ctx, unscoped); asError(t, err).Reason != "INVALID_ARGUMENT" {
+		t.Errorf("an unscoped attempt named a delivery: %v", err)
+	}
+}
+
 func TestAnAbortedStepRunsInALaterAttempt(t *testing.T) {
 	ctx := context.Background()
 	client := connect(t)

@@ -20,7 +20,8 @@ from typing import Any, TypeVar, Unpack
 
 import structlog
 
-from sidecar.core import classify, leases, writes
+from sidecar import store_contract
+from sidecar.core import leases, writes
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.deliveries import ScopedAttempts
@@ -38,14 +39,28 @@ from sidecar.errors import (
     StoreDeadlineExceeded,
 )
 from sidecar.ledger.base import AuditLedger, Phase
-from sidecar.refstore.backend import StoredArtifact
-from sidecar.rules import canonical, edits, effects, ids, refusals
+from sidecar.rules import canonical, edits, effects, ids
 from sidecar.rules.canonical import Document, JsonValue
-from sidecar.upstream.base import Refusal, StoreClient, StoreWrite, WriteMethod, joins_commits
+from sidecar.store_contract import ARCHIVED, Refusal, RefusalCode, StoredArtifact
+from sidecar.upstream.base import (
+    CreateArtifact,
+    CreateThread,
+    GetArtifact,
+    PatchArtifact,
+    PostMessage,
+    ProposeCreate,
+    ProposePatch,
+    StoreClient,
+    StoreWrite,
+)
 
 log = structlog.get_logger()
 
 T = TypeVar("T")
+
+# A VERSION_CONFLICT re-reads the artifact and edits again this many times
+# within the attempt before the attempt fails to be retried.
+VERSION_CONFLICT_REREADS = 3
 
 
 def _no_reread() -> None:
@@ -56,7 +71,9 @@ def _applied_or_used(derived: str, answer: object) -> WriteResult:
     """A write of one store call whose answer carries nothing the caller needs: applied,
     or already applied when the store refused only because the id is used."""
     if isinstance(answer, Refusal):
-        return classify.already_applied(answer, id=derived)
+        if not store_contract.counts_as_done(answer):
+            raise store_contract.as_error(answer) from answer
+        return WriteResult(Outcome.ALREADY_APPLIED, id=derived)
     if isinstance(answer, ActonceError):
         raise answer
     return WriteResult(Outcome.APPLIED, id=derived)
@@ -66,7 +83,9 @@ class RunActions:
     """The attempt-scoped write and read operations of the sidecar.
 
     ``on_reread`` hears of each re-read of an artifact after the store refused an
-    edit with VERSION_CONFLICT (the metrics count them).
+    edit with VERSION_CONFLICT (the metrics count them). ``commits_writes`` says that the
+    store client takes a OneCommit (its store shares the ledger's file): a write of one
+    store call is then made one commit with its audit.
     """
 
     def __init__(
@@ -77,6 +96,7 @@ class RunActions:
         attempts: AttemptRegistry,
         settings: Settings,
         on_reread: Callable[[], None] = _no_reread,
+        commits_writes: bool = False,
     ) -> None:
         self.ledger = ledger
         self.store = store
@@ -87,7 +107,7 @@ class RunActions:
         self._edit_turns = Turns()
         audit = Audit(ledger)
         self._audit = audit
-        self._path = WritePath(audit, settings, commits=joins_commits(store))
+        self._path = WritePath(audit, settings, one_commit=commits_writes)
         self._steps = Steps(self._path, audit, ledger)
         self._reads = Reads(store, audit)
         self._lifecycle = Lifecycle(attempts, audit, settings)
@@ -129,8 +149,9 @@ class RunActions:
         stored = data.text
 
         def call(derived: str) -> StoreWrite:
-            method: WriteMethod = "propose_create" if propose else "create_artifact"
-            return StoreWrite(method, derived, (derived, kind, stored))
+            if propose:
+                return ProposeCreate(derived, kind, stored)
+            return CreateArtifact(derived, kind, stored)
 
         def made(derived: str, answer: object) -> WriteResult:
             if isinstance(answer, StoredArtifact):
@@ -200,7 +221,7 @@ class RunActions:
 
         perform = OneCall(
             self.store,
-            lambda derived: StoreWrite("create_thread", derived, (derived, title)),
+            lambda derived: CreateThread(derived, title),
             _applied_or_used,
             lambda: self._deadline(attempt),
         )
@@ -234,8 +255,7 @@ class RunActions:
         kind = "message" if is_send else "notice"
 
         def call(derived: str) -> StoreWrite:
-            arguments = (derived, thread_id, kind, text)
-            return StoreWrite("post_message", derived, arguments, {"request_turn": is_send})
+            return PostMessage(derived, thread_id, kind, text, request_turn=is_send)
 
         perform = OneCall(self.store, call, _applied_or_used, lambda: self._deadline(attempt))
 
@@ -399,10 +419,10 @@ class _Edit:
             try:
                 return await self._apply(derived, artifact, patch)
             except Refusal as refusal:
-                if refusal.code == refusals.VERSION_CONFLICT:
+                if refusal.code == RefusalCode.VERSION_CONFLICT:
                     conflicts += 1
                     log.info("version_conflict_reread", rereads=conflicts)
-                    if conflicts <= refusals.VERSION_CONFLICT_REREADS:
+                    if conflicts <= VERSION_CONFLICT_REREADS:
                         continue
                 return self._refused(derived, artifact, refusal)
 
@@ -410,27 +430,29 @@ class _Edit:
         timeout = self.deadline()
         if reread:
             self.on_reread()
-        artifact = await classify.get_artifact(self.store, self.artifact_id, timeout=timeout)
+        try:
+            artifact = await self.store.call(GetArtifact(self.artifact_id), timeout)
+        except Refusal as refusal:
+            raise store_contract.as_error(refusal) from refusal
         if artifact.archived:
             raise ArtifactArchived(
                 f"artifact {self.artifact_id} is archived; an edit of it is refused "
                 "before it is tried",
-                metadata={"states": refusals.ARCHIVED},
+                metadata={"states": ARCHIVED},
             )
         return artifact
 
     async def _apply(self, derived: str, artifact: StoredArtifact, patch: str) -> WriteResult:
         timeout = self.deadline()
         if self.propose:
-            await self.store.propose_patch(derived, self.artifact_id, patch, artifact.version,
-                                           timeout=timeout)  # fmt: skip
+            proposal = ProposePatch(derived, self.artifact_id, patch, artifact.version)
+            await self.store.call(proposal, timeout)
             return WriteResult(Outcome.APPLIED, version=artifact.version, proposal_id=derived)
-        patched = await self.store.patch_artifact(self.artifact_id, artifact.version, patch,
-                                                  timeout=timeout)  # fmt: skip
+        edit = PatchArtifact(self.artifact_id, artifact.version, patch)
+        patched = await self.store.call(edit, timeout)
         return WriteResult(Outcome.APPLIED, version=patched.version)
 
     def _refused(self, derived: str, artifact: StoredArtifact, refusal: Refusal) -> WriteResult:
-        if not self.propose:
-            raise classify.refused(refusal) from refusal
-        result = classify.already_applied(refusal, id="", version=artifact.version)
-        return WriteResult(result.outcome, version=artifact.version, proposal_id=derived)
+        if not (self.propose and store_contract.counts_as_done(refusal)):
+            raise store_contract.as_error(refusal) from refusal
+        return WriteResult(Outcome.ALREADY_APPLIED, version=artifact.version, proposal_id=derived)

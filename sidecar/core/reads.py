@@ -3,13 +3,14 @@ failure is logged, and the read still answers."""
 
 from __future__ import annotations
 
-from sidecar.core import classify
+from sidecar import store_contract
 from sidecar.core.attempts import Attempt
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.types import ReadResult
 from sidecar.errors import ActonceError
 from sidecar.ledger.base import Phase
-from sidecar.upstream.base import Refusal, StoreClient
+from sidecar.store_contract import Refusal
+from sidecar.upstream.base import GetArtifact, ListMessages, StoreClient
 
 
 class Reads:
@@ -32,12 +33,12 @@ class Reads:
         return result
 
     async def _fetch(self, artifact_id: str | None, thread_id: str | None) -> ReadResult:
-        if artifact_id is not None:
-            return ReadResult(artifact=await classify.get_artifact(self.store, artifact_id))
         try:
-            messages = await self.store.list_messages(thread_id or "")
+            if artifact_id is not None:
+                return ReadResult(artifact=await self.store.call(GetArtifact(artifact_id)))
+            messages = await self.store.call(ListMessages(thread_id or ""))
         except Refusal as refusal:
-            raise classify.refused(refusal) from refusal
+            raise store_contract.as_error(refusal) from refusal
         return ReadResult(messages=tuple(messages))
 
     async def _audit(self, attempt: Attempt, target: str, error: ActonceError | None) -> None:

@@ -1,8 +1,9 @@
 """The core's own records: what a write answers, an attempt's counts, a read, the settings.
 
 Every front (gRPC, MCP) turns these into its protocol's answers; the core takes and
-returns nothing else. The store's records are the reference store's own
-(:mod:`sidecar.refstore.backend`): the gRPC store client decodes its messages into them.
+returns nothing else. The store's records are the store contract's
+(:mod:`sidecar.store_contract`): the gRPC store client decodes its messages into them, and
+the reference store answers with them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from sidecar import defaults
-from sidecar.refstore.backend import StoredArtifact, StoredMessage
+from sidecar.store_contract import StoredArtifact, StoredMessage
 
 
 class Outcome(enum.StrEnum):

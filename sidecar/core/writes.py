@@ -19,9 +19,9 @@ outcome, it would leave the store and the ledger in a state nobody knows. Steps
 take phases 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
 
 A write that is one call of the store (:class:`OneCall`) goes through phases 3 to 5 as
-one job where the store client can make it so (its store shares the ledger's file:
-:class:`~sidecar.upstream.base.CommitsWrites`): the intent, the store's rows and the
-outcome in one transaction and one durable commit, all three or none
+one job where the store client can make it so (its store shares the ledger's file, which the
+assembly knows and says): a :class:`~sidecar.upstream.base.OneCommit` of the intent, the
+store's rows and the outcome, in one transaction and one durable commit, all three or none
 (:meth:`WritePath._in_one_commit`). Everywhere else, and for every other write, the
 three phases commit in turn.
 """
@@ -48,7 +48,8 @@ from sidecar.errors import (
 )
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, ids
-from sidecar.upstream.base import CommitsWrites, Refusal, StoreClient, StoreWrite
+from sidecar.store_contract import Refusal
+from sidecar.upstream.base import OneCommit, StoreClient, StoreWrite
 
 log = structlog.get_logger()
 
@@ -71,7 +72,7 @@ class OneCall:
     async def __call__(self, derived: str) -> WriteResult:
         answer: object
         try:
-            answer = await self.call(derived).on(self.store, timeout=self.timeout())
+            answer = await self.store.call(self.call(derived), self.timeout())
         except Refusal as refusal:
             answer = refusal
         return self.classify(derived, answer)
@@ -118,13 +119,11 @@ class Landing:
 class WritePath:
     """The phases of a write, and the writes under way."""
 
-    def __init__(
-        self, audit: Audit, settings: Settings, *, commits: CommitsWrites | None = None
-    ) -> None:
+    def __init__(self, audit: Audit, settings: Settings, *, one_commit: bool = False) -> None:
         self.audit = audit
         self.settings = settings
-        # The store client that makes a one-call write and its audit one commit, if any.
-        self._commits = commits
+        # Whether the store client makes a one-call write and its audit one commit.
+        self._one_commit = one_commit
         self._under_way: set[asyncio.Task[object]] = set()
 
     async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
@@ -138,8 +137,8 @@ class WritePath:
 
     async def _land(self, landing: Landing, perform: Perform) -> WriteResult:
         try:
-            if isinstance(perform, OneCall) and self._commits is not None:
-                result = await self._in_one_commit(landing, perform, self._commits)
+            if self._one_commit and isinstance(perform, OneCall):
+                result = await self._in_one_commit(landing, perform)
             else:
                 await self._audit_intent(landing)
                 result = await self.perform(landing, perform)
@@ -149,9 +148,7 @@ class WritePath:
             raise
         return answered(landing, result)
 
-    async def _in_one_commit(
-        self, landing: Landing, perform: OneCall, store: CommitsWrites
-    ) -> WriteResult:
+    async def _in_one_commit(self, landing: Landing, perform: OneCall) -> WriteResult:
         """Phases 3 to 5 as one transaction: the intent, the store's call and the outcome
         are durable together or not at all, and nothing answers before they are."""
         intent = event(
@@ -180,14 +177,14 @@ class WritePath:
 
         # The store's thread makes the outcome's event: in this call's context (its front).
         context = contextvars.copy_context()
+        one_commit = OneCommit(
+            intent,
+            perform.call(landing.derived_id),
+            lambda answer: context.run(settle, answer),
+            before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
+        )
         try:
-            settled = await store.commit_write(
-                intent,
-                perform.call(landing.derived_id),
-                lambda answer: context.run(settle, answer),
-                timeout=timeout,
-                before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
-            )
+            settled = (await perform.store.call(one_commit, timeout)).result
         except FencedError as fenced:  # refused with the intent: the store was not called
             raise not_durable(intent, fenced) from fenced
         except LeaseExpired:  # refused before anything was written

@@ -256,29 +256,6 @@ class AuditLedger(Protocol):
         ...
 
 
-class WrappedLedger:
-    """An AuditLedger around another that forwards every call to it: a wrapper (the
-    metrics' timing, the traces' spans) overrides only the calls it adds to."""
-
-    def __init__(self, inner: AuditLedger) -> None:
-        self._inner = inner
-
-    async def append(self, event: AuditEvent) -> int:
-        return await self._inner.append(event)
-
-    async def events_for(self, derived_id: str) -> list[StoredEvent]:
-        return await self._inner.events_for(derived_id)
-
-    async def first_attempt(self, run_id: str, scope: str) -> AuditEvent | None:
-        return await self._inner.first_attempt(run_id, scope)
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
 class LedgerReader(Protocol):
     """Read access for operators (``actonce audit``): never writes."""
 

@@ -1,4 +1,4 @@
-"""Group commit, shared by every ledger backend.
+"""Group commit, shared by every ledger backend, and the hooks that watch its appends.
 
 One writer thread owns the backend's write connection. Appends queue up while
 it commits; it then writes every queued event in one transaction and one sync,
@@ -8,71 +8,86 @@ a sync, and no appender is woken before its own event is durable.
 A backend implements :meth:`GroupCommitLedger._write_batch`, which writes a
 batch in one transaction and returns, per event, its sequence number or the
 error that refused that event alone (a fenced attempt's intent, say).
+
+What watches the appends (the metrics' timing, the traces' spans) is an :class:`AppendHook`,
+given to the ledger with :meth:`GroupCommitLedger.watch`: one kind of hook, called at the
+same two points, around each append in the task that makes it and around each commit in the
+writer's thread. A ledger that is given none runs no hook code at all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import queue
-import threading
-import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+import contextvars
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 
 from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
-from sidecar.ops import scheduling
+from sidecar.ops.scheduling import BatchThread
 
 log = structlog.get_logger()
 
 # Most events a single commit carries; bounds a batch's latency under load.
 MAX_BATCH = 512
 
-# The hook for metrics: called from the writer thread with (seconds, batch size)
-# after each commit. A failed append is counted where it is seen (the ledger's
-# wrapper in sidecar.ops.metrics), once per append.
-CommitHook = Callable[[float, int], None]
+
+# The rest of an append, from a hook on: the hooks inside it, then the queue and the commit.
+Append = Callable[[AuditEvent], Awaitable[int]]
 
 
-class CommitTracer(Protocol):
-    """The hook for traces (sidecar.ops.tracing), set only when the sidecar traces."""
+class AppendHook(Protocol):
+    """What watches a ledger's appends."""
 
-    def link(self) -> object:
-        """What the batch's span will link to, taken in the appender's task."""
+    async def append(self, event: AuditEvent, append: Append) -> int:
+        """Around one append, in the task that makes it: ``append`` it (a hook may add to the
+        event: the call's trace), and answer what that answers once the event is durable, or
+        raise what it raised."""
         ...
 
-    def commit(self, links: Sequence[object]) -> AbstractContextManager[object]:
-        """The span of one commit, in the writer thread, given each append's link."""
+    def commit(self, appends: Sequence[contextvars.Context]) -> AbstractContextManager[None]:
+        """Around one commit, in the writer's thread: ``appends`` holds the context each append
+        it carries was queued in (within every hook's ``append``). A commit that fails leaves
+        it with the error, and each of those appends is then refused."""
         ...
 
 
 @dataclass
 class _Pending:
     event: AuditEvent
-    future: asyncio.Future[int]
-    loop: asyncio.AbstractEventLoop
-    link: object = None
+    # The context the append was queued in, for the commit's hooks; None when none watches.
+    context: contextvars.Context | None = None
     # Set when the append failed closed past its bound: the writer then skips the event.
     # A caller that merely went away (its future cancelled with it) is not one of these.
     timed_out: bool = False
 
 
 class GroupCommitLedger:
-    """The queue and writer thread of a ledger; backends supply the writes."""
+    """The queue and writer thread of a ledger, and the hooks that watch it; backends supply
+    the writes."""
 
     def __init__(self, *, append_timeout_seconds: float | None = None) -> None:
         # How long an append waits for its commit: past it, the write fails closed even
         # when the backend cannot say so itself (a database that stopped answering).
         self._append_timeout = append_timeout_seconds
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._closed = False
-        self.on_commit: CommitHook | None = None
-        self.commit_tracer: CommitTracer | None = None
-        self._writer = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+        self._hooks: tuple[AppendHook, ...] = ()
+        self._hooked: Append = self._queue
+        self._writer = BatchThread("ledger-writer", self._commit, most=MAX_BATCH)
+
+    def watch(self, hook: AppendHook) -> None:
+        """Call ``hook`` around every append and every commit from now on, outside the hooks
+        given before it."""
+        self._hooks = (*self._hooks, hook)
+        inner = self._hooked
+
+        def hooked(event: AuditEvent) -> Awaitable[int]:
+            return hook.append(event, inner)
+
+        self._hooked = hooked
 
     def _start_writer(self) -> None:
         self._writer.start()
@@ -80,11 +95,12 @@ class GroupCommitLedger:
     async def append(self, event: AuditEvent) -> int:
         if self._closed:
             raise LedgerError("ledger is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[int] = loop.create_future()
-        tracer = self.commit_tracer
-        pending = _Pending(event, future, loop, tracer.link() if tracer else None)
-        self._queue.put(pending)
+        return await self._hooked(event)
+
+    async def _queue(self, event: AuditEvent) -> int:
+        # Within every hook's append: the context the commit's hooks are given.
+        pending = _Pending(event, contextvars.copy_context() if self._hooks else None)
+        future = self._writer.submit(pending)
         # A caller that goes away (its call cancelled) cancels the future with it, and leaves
         # its event to be written all the same, as a write that may have landed needs: the
         # writer skips only what timed out. Awaited as it is, not shielded: a shield's
@@ -105,11 +121,7 @@ class GroupCommitLedger:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(None)
-        # Polled rather than joined in a worker thread: a writer stuck on a database that
-        # stopped answering must not hold a thread the process waits for at exit.
-        while self._writer.is_alive():  # noqa: ASYNC110 - a thread, with no event to await
-            await asyncio.sleep(0.01)
+        await self._writer.close()
         self._close_backend()
 
     def _close_backend(self) -> None:
@@ -127,53 +139,28 @@ class GroupCommitLedger:
     def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
         raise NotImplementedError
 
-    def _run(self) -> None:
-        while True:
-            batch, stop = scheduling.next_batch(self._queue, MAX_BATCH)
-            if batch:
-                self._commit(batch)
-            if stop:
-                return
+    def _commit(self, batch: list[_Pending]) -> list[int | LedgerError]:
+        """Write the batch in one commit (in the writer's thread): per append, its number or
+        the error that refused it."""
+        # An append that timed out has already failed its write closed: nobody waits for it.
+        kept = [pending for pending in batch if not pending.timed_out]
+        skipped = LedgerError("the append timed out before it was written")
+        if not kept:
+            return [skipped] * len(batch)
+        try:
+            written = dict(zip(map(id, kept), self._write_kept(kept), strict=True))
+        except Exception as exc:  # any failure of the batch fails each of its appends closed
+            log.warning("audit_append_failed", error=str(exc), batch=len(kept))
+            return [LedgerError(f"audit event not persisted: {exc}")] * len(batch)
+        return [written.get(id(pending), skipped) for pending in batch]
 
-    def _commit(self, batch: list[_Pending]) -> None:
-        # An append that timed out has already failed its write closed.
-        batch = [pending for pending in batch if not pending.timed_out]
-        if not batch:
-            return
-        tracer = self.commit_tracer
-        with tracer.commit([p.link for p in batch]) if tracer else nullcontext():
-            started = time.perf_counter()
-            try:
-                results = self._write_batch([p.event for p in batch])
-            except Exception as exc:  # any failure of the batch fails each of its appends closed
-                log.warning("audit_append_failed", error=str(exc), batch=len(batch))
-                error = LedgerError(f"audit event not persisted: {exc}")
-                _wake([(pending, error) for pending in batch])
-                return
-            if self.on_commit is not None:
-                self.on_commit(time.perf_counter() - started, len(batch))
-        _wake(list(zip(batch, results, strict=True)))
-
-
-def _settle(settled: list[tuple[asyncio.Future[int], int | LedgerError]]) -> None:
-    for future, result in settled:
-        if future.done():
-            continue
-        if isinstance(result, LedgerError):
-            future.set_exception(result)
-        else:
-            future.set_result(result)
-
-
-def _wake(batch: list[tuple[_Pending, int | LedgerError]]) -> None:
-    # One wake-up per event loop for the whole batch: each call_soon_threadsafe
-    # writes to the loop's self-pipe, a system call and a loop iteration apiece.
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[int], int | LedgerError]]]
-    by_loop = {}
-    for pending, result in batch:
-        by_loop.setdefault(pending.loop, []).append((pending.future, result))
-    for loop, settled in by_loop.items():
-        # The appender's loop may be gone (its call was cancelled and the server
-        # stopped); the event is durable all the same, and the writer must live on.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle, settled)
+    def _write_kept(self, kept: list[_Pending]) -> list[int | LedgerError]:
+        events = [pending.event for pending in kept]
+        hooks = self._hooks
+        if not hooks:
+            return self._write_batch(events)
+        contexts = [p.context for p in kept if p.context is not None]
+        with ExitStack() as watched:
+            for hook in hooks:
+                watched.enter_context(hook.commit(contexts))
+            return self._write_batch(events)

@@ -18,9 +18,6 @@ from pathlib import Path
 import grpc
 import structlog
 
-from sidecar import defaults
-from sidecar.upstream.grpc import GrpcStoreClient
-
 log = structlog.get_logger()
 
 CHANNEL_OPTIONS: Sequence[tuple[str, int]] = (
@@ -88,40 +85,8 @@ def channel_credentials(tls: StoreTls) -> grpc.ChannelCredentials:
     )
 
 
-def connect_store(
-    target: str,
-    *,
-    tls: StoreTls | None = None,
-    token_file: Path | None = None,
-    timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
-    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
-) -> GrpcStoreClient:
-    """A store client for ``target``: over TLS when ``tls`` is given, with the token if any,
-    its calls passing through ``interceptors`` (the traces' own, when the sidecar traces)."""
-    metadata: list[tuple[str, str]] = []
-    if token_file is not None:
-        metadata.append(("authorization", f"Bearer {read_token(token_file)}"))
-    if tls is not None:
-        channel = grpc.aio.secure_channel(
-            target,
-            channel_credentials(tls),
-            options=list(CHANNEL_OPTIONS),
-            interceptors=list(interceptors) or None,
-        )
-    else:
-        if token_file is not None and not _is_local(target):
-            log.warning(
-                "store_token_without_tls",
-                store=target,
-                hint="the token crosses the network in clear; set --store-tls-ca",
-            )
-        channel = grpc.aio.insecure_channel(
-            target, options=list(CHANNEL_OPTIONS), interceptors=list(interceptors) or None
-        )
-    return GrpcStoreClient(channel, timeout_seconds=timeout_seconds, metadata=metadata)
-
-
-def _is_local(target: str) -> bool:
+def is_local(target: str) -> bool:
+    """Whether ``target`` is on this machine: a Unix socket, or a loopback address."""
     if target.startswith("unix:"):
         return True
     host = target.rpartition(":")[0].strip("[]")

@@ -24,25 +24,26 @@ leave through a batch processor and the OTLP gRPC exporter. A call becomes:
   own SERVER span continues it (the embedded store is called in-process, within the
   ``store.<operation>`` span).
 
-Each audit event records the trace and span ids of the call that wrote it (in
-:class:`_TracedLedger`, the one place that does), and the latency histograms carry
-the trace id as an exemplar (:meth:`Tracing.exemplar`).
+Each audit event records the trace and span ids of the call that wrote it, and the latency
+histograms carry the trace id as an exemplar (:meth:`Tracing.exemplar`).
 
-Longer than most modules, on purpose: every span the sidecar makes, and all it uses of
-the OpenTelemetry SDK and its instrumentation, is here, in the one module imported only
-when traces are asked for, so that a sidecar without traces loads none of it.
+This module holds the provider and what it gives each part that knows none of the sidecar's
+seams: the gRPC instrumentation's interceptors, the MCP front's spans. The spans on the seams
+are beside the seams' other middleware: the call's span on the gRPC front
+(:mod:`sidecar.fronts.grpc.spans`), the ledger's and the store client's in
+:mod:`sidecar.assembly.traces`. All of them are imported only when traces are asked for, so
+that a sidecar without traces loads none of OpenTelemetry.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, Never, TypeVar, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast
 
 import grpc
+from actonce_api.store.v1 import artifact_store_pb2
+from actonce_api.v1 import run_actions_pb2
 from opentelemetry import propagate, trace
 from opentelemetry.instrumentation.grpc import aio_client_interceptors, aio_server_interceptor
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -52,33 +53,22 @@ from opentelemetry.sdk.trace.export import (
     ConsoleSpanExporter,
     SpanExporter,
 )
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 from opentelemetry.trace.span import format_span_id, format_trace_id
 
-from sidecar.fronts.grpc.interceptors import (
-    RUN_ACTIONS,
-    Behavior,
-    Context,
-    ForwardingContext,
-    Handler,
-    Metadata,
-    RunActionsInterceptor,
-    behavior_of,
-)
-from sidecar.ledger.base import AuditEvent, AuditLedger, WrappedLedger
 from sidecar.ops import tracing_settings
-from sidecar.ops.metrics import error_info_of
-from sidecar.refstore.server import SERVICE_NAME as STORE_SERVICE_NAME
-from sidecar.upstream.base import Refusal, Settle, StoreClient, StoreWrite, WrappedStore, nothing
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 # The instrumentation's factories, as they are used here (the package has no type hints).
 _server_interceptor = cast(Callable[..., grpc.aio.ServerInterceptor], aio_server_interceptor)
 _client_interceptors = cast(
     Callable[..., list[grpc.aio.ClientInterceptor]], aio_client_interceptors
 )
+
+# The services whose calls are traced, by their full names.
+RUN_ACTIONS_SERVICE = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"].full_name
+STORE_SERVICE_NAME = artifact_store_pb2.DESCRIPTOR.services_by_name[
+    "ArtifactStoreService"
+].full_name
 
 SIDECAR_SERVICE = "actonce-sidecar"
 STORE_SERVICE = "actonce-store"
@@ -147,15 +137,13 @@ class Tracing:
 
     # -- the sidecar's gRPC server and its store client ------------------------------
 
-    def server_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
-        """The SERVER span of each RunActionsService call (health and reflection are
-        not traced), then the span's name and status as the sidecar answers."""
-        only_run_actions = _service_filter(RUN_ACTIONS.full_name)
+    def run_actions_interceptor(self) -> grpc.aio.ServerInterceptor:
+        """The SERVER span of each RunActionsService call (health and reflection are not
+        traced); the gRPC front names it and gives it its status
+        (sidecar.fronts.grpc.spans)."""
+        only_run_actions = _service_filter(RUN_ACTIONS_SERVICE)
         provider = CurrentNames(self.provider)
-        return [
-            _server_interceptor(tracer_provider=provider, filter_=only_run_actions),
-            CallSpans(),
-        ]
+        return _server_interceptor(tracer_provider=provider, filter_=only_run_actions)
 
     def store_server_interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """The reference store's SERVER span of each call that continues a trace; it
@@ -179,21 +167,6 @@ class Tracing:
 
         provider = CurrentNames(self.provider, server_attributes(target))
         return _client_interceptors(tracer_provider=provider, filter_=within_a_trace)
-
-    # -- the ledger and the store ------------------------------------------------------
-
-    def ledger(self, ledger: AuditLedger) -> AuditLedger:
-        """``ledger`` with a span per append, and the call's trace recorded in each event."""
-        return _TracedLedger(ledger, self.tracer)
-
-    def watch_commits(self, ledger: object) -> None:
-        """Span the group commits of ``ledger`` (a GroupCommitLedger), if it has them."""
-        if hasattr(ledger, "commit_tracer"):
-            ledger.commit_tracer = _CommitSpans(self.tracer)
-
-    def store(self, store: StoreClient) -> StoreClient:
-        """``store`` with a span per call."""
-        return _TracedStore(store, self.tracer)
 
     @staticmethod
     def exemplar() -> dict[str, str] | None:
@@ -331,71 +304,6 @@ class _RenamingTracer(trace.Tracer):
         )  # fmt: skip
 
 
-# -- the call's span -------------------------------------------------------------------
-
-# Server span statuses that are errors (the RPC conventions: the server's own faults).
-_SERVER_ERRORS = frozenset(
-    {
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNIMPLEMENTED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DATA_LOSS,
-    }
-)
-_CODES_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
-
-
-class CallSpans(RunActionsInterceptor):
-    """Names each call's SERVER span after its RPC and gives it the status of the answer:
-    the status code, and the refusal's reason and failure class from its ErrorInfo."""
-
-    def wrap(self, rpc: str, handler: Handler) -> Behavior:
-        inner = behavior_of(handler)
-        name = f"{RUN_ACTIONS.full_name}/{rpc}"
-
-        async def spanned(request: Any, context: Context) -> Any:
-            span = trace.get_current_span()
-            if not span.is_recording():
-                return await inner(request, context)  # not sampled: nothing to tell it
-            span.update_name(name)
-            return await inner(request, _SpanStatusContext(context, span))
-
-        return spanned
-
-
-class _SpanStatusContext(ForwardingContext):
-    """The call's context, with each abort's status told to the span before it is sent."""
-
-    def __init__(self, context: Context, span: trace.Span) -> None:
-        super().__init__(context)
-        self._span = span
-
-    def _refused(self, code: Any, trailing: Any) -> None:
-        if not isinstance(code, grpc.StatusCode):
-            code = _CODES_BY_NUMBER.get(int(code), grpc.StatusCode.UNKNOWN)
-        info = error_info_of(trailing)
-        span = self._span
-        span.set_attribute("rpc.grpc.status_code", code.value[0])
-        if info.reason:
-            span.set_attributes(
-                {REASON: info.reason, FAILURE_CLASS: info.metadata.get("failure_class", "")}
-            )
-        if code in _SERVER_ERRORS:
-            span.set_status(Status(StatusCode.ERROR, info.reason or code.name))
-
-    async def abort_with_status(self, status: grpc.Status) -> Never:
-        self._refused(status.code, status.trailing_metadata)
-        await super().abort_with_status(status)
-
-    async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Metadata = ()
-    ) -> Never:
-        self._refused(code, trailing_metadata)
-        await super().abort(code, details, trailing_metadata)
-
-
 # -- the MCP front -------------------------------------------------------------------------
 
 
@@ -457,170 +365,3 @@ def _tool_error(result: object) -> object | None:
     if getattr(result, "is_error", False) is True:
         return getattr(result, "structured_content", None) or {}
     return None
-
-
-# -- the ledger --------------------------------------------------------------------------
-
-
-def event_attributes(event: AuditEvent) -> dict[str, str | int]:
-    """What a span may say of an audit event: its names and ids, never its content."""
-    attributes: dict[str, str | int] = {
-        RUN_ID: event.run_id,
-        ATTEMPT_ID: event.attempt_id,
-        RULE: event.rule,
-        PHASE: event.phase,
-        WRITE_TYPE: event.write_type,
-        DERIVED_ID: event.derived_id,
-        OUTCOME: event.outcome,
-        REASON: event.reason,
-        FAILURE_CLASS: event.failure_class,
-    }
-    attributes = {key: value for key, value in attributes.items() if value}
-    if event.occurrence >= 0:
-        attributes[OCCURRENCE] = event.occurrence
-    return attributes
-
-
-class _TracedLedger(WrappedLedger):
-    """A span per append; each event records the trace and span of the call appending it."""
-
-    def __init__(self, inner: AuditLedger, tracer: trace.Tracer) -> None:
-        super().__init__(inner)
-        self._tracer = tracer
-
-    async def append(self, event: AuditEvent) -> int:
-        call = trace.get_current_span()
-        if not call.is_recording():
-            # A call whose trace is not sampled (or no call at all): no span, and no trace
-            # named in the event, which would point at a trace nobody keeps.
-            return await self._inner.append(event)
-        context = call.get_span_context()
-        event = replace(
-            event,
-            trace_id=format_trace_id(context.trace_id),
-            span_id=format_span_id(context.span_id),
-        )
-        attributes = event_attributes(event)
-        # The call's span says what its events say; the phase and order are the ledger's.
-        call.set_attributes({k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)})
-        with self._tracer.start_as_current_span("ledger.append", attributes=attributes) as span:
-            seq = await self._inner.append(event)
-            span.set_attribute(LEDGER_SEQ, seq)
-            return seq
-
-
-class _CommitSpans:
-    """The group commit's hook (sidecar.ledger.group_commit.CommitTracer)."""
-
-    def __init__(self, tracer: trace.Tracer) -> None:
-        self._tracer = tracer
-
-    def link(self) -> object:
-        # Taken in the appender's task, within its ledger.append span.
-        return trace.get_current_span().get_span_context()
-
-    @contextlib.contextmanager
-    def commit(self, links: Sequence[object]) -> Iterator[None]:
-        sampled = [
-            link
-            for link in links
-            if isinstance(link, SpanContext) and link.is_valid and link.trace_flags.sampled
-        ]
-        if not sampled:
-            yield
-            return
-        # One span for the commit, in the trace of its first traced append, linked to
-        # every traced append it carries.
-        parent = trace.set_span_in_context(NonRecordingSpan(sampled[0]))
-        with self._tracer.start_as_current_span(
-            "ledger.commit",
-            context=parent,
-            links=[Link(context) for context in sampled],
-            attributes={BATCH_SIZE: len(links)},
-        ):
-            yield
-
-
-# -- the store --------------------------------------------------------------------------
-
-
-def _store_result(error: BaseException) -> str:
-    return error.code if isinstance(error, Refusal) else type(error).__name__
-
-
-class _TracedStore(WrappedStore):
-    """A span per store call, named after the operation, with the id it names. A write made
-    one commit with its audit names the call's trace in its two events, as the traced
-    ledger does for events it appends itself."""
-
-    def __init__(self, inner: StoreClient, tracer: trace.Tracer) -> None:
-        super().__init__(inner)
-        self._tracer = tracer
-
-    async def commit_write(
-        self,
-        intent: AuditEvent,
-        call: StoreWrite,
-        settle: Settle[_R],
-        *,
-        timeout: float | None,
-        before: Callable[[], None] = nothing,
-    ) -> _R:
-        current = trace.get_current_span()
-        if not current.is_recording():
-            return await super().commit_write(intent, call, settle, timeout=timeout, before=before)
-        context = current.get_span_context()
-        trace_id, span_id = format_trace_id(context.trace_id), format_span_id(context.span_id)
-        attributes = event_attributes(intent)
-        current.set_attributes(
-            {k: v for k, v in attributes.items() if k not in (PHASE, OCCURRENCE)}
-        )
-
-        written = [replace(intent, trace_id=trace_id, span_id=span_id)]
-
-        def traced(answer: object) -> tuple[AuditEvent, _R]:
-            outcome, result = settle(answer)
-            written.append(replace(outcome, trace_id=trace_id, span_id=span_id))
-            return written[-1], result
-
-        started = time.time_ns()
-        try:
-            return await super().commit_write(
-                written[0], call, traced, timeout=timeout, before=before
-            )
-        finally:
-            # A span per event, as the traced ledger makes, over the job that made it durable;
-            # the call's span says what its events say.
-            for made in written[1:]:
-                current.set_attributes(
-                    {
-                        k: v
-                        for k, v in event_attributes(made).items()
-                        if k not in (PHASE, OCCURRENCE)
-                    }
-                )
-            for made in written:
-                self._tracer.start_span(
-                    "ledger.append", start_time=started, attributes=event_attributes(made)
-                ).end()
-
-    async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
-        if not trace.get_current_span().is_recording():
-            return await call  # a call not sampled: no span of its store calls either
-        with self._tracer.start_as_current_span(
-            f"store.{operation}",
-            kind=SpanKind.INTERNAL,
-            attributes={STORE_OPERATION: operation, STORE_ID: store_id},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                return await call
-            except Refusal as refusal:
-                # A refusal is the store's answer, not a fault: its code says which.
-                span.set_attribute(STORE_RESULT, refusal.code)
-                raise
-            except Exception as error:
-                span.set_attribute(STORE_RESULT, _store_result(error))
-                span.set_status(Status(StatusCode.ERROR, type(error).__name__))
-                raise

@@ -8,12 +8,14 @@ whose messages and turn requests commit in one transaction, and every refusal re
 gRPC status with a `google.rpc.ErrorInfo` in domain `store.actonce`.
 
 Modules:
-- `refusals`: the one refusal exception and its mapping to gRPC statuses.
-- `backend`: the storage interface, the records it returns, and rules every backend shares.
+- `backend`: the storage interface, the records of its own, and rules every backend shares
+  (the refusal, its codes and the records the sidecar reads are the store contract's:
+  `sidecar.store_contract`).
 - `sql`: the rules on SQL (state checks, version bumps, paging, proposals), written once.
 - `queries`: the SQL statements, written once, in either database's words.
 - `sqlite`: the SQLite backend (the default): its file, schema and group commit.
 - `postgres`: the PostgreSQL backend, for a store shared by many sidecars: its schema and pool.
+- `wire`: records and refusals as the service's messages and statuses.
 - `servicer`: the thin gRPC servicer over a backend.
 - `server`: `create_store_server` (tests, embedding) and `serve_store` (the CLI command).
 """

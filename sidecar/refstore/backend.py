@@ -1,9 +1,11 @@
 """The storage interface of the reference store, and the rules every backend shares.
 
 `StoreBackend` is what the gRPC servicer calls; one module per backend implements it (`sqlite`,
-`postgres`). A backend knows nothing of gRPC: it takes and returns plain values and the frozen
-records below, refuses with `StoreRefusal`, and raises `StoreUnavailableError` when its database
-cannot be reached (a backend on a local file never does).
+`postgres`). A backend knows nothing of gRPC: it takes and returns plain values and frozen
+records (the contract's `StoredArtifact` and `StoredMessage`, and the store's own below), refuses
+with the contract's `StoreRefusal` (`sidecar.store_contract`), and raises
+`StoreUnavailableError` when its database cannot be reached (a backend on a local file never
+does).
 
 The input rules that do not depend on storage (what valid JSON, a valid JSON Patch, a message
 kind, a stored string, a page size and a page token are) live here too, so every backend refuses
@@ -21,7 +23,7 @@ from typing import Protocol, TypedDict, Unpack
 import jsonpatch
 import jsonpointer
 
-from sidecar.refstore.refusals import RefusalCode, StoreRefusal
+from sidecar.store_contract import RefusalCode, StoredArtifact, StoredMessage, StoreRefusal
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -63,17 +65,6 @@ class StoreUnavailableError(Exception):
     the connection was lost while the transaction was committing, the write may have landed;
     a retry then meets ID_USED (or, for a patch, a version conflict), never a second copy.
     """
-
-
-@dataclass(frozen=True, slots=True)
-class StoredArtifact:
-    """An artifact as the store holds it; `data_json` is compact JSON text."""
-
-    id: str
-    kind: str
-    version: int
-    data_json: str
-    archived: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,17 +113,6 @@ class StoredThread:
 
     id: str
     title: str
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """One message of a thread; `seq` is its position in the thread, from 1."""
-
-    id: str
-    thread_id: str
-    kind: str
-    text: str
-    seq: int
 
 
 class StoreBackend(Protocol):

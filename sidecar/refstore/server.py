@@ -179,6 +179,7 @@ def _tracing() -> Tracing | None:
     traces of the calls that carry one (sidecar.ops.tracing)."""
     if not tracing_settings.requested():
         return None
+    # Imported only now: a store that does not trace loads none of OpenTelemetry.
     from sidecar.ops.tracing import STORE_SERVICE, Tracing
 
     return Tracing.from_environment(STORE_SERVICE)

@@ -25,8 +25,8 @@ from sidecar.refstore.backend import (
     StoreBackend,
     StoreUnavailableError,
 )
-from sidecar.refstore.refusals import RefusalCode, StoreRefusal, grpc_status_for
-from sidecar.refstore.wire import encode_artifact, encode_message, encode_proposal
+from sidecar.refstore.wire import encode_artifact, encode_message, encode_proposal, grpc_status_for
+from sidecar.store_contract import RefusalCode, StoreRefusal
 
 __all__ = ["ArtifactStoreServicer"]
 

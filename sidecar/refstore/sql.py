@@ -58,7 +58,7 @@ from sidecar.refstore.backend import (
     require_text,
 )
 from sidecar.refstore.queries import Connection, Dialect, Queries
-from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+from sidecar.store_contract import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
 
 __all__ = ["Connection", "Dialect", "SqlStoreBackend"]
 

@@ -1,8 +1,13 @@
-"""The store's records as ArtifactStoreService messages, for its gRPC servicer.
+"""The store's records and refusals as ArtifactStoreService messages, for its gRPC servicer.
 
 The sidecar's gRPC store client decodes them back with `from_message`
 (sidecar.upstream.grpc); its in-process client passes the records through without
 this round trip.
+
+On the wire (see `protos/actonce/store/v1/artifact_store.proto`) a refusal is a gRPC status
+whose details hold a `google.rpc.ErrorInfo`: reason = the code, domain = "store.actonce", and,
+for INVALID_STATE, metadata["states"] = the states sorted and comma-joined; its status code is
+the contract's (`sidecar.store_contract.status_code_for`).
 """
 
 from __future__ import annotations
@@ -10,10 +15,21 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, TypeVar
 
+import grpc
 from actonce_api.store.v1 import artifact_store_pb2 as pb
+from google.protobuf import any_pb2
 from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
-from sidecar.refstore.backend import StoredArtifact, StoredMessage, StoredProposal
+from sidecar.refstore.backend import StoredProposal
+from sidecar.store_contract import (
+    STORE_DOMAIN,
+    Refusal,
+    StoredArtifact,
+    StoredMessage,
+    status_code_for,
+)
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -52,3 +68,22 @@ def encode_proposal(proposal: StoredProposal) -> pb.GetProposalResponse:
         patch_json=proposal.patch_json,
         base_version=proposal.base_version,
     )
+
+
+def status_proto_for(refusal: Refusal) -> status_pb2.Status:
+    """The `google.rpc.Status` of a refusal, with its ErrorInfo detail."""
+    metadata: dict[str, str] = {}
+    if refusal.states:
+        metadata["states"] = ",".join(sorted(refusal.states))
+    info = error_details_pb2.ErrorInfo(
+        reason=str(refusal.code), domain=STORE_DOMAIN, metadata=metadata
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    code: int = grpc.StatusCode[status_code_for(refusal)].value[0]
+    return status_pb2.Status(code=code, message=refusal.message, details=[detail])
+
+
+def grpc_status_for(refusal: Refusal) -> grpc.Status:
+    """The `grpc.Status` to abort a call with (`context.abort_with_status`)."""
+    return rpc_status.to_status(status_proto_for(refusal))

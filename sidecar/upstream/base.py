@@ -1,51 +1,161 @@
-"""What the sidecar asks of an artifact store: the StoreClient interface.
+"""What the sidecar asks of an artifact store: the StoreClient seam, one method.
 
-Two clients implement it: :mod:`sidecar.upstream.grpc`, over gRPC to any
-ArtifactStoreService, and :mod:`sidecar.upstream.inprocess`, straight to the
-embedded reference store's backend. Both answer with the reference store's own
-records and refuse with :class:`Refusal`, so the core cannot tell them apart.
-:class:`WrappedStore` is the base of the clients that wrap another (metrics, traces).
+``StoreClient.call(op, timeout)`` makes one call of the store contract, given as data: one of
+the small operations below (:class:`CreateArtifact`, :class:`GetArtifact`, ...), each typed by
+what it answers. It is the whole seam, as httpx's ``handle_request`` is: the transports
+(:mod:`sidecar.upstream.grpc`, to any ArtifactStoreService; :mod:`sidecar.upstream.inprocess`,
+straight to the embedded store's backend), the middleware around them (the metrics' timing and
+the traces' spans) and the test fakes implement it and nothing else. Every one answers with
+the contract's records and refuses with its :class:`~sidecar.store_contract.Refusal`, so the
+core cannot tell them apart. Opening and closing a transport is the assembly's, which made it.
 
-A client whose store shares the ledger's file (the embedded store in a data folder of one
-file) can also make a write's audit intent, its one store call and its outcome in one
-transaction and one durable commit (:class:`CommitsWrites`, found by :func:`joins_commits`):
-all three are durable or none is. Every other client makes them in turn, three commits.
+A transport whose store shares the ledger's file (the embedded store in a data folder of one
+file) also takes :class:`OneCommit`: a write's audit intent, its one store call and its outcome
+in one transaction and one durable commit, all three or none. It is an operation like the
+others, so that the middleware sees it go by; the assembly, which knows where the store is,
+tells the core whether to send it. Everywhere else the three commit in turn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Generic, Protocol, TypeVar
 
+from sidecar.errors import StoreUnavailable
 from sidecar.ledger.base import AuditEvent
-from sidecar.refstore.backend import StoredArtifact, StoredMessage
+from sidecar.store_contract import Refusal, RefusalCode, StoredArtifact, StoredMessage
 
+_A = TypeVar("_A", covariant=True)
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-# The calls of the store a write can be made of alone, by their StoreClient method's name.
-WriteMethod = Literal["create_artifact", "propose_create", "create_thread", "post_message"]
+# The id a readiness probe reads: no store holds it, and any answer proves the store is there.
+PROBE_ID = "actonce-health-probe"
 
 
-@dataclass(frozen=True)
-class StoreWrite:
-    """One write call of the store, as data: the StoreClient method and its arguments (the
-    ``timeout`` apart), so that a client can make it inside a commit of its own choosing."""
+class StoreCall(Generic[_A]):
+    """One call of the store, answering an ``_A``. ``operation`` names it for the metrics'
+    labels and the spans (the sidecar's own word); ``rpc`` is the contract's RPC."""
 
-    method: WriteMethod
-    store_id: str  # the id it names, for the metrics and the spans
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ()
+    operation: ClassVar[str]
+    rpc: ClassVar[str]
 
-    async def on(self, store: StoreClient, *, timeout: float | None) -> object:
-        """Make the call on ``store`` as any other call: it commits on its own."""
-        call: Callable[..., Awaitable[object]] = getattr(store, self.method)
-        return await call(*self.args, timeout=timeout, **self.kwargs)
+    @property
+    def store_id(self) -> str:
+        """The id the call names, for the metrics and the spans."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class CreateArtifact(StoreCall[StoredArtifact]):
+    artifact_id: str
+    kind: str
+    data_json: str
+    operation: ClassVar[str] = "create_artifact"
+    rpc: ClassVar[str] = "CreateArtifact"
+
+    @property
+    def store_id(self) -> str:
+        return self.artifact_id
+
+
+@dataclass(frozen=True, slots=True)
+class GetArtifact(StoreCall[StoredArtifact]):
+    artifact_id: str
+    operation: ClassVar[str] = "get_artifact"
+    rpc: ClassVar[str] = "GetArtifact"
+
+    @property
+    def store_id(self) -> str:
+        return self.artifact_id
+
+
+@dataclass(frozen=True, slots=True)
+class PatchArtifact(StoreCall[StoredArtifact]):
+    artifact_id: str
+    expected_version: int
+    patch_json: str
+    operation: ClassVar[str] = "patch_artifact"
+    rpc: ClassVar[str] = "PatchArtifact"
+
+    @property
+    def store_id(self) -> str:
+        return self.artifact_id
+
+
+@dataclass(frozen=True, slots=True)
+class ProposeCreate(StoreCall[None]):
+    proposal_id: str
+    kind: str
+    data_json: str
+    operation: ClassVar[str] = "propose_create"
+    rpc: ClassVar[str] = "CreateProposal"
+
+    @property
+    def store_id(self) -> str:
+        return self.proposal_id
+
+
+@dataclass(frozen=True, slots=True)
+class ProposePatch(StoreCall[None]):
+    proposal_id: str
+    artifact_id: str
+    patch_json: str
+    base_version: int
+    operation: ClassVar[str] = "propose_patch"
+    rpc: ClassVar[str] = "CreateProposal"
+
+    @property
+    def store_id(self) -> str:
+        return self.proposal_id
+
+
+@dataclass(frozen=True, slots=True)
+class CreateThread(StoreCall[None]):
+    thread_id: str
+    title: str
+    operation: ClassVar[str] = "create_thread"
+    rpc: ClassVar[str] = "CreateThread"
+
+    @property
+    def store_id(self) -> str:
+        return self.thread_id
+
+
+@dataclass(frozen=True, slots=True)
+class PostMessage(StoreCall[StoredMessage]):
+    message_id: str
+    thread_id: str
+    kind: str
+    text: str
+    request_turn: bool
+    operation: ClassVar[str] = "post_message"
+    rpc: ClassVar[str] = "PostMessage"
+
+    @property
+    def store_id(self) -> str:
+        return self.message_id
+
+
+@dataclass(frozen=True, slots=True)
+class ListMessages(StoreCall[Sequence[StoredMessage]]):
+    thread_id: str
+    operation: ClassVar[str] = "list_messages"
+    rpc: ClassVar[str] = "ListMessages"
+
+    @property
+    def store_id(self) -> str:
+        return self.thread_id
+
+
+# The calls a write can be made of alone: what a OneCommit carries.
+StoreWrite = CreateArtifact | ProposeCreate | CreateThread | PostMessage
 
 
 def nothing() -> None:
-    """Checks nothing: what a job runs first when it is given no check."""
+    """Checks nothing: what a OneCommit runs first when it is given no check."""
     return None
 
 
@@ -54,247 +164,58 @@ def nothing() -> None:
 Settle = Callable[[object], tuple[AuditEvent, _R]]
 
 
-@runtime_checkable
-class CommitsWrites(Protocol):
-    """A store client that can make a write's intent, its call and its outcome one commit."""
+@dataclass(frozen=True, slots=True)
+class Committed(Generic[_R]):
+    """What a OneCommit answers once it is durable: the store's own answer to its write (a
+    record, or the Refusal or error it was refused with) and what ``settle`` made of it."""
+
+    answer: object
+    result: _R
+
+
+@dataclass(frozen=True, slots=True)
+class OneCommit(StoreCall[Committed[_R]], Generic[_R]):
+    """Append ``intent``, make ``write``, append the event ``settle`` makes of its answer, all
+    in one transaction, and answer once that is durable. ``before`` runs first, where the job
+    runs: what it raises refuses the write before anything is written (the lease, checked
+    again after any wait for the file).
+
+    FencedError when the intent is fenced (nothing is written, the store is not called);
+    LedgerError when the transaction did not commit (none of it is durable, though a retry
+    cannot know that); StoreDeadlineExceeded past the timeout (it may still commit). Only a
+    transport whose store shares the ledger's file takes it; any other raises TypeError.
+    """
+
+    intent: AuditEvent
+    write: StoreWrite
+    settle: Settle[_R]
+    before: Callable[[], None] = nothing
+    operation: ClassVar[str] = "one_commit"
+    rpc: ClassVar[str] = ""
 
     @property
-    def commits_writes(self) -> bool:
-        """Whether it can here: its store shares the ledger's file."""
-        ...
-
-    async def commit_write(
-        self,
-        intent: AuditEvent,
-        call: StoreWrite,
-        settle: Settle[_R],
-        *,
-        timeout: float | None,
-        before: Callable[[], None] = nothing,
-    ) -> _R:
-        """Append ``intent``, make ``call``, append the event ``settle`` makes of its answer,
-        all in one transaction, and answer what ``settle`` made once that is durable.
-        ``before`` runs first, where the job runs: what it raises refuses the write before
-        anything is written (the lease, checked again after any wait for the file).
-
-        FencedError when the intent is fenced (nothing is written, the store is not called);
-        LedgerError when the transaction did not commit (none of it is durable, though a
-        retry cannot know that); StoreDeadlineExceeded past ``timeout`` (it may still commit).
-        """
-        ...
-
-
-def joins_commits(store: object) -> CommitsWrites | None:
-    """``store`` as a client that makes a write one commit, or None when it cannot."""
-    if isinstance(store, CommitsWrites) and store.commits_writes:
-        return store
-    return None
-
-
-class Refusal(Exception):
-    """The store refused a call: ``code`` is its refusal code, ``states`` the
-    states an INVALID_STATE names (``ID_USED``, ``ARCHIVED``, ...)."""
-
-    def __init__(self, code: str, message: str, states: frozenset[str] = frozenset()) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.states = states
+    def store_id(self) -> str:
+        return self.write.store_id
 
 
 class StoreClient(Protocol):
-    """What the sidecar asks of an artifact store.
+    """What the sidecar asks of an artifact store: one call of the contract.
 
-    ``timeout`` is the call's deadline in seconds; None is the client's own. The
-    write path passes one no later than the attempt's lease ends.
+    ``timeout`` is the call's deadline in seconds; None is the client's own. The write path
+    passes one no later than the attempt's lease ends. A refusal raises the contract's
+    Refusal; a store that cannot be reached, or does not answer in time, StoreUnavailable or
+    StoreDeadlineExceeded.
     """
 
-    async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> StoredArtifact: ...
-
-    async def get_artifact(
-        self, artifact_id: str, *, timeout: float | None = None
-    ) -> StoredArtifact: ...
-
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact: ...
-
-    async def propose_create(
-        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> None: ...
-
-    async def propose_patch(
-        self,
-        proposal_id: str,
-        artifact_id: str,
-        patch_json: str,
-        base_version: int,
-        *,
-        timeout: float | None = None,
-    ) -> None: ...
-
-    async def create_thread(
-        self, thread_id: str, title: str, *, timeout: float | None = None
-    ) -> None: ...
-
-    async def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool,
-        timeout: float | None = None,
-    ) -> StoredMessage: ...
-
-    async def list_messages(
-        self, thread_id: str, *, timeout: float | None = None
-    ) -> Sequence[StoredMessage]: ...
-
-    async def ping(self) -> None:
-        """Raise StoreUnavailable unless the store answers."""
-        ...
-
-    async def close(self) -> None: ...
+    async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T: ...
 
 
-class WrappedStore:
-    """A StoreClient around another that hands every store call to :meth:`_around`, with
-    the operation's name and the id it names: what a wrapper adds to each call (the
-    metrics' timing, the traces' spans) is then written once, not once per method. Ping
-    and close (health and shutdown, not the writes' path) pass as they are."""
-
-    def __init__(self, inner: StoreClient) -> None:
-        self._inner = inner
-        # Found once: a runtime Protocol's isinstance is slow on a write's path.
-        self._joined = joins_commits(inner)
-
-    async def _around(self, operation: str, store_id: str, call: Awaitable[_T]) -> _T:
-        return await call
-
-    async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        call = self._inner.create_artifact(artifact_id, kind, data_json, timeout=timeout)
-        return await self._around("create_artifact", artifact_id, call)
-
-    async def get_artifact(
-        self, artifact_id: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        call = self._inner.get_artifact(artifact_id, timeout=timeout)
-        return await self._around("get_artifact", artifact_id, call)
-
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact:
-        call = self._inner.patch_artifact(
-            artifact_id, expected_version, patch_json, timeout=timeout
-        )
-        return await self._around("patch_artifact", artifact_id, call)
-
-    async def propose_create(
-        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> None:
-        call = self._inner.propose_create(proposal_id, kind, data_json, timeout=timeout)
-        await self._around("propose_create", proposal_id, call)
-
-    async def propose_patch(
-        self,
-        proposal_id: str,
-        artifact_id: str,
-        patch_json: str,
-        base_version: int,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        call = self._inner.propose_patch(
-            proposal_id, artifact_id, patch_json, base_version, timeout=timeout
-        )
-        await self._around("propose_patch", proposal_id, call)
-
-    async def create_thread(
-        self, thread_id: str, title: str, *, timeout: float | None = None
-    ) -> None:
-        call = self._inner.create_thread(thread_id, title, timeout=timeout)
-        await self._around("create_thread", thread_id, call)
-
-    async def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool,
-        timeout: float | None = None,
-    ) -> StoredMessage:
-        call = self._inner.post_message(
-            message_id, thread_id, kind, text, request_turn=request_turn, timeout=timeout
-        )
-        return await self._around("post_message", message_id, call)
-
-    async def list_messages(
-        self, thread_id: str, *, timeout: float | None = None
-    ) -> Sequence[StoredMessage]:
-        call = self._inner.list_messages(thread_id, timeout=timeout)
-        return await self._around("list_messages", thread_id, call)
-
-    @property
-    def commits_writes(self) -> bool:
-        return self._joined is not None
-
-    async def commit_write(
-        self,
-        intent: AuditEvent,
-        call: StoreWrite,
-        settle: Settle[_R],
-        *,
-        timeout: float | None,
-        before: Callable[[], None] = nothing,
-    ) -> _R:
-        inner = self._joined
-        if inner is None:
-            raise TypeError("the wrapped store client cannot make a write one commit")
-        # The store's refusal is an answer inside the job, not an error of it: raised within
-        # _around here, as a store call's own refusal would be, so that a wrapper's timing
-        # and spans tell it the same way, and then the job's result is answered after all.
-        answers: list[object] = []
-        made: list[_R] = []
-
-        def watched(answer: object) -> tuple[AuditEvent, _R]:
-            answers.append(answer)
-            return settle(answer)
-
-        async def job() -> _R:
-            made.append(
-                await inner.commit_write(intent, call, watched, timeout=timeout, before=before)
-            )
-            if answers and isinstance(answers[0], Exception):
-                raise answers[0]
-            return made[0]
-
-        try:
-            return await self._around(call.method, call.store_id, job())
-        except Exception as error:
-            if made and answers and error is answers[0]:
-                return made[0]
-            raise
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await self._inner.close()
+async def ping(store: StoreClient) -> None:
+    """Raise StoreUnavailable unless the store answers. Any answer, a refusal included,
+    proves it is there; but one that refuses this sidecar's credentials would refuse every
+    write, so it is not ready."""
+    try:
+        await store.call(GetArtifact(PROBE_ID))
+    except Refusal as refusal:
+        if refusal.code == RefusalCode.FORBIDDEN:
+            raise StoreUnavailable(f"the store refuses this sidecar: {refusal}") from None

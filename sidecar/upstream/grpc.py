@@ -1,25 +1,27 @@
 """The store client over gRPC, for any ArtifactStoreService (``--store-target``).
 
-Protobuf stops here: answers are decoded into the reference store's own records
-(:mod:`sidecar.refstore.backend`), which the rest of the sidecar takes. Every
-transport error is mapped in :func:`_map_errors` (httpx's
-``map_httpcore_exceptions`` is the model): a refusal the store gives becomes
-a :class:`Refusal` carrying the store's code and states; a store that cannot
-be reached or does not answer in time becomes StoreUnavailable or
+Protobuf stops here: each call of the contract (:mod:`sidecar.upstream.base`) becomes its
+request, and answers are decoded into the contract's records (:mod:`sidecar.store_contract`),
+which the rest of the sidecar takes. Every transport error is mapped in :func:`_map_errors`
+(httpx's ``map_httpcore_exceptions`` is the model): a refusal the store gives becomes a
+:class:`~sidecar.store_contract.Refusal` carrying the store's code and states; a store that
+cannot be reached or does not answer in time becomes StoreUnavailable or
 StoreDeadlineExceeded, both RETRYABLE.
 
 What an external store says is untrusted: its code, states and message pass
-through :class:`~sidecar.rules.refusals.RefusalVocabulary` here, before they
+through :class:`~sidecar.store_contract.RefusalVocabulary` here, before they
 reach the ledger, the logs or a metrics label.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import grpc
+import structlog
 from actonce_api.store.v1 import artifact_store_pb2 as spb
 from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from google.protobuf.message import Message
@@ -27,15 +29,33 @@ from google.rpc import error_details_pb2, status_pb2
 
 from sidecar import defaults
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
-from sidecar.refstore.backend import StoredArtifact, StoredMessage
+from sidecar.ops import security
 from sidecar.refstore.wire import from_message
-from sidecar.rules.refusals import RefusalVocabulary
-from sidecar.store_codes import STORE_DOMAIN as STORE_DOMAIN
-from sidecar.store_codes import RefusalCode
-from sidecar.upstream.base import Refusal
+from sidecar.store_contract import STORE_DOMAIN as STORE_DOMAIN
+from sidecar.store_contract import (
+    Refusal,
+    RefusalCode,
+    RefusalVocabulary,
+    StoredArtifact,
+    StoredMessage,
+)
+from sidecar.upstream.base import (
+    CreateArtifact,
+    CreateThread,
+    GetArtifact,
+    ListMessages,
+    PatchArtifact,
+    PostMessage,
+    ProposeCreate,
+    ProposePatch,
+    StoreCall,
+)
+
+log = structlog.get_logger()
 
 _Request = TypeVar("_Request", bound=Message)
 _Response = TypeVar("_Response")
+_T = TypeVar("_T")
 
 # Store refusal codes that arrive without an ErrorInfo (from a proxy, say).
 _BARE_CODES = {
@@ -133,6 +153,12 @@ class GrpcStoreClient:
         channel = grpc.aio.insecure_channel(target, options=options)
         return cls(channel, timeout_seconds=timeout_seconds)
 
+    async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
+        made = _CALLS.get(type(op))
+        if made is None:  # a OneCommit: a store over the wire shares no file with the ledger
+            raise TypeError(f"{type(op).__name__} is not a call of the store over gRPC")
+        return cast(_T, await made(self, op, timeout))
+
     async def _call(
         self,
         method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
@@ -149,121 +175,110 @@ class GrpcStoreClient:
                 metadata=self._metadata,
             )
 
-    async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        response = await self._call(
-            self._stub.CreateArtifact,
-            spb.CreateArtifactRequest(artifact_id=artifact_id, kind=kind, data_json=data_json),
-            timeout,
+    async def _create_artifact(self, op: CreateArtifact, timeout: float | None) -> StoredArtifact:
+        request = spb.CreateArtifactRequest(
+            artifact_id=op.artifact_id, kind=op.kind, data_json=op.data_json
         )
+        response = await self._call(self._stub.CreateArtifact, request, timeout)
         return from_message(response.artifact, StoredArtifact)
 
-    async def get_artifact(
-        self, artifact_id: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        response = await self._call(
-            self._stub.GetArtifact, spb.GetArtifactRequest(artifact_id=artifact_id), timeout
-        )
+    async def _get_artifact(self, op: GetArtifact, timeout: float | None) -> StoredArtifact:
+        request = spb.GetArtifactRequest(artifact_id=op.artifact_id)
+        response = await self._call(self._stub.GetArtifact, request, timeout)
         return from_message(response.artifact, StoredArtifact)
 
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact:
-        response = await self._call(
-            self._stub.PatchArtifact,
-            spb.PatchArtifactRequest(
-                artifact_id=artifact_id,
-                expected_version=expected_version,
-                patch_json=patch_json,
-            ),
-            timeout,
+    async def _patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
+        request = spb.PatchArtifactRequest(
+            artifact_id=op.artifact_id,
+            expected_version=op.expected_version,
+            patch_json=op.patch_json,
         )
+        response = await self._call(self._stub.PatchArtifact, request, timeout)
         return from_message(response.artifact, StoredArtifact)
 
-    async def propose_create(
-        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> None:
-        await self._call(
-            self._stub.CreateProposal,
-            spb.CreateProposalRequest(proposal_id=proposal_id, kind=kind, data_json=data_json),
-            timeout,
+    async def _propose_create(self, op: ProposeCreate, timeout: float | None) -> None:
+        request = spb.CreateProposalRequest(
+            proposal_id=op.proposal_id, kind=op.kind, data_json=op.data_json
         )
+        await self._call(self._stub.CreateProposal, request, timeout)
 
-    async def propose_patch(
-        self,
-        proposal_id: str,
-        artifact_id: str,
-        patch_json: str,
-        base_version: int,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        await self._call(
-            self._stub.CreateProposal,
-            spb.CreateProposalRequest(
-                proposal_id=proposal_id,
-                artifact_id=artifact_id,
-                patch_json=patch_json,
-                base_version=base_version,
-            ),
-            timeout,
+    async def _propose_patch(self, op: ProposePatch, timeout: float | None) -> None:
+        request = spb.CreateProposalRequest(
+            proposal_id=op.proposal_id,
+            artifact_id=op.artifact_id,
+            patch_json=op.patch_json,
+            base_version=op.base_version,
         )
+        await self._call(self._stub.CreateProposal, request, timeout)
 
-    async def create_thread(
-        self, thread_id: str, title: str, *, timeout: float | None = None
-    ) -> None:
-        await self._call(
-            self._stub.CreateThread,
-            spb.CreateThreadRequest(thread_id=thread_id, title=title),
-            timeout,
-        )
+    async def _create_thread(self, op: CreateThread, timeout: float | None) -> None:
+        request = spb.CreateThreadRequest(thread_id=op.thread_id, title=op.title)
+        await self._call(self._stub.CreateThread, request, timeout)
 
-    async def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool,
-        timeout: float | None = None,
-    ) -> StoredMessage:
-        response = await self._call(
-            self._stub.PostMessage,
-            spb.PostMessageRequest(
-                message_id=message_id,
-                thread_id=thread_id,
-                kind=kind,
-                text=text,
-                request_turn=request_turn,
-            ),
-            timeout,
+    async def _post_message(self, op: PostMessage, timeout: float | None) -> StoredMessage:
+        request = spb.PostMessageRequest(
+            message_id=op.message_id,
+            thread_id=op.thread_id,
+            kind=op.kind,
+            text=op.text,
+            request_turn=op.request_turn,
         )
+        response = await self._call(self._stub.PostMessage, request, timeout)
         return from_message(response.message, StoredMessage)
 
-    async def list_messages(
-        self, thread_id: str, *, timeout: float | None = None
+    async def _list_messages(
+        self, op: ListMessages, timeout: float | None
     ) -> Sequence[StoredMessage]:
-        response = await self._call(
-            self._stub.ListMessages, spb.ListMessagesRequest(thread_id=thread_id), timeout
-        )
+        request = spb.ListMessagesRequest(thread_id=op.thread_id)
+        response = await self._call(self._stub.ListMessages, request, timeout)
         return [from_message(message, StoredMessage) for message in response.messages]
-
-    async def ping(self) -> None:
-        # Any answer from the store, a refusal included, proves it is there; but one
-        # that refuses our credentials would refuse every write, so it is not ready.
-        try:
-            await self.get_artifact("actonce-health-probe")
-        except Refusal as refusal:
-            if refusal.code == RefusalCode.FORBIDDEN:
-                raise StoreUnavailable(f"the store refuses this sidecar: {refusal}") from None
-            return
 
     async def close(self) -> None:
         await self._channel.close()
+
+
+# Each call of the contract as this client's request of it.
+_CALLS: dict[type[StoreCall[Any]], Callable[[GrpcStoreClient, Any, float | None], Awaitable[Any]]]
+_CALLS = {
+    CreateArtifact: GrpcStoreClient._create_artifact,
+    GetArtifact: GrpcStoreClient._get_artifact,
+    PatchArtifact: GrpcStoreClient._patch_artifact,
+    ProposeCreate: GrpcStoreClient._propose_create,
+    ProposePatch: GrpcStoreClient._propose_patch,
+    CreateThread: GrpcStoreClient._create_thread,
+    PostMessage: GrpcStoreClient._post_message,
+    ListMessages: GrpcStoreClient._list_messages,
+}
+
+
+def connect_store(
+    target: str,
+    *,
+    tls: security.StoreTls | None = None,
+    token_file: Path | None = None,
+    timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+) -> GrpcStoreClient:
+    """A store client for ``target``: over TLS when ``tls`` is given, with the token if any,
+    its calls passing through ``interceptors`` (the traces' own, when the sidecar traces)."""
+    metadata: list[tuple[str, str]] = []
+    if token_file is not None:
+        metadata.append(("authorization", f"Bearer {security.read_token(token_file)}"))
+    if tls is not None:
+        channel = grpc.aio.secure_channel(
+            target,
+            security.channel_credentials(tls),
+            options=list(security.CHANNEL_OPTIONS),
+            interceptors=list(interceptors) or None,
+        )
+    else:
+        if token_file is not None and not security.is_local(target):
+            log.warning(
+                "store_token_without_tls",
+                store=target,
+                hint="the token crosses the network in clear; set --store-tls-ca",
+            )
+        channel = grpc.aio.insecure_channel(
+            target, options=list(security.CHANNEL_OPTIONS), interceptors=list(interceptors) or None
+        )
+    return GrpcStoreClient(channel, timeout_seconds=timeout_seconds, metadata=metadata)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
@@ -28,10 +28,23 @@ from sidecar.ledger.base import (
     event_hash,
     fenced,
 )
-from sidecar.refstore.backend import StoredArtifact, StoredMessage, apply_patch, parse_patch
-from sidecar.refstore.refusals import ARCHIVED, ID_USED, StoreRefusal
-from sidecar.upstream.base import Refusal, Settle, StoreWrite, nothing
+from sidecar.refstore.backend import apply_patch, parse_patch
+from sidecar.store_contract import ARCHIVED, ID_USED, Refusal, StoredArtifact, StoredMessage
+from sidecar.upstream.base import (
+    Committed,
+    CreateArtifact,
+    CreateThread,
+    GetArtifact,
+    ListMessages,
+    OneCommit,
+    PatchArtifact,
+    PostMessage,
+    ProposeCreate,
+    ProposePatch,
+    StoreCall,
+)
 
+_T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
@@ -112,8 +125,11 @@ class MemoryLedger:
         return [e.event for e in self.events if e.event.phase == phase]
 
 
-def _refusal(error: StoreRefusal) -> Refusal:
-    return Refusal(str(error.code), error.message, error.states)
+_OPERATIONS = frozenset(
+    call.operation
+    for call in (CreateArtifact, GetArtifact, PatchArtifact, ProposeCreate, ProposePatch,
+                 CreateThread, PostMessage, ListMessages)
+)  # fmt: skip
 
 
 def _id_used(what: str, used_id: str) -> Refusal:
@@ -133,6 +149,14 @@ class MemoryStore:
     # The deadline each call was given, by call.
     timeouts: list[tuple[str, float | None]] = field(default_factory=list)
 
+    async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
+        # Each call is made by the method of its operation's name, so that a test's store
+        # can change one call by overriding that method.
+        if op.operation not in _OPERATIONS:
+            raise TypeError(f"{type(op).__name__} is not a call of this store")
+        made: Callable[[Any, float | None], Awaitable[Any]] = getattr(self, f"_{op.operation}")
+        return cast(_T, await made(op, timeout))
+
     async def _point(self, name: str, timeout: float | None) -> None:
         self.timeouts.append((name, timeout))
         await self.trace.point(f"store.{name}")
@@ -142,41 +166,30 @@ class MemoryStore:
             id=artifact_id, kind=kind, version=1, data_json=json.dumps(data), archived=False
         )
 
-    async def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        if artifact_id in self.artifacts:
+    async def _create_artifact(self, op: CreateArtifact, timeout: float | None) -> StoredArtifact:
+        if op.artifact_id in self.artifacts:
             await self._point("create_artifact", timeout)
-            raise _id_used("artifact", artifact_id)
+            raise _id_used("artifact", op.artifact_id)
         made = StoredArtifact(
-            id=artifact_id, kind=kind, version=1, data_json=data_json, archived=False
+            id=op.artifact_id, kind=op.kind, version=1, data_json=op.data_json, archived=False
         )
-        self.artifacts[artifact_id] = made
+        self.artifacts[op.artifact_id] = made
         await self._point("create_artifact", timeout)
         return made
 
-    async def get_artifact(
-        self, artifact_id: str, *, timeout: float | None = None
-    ) -> StoredArtifact:
-        found = self.artifacts.get(artifact_id)
+    async def _get_artifact(self, op: GetArtifact, timeout: float | None) -> StoredArtifact:
+        found = self.artifacts.get(op.artifact_id)
         await self._point("get_artifact", timeout)
         if found is None:
-            raise Refusal("NOT_FOUND", f"artifact {artifact_id} not found")
+            raise Refusal("NOT_FOUND", f"artifact {op.artifact_id} not found")
         return found
 
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact:
-        refusal = self._patch(artifact_id, expected_version, patch_json)
+    async def _patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
+        refusal = self._patch(op.artifact_id, op.expected_version, op.patch_json)
         await self._point("patch_artifact", timeout)
         if refusal is not None:
             raise refusal
-        return self.artifacts[artifact_id]
+        return self.artifacts[op.artifact_id]
 
     def _patch(self, artifact_id: str, expected_version: int, patch_json: str) -> Refusal | None:
         found = self.artifacts.get(artifact_id)
@@ -188,31 +201,21 @@ class MemoryStore:
             return Refusal("VERSION_CONFLICT", f"version is {found.version}")
         try:
             data = apply_patch(parse_patch(patch_json), json.loads(found.data_json))
-        except StoreRefusal as error:
-            return _refusal(error)
+        except Refusal as error:
+            return error
         self.artifacts[artifact_id] = StoredArtifact(
             id=artifact_id, kind=found.kind, version=found.version + 1,
             data_json=json.dumps(data, sort_keys=True), archived=False,
         )  # fmt: skip
         return None
 
-    async def propose_create(
-        self, proposal_id: str, kind: str, data_json: str, *, timeout: float | None = None
-    ) -> None:
-        await self._propose(proposal_id, {"kind": kind, "data_json": data_json}, timeout)
+    async def _propose_create(self, op: ProposeCreate, timeout: float | None) -> None:
+        await self._propose(op.proposal_id, {"kind": op.kind, "data_json": op.data_json}, timeout)
 
-    async def propose_patch(
-        self,
-        proposal_id: str,
-        artifact_id: str,
-        patch_json: str,
-        base_version: int,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        proposal = {"artifact_id": artifact_id, "patch_json": patch_json,
-                    "base_version": base_version}  # fmt: skip
-        await self._propose(proposal_id, proposal, timeout)
+    async def _propose_patch(self, op: ProposePatch, timeout: float | None) -> None:
+        proposal = {"artifact_id": op.artifact_id, "patch_json": op.patch_json,
+                    "base_version": op.base_version}  # fmt: skip
+        await self._propose(op.proposal_id, proposal, timeout)
 
     async def _propose(
         self, proposal_id: str, proposal: dict[str, Any], timeout: float | None
@@ -224,56 +227,39 @@ class MemoryStore:
         if used:
             raise _id_used("proposal", proposal_id)
 
-    async def create_thread(
-        self, thread_id: str, title: str, *, timeout: float | None = None
-    ) -> None:
-        used = thread_id in self.threads
+    async def _create_thread(self, op: CreateThread, timeout: float | None) -> None:
+        used = op.thread_id in self.threads
         if not used:
-            self.threads[thread_id] = title
+            self.threads[op.thread_id] = op.title
         await self._point("create_thread", timeout)
         if used:
-            raise _id_used("thread", thread_id)
+            raise _id_used("thread", op.thread_id)
 
-    async def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool,
-        timeout: float | None = None,
-    ) -> StoredMessage:
+    async def _post_message(self, op: PostMessage, timeout: float | None) -> StoredMessage:
         refusal: Refusal | None = None
-        if thread_id not in self.threads:
-            refusal = Refusal("NOT_FOUND", f"thread {thread_id} not found")
-        elif message_id in self.messages:
-            refusal = _id_used("message", message_id)
+        if op.thread_id not in self.threads:
+            refusal = Refusal("NOT_FOUND", f"thread {op.thread_id} not found")
+        elif op.message_id in self.messages:
+            refusal = _id_used("message", op.message_id)
         else:
-            seq = sum(1 for m in self.messages.values() if m.thread_id == thread_id) + 1
-            self.messages[message_id] = StoredMessage(
-                id=message_id, thread_id=thread_id, kind=kind, text=text, seq=seq
+            seq = sum(1 for m in self.messages.values() if m.thread_id == op.thread_id) + 1
+            self.messages[op.message_id] = StoredMessage(
+                id=op.message_id, thread_id=op.thread_id, kind=op.kind, text=op.text, seq=seq
             )
-            if request_turn:
-                self.turn_requests.append(message_id)
+            if op.request_turn:
+                self.turn_requests.append(op.message_id)
         await self._point("post_message", timeout)
         if refusal is not None:
             raise refusal
-        return self.messages[message_id]
+        return self.messages[op.message_id]
 
-    async def list_messages(
-        self, thread_id: str, *, timeout: float | None = None
+    async def _list_messages(
+        self, op: ListMessages, timeout: float | None
     ) -> Sequence[StoredMessage]:
         await self._point("list_messages", timeout)
-        if thread_id not in self.threads:
-            raise Refusal("NOT_FOUND", f"thread {thread_id} not found")
-        return [m for m in self.messages.values() if m.thread_id == thread_id]
-
-    async def ping(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
+        if op.thread_id not in self.threads:
+            raise Refusal("NOT_FOUND", f"thread {op.thread_id} not found")
+        return [m for m in self.messages.values() if m.thread_id == op.thread_id]
 
     def ids(self) -> set[str]:
         """Every id the store holds."""
@@ -294,45 +280,38 @@ class MemoryStore:
 
 
 class OneCommitStore(MemoryStore):
-    """A MemoryStore that makes a write and its audit one job, as a store sharing the
-    ledger's file does: all of it is kept, or, when any part fails, none of it."""
+    """A MemoryStore that also takes a OneCommit, as a store sharing the ledger's file does:
+    the write and its audit as one job, all of it kept, or, when any part fails, none."""
 
     def __init__(self, ledger: MemoryLedger, trace: Trace) -> None:
         super().__init__(trace)
         self.ledger = ledger
 
-    @property
-    def commits_writes(self) -> bool:
-        return True
+    async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
+        if isinstance(op, OneCommit):
+            return cast(_T, await self._one_commit(op, timeout))
+        return await super().call(op, timeout)
 
-    async def commit_write(
-        self,
-        intent: AuditEvent,
-        call: StoreWrite,
-        settle: Settle[_R],
-        *,
-        timeout: float | None,
-        before: Callable[[], None] = nothing,
-    ) -> _R:
+    async def _one_commit(self, op: OneCommit[_R], timeout: float | None) -> Committed[_R]:
         kept = (list(self.ledger.events), dict(self.ledger._newest), dict(self.artifacts),
                 dict(self.proposals), dict(self.threads), dict(self.messages),
                 list(self.turn_requests))  # fmt: skip
         self.trace.calls.append("store.commit_write")
         try:
-            before()
-            await self.ledger.append(intent)
+            op.before()
+            await self.ledger.append(op.intent)
             answer: object
             try:
-                answer = await call.on(self, timeout=timeout)
+                answer = await super().call(op.write, timeout)
             except Refusal as refusal:
                 answer = refusal
-            outcome, result = settle(answer)
+            outcome, result = op.settle(answer)
             await self.ledger.append(outcome)
         except BaseException:
             (self.ledger.events, self.ledger._newest, self.artifacts, self.proposals,
              self.threads, self.messages, self.turn_requests) = kept  # fmt: skip
             raise
-        return result
+        return Committed(answer, result)
 
 
 def run_actions(
@@ -345,5 +324,5 @@ def run_actions(
     """RunActions over the fakes; ``settings`` as sidecar.core.types.Settings takes them."""
     return RunActions(
         ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings),
-        on_reread=on_reread,
+        on_reread=on_reread, commits_writes=isinstance(store, OneCommitStore),
     )  # fmt: skip

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 
 import pytest
 
-from sidecar.core.actions import RunActions
+from sidecar.core.actions import VERSION_CONFLICT_REREADS, RunActions
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import (
     AttemptFenced,
@@ -18,11 +18,10 @@ from sidecar.errors import (
     StoreRefused,
 )
 from sidecar.ledger.base import Phase
-from sidecar.refstore.backend import StoredArtifact
-from sidecar.rules import refusals
 from sidecar.rules.canonical import Document, JsonValue
 from sidecar.rules.effects import ToolEffect
-from sidecar.upstream.base import Refusal
+from sidecar.store_contract import Refusal, RefusalCode, StoredArtifact
+from sidecar.upstream.base import PatchArtifact
 from tests.core.fakes import MemoryLedger, MemoryStore, Trace, run_actions
 
 RUN = {"run_id": "run-1", "rule": "triage", "checkpoint": "cp-1"}
@@ -221,20 +220,11 @@ class _Conflicting(MemoryStore):
 
     conflicts = 0
 
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact:
+    async def _patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
         if self.conflicts > 0:
             self.conflicts -= 1
-            raise Refusal(refusals.VERSION_CONFLICT, "someone else patched it")
-        return await super().patch_artifact(
-            artifact_id, expected_version, patch_json, timeout=timeout
-        )
+            raise Refusal(RefusalCode.VERSION_CONFLICT, "someone else patched it")
+        return await super()._patch_artifact(op, timeout)
 
 
 @pytest.mark.parametrize(("conflicts", "rereads"), [(0, 0), (2, 2), (4, 3)])
@@ -256,7 +246,7 @@ def test_each_reread_after_a_version_conflict_is_told_to_the_observer(
             propose=False,
             request_id="",
         )
-        if conflicts > refusals.VERSION_CONFLICT_REREADS:
+        if conflicts > VERSION_CONFLICT_REREADS:
             with pytest.raises(StoreRefused):
                 await edit
         else:
@@ -275,20 +265,11 @@ class _SlowPatch(MemoryStore):
     go: asyncio.Event | None = None
     patches = 0
 
-    async def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        timeout: float | None = None,
-    ) -> StoredArtifact:
+    async def _patch_artifact(self, op: PatchArtifact, timeout: float | None) -> StoredArtifact:
         self.patches += 1
         assert self.go is not None
         await self.go.wait()
-        return await super().patch_artifact(
-            artifact_id, expected_version, patch_json, timeout=timeout
-        )
+        return await super()._patch_artifact(op, timeout)
 
 
 def test_an_edit_whose_turn_does_not_come_by_its_deadline_fails_retryable_unsent() -> None:

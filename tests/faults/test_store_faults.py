@@ -22,7 +22,8 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from sidecar.refstore.refusals import StoreRefusal, grpc_status_for
+from sidecar.refstore.wire import grpc_status_for
+from sidecar.store_contract import StoreRefusal
 from tests.conftest import MakeConfig
 from tests.faults.support import data, outcome_of, spawn_store, wait_for
 from tests.harness import Refusal, RunningSidecar, sidecar_config, start_sidecar, start_store

@@ -31,10 +31,10 @@ with atheris.instrument_imports(include=["sidecar", "jsonpointer", "jsonpatch", 
     import jsonpointer
     import rfc8785
 
-    from sidecar.errors import InvalidArgument
+    from sidecar.errors import InvalidArgument, PatchDoesNotApply
     from sidecar.refstore import backend
-    from sidecar.refstore.refusals import StoreRefusal
     from sidecar.rules import canonical, edits
+    from sidecar.store_contract import StoreRefusal
 
 JSON_SEEDS = [
     '{"title": "Disk full", "tags": ["db", "p1"], "n": 1.0, "ok": true, "none": null}',
@@ -45,6 +45,7 @@ JSON_SEEDS = [
     "[" * 63 + "]" * 63,
 ]
 POINTER_SEEDS = ["/a", "/a/b/0", "/a~1b/c~0d", "/", "/-", "/a/-", "/é/🚀", "/~2", "//"]
+POINTER_SEEDS += ["/a%/", "/x/y"]  # parents the document lacks: refused before the store
 DOCUMENT = {"a": {"b": [1, 2, {"c": None}]}, "a/b": {"c~d": 1}, "": {"": 0}, "é": []}
 
 
@@ -83,9 +84,23 @@ def fuzz_pointer(data: bytes) -> None:
         patch = backend.parse_patch(edits.set_patch(DOCUMENT, normal, 1))
     except InvalidArgument:
         return
+    except PatchDoesNotApply:
+        _the_store_refuses_too(normal)
+        return
     with contextlib.suppress(StoreRefusal):
         backend.apply_patch(patch, DOCUMENT)
     rfc8785.dumps(normal)
+
+
+def _the_store_refuses_too(path: str) -> None:
+    """A path set_patch refuses before the store is one the store refuses itself: the
+    sidecar's early PATCH_FAILED never turns away an edit the store would apply."""
+    add = backend.parse_patch(canonical.compact([{"op": "add", "path": path, "value": 1}]))
+    try:
+        backend.apply_patch(add, DOCUMENT)
+    except StoreRefusal:
+        return
+    raise AssertionError(f"{path!r} is refused before the store, which applies it")
 
 
 TARGETS: dict[str, tuple[Callable[[bytes], None], list[str]]] = {

@@ -21,8 +21,8 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from sidecar.rules import refusals
-from sidecar.upstream.grpc import STORE_DOMAIN
+from sidecar import store_contract as refusals
+from sidecar.store_contract import STORE_DOMAIN
 from tests.conftest import MakeConfig
 from tests.harness import RunningSidecar, refusal, start_sidecar, start_store
 from tests.server.scrape import scrape

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from sidecar.ledger.base import (
     StoredEvent,
     event_hash,
 )
-from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.group_commit import Append, GroupCommitLedger
 from sidecar.ledger.operator import open_operator_ledger
 from sidecar.ledger.postgres import PostgresLedger, PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedger
@@ -119,6 +121,21 @@ def test_appends_are_numbered_and_survive_a_reopen(ledger_backend: Backend) -> N
     reader.close()
 
 
+class _CountedCommits:
+    """A hook that records the size of each commit, in the writer's thread."""
+
+    def __init__(self, commits: list[int]) -> None:
+        self._commits = commits
+
+    async def append(self, event: AuditEvent, append: Append) -> int:
+        return await append(event)
+
+    @contextlib.contextmanager
+    def commit(self, appends: Sequence[contextvars.Context]) -> Iterator[None]:
+        yield
+        self._commits.append(len(appends))
+
+
 def test_concurrent_appends_share_commits_and_each_waits_for_its_own(
     ledger_backend: Backend,
 ) -> None:
@@ -126,7 +143,7 @@ def test_concurrent_appends_share_commits_and_each_waits_for_its_own(
 
     async def go() -> list[int]:
         ledger = ledger_backend.open()
-        ledger.on_commit = lambda seconds, size: commits.append(size)
+        ledger.watch(_CountedCommits(commits))
         seqs = await asyncio.gather(*(ledger.append(_event(i)) for i in range(300)))
         await ledger.close()
         return list(seqs)

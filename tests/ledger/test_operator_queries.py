@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from sidecar.assembly.pending_metrics import PendingCollector
 from sidecar.ledger.base import AuditEvent, LedgerError, Phase
 from sidecar.ledger.operator import (
     OperatorLedger,
@@ -20,7 +21,6 @@ from sidecar.ledger.operator import (
     open_operator_ledger,
 )
 from sidecar.ledger.pending import Decision, DecisionRefused, Kind
-from sidecar.ops.pending_metrics import PendingCollector
 from tests.harness import sidecar_config
 from tests.helpers import postgres as pg
 from tests.helpers.locks import ledger_locked

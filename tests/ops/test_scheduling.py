@@ -13,6 +13,7 @@ import pytest
 from sidecar.ledger.base import AuditEvent
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.refstore.sqlite import SqliteStoreBackend
+from sidecar.upstream.base import ping
 from sidecar.upstream.inprocess import InProcessStoreClient
 
 pytestmark = pytest.mark.skipif(
@@ -35,7 +36,7 @@ def test_the_ledger_writer_and_the_store_batches_keep_the_normal_policy(tmp_path
             # Both threads set their policy as they start; a call through each proves
             # they have.
             await ledger.append(AuditEvent(run_id="r", attempt_id="a", rpc="X", phase="read"))
-            await store.ping()
+            await ping(store)
             return (policy_of("ledger-writer"), policy_of("store-batches"),
                     os.sched_getscheduler(0))  # fmt: skip
         finally:
@@ -57,7 +58,7 @@ def test_the_store_batches_of_a_postgresql_store_keep_the_normal_policy() -> Non
         backend = PostgresStoreBackend(pg.fresh_database("scheduling"))
         store = InProcessStoreClient(backend)
         try:
-            await store.ping()
+            await ping(store)
             return policy_of("store-batches")
         finally:
             await store.close()

@@ -23,7 +23,7 @@ from sidecar.refstore.backend import (
     encode_page_token,
     page_size_for,
 )
-from sidecar.refstore.refusals import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+from sidecar.store_contract import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
 from tests.refstore.conftest import StorePlace
 
 

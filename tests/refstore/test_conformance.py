@@ -22,7 +22,7 @@ from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from sidecar import conformance
 from sidecar.refstore.servicer import ArtifactStoreServicer
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.store_codes import RefusalCode
+from sidecar.store_contract import RefusalCode
 from tests.harness import Loop, free_port
 from tests.helpers import postgres as pg
 from tests.server.processes import run_cli, start_server, wait_for_status

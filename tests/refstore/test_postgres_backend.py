@@ -26,6 +26,7 @@ from sidecar.errors import FailureClass, StoreUnavailable
 from sidecar.refstore.backend import StoreUnavailableError
 from sidecar.refstore.postgres import SCHEMA_VERSION, PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
+from sidecar.upstream.base import CreateArtifact
 from sidecar.upstream.grpc import GrpcStoreClient
 from tests.harness import free_port
 from tests.helpers import postgres as pg
@@ -243,7 +244,7 @@ async def _create_over_grpc(
         client = GrpcStoreClient.insecure(f"127.0.0.1:{port}", timeout_seconds=10)
         try:
             with pytest.raises(StoreUnavailable) as mapped:
-                await client.create_artifact("a3", "note", "{}")
+                await client.call(CreateArtifact("a3", "note", "{}"))
         finally:
             await client.close()
         return raw.value.code(), mapped.value

@@ -1,4 +1,5 @@
-"""The refusal table: each code's status code and ErrorInfo, without a server."""
+"""The refusal table on the store's wire: each code's status code and ErrorInfo, without a
+server."""
 
 from __future__ import annotations
 
@@ -6,16 +7,9 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from sidecar.refstore.refusals import (
-    ARCHIVED,
-    DOMAIN,
-    ID_USED,
-    RefusalCode,
-    StoreRefusal,
-    grpc_status_for,
-    status_code_for,
-    status_proto_for,
-)
+from sidecar.refstore.wire import grpc_status_for, status_proto_for
+from sidecar.store_contract import ARCHIVED, ID_USED, RefusalCode, StoreRefusal, status_code_for
+from sidecar.store_contract import STORE_DOMAIN as DOMAIN
 
 
 @pytest.mark.parametrize(
@@ -34,7 +28,9 @@ from sidecar.refstore.refusals import (
 def test_each_refusal_has_its_status_code(
     code: RefusalCode, states: tuple[str, ...], expected: grpc.StatusCode
 ) -> None:
-    assert status_code_for(StoreRefusal(code, "why", states=states)) == expected
+    refusal = StoreRefusal(code, "why", states=states)
+    assert grpc.StatusCode[status_code_for(refusal)] is expected
+    assert status_proto_for(refusal).code == expected.value[0]
 
 
 def test_the_status_carries_error_info_with_sorted_states() -> None:

@@ -14,8 +14,8 @@ from functools import partial
 from pathlib import Path
 
 from sidecar.refstore.backend import StoredArtifact, StoredMessage
-from sidecar.refstore.refusals import ID_USED, RefusalCode, StoreRefusal
 from sidecar.refstore.sqlite import SqliteStoreBackend
+from sidecar.store_contract import ID_USED, RefusalCode, StoreRefusal
 
 DATA = '{"n":1}'
 

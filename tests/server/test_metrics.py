@@ -294,8 +294,9 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
     import asyncio
 
     from sidecar.errors import UnknownAttempt
+    from sidecar.fronts.grpc.metrics import MetricsInterceptor
     from sidecar.fronts.grpc.status import to_grpc_status
-    from sidecar.ops.metrics import Metrics, MetricsInterceptor
+    from sidecar.ops.metrics import Metrics
 
     metrics = Metrics()
     seen_when_sent: list[float] = []

@@ -383,7 +383,7 @@ def test_with_no_otel_variable_the_sidecar_does_no_tracing_work(
     script = """
 import asyncio, json, sys
 from sidecar.config import Config
-from sidecar.fronts.grpc.server import create_server
+from sidecar.assembly.server import create_server
 from actonce_api.v1 import run_actions_pb2 as pb, run_actions_pb2_grpc as pb_grpc
 import grpc
 
@@ -410,7 +410,7 @@ asyncio.run(main())
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {
         "tracing": False,
-        "wrapped": ["_TimedLedger", "_TimedStore"],
+        "wrapped": ["SqliteLedger", "TimedStore"],
         "loaded": [m for m in seen["loaded"] if m == "sidecar.ops.tracing_settings"],
     }
     assert otlp_receiver.spans() == []

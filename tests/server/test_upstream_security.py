@@ -23,9 +23,10 @@ from actonce_api.store.v1 import artifact_store_pb2_grpc as spb_grpc
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import types_pb2
 
-from sidecar.ops.security import connect_store, server_credentials
+from sidecar.ops.security import server_credentials
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
+from sidecar.upstream.grpc import connect_store
 from tests.harness import (
     Loop,
     RunningSidecar,

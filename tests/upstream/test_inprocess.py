@@ -21,7 +21,18 @@ from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.base import Refusal, StoreClient
+from sidecar.store_contract import Refusal
+from sidecar.upstream.base import (
+    CreateArtifact,
+    CreateThread,
+    GetArtifact,
+    ListMessages,
+    PatchArtifact,
+    PostMessage,
+    ProposePatch,
+    StoreClient,
+    ping,
+)
 from sidecar.upstream.grpc import GrpcStoreClient
 from sidecar.upstream.inprocess import InProcessStoreClient
 from tests.harness import Loop
@@ -77,13 +88,13 @@ def clients(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Clients]
 
 
 def test_answers_are_the_same_messages(clients: Clients) -> None:
-    over_grpc = clients.loop.run(clients.grpc.create_artifact("art-1", "ticket", HOT))
-    inprocess = clients.loop.run(clients.inprocess.create_artifact("art-2", "ticket", HOT))
+    over_grpc = clients.loop.run(clients.grpc.call(CreateArtifact("art-1", "ticket", HOT)))
+    inprocess = clients.loop.run(clients.inprocess.call(CreateArtifact("art-2", "ticket", HOT)))
     assert type(inprocess) is type(over_grpc)
     assert (inprocess.kind, inprocess.version, inprocess.data_json, inprocess.archived) == (
         over_grpc.kind, over_grpc.version, over_grpc.data_json, over_grpc.archived,
     )  # fmt: skip
-    read = clients.both(lambda c: c.get_artifact("art-2"))
+    read = clients.both(lambda c: c.call(GetArtifact("art-2")))
     assert read[0] == read[1] == inprocess
 
 
@@ -92,17 +103,17 @@ def test_patches_and_messages_answer_alike(clients: Clients) -> None:
     clients.backend.create_artifact("b", "ticket", HOT)
     clients.backend.create_thread("t", "title")
     patch = '[{"op":"add","path":"/owner","value":"kim"}]'
-    over_grpc = clients.loop.run(clients.grpc.patch_artifact("a", 1, patch))
-    inprocess = clients.loop.run(clients.inprocess.patch_artifact("b", 1, patch))
+    over_grpc = clients.loop.run(clients.grpc.call(PatchArtifact("a", 1, patch)))
+    inprocess = clients.loop.run(clients.inprocess.call(PatchArtifact("b", 1, patch)))
     assert (over_grpc.version, over_grpc.data_json) == (inprocess.version, inprocess.data_json)
     first = clients.loop.run(
-        clients.grpc.post_message("m1", "t", "notice", "hi", request_turn=False)
+        clients.grpc.call(PostMessage("m1", "t", "notice", "hi", request_turn=False))
     )
     second = clients.loop.run(
-        clients.inprocess.post_message("m2", "t", "notice", "hi", request_turn=False)
+        clients.inprocess.call(PostMessage("m2", "t", "notice", "hi", request_turn=False))
     )
     assert (first.seq, second.seq) == (1, 2)
-    listed = clients.both(lambda c: c.list_messages("t"))
+    listed = clients.both(lambda c: c.call(ListMessages("t")))
     assert list(listed[0]) == list(listed[1])  # type: ignore[call-overload]
     assert [m.id for m in listed[1]] == ["m1", "m2"]  # type: ignore[attr-defined]
 
@@ -132,22 +143,24 @@ def test_refusals_are_the_same(clients: Clients, case: str) -> None:
     backend.archive_artifact("old")
     patch = '[{"op":"add","path":"/x","value":1}]'
     calls: dict[str, Callable[[StoreClient], Awaitable[Any]]] = {
-        "used artifact id": lambda c: c.create_artifact("art", "ticket", HOT),
-        "used thread id": lambda c: c.create_thread("thr", "again"),
-        "used message id": lambda c: c.post_message(
-            "msg", "thr", "notice", "x", request_turn=False
+        "used artifact id": lambda c: c.call(CreateArtifact("art", "ticket", HOT)),
+        "used thread id": lambda c: c.call(CreateThread("thr", "again")),
+        "used message id": lambda c: c.call(
+            PostMessage("msg", "thr", "notice", "x", request_turn=False)
         ),
-        "stale version": lambda c: c.patch_artifact("art", 7, patch),
-        "missing artifact": lambda c: c.get_artifact("nope"),
-        "missing thread": lambda c: c.list_messages("nope"),
-        "not JSON": lambda c: c.create_artifact("new", "ticket", "{nope"),
-        "not an object": lambda c: c.create_artifact("new", "ticket", "[1]"),
-        "patch does not apply": lambda c: c.patch_artifact(
-            "art", 1, '[{"op":"replace","path":"/missing","value":1}]'
+        "stale version": lambda c: c.call(PatchArtifact("art", 7, patch)),
+        "missing artifact": lambda c: c.call(GetArtifact("nope")),
+        "missing thread": lambda c: c.call(ListMessages("nope")),
+        "not JSON": lambda c: c.call(CreateArtifact("new", "ticket", "{nope")),
+        "not an object": lambda c: c.call(CreateArtifact("new", "ticket", "[1]")),
+        "patch does not apply": lambda c: c.call(
+            PatchArtifact("art", 1, '[{"op":"replace","path":"/missing","value":1}]')
         ),
-        "edit of an archived artifact proposed": lambda c: c.propose_patch("p1", "old", patch, 1),
-        "used proposal id on an archived artifact": lambda c: c.propose_patch(
-            "p2", "old", patch, 1
+        "edit of an archived artifact proposed": lambda c: c.call(
+            ProposePatch("p1", "old", patch, 1)
+        ),
+        "used proposal id on an archived artifact": lambda c: c.call(
+            ProposePatch("p2", "old", patch, 1)
         ),
     }
     if case == "used proposal id on an archived artifact":
@@ -161,9 +174,9 @@ def test_a_closed_backend_is_unavailable_on_both_paths(clients: Clients) -> None
     clients.backend.close()
     for client in (clients.grpc, clients.inprocess):
         with pytest.raises(StoreUnavailable):
-            clients.loop.run(client.get_artifact("art"))
+            clients.loop.run(client.call(GetArtifact("art")))
         with pytest.raises(StoreUnavailable):
-            clients.loop.run(client.ping())
+            clients.loop.run(ping(client))
 
 
 def test_a_store_that_does_not_answer_in_time_is_a_deadline(tmp_path: Path) -> None:
@@ -175,7 +188,7 @@ def test_a_store_that_does_not_answer_in_time_is_a_deadline(tmp_path: Path) -> N
     holder.execute("BEGIN EXCLUSIVE")
     try:
         with pytest.raises(StoreDeadlineExceeded):
-            loop.run(client.create_artifact("art", "ticket", HOT))
+            loop.run(client.call(CreateArtifact("art", "ticket", HOT)))
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -191,7 +204,7 @@ def test_ping_takes_a_refusal_as_an_answer(clients: Clients) -> None:
     for client in (clients.inprocess, clients.grpc):
         # The read a ping makes is refused: the store holds no artifact of the probe's id.
         with pytest.raises(Refusal) as refused:
-            clients.loop.run(client.get_artifact("actonce-health-probe"))
+            clients.loop.run(client.call(GetArtifact("actonce-health-probe")))
         assert refused.value.code == "NOT_FOUND"
         # That refusal is an answer, and an answer proves the store is there.
-        clients.loop.run(client.ping())
+        clients.loop.run(ping(client))

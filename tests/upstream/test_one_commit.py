@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -18,7 +18,15 @@ import pytest
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.base import Refusal, StoreWrite, joins_commits
+from sidecar.store_contract import Refusal
+from sidecar.upstream.base import (
+    CreateThread,
+    OneCommit,
+    PostMessage,
+    Settle,
+    StoreWrite,
+    nothing,
+)
 from sidecar.upstream.inprocess import InProcessStoreClient
 
 
@@ -51,18 +59,34 @@ def settle_applied(answer: object) -> tuple[AuditEvent, str]:
     return _event(Phase.OUTCOME), "applied" if not isinstance(answer, Exception) else "refused"
 
 
+async def commit(
+    client: InProcessStoreClient,
+    intent: AuditEvent,
+    write: StoreWrite,
+    settle: Settle[str],
+    before: Callable[[], None] = nothing,
+) -> str:
+    """The write and its audit as one commit: what ``settle`` made of it."""
+    return (await client.call(OneCommit(intent, write, settle, before), 5)).result
+
+
 def test_only_a_client_whose_store_shares_the_ledger_s_file_commits_writes(
     tmp_path: Path,
 ) -> None:
-    async def run() -> tuple[bool, bool]:
+    async def run() -> str:
         alone = InProcessStoreClient(SqliteStoreBackend(tmp_path / "store.db"))
         try:
-            async with one_file(tmp_path / "audit.db") as (shared, _):
-                return joins_commits(alone) is not None, joins_commits(shared) is not None
+            with pytest.raises(TypeError, match="does not share the ledger's file"):
+                await commit(alone, _event(Phase.INTENT), CreateThread("thr-1", "t"),
+                             settle_applied)  # fmt: skip
+            async with one_file(tmp_path / "audit.db") as (shared, ledger):
+                await ledger.append(_event(Phase.ATTEMPT_BEGIN))
+                return await commit(shared, _event(Phase.INTENT), CreateThread("thr-1", "t"),
+                                    settle_applied)  # fmt: skip
         finally:
             await alone.close()
 
-    assert asyncio.run(run()) == (False, True)
+    assert asyncio.run(run()) == "applied"
 
 
 def test_the_intent_the_row_and_the_outcome_commit_together(tmp_path: Path) -> None:
@@ -71,10 +95,8 @@ def test_the_intent_the_row_and_the_outcome_commit_together(tmp_path: Path) -> N
     async def run() -> str:
         async with one_file(path) as (client, ledger):
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
-            return await client.commit_write(
-                _event(Phase.INTENT), StoreWrite("create_thread", "thr-1", ("thr-1", "t")),
-                settle_applied, timeout=5,
-            )  # fmt: skip
+            return await commit(client, _event(Phase.INTENT), CreateThread("thr-1", "t"),
+                                settle_applied)  # fmt: skip
 
     assert asyncio.run(run()) == "applied"
     events, threads = _rows(path)
@@ -93,10 +115,8 @@ def test_a_refusal_is_an_answer_and_the_job_goes_on(tmp_path: Path) -> None:
     async def run() -> str:
         async with one_file(path) as (client, ledger):
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
-            call = StoreWrite("post_message", "m-1", ("m-1", "no-such-thread", "notice", "x"),
-                              {"request_turn": False})  # fmt: skip
-            return await client.commit_write(_event(Phase.INTENT, derived="m-1"), call, settle,
-                                              timeout=5)  # fmt: skip
+            call = PostMessage("m-1", "no-such-thread", "notice", "x", request_turn=False)
+            return await commit(client, _event(Phase.INTENT, derived="m-1"), call, settle)
 
     assert asyncio.run(run()) == "refused"
     assert isinstance(seen[0], Refusal) and seen[0].code == "NOT_FOUND"
@@ -114,15 +134,10 @@ def test_when_the_outcome_cannot_be_made_none_of_the_write_is_kept(tmp_path: Pat
         async with one_file(path) as (client, ledger):
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
             with pytest.raises(LedgerError):
-                await client.commit_write(
-                    _event(Phase.INTENT), StoreWrite("create_thread", "thr-1", ("thr-1", "t")),
-                    broken, timeout=5,
-                )  # fmt: skip
+                await commit(client, _event(Phase.INTENT), CreateThread("thr-1", "t"), broken)
             # The file goes on: the next write lands whole.
-            await client.commit_write(
-                _event(Phase.INTENT, derived="thr-2"),
-                StoreWrite("create_thread", "thr-2", ("thr-2", "t")), settle_applied, timeout=5,
-            )  # fmt: skip
+            await commit(client, _event(Phase.INTENT, derived="thr-2"),
+                         CreateThread("thr-2", "t"), settle_applied)  # fmt: skip
 
     asyncio.run(run())
     events, threads = _rows(path)
@@ -144,10 +159,8 @@ def test_a_fenced_intent_stops_the_job_before_the_store_is_called(tmp_path: Path
             await ledger.append(_event(Phase.ATTEMPT_BEGIN, attempt="a1"))
             await ledger.append(_event(Phase.ATTEMPT_BEGIN, attempt="a2"))  # a newer attempt
             with pytest.raises(FencedError):
-                await client.commit_write(
-                    _event(Phase.INTENT, attempt="a1"),
-                    StoreWrite("create_thread", "thr-1", ("thr-1", "t")), settle, timeout=5,
-                )  # fmt: skip
+                await commit(client, _event(Phase.INTENT, attempt="a1"),
+                             CreateThread("thr-1", "t"), settle)  # fmt: skip
 
     asyncio.run(run())
     events, threads = _rows(path)
@@ -169,10 +182,8 @@ def test_what_the_job_checks_first_refuses_it_with_nothing_written(tmp_path: Pat
         async with one_file(path) as (client, ledger):
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
             with pytest.raises(LedgerError):  # a foreign error fails the job closed
-                await client.commit_write(
-                    _event(Phase.INTENT), StoreWrite("create_thread", "thr-1", ("thr-1", "t")),
-                    settle_applied, timeout=5, before=expired,
-                )  # fmt: skip
+                await commit(client, _event(Phase.INTENT), CreateThread("thr-1", "t"),
+                             settle_applied, before=expired)  # fmt: skip
 
     asyncio.run(run())
     events, threads = _rows(path)

@@ -17,7 +17,7 @@ from typing import Any
 
 from agents import Agent, Runner, RunState, Tool, set_tracing_disabled
 from card_processor import charge, charge_async
-from delivery import WORDINGS, Job, TransientError, Writes
+from delivery import WORDINGS, Job, Siblings, TransientError, Writes
 from scripted_agents_model import ScriptedModel, Turn
 
 from actonce_client import Client, Effect
@@ -36,6 +36,7 @@ RULE = "billing-agent"
 
 def build(job: Job, client: Client, writes: Writes) -> Agent[Any]:
     actonce = Actonce(client, rule=RULE)
+    siblings = Siblings(job)
     hiccups: set[str] = set()  # tool calls that already failed once in this process
 
     @actonce.tool
@@ -111,9 +112,24 @@ def build(job: Job, client: Client, writes: Writes) -> Agent[Any]:
         writes.landed()
         return charge_id
 
+    @actonce.tool
+    def charge_unkeyed(customer: str, cents: int, call: ToolCall) -> str:
+        """Charge the customer's card with no idempotency key."""
+        siblings.before_step(customer)
+
+        def unkeyed(key: str) -> str:
+            siblings.sending(customer, key)
+            made = charge(job.processor, f"{job.run_id}-{customer}", cents, None)
+            siblings.landed(customer)
+            return made
+
+        made = call.step("charge_unkeyed", {"customer": customer, "cents": cents}, unkeyed)
+        siblings.ended(customer)
+        return made
+
     model = ScriptedModel(SCRIPTS[job.scenario], kill_at_call=job.kill_at_model)
     tools: list[Tool] = [open_ticket, flaky_notice, charge_card, charge_approved,
-                         open_ticket_async, charge_card_async]  # fmt: skip
+                         open_ticket_async, charge_card_async, charge_unkeyed]  # fmt: skip
     billing = Agent(name="billing", instructions="Bill.", tools=tools, model=model)
     if job.scenario != "handoff":
         return billing
@@ -151,6 +167,13 @@ SCRIPTS: dict[str, list[Turn]] = {
          ("charge_card_async", {"customer": "eve", "cents": 400})],
         [],
     ],
+    # Three charges at once, none keyed; killed with one in flight and one not yet sent.
+    "siblings": [
+        [("charge_unkeyed", {"customer": "ada", "cents": 100}),
+         ("charge_unkeyed", {"customer": "bob", "cents": 200}),
+         ("charge_unkeyed", {"customer": "cy", "cents": 300})],
+        [],
+    ],
 }  # fmt: skip
 
 
@@ -179,6 +202,7 @@ def run(given: dict[str, Any]) -> None:
     set_tracing_disabled(True)
     writes = Writes(job.kill_at)
     paused = Path(job.checkpoints).with_suffix(".paused.json")
+    parked: list[str] = []
     with Client(job.target) as client:
         agent = build(job, client, writes)
         first: Any = "go"
@@ -190,6 +214,7 @@ def run(given: dict[str, Any]) -> None:
             result = deliver(agent, job.run_id, first, stream=job.scenario == "streamed")
             if isinstance(result, Parked):
                 state = result.items[0].reason
+                parked = [item.id for item in result.items]
             elif result.interruptions:
                 paused.write_text(result.to_state().to_string())
                 state = "interrupted"
@@ -198,7 +223,8 @@ def run(given: dict[str, Any]) -> None:
         except ActonceError as error:
             state = error.reason
     Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count,
-                                            "model_calls": model_calls(agent)}))  # fmt: skip
+                                            "model_calls": model_calls(agent),
+                                            "parked": parked}))  # fmt: skip
 
 
 def model_calls(agent: Agent[Any]) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,9 @@ class Job:
     result: str  # where the delivery writes what it did
     kill_at: int = 0  # the write after which the process kills itself (0: none)
     kill_at_model: int = 0  # the model call as which the process kills itself (0: none)
+    kill_in_flight: bool = False  # the "siblings" scenario's kill (tests/delivery.py: Siblings)
+    lease_seconds: float = 0.0  # the queue's lease on the delivery, from its start (0: none)
+    hold_model: str = ""  # a file: the first model call waits until it exists ("": none)
 
 
 class Writes:
@@ -55,3 +60,51 @@ def canonical(text: str) -> str:
 
 class TransientError(ConnectionError):
     """A downstream hiccup that a retry clears."""
+
+
+class Siblings:
+    """The "siblings" scenario: one turn charges ada, bob and cy at once, each with no
+    idempotency key (a non-idempotent step). Killed in flight, the delivery makes ada's
+    charge, then bob's, and kills itself as bob's lands, before its step ends, while cy's
+    tool has started and not yet sent its call; otherwise each call goes as it comes.
+
+    Every call sent is noted (customer and step id, a line each) in the job's ``sent``
+    file before it goes: what the ledger may hold in doubt."""
+
+    FIRST, IN_FLIGHT, NOT_SENT = "ada", "bob", "cy"
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.kill = job.kill_in_flight
+        self._first_ended = threading.Event()
+
+    @property
+    def sent(self) -> Path:
+        return Path(self.job.checkpoints).with_suffix(".sent")
+
+    def before_step(self, customer: str) -> None:
+        """In the tool, before its step begins."""
+        if not self.kill:
+            return
+        if customer == self.NOT_SENT:
+            threading.Event().wait(DELIVERY_WAIT)  # the process dies meanwhile
+        if customer == self.IN_FLIGHT:
+            assert self._first_ended.wait(DELIVERY_WAIT), "ada's charge never ended"
+
+    def sending(self, customer: str, step_id: str) -> None:
+        """In the step's call, before the charge is sent."""
+        with self.sent.open("a") as out:
+            out.write(f"{customer} {step_id}\n")
+
+    def landed(self, customer: str) -> None:
+        """In the step's call, once the charge was made: before the step ends."""
+        if self.kill and customer == self.IN_FLIGHT:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def ended(self, customer: str) -> None:
+        """In the tool, once its step ended."""
+        if customer == self.FIRST:
+            self._first_ended.set()
+
+
+DELIVERY_WAIT = 20.0  # seconds: longer than a delivery takes, shorter than its limit

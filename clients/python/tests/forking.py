@@ -16,8 +16,9 @@ HERE = Path(__file__).resolve().parent
 class Forks:
     """A running forking worker of one module."""
 
-    def __init__(self, process: subprocess.Popen[str]) -> None:
+    def __init__(self, process: subprocess.Popen[str], env: dict[str, str] | None) -> None:
         self.process = process
+        self.env = env  # the worker's environment, None for this process's
 
     def deliver(self, job: dict[str, Any]) -> dict[str, Any] | None:
         """Run ``job`` in a forked process; what it wrote to its result file, or None
@@ -36,13 +37,17 @@ class Forks:
 
 
 @contextmanager
-def forking_worker(module: str) -> Iterator[Forks]:
+def forking_worker(
+    module: str, python: str = sys.executable, env: dict[str, str] | None = None
+) -> Iterator[Forks]:
+    """A forking worker of ``module``, run by ``python`` (an agent's own environment's
+    interpreter, say) with ``env``."""
     process = subprocess.Popen(
-        [sys.executable, str(HERE / "forking_worker.py"), module],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [python, str(HERE / "forking_worker.py"), module],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
-        yield Forks(process)
+        yield Forks(process, env)
     finally:
         assert process.stdin is not None
         process.stdin.close()  # the worker stops when its stdin closes

@@ -7,7 +7,9 @@ table of kills, duplicates, losses and runs parked per framework and scenario.
 
 Real parts: `actonce serve` (the one beside the interpreter, or $ACTONCE_BIN), a card
 processor over HTTP, each framework's real runner with a model scripted as a real one
-answers (fresh tool-call ids on every call, parallel calls shuffled, texts reworded).
+answers (fresh tool-call ids on every call, parallel calls shuffled, texts reworded);
+for the MCP row, a sidecar whose gateway fronts a payments MCP server of its own process,
+and LangGraph with langchain-mcp-adapters in an agent environment of its own.
 Exits 1 when any run duplicated or lost a write.
 """
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kill_loop import Tally, tally_every_kill, world_of
+from kill_loop import Tally, tally_every_kill
 from scenarios import GRID, Framework
 
 from actonce_client.testing import LocalSidecar
@@ -43,7 +45,7 @@ def _framework(
     rows = []
     place = folder / framework.worker
     place.mkdir()
-    with world_of(sidecar, place, framework.worker) as world:
+    with framework.world(sidecar, place, framework.worker) as world:
         for scenario, expected in sorted(framework.scenarios.items()):
             started = time.monotonic()
             tally = tally_every_kill(world, scenario, expected, every=every)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -22,15 +22,28 @@ from forking import Forks, forking_worker
 from actonce_client import Client
 from actonce_client.testing import LocalSidecar
 
+# The charges a run made: (customer, cents) each, of the customers its run id prefixes.
+Charged = Callable[[str], list[tuple[str, int]]]
+
 
 @dataclass
 class World:
     sidecar: LocalSidecar
     client: Client
-    processor: str
-    ledger: Ledger
+    processor: str  # where the worker's charges go: the card processor, or an MCP server
+    charged: Charged
     folder: Path
     forks: Forks
+    ledger: Ledger | None = None  # the card processor's, when it is the card processor
+
+
+def charged_by(ledger: Ledger) -> Charged:
+    def charged(run_id: str) -> list[tuple[str, int]]:
+        with ledger.lock:
+            return [(c["customer"], c["cents"]) for c in ledger.charges
+                    if c["customer"].startswith(run_id)]  # fmt: skip
+
+    return charged
 
 
 @contextmanager
@@ -41,7 +54,7 @@ def world_of(sidecar: LocalSidecar, folder: Path, worker_module: str) -> Iterato
         Client(sidecar.target) as client,
         forking_worker(worker_module) as forks,
     ):
-        yield World(sidecar, client, url, ledger, folder, forks)
+        yield World(sidecar, client, url, charged_by(ledger), folder, forks, ledger)
 
 
 def new_job(world: World, scenario: str) -> Job:
@@ -114,9 +127,7 @@ def seen(world: World, job: Job) -> Seen:
         " WHERE kind = 'ticket' AND json_extract(data_json, '$.run') = ?", job.run_id,
     )  # fmt: skip
     notices = store_rows(world, "SELECT text FROM messages WHERE thread_id = ?", job.thread_id)
-    with world.ledger.lock:
-        charges = [(c["customer"], c["cents"]) for c in world.ledger.charges
-                   if c["customer"].startswith(job.run_id)]  # fmt: skip
+    charges = world.charged(job.run_id)
     return Seen(
         tuple(sorted(canonical(title) for (title,) in tickets)),
         tuple(sorted(canonical(text) for (text,) in notices)),

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from card_processor import charge, charge_async
-from delivery import WORDINGS, Job, TransientError, Writes
+from delivery import WORDINGS, Job, Siblings, TransientError, Writes
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -57,6 +57,7 @@ RULE = "billing-agent"
 
 def tools_of(job: Job, client: Client, writes: Writes) -> list[BaseTool]:
     actonce = Actonce(client, rule=RULE)
+    siblings = Siblings(job)
     hiccups: set[str] = set()  # tool calls that already failed once in this process
 
     @actonce.tool
@@ -134,8 +135,23 @@ def tools_of(job: Job, client: Client, writes: Writes) -> list[BaseTool]:
         writes.landed()
         return charge_id
 
+    @actonce.tool
+    def charge_unkeyed(customer: str, cents: int, call: ToolCall) -> str:
+        """Charge the customer's card with no idempotency key."""
+        siblings.before_step(customer)
+
+        def unkeyed(key: str) -> str:
+            siblings.sending(customer, key)
+            made = charge(job.processor, f"{job.run_id}-{customer}", cents, None)
+            siblings.landed(customer)
+            return made
+
+        made = call.step("charge_unkeyed", {"customer": customer, "cents": cents}, unkeyed)
+        siblings.ended(customer)
+        return made
+
     return [open_ticket, flaky_notice, charge_card, charge_approved, open_ticket_async,
-            charge_card_async]  # fmt: skip
+            charge_card_async, charge_unkeyed]  # fmt: skip
 
 
 def build(
@@ -213,6 +229,13 @@ SCRIPTS: dict[str, list[Turn]] = {
     ],
     "async": ASYNC,
     "astream": ASYNC,
+    # Three charges at once, none keyed; killed with one in flight and one not yet sent.
+    "siblings": [
+        [("charge_unkeyed", {"customer": "ada", "cents": 100}),
+         ("charge_unkeyed", {"customer": "bob", "cents": 200}),
+         ("charge_unkeyed", {"customer": "cy", "cents": 300})],
+        DONE,
+    ],
 }  # fmt: skip
 
 
@@ -255,6 +278,7 @@ def run(given: dict[str, Any]) -> None:
     job = Job(**given)
     writes = Writes(job.kill_at)
     models: list[Any] = []
+    parked: list[str] = []
     with Client(job.target) as client:
         first: Any = Command(resume=True) if job.resume else {"messages": [HumanMessage("go")]}
         try:
@@ -262,10 +286,11 @@ def run(given: dict[str, Any]) -> None:
             models.append(model)
             if isinstance(out, Parked):
                 state = out.items[0].reason
+                parked = [item.id for item in out.items]
             else:
                 state = "interrupted" if out.get("__interrupt__") else "done"
         except ActonceError as error:
             state = error.reason
     calls = models[0].calls if models else 0
     Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count,
-                                            "model_calls": calls}))  # fmt: skip
+                                            "model_calls": calls, "parked": parked}))  # fmt: skip

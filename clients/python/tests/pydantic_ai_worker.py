@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from card_processor import charge, charge_async
-from delivery import WORDINGS, Job, Writes
+from delivery import WORDINGS, Job, Siblings, Writes
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
@@ -67,6 +67,7 @@ class Script:
 
 def build(job: Job, client: Client, writes: Writes) -> tuple[Agent[None, str], Script]:
     actonce = Actonce(client, rule=RULE)
+    siblings = Siblings(job)
 
     @actonce.tool
     def open_ticket(title: str, call: ToolCall) -> str:
@@ -120,9 +121,24 @@ def build(job: Job, client: Client, writes: Writes) -> tuple[Agent[None, str], S
         writes.landed()
         return charge_id
 
+    @actonce.tool
+    def charge_unkeyed(customer: str, cents: int, call: ToolCall) -> str:
+        """Charge the customer's card with no idempotency key."""
+        siblings.before_step(customer)
+
+        def unkeyed(key: str) -> str:
+            siblings.sending(customer, key)
+            made = charge(job.processor, f"{job.run_id}-{customer}", cents, None)
+            siblings.landed(customer)
+            return made
+
+        made = call.step("charge_unkeyed", {"customer": customer, "cents": cents}, unkeyed)
+        siblings.ended(customer)
+        return made
+
     script = Script(SCRIPTS[job.scenario], job.kill_at_model)
     model = FunctionModel(script.answer, stream_function=script.stream)
-    tools = [open_ticket, charge_card, open_ticket_async, charge_card_async]
+    tools = [open_ticket, charge_card, open_ticket_async, charge_card_async, charge_unkeyed]
     return Agent(model, tools=tools, output_type=str), script
 
 
@@ -138,6 +154,13 @@ SCRIPTS: dict[str, list[Turn]] = {
     "async": [
         [("open_ticket_async", {"title": DISK}),
          ("charge_card_async", {"customer": "eve", "cents": 400})],
+        [],
+    ],
+    # Three charges at once, none keyed; killed with one in flight and one not yet sent.
+    "siblings": [
+        [("charge_unkeyed", {"customer": "ada", "cents": 100}),
+         ("charge_unkeyed", {"customer": "bob", "cents": 200}),
+         ("charge_unkeyed", {"customer": "cy", "cents": 300})],
         [],
     ],
 }  # fmt: skip
@@ -159,13 +182,16 @@ def run(given: dict[str, Any]) -> None:
     """One delivery of the job ``given`` (a Job's fields); what it did goes to its result."""
     job = Job(**given)
     writes = Writes(job.kill_at)
+    parked: list[str] = []
     with Client(job.target) as client:
         agent, script = build(job, client, writes)
         streamed = {"event_stream_handler": _ignore} if job.scenario == "streamed" else {}
         try:
             out = deliver(agent, job.run_id, "go", **streamed)
             state = out.items[0].reason if isinstance(out, Parked) else "done"
+            parked = [item.id for item in out.items] if isinstance(out, Parked) else []
         except ActonceError as error:
             state = error.reason
     Path(job.result).write_text(json.dumps({"state": state, "writes": writes.count,
-                                            "model_calls": script.calls}))  # fmt: skip
+                                            "model_calls": script.calls,
+                                            "parked": parked}))  # fmt: skip

@@ -8,9 +8,19 @@ starts, and delivers the job again. The framework suites run their rows with eve
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 
-from kill_loop import SHARED_EXPECTED, Seen
+from kill_loop import SHARED_EXPECTED, Seen, World, world_of
+from mcp_world import mcp_world_of
+
+from actonce_client.testing import LocalSidecar
+
+# The world a framework's rows run in: its sidecar (the grid's, or one of its own), its
+# card processor or MCP server, and a forking worker of its worker module.
+MakeWorld = Callable[[LocalSidecar, Path, str], AbstractContextManager[World]]
 
 
 def _seen(title: str, customer: str, cents: int) -> Seen:
@@ -39,6 +49,17 @@ LANGGRAPH = {
     "async+nocp": ASYNC,
     "astream+nocp": ASYNC,
 }
+# Through the MCP gateway: a ticket, a keyed charge made twice by two tool calls, a charge
+# with no key, a notice (tests/mcp_worker.py).
+_MCP = Seen(("Disk full",), ("opened a ticket: Disk full",),
+            (("ada", 500), ("ada", 500), ("bob", 700)))  # fmt: skip
+MCP_GATEWAY = {
+    "sync": _MCP,
+    "async": _MCP,
+    "astream": _MCP,
+    "async+nocp": _MCP,
+    "create_agent": _MCP,
+}
 PYDANTIC_AI = {
     "parallel": SHARED_EXPECTED["parallel"],
     "streamed": SHARED_EXPECTED["parallel"],
@@ -51,10 +72,12 @@ class Framework:
     name: str
     worker: str  # the module a forking worker runs deliveries of
     scenarios: dict[str, Seen]
+    world: MakeWorld = world_of
 
 
 GRID = (
     Framework("OpenAI Agents SDK", "agents_worker", AGENTS),
     Framework("LangGraph", "langgraph_worker", LANGGRAPH),
     Framework("Pydantic AI", "pydantic_ai_worker", PYDANTIC_AI),
+    Framework("LangGraph, MCP gateway", "mcp_worker", MCP_GATEWAY, mcp_world_of),
 )

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Annotated, Any
 
 import grpc
 import pytest
@@ -26,7 +26,8 @@ import scenarios
 from kill_loop import World, check_every_kill, world_of
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolErrorMiddleware, ToolRetryMiddleware
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import InjectedToolArg, StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
@@ -34,7 +35,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from scripted_model import DONE, ScriptedChatModel, turn
 
 from actonce_client import ActonceError, Client, FailureClass
-from actonce_client.deliveries import Lease, delivering
+from actonce_client.deliveries import Lease, Parked, ParkedItem, delivering
 from actonce_client.langgraph import (
     Actonce,
     ToolCall,
@@ -44,6 +45,7 @@ from actonce_client.langgraph import (
     mcp_scope,
     refused_message,
     retry_policy,
+    sync_tools,
 )
 from actonce_client.testing import LocalSidecar
 
@@ -205,3 +207,90 @@ def test_mcp_scope_sends_the_tool_calls_scope_beside_its_delivery(client: Client
                     "actonce-scope": "call_7"}  # fmt: skip
     with pytest.raises(RuntimeError, match="under deliver"):
         asyncio.run(mcp_scope()(_McpRequest(runtime, None), handler))
+
+
+@dataclass(frozen=True)
+class _McpResult:
+    """An MCP tool result as the MCP SDK's client answers it."""
+
+    isError: bool  # the SDK's names
+    structuredContent: dict[str, Any] | None
+    meta: dict[str, Any] | None = None
+
+
+def test_mcp_scope_raises_the_fronts_errors_but_refusals_and_notes_what_is_in_doubt(
+    client: Client,
+) -> None:
+    in_doubt = _McpResult(
+        True,
+        {
+            "reason": "IN_DOUBT",
+            "failure_class": "UNKNOWN",
+            "message": "began earlier and never ended",
+            "metadata": {"step_id": "stp_1", "tool": "payments__charge"},
+        },
+    )
+    refused = _McpResult(
+        True,
+        {
+            "reason": "INVALID_ARGUMENT",
+            "failure_class": "REFUSED",
+            "message": "cents: must be an integer",
+        },
+    )
+    # The upstream's own error, passed on by the gateway: the upstream's, not actonce's.
+    declined = _McpResult(True, {"reason": "card declined", "failure_class": "UNKNOWN"},
+                          {"actonce/outcome": "tool_error"})  # fmt: skip
+    runtime = SimpleNamespace(config={}, tool_call_id="call_8")
+
+    def called(result: _McpResult) -> Any:
+        async def handler(request: _McpRequest) -> _McpResult:
+            return result
+
+        return asyncio.run(mcp_scope()(_McpRequest(runtime, None), handler))
+
+    run_id = f"run-{uuid.uuid4().hex}"
+    with delivering(client, run_id, "billing", Lease()) as delivery:
+        assert called(refused) is refused
+        assert called(declined) is declined
+        with pytest.raises(ActonceError) as raised:
+            called(in_doubt)
+        assert (raised.value.reason, raised.value.failure_class) == (
+            "IN_DOUBT",
+            FailureClass.UNKNOWN,
+        )
+        item = ParkedItem("stp_1", "payments__charge", "IN_DOUBT", "began earlier and never ended")
+        assert delivery.parked() == Parked(run_id, (item,))
+
+
+def test_sync_tools_runs_an_async_only_tool_in_a_graph_run_with_invoke(client: Client) -> None:
+    seen: list[str] = []
+
+    async def lookup(
+        runtime: Annotated[object | None, InjectedToolArg()] = None, **arguments: Any
+    ) -> str:
+        seen.append(getattr(runtime, "tool_call_id", ""))
+        return f"balance of {arguments['customer']}: 100"
+
+    schema = {"type": "object", "properties": {"customer": {"type": "string"}},
+              "required": ["customer"]}  # fmt: skip
+    only_async = StructuredTool(name="lookup", description="A balance.", args_schema=schema,
+                                coroutine=lookup)  # fmt: skip
+
+    def graph(tools: list[Any]) -> Any:
+        model = ScriptedChatModel(script=[turn(("c", "lookup", {"customer": "ada"})), DONE])
+        builder = StateGraph(MessagesState)
+        builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+        builder.add_node("tools", ToolNode(tools))
+        builder.add_edge(START, "model")
+        builder.add_conditional_edges("model", tools_condition)
+        builder.add_edge("tools", "model")
+        return builder.compile(checkpointer=InMemorySaver())
+
+    go = {"messages": [HumanMessage("go")]}
+    with pytest.raises(NotImplementedError):  # what an MCP-tooled graph does under invoke
+        graph([only_async]).invoke(go, {"configurable": {"thread_id": "t1"}})
+    out = graph(sync_tools([only_async])).invoke(go, {"configurable": {"thread_id": "t2"}})
+    (answer,) = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answer.content == "balance of ada: 100"
+    assert len(seen) == 1 and seen[0] == answer.tool_call_id

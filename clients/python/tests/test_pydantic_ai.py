@@ -9,12 +9,25 @@ turns, sync and async tools, a streamed run, against a real `actonce serve`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 import scenarios
 from kill_loop import World, check_every_kill, world_of
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from actonce_client import Client
+from actonce_client.pydantic_ai import Actonce, Parked, ToolCall, deliver
 from actonce_client.testing import LocalSidecar
 
 pytestmark = pytest.mark.timeout(180)
@@ -33,3 +46,50 @@ def test_each_write_once_whichever_write_or_model_call_the_worker_is_killed_at(
     world: World, scenario: str
 ) -> None:
     assert check_every_kill(world, scenario, EXPECTED[scenario]) > 0
+
+
+def _script(first: list[ToolCallPart]) -> FunctionModel:
+    """A model that makes ``first`` tool calls, then answers with what it was told."""
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        told = [p for m in messages for p in getattr(m, "parts", ())
+                if isinstance(p, RetryPromptPart | ToolReturnPart)]  # fmt: skip
+        if not told:
+            return ModelResponse(parts=list(first))
+        return ModelResponse(parts=[TextPart(str(told[-1].content))])
+
+    return FunctionModel(answer)
+
+
+def test_a_refused_call_goes_back_to_the_model_and_the_run_goes_on(client: Client) -> None:
+    actonce = Actonce(client, rule="editor")
+
+    @actonce.tool
+    def retitle(artifact_id: str, title: str, call: ToolCall) -> str:
+        """Retitle an artifact."""
+        return call.attempt.edit(artifact_id, "/title", title).id
+
+    call = ToolCallPart("retitle", {"artifact_id": "art_missing", "title": "x"},
+                        tool_call_id=f"call_{uuid.uuid4().hex}")  # fmt: skip
+    agent = Agent(_script([call]), tools=[retitle], output_type=str)
+    result = deliver(agent, f"run-{uuid.uuid4().hex}", "go")
+    assert not isinstance(result, Parked)
+    assert result.output.startswith("refused: NOT_FOUND")
+
+
+def test_an_error_that_is_not_a_refusal_ends_the_run(client: Client) -> None:
+    actonce = Actonce(client, rule="editor")
+
+    @actonce.tool
+    def charge(call: ToolCall) -> str:
+        """Charge; its connection fails after it was sent."""
+        return call.step("charge", {}, _sent_then_reset)
+
+    made = ToolCallPart("charge", {}, tool_call_id=f"call_{uuid.uuid4().hex}")
+    agent = Agent(_script([made]), tools=[charge], output_type=str)
+    with pytest.raises(ConnectionResetError):
+        deliver(agent, f"run-{uuid.uuid4().hex}", "go")
+
+
+def _sent_then_reset(key: str) -> str:
+    raise ConnectionResetError("charged, then the connection reset")

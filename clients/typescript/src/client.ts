@@ -109,6 +109,13 @@ export interface Run {
    * in two scopes is two writes.
    */
   scope?: string;
+  /**
+   * The delivery a scoped attempt belongs to: the id of the unscoped attempt of
+   * the queue's delivery of the job whose tool call it is. A newer delivery of
+   * the run then fences this attempt too. "" (the default): no delivery. Not an
+   * input of any derived id.
+   */
+  deliveryAttemptId?: string;
 }
 
 /** What a write made: the derived id of the artifact, proposal, thread or
@@ -207,7 +214,7 @@ export class Client {
       checkpoint: run.checkpoint ?? "",
       leaseDeadline: run.leaseDeadline,
       scope: run.scope ?? "",
-      deliveryAttemptId: "",
+      deliveryAttemptId: run.deliveryAttemptId ?? "",
     });
     // A sidecar from before scheme versions answers none: it derives version 1.
     const idScheme = { version: response.idSchemeVersion || 1, scope: run.scope ?? "" };

@@ -111,6 +111,19 @@ describe("against a live sidecar", () => {
     assert.equal((await newer.notice(thread.id, "Charged.")).id, posted[0]!.id);
   });
 
+  test("a newer delivery fences the tool calls of an older one", async () => {
+    const run = { runId: runId(), rule: "deliveries" };
+    const older = await client.begin(run);
+    const thread = await older.createThread("Deliveries");
+    const toolCall = await client.begin({ ...run, scope: "call_1", deliveryAttemptId: older.id });
+    assert.equal((await toolCall.notice(thread.id, "before the redelivery")).outcome, "APPLIED");
+    await client.begin(run); // the queue delivers the job again
+    // The older delivery's tool call is another scope than the newer delivery's, yet fenced.
+    assert.equal((await rejection(toolCall.notice(thread.id, "late"))).reason, "ATTEMPT_FENCED");
+    const unscoped = client.begin({ ...run, deliveryAttemptId: older.id });
+    assert.equal((await rejection(unscoped)).reason, "INVALID_ARGUMENT");
+  });
+
   test("an aborted step runs in a later attempt", async () => {
     const run = { runId: runId(), rule: "steps" };
     const first = await client.begin(run);

@@ -5,7 +5,7 @@ other services (health, reflection) pass. LogContextInterceptor starts each call
 with fresh log context bound to the RPC and the attempt, so that every line a
 call logs names them. RequestDecodingInterceptor parses each request itself, so
 that one that does not parse is refused as bad input like any other. The call
-gate (sidecar.ops.drain) and the metrics (sidecar.ops.metrics) are two more.
+gate (sidecar.fronts.grpc.drain) and the metrics (sidecar.fronts.grpc.metrics) are two more.
 ForwardingContext is the call's context handed on whole, for an interceptor that
 watches some of its methods (the metrics count aborts as they are sent).
 """

@@ -41,8 +41,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from sidecar import errors
-from sidecar.store_codes import STATUS_CODES
+from sidecar import errors, store_contract
 
 log = structlog.get_logger()
 
@@ -71,7 +70,8 @@ _CODES: dict[type[errors.ActonceError], grpc.StatusCode] = {
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.RequestTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
-# Errors that carry a store's refusal code travel with the code the contract gives it.
+# Errors that carry a store's refusal code travel with the code the store contract gives it
+# (sidecar.store_contract.RefusalCode): the reference store sends it too, below this front.
 _BY_STORE_CODE = (errors.StoreRefused, errors.PatchDoesNotApply)
 
 _CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: int(code.value[0]) for code in grpc.StatusCode}
@@ -80,7 +80,7 @@ _CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: int(code.value[0]) for code i
 def code_of(error: errors.ActonceError) -> grpc.StatusCode:
     """The status code ``error`` travels with."""
     if isinstance(error, _BY_STORE_CODE):
-        return STATUS_CODES.get(error.reason, grpc.StatusCode.FAILED_PRECONDITION)
+        return grpc.StatusCode[store_contract.status_of(error.reason)]
     for kind in type(error).__mro__:
         code = _CODES.get(kind)
         if code is not None:

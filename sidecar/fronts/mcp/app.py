@@ -7,8 +7,9 @@ Routes (all on ``--mcp-listen``):
   ``actonce-scope`` too, that attempt is the delivery, and each call is made in the
   scoped attempt of that tool call's scope in the delivery (core/deliveries.py);
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
-- ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?}`` ->
-  ``{"attempt_id"}``, and ``POST /attempts/{attempt_id}/end`` -> the counts.
+- ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?,
+  "delivery_attempt_id"?}`` -> ``{"attempt_id"}`` (BeginAttempt's fields), and
+  ``POST /attempts/{attempt_id}/end`` -> the counts.
 
 The harness binds the attempt, never the model: no tool takes an attempt id.
 

@@ -110,8 +110,9 @@ def refused_text(error: ActonceError) -> str:
 
 
 def error_result(error: ActonceError) -> types.CallToolResult:
-    """Every error is a tool result with isError, its reason, its class and, for bad input,
-    the fields at fault (as gRPC's BadRequest names them, a JSON value by its argument)."""
+    """Every error is a tool result with isError, its reason, its class, its metadata and,
+    for bad input, the fields at fault (as gRPC's BadRequest names them, a JSON value by its
+    argument)."""
     text = refused_text(error)
     said: dict[str, Any] = {
         "reason": error.reason,
@@ -122,6 +123,10 @@ def error_result(error: ActonceError) -> types.CallToolResult:
         said["field_violations"] = [
             {"field": v.field, "description": v.description} for v in error.violations
         ]
+    if error.metadata:
+        # What ErrorInfo's metadata carries over gRPC (ids, never payloads): a step in
+        # doubt is named, for the agent's harness to park it.
+        said["metadata"] = dict(error.metadata)
     return types.CallToolResult(
         content=[types.TextContent(text=text)], structured_content=said, is_error=True
     )

@@ -144,3 +144,30 @@ def test_attempts_begin_and_end_over_http(served: RunningSidecar) -> None:
     assert again.status_code == 404 and again.json()["reason"] == "UNKNOWN_ATTEMPT"
     bad = httpx2.post(f"{base(served)}/attempts", content=b'{"run_id": ""}', headers=json_type)
     assert bad.status_code == 400 and bad.json()["failure_class"] == "REFUSED"
+
+
+def _begin(served: RunningSidecar, **fields: object) -> httpx2.Response:
+    return httpx2.post(
+        f"{base(served)}/attempts", json=fields, headers={"content-type": "application/json"}
+    )
+
+
+def test_an_attempt_begun_over_http_names_its_delivery_and_a_newer_delivery_fences_it(
+    served: RunningSidecar,
+) -> None:
+    start = {"run_id": "run-delivered", "rule": "triage", "checkpoint": ""}
+    older = _begin(served, **start).json()["attempt_id"]
+    tool_call = _begin(served, **start, scope="call-1", delivery_attempt_id=older)
+    assert tool_call.status_code == 200, tool_call.text
+    scoped = tool_call.json()["attempt_id"]
+    url = base(served) + "/mcp"
+    assert call(url, scoped, ("create_thread", {"title": "t"}))[0].is_error is False
+    _begin(served, **start)  # the queue delivers the job again
+    fenced = call(url, scoped, ("create_thread", {"title": "u"}))[0]
+    assert fenced.structured_content["reason"] == "ATTEMPT_FENCED"
+    # A delivery is named by a scoped attempt only, as a string, as BeginAttempt says.
+    unscoped = _begin(served, **start, delivery_attempt_id=older)
+    assert unscoped.status_code == 400
+    assert "delivery_attempt_id" in unscoped.json()["message"]
+    not_text = _begin(served, **start, scope="call-2", delivery_attempt_id=7)
+    assert not_text.status_code == 400 and "must be a string" in not_text.json()["message"]

@@ -150,6 +150,9 @@ def test_a_tool_missing_from_the_effects_file_is_non_idempotent_whatever_its_hin
             0
         ]
         assert again.is_error and again.structured_content["reason"] == "IN_DOUBT"
+        # The step is named, as ErrorInfo's metadata names it over gRPC: what a harness parks.
+        said = again.structured_content["metadata"]
+        assert said["tool"] == "payments__charge" and said["step_id"].startswith("stp_")
     finally:
         sidecar.stop()
     assert payments.runs["dee:1"] == 1

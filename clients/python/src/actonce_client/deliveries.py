@@ -241,7 +241,7 @@ class Delivery:
         lease_deadline: datetime | None = None,
     ) -> Attempt:  # fmt: skip
         """The attempt of one try of a tool call of this delivery."""
-        self._require_turns()
+        self.require_turns()
         return client.begin(self.run_id, self.rule, checkpoint, scope=scope,
                             delivery_attempt_id=self.attempt.id,
                             lease_deadline=lease_deadline)  # fmt: skip
@@ -250,13 +250,14 @@ class Delivery:
         self, scope: str, checkpoint: str = "", lease_deadline: datetime | None = None
     ) -> AsyncAttempt:
         """:meth:`begin_tool`, awaited, on this event loop's client."""
-        self._require_turns()
+        self.require_turns()
         return await self.async_client().begin(
             self.run_id, self.rule, checkpoint, scope=scope,
             delivery_attempt_id=self.attempt.id, lease_deadline=lease_deadline,
         )  # fmt: skip
 
-    def _require_turns(self) -> None:
+    def require_turns(self) -> None:
+        """Refuse a tool call that no recorded model turn named, where ids need one."""
         if self.needs_turns and self.turns == 0:
             raise RuntimeError(
                 "a tool call before any recorded model turn, in a graph without a "

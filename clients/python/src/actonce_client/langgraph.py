@@ -24,6 +24,7 @@ each model response as a durable model turn of the delivery and replays it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import weakref
@@ -31,8 +32,9 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import grpc
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
@@ -44,7 +46,7 @@ from langchain_core.messages import (
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphInterrupt
@@ -64,7 +66,7 @@ from actonce_client.deliveries import (
     Parked,
     ParkedItem,
 )
-from actonce_client.errors import ActonceError
+from actonce_client.errors import ActonceError, FailureClass
 from actonce_client.tool_calls import (
     AsyncToolCall,
     ToolAttempts,
@@ -96,6 +98,7 @@ __all__ = [
     "mcp_scope",
     "refused_message",
     "retry_policy",
+    "sync_tools",
 ]
 
 RUN_ID_KEY = "actonce_run_id"
@@ -392,6 +395,12 @@ def mcp_scope() -> Callable[[Any, Callable[[Any], Any]], Any]:
     ``actonce-attempt-id`` (the delivery), on the actonce MCP front or gateway.
 
         MultiServerMCPClient({...}, tool_interceptors=[mcp_scope()])
+
+    An error the front answers is raised as an :class:`ActonceError`, as the sidecar's
+    own tools raise it, and the delivery notes an item in doubt (``Parked``), except a
+    refusal, which goes back to the model as the tool's error. The adapters would hand
+    every error to the model (an ``IN_DOUBT``, a fenced delivery), and it would improvise.
+    An upstream tool's own error answer is the upstream's, left to the adapters.
     """
 
     async def intercept(request: Any, handler: Callable[[Any], Any]) -> Any:
@@ -403,11 +412,65 @@ def mcp_scope() -> Callable[[Any, Callable[[Any], Any]], Any]:
             raise RuntimeError(
                 "an actonce-scoped MCP tool runs in a graph's ToolNode, under deliver()"
             )
+        delivery.require_turns()
         headers = {**(request.headers or {}), "actonce-attempt-id": delivery.attempt.id,
                    "actonce-scope": tool_call_id}  # fmt: skip
-        return await handler(request.override(headers=headers))
+        result = await handler(request.override(headers=headers))
+        error = _front_error(result)
+        if error is None or error.refused:
+            return result
+        delivery.saw(error)
+        raise error
 
     return intercept
+
+
+def _front_error(result: Any) -> ActonceError | None:
+    """The actonce error an MCP tool result answers (the front's ``isError`` result: its
+    reason, class and metadata), or None for a result or an upstream tool's own error."""
+    if not getattr(result, "isError", False):
+        return None
+    if "actonce/outcome" in (getattr(result, "meta", None) or {}):
+        return None  # the gateway passed the upstream's own answer on
+    said = getattr(result, "structuredContent", None)
+    if not isinstance(said, Mapping) or not isinstance(said.get("reason"), str):
+        return None
+    try:
+        failure_class = FailureClass(str(said.get("failure_class")))
+    except ValueError:
+        return None
+    metadata = said.get("metadata")
+    return ActonceError(
+        str(said.get("message", "")),
+        code=grpc.StatusCode.UNKNOWN,  # MCP carries no status code: the reason says it
+        reason=said["reason"],
+        failure_class=failure_class,
+        metadata={str(k): str(v) for k, v in metadata.items()}
+        if isinstance(metadata, Mapping)
+        else None,
+    )
+
+
+def sync_tools(tools: Sequence[BaseTool]) -> list[BaseTool]:
+    """``tools`` callable from a graph run with ``invoke`` (:func:`deliver`): a tool that
+    has only a coroutine (langchain-mcp-adapters' tools are async-only) runs it on an
+    event loop of its own in the ToolNode's thread; every other tool as it is."""
+    return [_sync_tool(tool) for tool in tools]
+
+
+def _sync_tool(tool: BaseTool) -> BaseTool:
+    if not isinstance(tool, StructuredTool) or tool.func is not None or tool.coroutine is None:
+        return tool
+    coroutine = tool.coroutine
+
+    # ``runtime`` by name, so that the ToolNode injects it for the tool's interceptors.
+    def run(runtime: Annotated[object | None, InjectedToolArg()] = None, **arguments: Any) -> Any:
+        async def call() -> Any:
+            return await coroutine(runtime=runtime, **arguments)
+
+        return asyncio.run(call())
+
+    return tool.model_copy(update={"func": run})
 
 
 # -- deliveries ------------------------------------------------------------------------

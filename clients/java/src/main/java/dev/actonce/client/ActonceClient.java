@@ -125,7 +125,8 @@ public final class ActonceClient implements AutoCloseable {
             .setRunId(run.runId())
             .setRule(run.rule())
             .setCheckpoint(run.checkpoint())
-            .setScope(run.scope());
+            .setScope(run.scope())
+            .setDeliveryAttemptId(run.deliveryAttemptId());
     run.leaseDeadline().ifPresent(d -> request.setLeaseDeadline(Attempt.timestamp(d)));
     BeginAttemptResponse response = call(s -> s.beginAttempt(request.build()));
     // A sidecar from before scheme versions answers none: it derives version 1.

@@ -137,6 +137,24 @@ class ActonceClientTest {
   }
 
   @Test
+  void aNewerDeliveryFencesTheToolCallsOfAnOlderOne() {
+    Run run = Run.of("run-" + UUID.randomUUID(), "deliveries", "");
+    Attempt older = client.begin(run);
+    Write thread = older.createThread("Deliveries");
+    Attempt toolCall = client.begin(run.withScope("call_1").withDeliveryAttemptId(older.id()));
+    assertEquals(Outcome.APPLIED, toolCall.notice(thread.id(), "before the redelivery").outcome());
+    client.begin(run); // the queue delivers the job again
+    // The older delivery's tool call is another scope than the newer delivery's, yet fenced.
+    ActonceException fenced =
+        assertThrows(ActonceException.class, () -> toolCall.notice(thread.id(), "late"));
+    assertEquals("ATTEMPT_FENCED", fenced.reason());
+    ActonceException unscoped =
+        assertThrows(
+            ActonceException.class, () -> client.begin(run.withDeliveryAttemptId(older.id())));
+    assertEquals("INVALID_ARGUMENT", unscoped.reason());
+  }
+
+  @Test
   void anAbortedStepRunsInALaterAttempt() {
     Run run = newRun("steps");
     Attempt first = client.begin(run);

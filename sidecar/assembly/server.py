@@ -6,7 +6,10 @@ ledger on a SQLite file; ``store_target`` points at an external store.
 
 Longer than most modules, on purpose: it is where every part is chosen and
 wired (ledger, store client, the core, interceptors, health, reflection, metrics,
-the MCP front) and where they are closed again in order, in one reading.
+traces, the MCP front) and where they are closed again in order, in one reading.
+The metrics and the traces are put around each seam in one way: the ledger's append
+hooks (``GroupCommitLedger.watch``), the store client's middleware (a StoreClient around
+another), and the gRPC server's interceptors.
 """
 
 from __future__ import annotations
@@ -29,33 +32,31 @@ import structlog
 from actonce_api.v1 import run_actions_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from sidecar.assembly.instruments import TimedAppends, TimedStore
+from sidecar.assembly.pending_metrics import PendingCollector
 from sidecar.config import Config
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry
 from sidecar.core.types import Settings
 from sidecar.fronts.grpc import servicer
+from sidecar.fronts.grpc.drain import LINGER_SECONDS, CallGate
 from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecodingInterceptor
+from sidecar.fronts.grpc.metrics import MetricsInterceptor
+from sidecar.fronts.grpc.status import to_grpc_status
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.liveness import Heartbeat, open_heartbeat
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.ops import auth, files, limits, reflection, security, tracing_settings
-from sidecar.ops.drain import LINGER_SECONDS, CallGate
 from sidecar.ops.listening import SERVER_OPTIONS, bind
-from sidecar.ops.metrics import (
-    Metrics,
-    MetricsEndpoint,
-    MetricsInterceptor,
-    instrument_ledger,
-    instrument_store,
-)
-from sidecar.ops.pending_metrics import PendingCollector
+from sidecar.ops.metrics import Metrics, MetricsEndpoint
 from sidecar.ops.probes import LIVENESS_SERVICE, create_health_server
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.base import StoreClient
+from sidecar.upstream.base import StoreClient, ping
+from sidecar.upstream.grpc import GrpcStoreClient, connect_store
 from sidecar.upstream.inprocess import InProcessStoreClient
 
 log = structlog.get_logger()
@@ -70,7 +71,10 @@ class Sidecar:
     server: grpc.aio.Server
     actions: RunActions
     ledger: AuditLedger
+    # The store client the core calls (its middleware around the transport), and the
+    # transport itself, which the assembly made and closes.
     store: StoreClient
+    upstream: GrpcStoreClient | InProcessStoreClient
     health: health.aio.HealthServicer
     store_target: str = ""
     embedded_store: grpc.aio.Server | None = None
@@ -117,7 +121,7 @@ class Sidecar:
             # answering turns readiness NOT_SERVING within one probe period.
             async with asyncio.timeout(HEALTH_CHECK_SECONDS):
                 await self.ledger.ping()
-                await self.store.ping()
+                await ping(self.upstream)
             serving = True
         except Exception as exc:  # any failure to answer, of either, is NOT_SERVING
             log.warning("health_check_failed", error=str(exc))
@@ -143,7 +147,7 @@ class Sidecar:
         closed, then the store it may share a file with. ``None`` or 0 cuts calls in flight
         at once.
 
-        Every call the sidecar receives is answered, never cancelled (sidecar.ops.drain):
+        Every call the sidecar receives is answered, never cancelled (sidecar.fronts.grpc.drain):
         calls still running when their time runs out, and calls that arrive while the
         agents stop calling, are refused SHUTTING_DOWN. The server stops only once its
         callers are quiet, or when closing must begin; after a cut too, since the callers
@@ -204,7 +208,7 @@ class Sidecar:
         await _bounded("writes", self.actions.settle(), left())
         if self.heartbeat is not None:
             await _bounded("heartbeat", self.heartbeat.stop(), left())
-        await _bounded("store_client", self.store.close(), left())
+        await _bounded("store_client", self.upstream.close(), left())
         if self.embedded_store is not None:
             await self.embedded_store.stop(0)
         # The ledger before the embedded store's backend: in a data folder of one file the
@@ -315,8 +319,8 @@ async def create_server(
 ) -> tuple[Sidecar, int]:
     """Build the sidecar (not yet started) and return it with its bound port.
 
-    ``ledger`` replaces the configured one; only benchmarks pass it (to
-    measure the sidecar without audit), and no flag or setting reaches it.
+    ``ledger`` replaces the configured one, as it is (no hook watches it); only benchmarks
+    pass it (to measure the sidecar without audit), and no flag or setting reaches it.
     Traces are on when the ``OTEL_*`` variables ask for them (sidecar.ops.tracing).
     """
     traces = _tracing()
@@ -341,22 +345,19 @@ async def create_server(
             config.store_path, busy_timeout_ms=config.audit_busy_timeout_ms
         )
         backend = sqlite_backend
-        ledger = shared = SqliteLedger(
+        shared = SqliteLedger(
             config.audit_path, through=sqlite_backend, busy_timeout_ms=config.audit_busy_timeout_ms
         )
-    ledger = ledger if ledger is not None else open_ledger(config)
+    if ledger is None:
+        ledger = _watched(shared if shared is not None else open_ledger(config), metrics, traces)
     if traces is not None:
-        traces.watch_commits(ledger)
         metrics.exemplar = traces.exemplar
-    ledger = instrument_ledger(ledger, metrics)
-    if traces is not None:
-        ledger = traces.ledger(ledger)
     embedded: grpc.aio.Server | None = None
-    upstream: StoreClient
+    upstream: GrpcStoreClient | InProcessStoreClient
     if config.store_target:
         target = config.store_target
         # TLS and the token apply to an external store only.
-        upstream = security.connect_store(
+        upstream = connect_store(
             target,
             tls=security.store_tls(
                 config.store_tls_ca, config.store_tls_cert, config.store_tls_key
@@ -380,9 +381,7 @@ async def create_server(
             ledger=shared,
             ledger_wait_seconds=config.audit_busy_timeout_ms / 1000,
         )
-    store = instrument_store(upstream, metrics)
-    if traces is not None:
-        store = traces.store(store)
+    store = _store_middleware(upstream, metrics, traces)
     actions = RunActions(
         ledger=ledger,
         store=store,
@@ -395,14 +394,20 @@ async def create_server(
             sidecar_id=heartbeat.sidecar_id if heartbeat is not None else "",
         ),
         on_reread=metrics.version_conflict_rereads.inc,
+        commits_writes=shared is not None,
     )
     # Outermost first: metrics see every call, the gate's refusals included.
     server = grpc.aio.server(
         interceptors=[
             # The call's span first, so that everything below runs within it.
-            *(traces.server_interceptors() if traces is not None else ()),
+            *(_call_spans(traces) if traces is not None else ()),
             # Before every interceptor that keeps the handlers it wraps (sidecar.ops.auth).
-            *auth.interceptors(api_token, config.api_token_exempt, refusals=metrics.refusals),
+            *auth.interceptors(
+                api_token,
+                config.api_token_exempt,
+                refusal=to_grpc_status,
+                refusals=metrics.refusals,
+            ),
             MetricsInterceptor(metrics),
             gate,
             # Parses requests itself, for the log context below and the handlers.
@@ -431,6 +436,7 @@ async def create_server(
         actions=actions,
         ledger=ledger,
         store=store,
+        upstream=upstream,
         health=health_servicer,
         store_target=target,
         embedded_store=embedded,
@@ -452,6 +458,37 @@ async def create_server(
 if TYPE_CHECKING:
     from sidecar.fronts.mcp.app import McpListener
     from sidecar.ops.tracing import Tracing
+
+
+def _watched(
+    ledger: GroupCommitLedger, metrics: Metrics, traces: Tracing | None
+) -> GroupCommitLedger:
+    """``ledger`` with its appends timed (and spanned, when the sidecar traces): the spans
+    outermost, so that an event names the call's trace before anything else sees it."""
+    ledger.watch(TimedAppends(metrics))
+    if traces is not None:
+        from sidecar.assembly.traces import TracedAppends
+
+        ledger.watch(TracedAppends(traces.tracer))
+    return ledger
+
+
+def _store_middleware(
+    upstream: StoreClient, metrics: Metrics, traces: Tracing | None
+) -> StoreClient:
+    """The store client the core calls: the transport, every call timed (and spanned)."""
+    store: StoreClient = TimedStore(upstream, metrics)
+    if traces is not None:
+        from sidecar.assembly.traces import TracedStore
+
+        store = TracedStore(store, traces.tracer)
+    return store
+
+
+def _call_spans(traces: Tracing) -> list[grpc.aio.ServerInterceptor]:
+    from sidecar.fronts.grpc.spans import server_interceptors
+
+    return server_interceptors(traces)
 
 
 def _tracing() -> Tracing | None:
