@@ -1,9 +1,11 @@
-"""The one error hierarchy of the sidecar, and the one table that maps it to gRPC.
+"""The one error hierarchy of the sidecar: what each refusal is, in no protocol's words.
 
-Every refusal the sidecar gives is an :class:`ActonceError`. The servicer never
-builds a status by hand: :func:`to_status` turns any of these into a
-``google.rpc.Status`` with an ``ErrorInfo`` (reason, domain ``actonce``,
-``metadata.failure_class``) and, for bad input, a ``BadRequest``.
+Every refusal the sidecar gives is an :class:`ActonceError`, carrying its ``reason``
+(the ErrorInfo reason every front sends), its :class:`FailureClass` and, for bad
+input, the fields at fault. How a front tells it is the front's own table, as
+httpx's error tree knows no transport: the gRPC front's status codes, ErrorInfo and
+BadRequest (sidecar.fronts.grpc.status), the MCP front's tool errors and HTTP
+statuses (sidecar.fronts.mcp).
 
     ActonceError
     ├── InvalidArgument          INVALID_ARGUMENT        REFUSED
@@ -34,12 +36,6 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import grpc
-from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-
-DOMAIN = "actonce"
-
 
 class FailureClass(enum.StrEnum):
     """What the caller does with a failure (docs/design.md, the refusal table)."""
@@ -63,7 +59,6 @@ class ActonceError(Exception):
 
     reason: str = "INTERNAL"
     failure_class: FailureClass = FailureClass.UNKNOWN
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
     def __init__(
         self,
@@ -71,7 +66,6 @@ class ActonceError(Exception):
         *,
         reason: str | None = None,
         failure_class: FailureClass | None = None,
-        code: grpc.StatusCode | None = None,
         metadata: Mapping[str, str] | None = None,
         violations: Sequence[FieldViolation] = (),
         nothing_sent: bool = False,
@@ -85,8 +79,6 @@ class ActonceError(Exception):
             self.reason = reason
         if failure_class is not None:
             self.failure_class = failure_class
-        if code is not None:
-            self.code = code
         self.metadata: dict[str, str] = dict(metadata or {})
         self.violations: tuple[FieldViolation, ...] = tuple(violations)
 
@@ -96,7 +88,6 @@ class InvalidArgument(ActonceError):
 
     reason = "INVALID_ARGUMENT"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.INVALID_ARGUMENT
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(f"{field}: {description}", violations=[FieldViolation(field, description)])
@@ -107,7 +98,6 @@ class UnknownAttempt(ActonceError):
 
     reason = "UNKNOWN_ATTEMPT"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class AuditPersistenceFailed(ActonceError):
@@ -115,16 +105,11 @@ class AuditPersistenceFailed(ActonceError):
 
     reason = "AUDIT_PERSISTENCE_FAILED"
     failure_class = FailureClass.UNKNOWN
-    # Not UNAVAILABLE: a transport retry policy would re-run a write whose
-    # effect may already have landed.
-    code = grpc.StatusCode.INTERNAL
 
 
 class StoreRefused(ActonceError):
-    """The store refused the write; reason is the store's own code, and the class and
-    status code follow it (the store contract's table, sidecar.store_contract.as_error)."""
-
-    code = grpc.StatusCode.FAILED_PRECONDITION
+    """The store refused the write; reason is the store's own code, and its class follows it
+    (the store contract's table, sidecar.store_contract.as_error)."""
 
     def __init__(
         self,
@@ -132,12 +117,9 @@ class StoreRefused(ActonceError):
         *,
         reason: str,
         failure_class: FailureClass,
-        code: grpc.StatusCode = grpc.StatusCode.FAILED_PRECONDITION,
         metadata: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(
-            message, reason=reason, failure_class=failure_class, code=code, metadata=metadata
-        )
+        super().__init__(message, reason=reason, failure_class=failure_class, metadata=metadata)
 
 
 class PatchDoesNotApply(ActonceError):
@@ -146,7 +128,6 @@ class PatchDoesNotApply(ActonceError):
 
     reason = "PATCH_FAILED"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.FAILED_PRECONDITION  # the store's for PATCH_FAILED
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(
@@ -161,7 +142,6 @@ class StoreUnavailable(ActonceError):
 
     reason = "STORE_UNAVAILABLE"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.UNAVAILABLE
 
 
 class StoreDeadlineExceeded(ActonceError):
@@ -169,7 +149,6 @@ class StoreDeadlineExceeded(ActonceError):
 
     reason = "STORE_DEADLINE_EXCEEDED"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 class ArtifactArchived(ActonceError):
@@ -177,7 +156,6 @@ class ArtifactArchived(ActonceError):
 
     reason = "INVALID_STATE"
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class SendNotAllowed(ActonceError):
@@ -185,7 +163,6 @@ class SendNotAllowed(ActonceError):
 
     reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class RuleNotServed(ActonceError):
@@ -193,7 +170,6 @@ class RuleNotServed(ActonceError):
 
     reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class RunOfAnotherRule(ActonceError):
@@ -202,7 +178,6 @@ class RunOfAnotherRule(ActonceError):
 
     reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class LeaseExpired(ActonceError):
@@ -210,7 +185,6 @@ class LeaseExpired(ActonceError):
 
     reason = "LEASE_EXPIRED"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class AttemptFenced(ActonceError):
@@ -218,7 +192,6 @@ class AttemptFenced(ActonceError):
 
     reason = "ATTEMPT_FENCED"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class InDoubt(ActonceError):
@@ -226,7 +199,6 @@ class InDoubt(ActonceError):
 
     reason = "IN_DOUBT"
     failure_class = FailureClass.UNKNOWN
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class UnknownStep(ActonceError):
@@ -234,7 +206,6 @@ class UnknownStep(ActonceError):
 
     reason = "UNKNOWN_STEP"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class StepEnded(ActonceError):
@@ -242,7 +213,6 @@ class StepEnded(ActonceError):
 
     reason = "STEP_ENDED"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class StepAborted(ActonceError):
@@ -250,7 +220,6 @@ class StepAborted(ActonceError):
 
     reason = "STEP_ABORTED"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class ShuttingDown(ActonceError):
@@ -258,7 +227,6 @@ class ShuttingDown(ActonceError):
 
     reason = "SHUTTING_DOWN"
     failure_class = FailureClass.RETRYABLE
-    code = grpc.StatusCode.UNAVAILABLE
 
 
 class Unauthenticated(ActonceError):
@@ -269,7 +237,6 @@ class Unauthenticated(ActonceError):
 
     reason = "UNAUTHENTICATED"
     failure_class = FailureClass.PERMANENT
-    code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class RequestTooLarge(ActonceError):
@@ -277,38 +244,3 @@ class RequestTooLarge(ActonceError):
 
     reason = "REQUEST_TOO_LARGE"
     failure_class = FailureClass.REFUSED
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
-_CODE_NUMBERS: dict[grpc.StatusCode, int] = {code: int(code.value[0]) for code in grpc.StatusCode}
-
-
-def to_status(error: ActonceError) -> status_pb2.Status:
-    """Build the google.rpc.Status that carries ``error`` to the caller."""
-    info = error_details_pb2.ErrorInfo(
-        reason=error.reason,
-        domain=DOMAIN,
-        metadata={**error.metadata, "failure_class": error.failure_class.value},
-    )
-    details = [_pack(info)]
-    if error.violations:
-        bad = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(
-                    field=v.field, description=v.description
-                )
-                for v in error.violations
-            ]
-        )
-        details.append(_pack(bad))
-    return status_pb2.Status(
-        code=_CODE_NUMBERS.get(error.code, code_pb2.INTERNAL),
-        message=error.message,
-        details=details,
-    )
-
-
-def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed

@@ -12,6 +12,10 @@ that acts on them and the conformance kit that checks them. So:
 
 - :class:`RefusalCode` is the refusal table: each code with the status it travels with and the
   failure class it gets when it does not count as done. Adding a code is one entry there.
+  The status is a canonical code's name (google.rpc.Code), so that this module, the error tree
+  and the core that read it speak no transport: the reference store's wire
+  (`sidecar.refstore.wire`) and the gRPC front's status table (`sidecar.fronts.grpc.status`)
+  turn it into gRPC's.
 - :data:`ID_USED` and :data:`ARCHIVED` are the INVALID_STATE states the sidecar acts on, and
   :func:`counts_as_done` the one rule about them.
 - :class:`StoredArtifact` and :class:`StoredMessage` are the records a store answers with.
@@ -28,8 +32,7 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import grpc
+from typing import Literal
 
 from sidecar.errors import FailureClass, StoreRefused
 
@@ -48,11 +51,20 @@ __all__ = [
     "counts_as_done",
     "failure_class",
     "status_code_for",
+    "status_of",
 ]
 
 STORE_DOMAIN = "store.actonce"
 
-_Status = grpc.StatusCode
+# The canonical status codes (google.rpc.Code) a store's refusal travels with, by name.
+Status = Literal[
+    "NOT_FOUND",
+    "ABORTED",
+    "INVALID_ARGUMENT",
+    "FAILED_PRECONDITION",
+    "PERMISSION_DENIED",
+    "ALREADY_EXISTS",
+]
 _Class = FailureClass
 
 
@@ -61,22 +73,22 @@ class RefusalCode(enum.StrEnum):
     travels with (on the store's wire, and from the sidecar to the agent alike) and the failure
     class of a refusal that does not count as done (ADR-0019, docs/design.md's table)."""
 
-    status: grpc.StatusCode
+    status: Status
     failure_class: FailureClass
 
-    def __new__(cls, value: str, status: grpc.StatusCode, klass: FailureClass) -> RefusalCode:
+    def __new__(cls, value: str, status: Status, klass: FailureClass) -> RefusalCode:
         member = str.__new__(cls, value)
         member._value_ = value
         member.status = status
         member.failure_class = klass
         return member
 
-    NOT_FOUND = "NOT_FOUND", _Status.NOT_FOUND, _Class.REFUSED
-    VERSION_CONFLICT = "VERSION_CONFLICT", _Status.ABORTED, _Class.RETRYABLE
-    VALIDATION_FAILED = "VALIDATION_FAILED", _Status.INVALID_ARGUMENT, _Class.REFUSED
-    PATCH_FAILED = "PATCH_FAILED", _Status.FAILED_PRECONDITION, _Class.REFUSED
-    FORBIDDEN = "FORBIDDEN", _Status.PERMISSION_DENIED, _Class.PERMANENT
-    INVALID_STATE = "INVALID_STATE", _Status.FAILED_PRECONDITION, _Class.PERMANENT
+    NOT_FOUND = "NOT_FOUND", "NOT_FOUND", _Class.REFUSED
+    VERSION_CONFLICT = "VERSION_CONFLICT", "ABORTED", _Class.RETRYABLE
+    VALIDATION_FAILED = "VALIDATION_FAILED", "INVALID_ARGUMENT", _Class.REFUSED
+    PATCH_FAILED = "PATCH_FAILED", "FAILED_PRECONDITION", _Class.REFUSED
+    FORBIDDEN = "FORBIDDEN", "PERMISSION_DENIED", _Class.PERMANENT
+    INVALID_STATE = "INVALID_STATE", "FAILED_PRECONDITION", _Class.PERMANENT
 
 
 # States of an INVALID_STATE refusal. The contract leaves the set open (PROPOSAL_CLOSED, ...);
@@ -172,26 +184,31 @@ def failure_class(code: str) -> FailureClass:
     return known.failure_class if known is not None else FailureClass.PERMANENT
 
 
-def status_code_for(refusal: Refusal) -> grpc.StatusCode:
-    """The status code a refusal travels with: its code's, but ALREADY_EXISTS for an
+def status_of(code: str) -> Status:
+    """The status a refusal ``code`` travels with, on the store's wire and from the sidecar
+    to the agent alike; FAILED_PRECONDITION for a code this table does not know."""
+    known = _KNOWN_CODES.get(code)
+    return known.status if known is not None else "FAILED_PRECONDITION"
+
+
+def status_code_for(refusal: Refusal) -> Status:
+    """The status a store sends a refusal with: its code's, but ALREADY_EXISTS for an
     INVALID_STATE whose only state is ID_USED (the sidecar never answers with that one,
     since it counts as done)."""
     if counts_as_done(refusal):
-        return grpc.StatusCode.ALREADY_EXISTS
-    known = _KNOWN_CODES.get(refusal.code)
-    return known.status if known is not None else grpc.StatusCode.FAILED_PRECONDITION
+        return "ALREADY_EXISTS"
+    return status_of(refusal.code)
 
 
 def as_error(refusal: Refusal) -> StoreRefused:
     """The error a refusal that does not count as done is answered with: its reason is the
-    store's code, classed and given its status by the table."""
+    store's code, classed by the table (which a front also reads its status from,
+    :func:`status_of`)."""
     metadata = {"states": ",".join(sorted(refusal.states))} if refusal.states else {}
-    known = _KNOWN_CODES.get(refusal.code)
     return StoreRefused(
         f"the store refused: {refusal.message}",
         reason=refusal.code,
         failure_class=failure_class(refusal.code),
-        code=known.status if known is not None else grpc.StatusCode.FAILED_PRECONDITION,
         metadata=metadata,
     )
 

@@ -16,6 +16,7 @@ from sidecar.errors import (
     RunOfAnotherRule,
     SendNotAllowed,
 )
+from sidecar.fronts.grpc import status
 
 
 def _counts(code: str, states: set[str]) -> bool:
@@ -69,19 +70,34 @@ def test_a_refusal_is_answered_with_its_code_class_and_status() -> None:
     assert (error.reason, error.failure_class, error.metadata) == (
         "INVALID_STATE", FailureClass.PERMANENT, {"states": "ARCHIVED"}
     )  # fmt: skip
-    assert error.code is grpc.StatusCode.FAILED_PRECONDITION
-    assert refusals.as_error(refusals.Refusal("NEW_CODE", "?")).code is (
+    assert status.code_of(error) is grpc.StatusCode.FAILED_PRECONDITION
+    assert status.code_of(refusals.as_error(refusals.Refusal("NEW_CODE", "?"))) is (
         grpc.StatusCode.FAILED_PRECONDITION
     )
     for code in refusals.RefusalCode:
-        assert refusals.as_error(refusals.Refusal(code, "x")).code is code.status
+        answered = status.code_of(refusals.as_error(refusals.Refusal(code, "x")))
+        assert answered is grpc.StatusCode[code.status]
+
+
+def test_a_used_id_alone_is_sent_as_already_exists() -> None:
+    used = refusals.Refusal("INVALID_STATE", "used", frozenset({"ID_USED"}))
+    assert refusals.status_code_for(used) == "ALREADY_EXISTS"
+    assert refusals.status_code_for(refusals.Refusal("VERSION_CONFLICT", "x")) == "ABORTED"
+
+
+def test_every_status_of_the_table_is_a_canonical_code() -> None:
+    # The contract names statuses without importing a transport; each name must be gRPC's.
+    for code in refusals.RefusalCode:
+        assert code.status in grpc.StatusCode.__members__, code
 
 
 def test_the_errors_that_speak_the_store_s_words_say_what_the_table_says() -> None:
     # The sidecar's own refusals that answer as the store would: the same reason and status.
     assert ArtifactArchived.reason == refusals.RefusalCode.INVALID_STATE
     assert PatchDoesNotApply.reason == refusals.RefusalCode.PATCH_FAILED
-    assert PatchDoesNotApply.code is refusals.RefusalCode.PATCH_FAILED.status
+    patch = PatchDoesNotApply("path", "no parent")
+    assert status.code_of(patch) is grpc.StatusCode[refusals.RefusalCode.PATCH_FAILED.status]
     for forbidden in (SendNotAllowed, RuleNotServed, RunOfAnotherRule):
         assert forbidden.reason == refusals.RefusalCode.FORBIDDEN
-        assert forbidden.code is refusals.RefusalCode.FORBIDDEN.status
+        wanted = grpc.StatusCode[refusals.RefusalCode.FORBIDDEN.status]
+        assert status.code_of(forbidden("no")) is wanted

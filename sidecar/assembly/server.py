@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 import structlog
-from actonce_api.v1 import run_actions_pb2, run_actions_pb2_grpc
+from actonce_api.v1 import run_actions_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar.assembly.instruments import TimedAppends, TimedStore
@@ -38,10 +38,11 @@ from sidecar.config import Config
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry
 from sidecar.core.types import Settings
+from sidecar.fronts.grpc import servicer
 from sidecar.fronts.grpc.drain import LINGER_SECONDS, CallGate
 from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecodingInterceptor
 from sidecar.fronts.grpc.metrics import MetricsInterceptor
-from sidecar.fronts.grpc.servicer import RunActionsServicer
+from sidecar.fronts.grpc.status import to_grpc_status
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.liveness import Heartbeat, open_heartbeat
@@ -401,7 +402,12 @@ async def create_server(
             # The call's span first, so that everything below runs within it.
             *(_call_spans(traces) if traces is not None else ()),
             # Before every interceptor that keeps the handlers it wraps (sidecar.ops.auth).
-            *auth.interceptors(api_token, config.api_token_exempt, refusals=metrics.refusals),
+            *auth.interceptors(
+                api_token,
+                config.api_token_exempt,
+                refusal=to_grpc_status,
+                refusals=metrics.refusals,
+            ),
             MetricsInterceptor(metrics),
             gate,
             # Parses requests itself, for the log context below and the handlers.
@@ -411,9 +417,7 @@ async def create_server(
         # Message sizes, streams and pings one caller may take (sidecar.ops.limits).
         options=[*limits.grpc_server_options(), *SERVER_OPTIONS],
     )
-    run_actions_pb2_grpc.add_RunActionsServiceServicer_to_server(
-        RunActionsServicer(actions), server
-    )
+    servicer.add_to_server(actions, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

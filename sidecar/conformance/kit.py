@@ -112,7 +112,7 @@ def expect(answer: Answer, reason: RefusalCode, states: set[str] | None = None) 
     """The refusal is ``reason`` (with exactly ``states``), in the store's domain, with the
     status code the contract gives it."""
     wanted_states = frozenset(states or ())
-    code = status_code_for(Refusal(reason, "", wanted_states))
+    code = grpc.StatusCode[status_code_for(Refusal(reason, "", wanted_states))]
     said = f"{answer.code.name}, reason {answer.reason or '(none)'!r}"
     said += f", domain {answer.domain or '(none)'!r}"
     if answer.states:

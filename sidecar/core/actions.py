@@ -1,11 +1,13 @@
 """RunActions: every call of the agent API, without any protocol in sight.
 
-Each method validates its input, finds the attempt, and hands the rest to the
-part that holds the rules: the write path for the builtin writes
-(:mod:`sidecar.core.writes`), the steps (:mod:`sidecar.core.steps`), the reads
-(:mod:`sidecar.core.reads`), the attempts' begin and end
-(:mod:`sidecar.core.lifecycle`). What a builtin write asks of the store, and how
-its answer is classified, is written here, one ``perform`` per write.
+Each method takes its input as a front decoded it through the API's one table
+(:mod:`sidecar.fronts.operations`): JSON already parsed and canonicalized, once
+(:class:`~sidecar.rules.canonical.JsonValue`). It checks its fields' rules, finds
+the attempt, and hands the rest to the part that holds the rules: the write path
+for the builtin writes (:mod:`sidecar.core.writes`), the steps
+(:mod:`sidecar.core.steps`), the reads (:mod:`sidecar.core.reads`), the attempts'
+begin and end (:mod:`sidecar.core.lifecycle`). What a builtin write asks of the
+store, and how its answer is classified, is written here, one ``perform`` per write.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from sidecar.errors import (
 )
 from sidecar.ledger.base import AuditLedger, Phase
 from sidecar.rules import canonical, edits, effects, ids
+from sidecar.rules.canonical import Document, JsonValue
 from sidecar.store_contract import ARCHIVED, Refusal, RefusalCode, StoredArtifact
 from sidecar.upstream.base import (
     CreateArtifact,
@@ -138,13 +141,12 @@ class RunActions:
     # -- writes ---------------------------------------------------------------
 
     async def create(
-        self, *, attempt_id: str, kind: str, data_json: str, propose: bool, request_id: str
+        self, *, attempt_id: str, kind: str, data: Document, propose: bool, request_id: str
     ) -> WriteResult:
         canonical.require_name(kind, "kind")
-        _data, form = canonical.parse_document(data_json, "data_json")
         attempt = self._attempt(attempt_id)
-        data_digest = canonical.digest(form)
-        stored = form.decode("utf-8")
+        data_digest = data.digest
+        stored = data.text
 
         def call(derived: str) -> StoreWrite:
             if propose:
@@ -175,15 +177,14 @@ class RunActions:
         attempt_id: str,
         artifact_id: str,
         path: str,
-        value_json: str,
+        value: JsonValue,
         propose: bool,
         request_id: str,
     ) -> WriteResult:
         canonical.require_name(artifact_id, "artifact_id")
         pointer = edits.normalize_path(path)
-        value, form = canonical.parse_canonical(value_json, "value_json")
         attempt = self._attempt(attempt_id)
-        value_digest = canonical.digest(form)
+        value_digest = value.digest
         identity = (
             ids.edit_proposal_identity(artifact_id, pointer, value_digest, scheme=attempt.id_scheme)
             if propose
@@ -199,7 +200,7 @@ class RunActions:
             detail={"artifact_id": artifact_id, "path": pointer},
         )
         edit = _Edit(self.store, lambda: self._deadline(attempt), self._on_reread,
-                     self._edit_turns, artifact_id, pointer, value, propose)  # fmt: skip
+                     self._edit_turns, artifact_id, pointer, value.value, propose)  # fmt: skip
         return await self._path.write(attempt, write, edit.perform)
 
     async def notice(
@@ -289,7 +290,7 @@ class RunActions:
         attempt_id: str,
         tool: str,
         effect: int,
-        args_json: str,
+        args: JsonValue,
         request_id: str,
         wait_seconds: float | None = None,
         within_seconds: float | None = None,
@@ -298,7 +299,6 @@ class RunActions:
         for it to end: ``wait_seconds`` (default: the settings'), and no longer than its
         caller waits for the answer (``within_seconds``, when it says)."""
         canonical.require_name(tool, "tool")
-        _args, form = canonical.parse_canonical(args_json, "args_json")
         attempt = self._attempt(attempt_id)
         wait = self.settings.step_repeat_wait_seconds if wait_seconds is None else wait_seconds
         if within_seconds is not None:
@@ -307,22 +307,24 @@ class RunActions:
             attempt,
             tool=tool,
             declared=effects.declared(effect),
-            args_digest=canonical.digest(form),
+            args_digest=args.digest,
             request_id=request_id,
             wait_seconds=wait,
         )
 
     async def end_step(
-        self, *, attempt_id: str, step_id: str, result_json: str, request_id: str
+        self, *, attempt_id: str, step_id: str, result: JsonValue, request_id: str
     ) -> WriteResult:
         canonical.require_name(step_id, "step_id")
-        _result, form = canonical.parse_canonical(result_json, "result_json")
         writes.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         return await self._steps.end(
-            attempt, step_id, result_json=form.decode("utf-8"),
-            result_digest=canonical.digest(form), request_id=request_id,
-        )  # fmt: skip
+            attempt,
+            step_id,
+            result_json=result.text,
+            result_digest=result.digest,
+            request_id=request_id,
+        )
 
     async def abort_step(
         self, *, attempt_id: str, step_id: str, reason: str, request_id: str

@@ -12,7 +12,9 @@ attempt is begun, no audit event written, nothing reaches the store.
   for the clients that read their file a moment later.
 - :class:`ApiTokenInterceptor`: the gRPC side. Health and server reflection stay open
   unless ``--api-token-exempt`` says otherwise (probes and grpcurl call them; they
-  change nothing and hold nothing of a run's).
+  change nothing and hold nothing of a run's). The status it refuses with is the gRPC
+  front's (sidecar.fronts.grpc.status), handed in by the assembly: ops sits below the
+  fronts and imports none of them.
 - :class:`ApiTokenMiddleware`: the HTTP side, pure ASGI, for the MCP front and the
   console. A refusal is 401 with the JSON body of the MCP front's other refusals.
 
@@ -33,11 +35,10 @@ from typing import TYPE_CHECKING, Any, Never
 
 import grpc
 import structlog
-from grpc_status import rpc_status
 from prometheus_client import Counter
 
 from sidecar import defaults
-from sidecar.errors import Unauthenticated, to_status
+from sidecar.errors import Unauthenticated
 from sidecar.ops.security import SecuritySettingError, read_token
 
 if TYPE_CHECKING:
@@ -197,10 +198,6 @@ class _Refusal(grpc.Status):
         self.trailing_metadata = status.trailing_metadata
 
 
-def _grpc_refusal() -> grpc.Status:
-    return _Refusal(rpc_status.to_status(to_status(Unauthenticated(MESSAGE))))
-
-
 class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
     """Refuse every call without the token, but those of ``exempt`` services.
 
@@ -215,13 +212,14 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
         self,
         token: TokenFile,
         *,
+        refusal: grpc.Status,
         exempt: Collection[str] = exempt_services(DEFAULT_EXEMPT),
         on_refused: Callable[[str], None] = lambda _rpc: None,
     ) -> None:
         self._token = token
         self._exempt = frozenset(exempt)
         self._on_refused = on_refused
-        self._refusal = _grpc_refusal()
+        self._refusal = _Refusal(refusal)
         # Of the request-streaming kind whatever the method's, so that nothing is read.
         self._refuse: grpc.RpcMethodHandler[Any, Any] = grpc.stream_unary_rpc_method_handler(
             self._answer
@@ -332,10 +330,12 @@ def interceptors(
     token: TokenFile | None,
     exempt: Iterable[str] = DEFAULT_EXEMPT,
     *,
+    refusal: Callable[[Unauthenticated], grpc.Status],
     refusals: Counter | None = None,
 ) -> list[grpc.aio.ServerInterceptor]:
-    """The gRPC server's interceptor for ``token``, none when no token is configured; each
-    refusal counted in ``refusals`` (the metrics' counter by RPC, reason and class)."""
+    """The gRPC server's interceptor for ``token``, none when no token is configured: a
+    refused call ends with ``refusal`` of its error (the gRPC front's status table), each
+    one counted in ``refusals`` (the metrics' counter by RPC, reason and class)."""
     if token is None:
         return []
 
@@ -343,7 +343,14 @@ def interceptors(
         if refusals is not None:
             refusals.labels(rpc, Unauthenticated.reason, Unauthenticated.failure_class.value).inc()
 
-    return [ApiTokenInterceptor(token, exempt=exempt_services(exempt), on_refused=counted)]
+    return [
+        ApiTokenInterceptor(
+            token,
+            refusal=refusal(Unauthenticated(MESSAGE)),
+            exempt=exempt_services(exempt),
+            on_refused=counted,
+        )
+    ]
 
 
 def middleware(token: TokenFile | None) -> list[Middleware]:

@@ -80,7 +80,7 @@ def status_proto_for(refusal: Refusal) -> status_pb2.Status:
     )
     detail = any_pb2.Any()
     detail.Pack(info)
-    code: int = status_code_for(refusal).value[0]
+    code: int = grpc.StatusCode[status_code_for(refusal)].value[0]
     return status_pb2.Status(code=code, message=refusal.message, details=[detail])
 
 

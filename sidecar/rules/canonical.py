@@ -1,7 +1,10 @@
 """JSON as it comes from a model: strict parsing, limits, RFC 8785 digests.
 
-Every ``*_json`` field is parsed here before anything else happens, so that a
-value that could not be canonicalized never reaches the ledger or the store.
+Every JSON value a caller sends is checked here, once, where it enters: a gRPC
+``*_json`` field's text is parsed, an MCP argument's value taken as it is, and
+either becomes a :class:`JsonValue` (or a :class:`Document`) that carries its
+canonical form and digest into the core. A value that could not be canonicalized
+never reaches the ledger or the store.
 Canonical form is RFC 8785 (JCS) through the ``rfc8785`` library: key order,
 ``1.0`` against ``1`` and escaping do not change a digest.
 """
@@ -10,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
 
 import rfc8785
 
@@ -66,6 +70,12 @@ def parse_canonical(text: str, field: str) -> tuple[Any, bytes]:
         raise InvalidArgument(field, f"nests deeper than {MAX_JSON_DEPTH} levels") from None
     except (ValueError, TypeError) as exc:
         raise InvalidArgument(field, f"is not valid JSON: {exc}") from None
+    return _canonicalized(value, field)
+
+
+def _canonicalized(value: Any, field: str) -> tuple[Any, bytes]:
+    """``value`` within the depth limit, with its canonical bytes (the value may change:
+    see :func:`as_doubles`)."""
     depth = _depth(value)
     if depth > MAX_JSON_DEPTH:
         raise InvalidArgument(field, f"nests {depth} levels; the limit is {MAX_JSON_DEPTH}")
@@ -79,26 +89,71 @@ def parse_canonical(text: str, field: str) -> tuple[Any, bytes]:
             # rounded, and are refused.
             value = as_doubles(value)
             form = canonical(value)
-    except (rfc8785.CanonicalizationError, UnicodeError, ValueError) as exc:
+    except (rfc8785.CanonicalizationError, UnicodeError, ValueError, TypeError) as exc:
         raise InvalidArgument(field, f"cannot be canonicalized (RFC 8785): {exc}") from None
     return value, form
 
 
-def parse_document(text: str, field: str) -> tuple[dict[str, Any], bytes]:
-    """Parse an artifact's data as :func:`parse_canonical` does, and require a JSON object.
+@dataclass(frozen=True, slots=True)
+class JsonValue:
+    """A JSON value checked once, where it entered: the value, its RFC 8785 form and the
+    form's digest. The core takes these, so that no JSON is parsed or canonicalized twice.
+
+    :meth:`parse` reads the JSON text a gRPC ``*_json`` field carries; :meth:`of` takes a
+    value a JSON front has parsed already (an MCP argument, an upstream's result). Either
+    refuses, as InvalidArgument naming ``field``, what the other would refuse.
+    """
+
+    value: Any
+    form: bytes
+    digest: str
+
+    @classmethod
+    def parse(cls, text: str, field: str) -> Self:
+        """Parse JSON text strictly (no duplicate keys, no NaN, within the limits)."""
+        value, form = parse_canonical(text, field)
+        return cls._checked(value, form, field)
+
+    @classmethod
+    def of(cls, value: Any, field: str) -> Self:
+        """Take a parsed JSON value. Such a value has no text of its own: the size limit
+        holds for its canonical form. Duplicate keys were the parser's to refuse (the MCP
+        front reads its body again for them: sidecar.fronts.mcp.decoding)."""
+        value, form = _canonicalized(value, field)
+        if len(form) > MAX_JSON_BYTES:
+            raise InvalidArgument(field, f"is {len(form)} bytes; the limit is {MAX_JSON_BYTES}")
+        return cls._checked(value, form, field)
+
+    @classmethod
+    def _checked(cls, value: Any, form: bytes, field: str) -> Self:
+        return cls(value, form, digest(form))
+
+    @property
+    def text(self) -> str:
+        """The canonical form as text: what the store and the ledger keep."""
+        return self.form.decode("utf-8")
+
+
+class Document(JsonValue):
+    """An artifact's data: a JSON value that must be an object.
 
     An artifact is a document edited one member at a time: the store contract refuses any
     other top level (VALIDATION_FAILED), and the sidecar says so first, before the write
     is audited, with the field named and how to send it instead.
     """
-    value, form = parse_canonical(text, field)
-    if not isinstance(value, dict):
-        raise InvalidArgument(
-            field,
-            f"must be a JSON object, got {_json_kind(value)}: an artifact's data is a "
-            'document whose members edits set. Wrap the value in an object, e.g. {"items": ...}',
-        )
-    return value, form
+
+    __slots__ = ()
+
+    @classmethod
+    def _checked(cls, value: Any, form: bytes, field: str) -> Self:
+        if not isinstance(value, dict):
+            raise InvalidArgument(
+                field,
+                f"must be a JSON object, got {_json_kind(value)}: an artifact's data is a "
+                "document whose members edits set. Wrap the value in an object, "
+                'e.g. {"items": ...}',
+            )
+        return cls(value, form, digest(form))
 
 
 def _json_kind(value: Any) -> str:

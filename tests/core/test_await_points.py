@@ -30,6 +30,7 @@ import pytest
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.ledger.base import Phase
+from sidecar.rules.canonical import Document, JsonValue
 from sidecar.rules.effects import ToolEffect
 from tests.core.fakes import MemoryLedger, MemoryStore, Trace, run_actions
 
@@ -52,18 +53,23 @@ async def _no_finish(actions: RunActions, attempt_id: str, answer: WriteResult, 
 
 async def _begin_pay(actions: RunActions, attempt_id: str, request_id: str = "") -> WriteResult:
     return await actions.begin_step(
-        attempt_id=attempt_id, tool="pay", effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
-        args_json='{"amount": 5}', request_id=request_id,
-    )  # fmt: skip
+        attempt_id=attempt_id,
+        tool="pay",
+        effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
+        args=JsonValue.parse('{"amount": 5}', "args_json"),
+        request_id=request_id,
+    )
 
 
 async def _end_pay(
     actions: RunActions, attempt_id: str, step_id: str, request_id: str
 ) -> WriteResult:
     return await actions.end_step(
-        attempt_id=attempt_id, step_id=step_id, result_json='{"paid": true}',
+        attempt_id=attempt_id,
+        step_id=step_id,
+        result=JsonValue.parse('{"paid": true}', "result_json"),
         request_id=request_id,
-    )  # fmt: skip
+    )
 
 
 async def _begun(actions: RunActions, attempt_id: str) -> str:
@@ -73,9 +79,12 @@ async def _begun(actions: RunActions, attempt_id: str) -> str:
 async def _begun_lookup(actions: RunActions, attempt_id: str) -> str:
     # An idempotent step: a retry runs it again after a failed call.
     answer = await actions.begin_step(
-        attempt_id=attempt_id, tool="lookup", effect=int(ToolEffect.IDEMPOTENT_WRITE),
-        args_json='{"q": 1}', request_id="",
-    )  # fmt: skip
+        attempt_id=attempt_id,
+        tool="lookup",
+        effect=int(ToolEffect.IDEMPOTENT_WRITE),
+        args=JsonValue.parse('{"q": 1}', "args_json"),
+        request_id="",
+    )
     return answer.id
 
 
@@ -100,9 +109,13 @@ class Kind:
 def _edit(artifact_id: str, path: str, value: str, *, propose: bool = False) -> Call:
     async def call(actions: RunActions, attempt_id: str, request_id: str, ctx: Any) -> WriteResult:
         return await actions.edit(
-            attempt_id=attempt_id, artifact_id=artifact_id, path=path, value_json=value,
-            propose=propose, request_id=request_id,
-        )  # fmt: skip
+            attempt_id=attempt_id,
+            artifact_id=artifact_id,
+            path=path,
+            value=JsonValue.parse(value, "value_json"),
+            propose=propose,
+            request_id=request_id,
+        )
 
     return call
 
@@ -110,9 +123,12 @@ def _edit(artifact_id: str, path: str, value: str, *, propose: bool = False) -> 
 def _create(*, propose: bool) -> Call:
     async def call(actions: RunActions, attempt_id: str, request_id: str, ctx: Any) -> WriteResult:
         return await actions.create(
-            attempt_id=attempt_id, kind="ticket", data_json='{"n": 1, "tags": ["x"]}',
-            propose=propose, request_id=request_id,
-        )  # fmt: skip
+            attempt_id=attempt_id,
+            kind="ticket",
+            data=Document.parse('{"n": 1, "tags": ["x"]}', "data_json"),
+            propose=propose,
+            request_id=request_id,
+        )
 
     return call
 

@@ -10,6 +10,7 @@ from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome
 from sidecar.errors import InDoubt
 from sidecar.ledger.pending import Decision, decision_event
+from sidecar.rules.canonical import JsonValue
 from sidecar.rules.effects import ToolEffect
 from tests.core.fakes import MemoryLedger, MemoryStore, run_actions
 
@@ -19,9 +20,12 @@ RUN = {"run_id": "run-1", "rule": "billing", "checkpoint": "cp-1"}
 async def _begin_step(actions: RunActions) -> str:
     attempt = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
     began = await actions.begin_step(
-        attempt_id=attempt, tool="charge_card", effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
-        args_json='{"amount": 1}', request_id="",
-    )  # fmt: skip
+        attempt_id=attempt,
+        tool="charge_card",
+        effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
+        args=JsonValue.parse('{"amount": 1}', "args_json"),
+        request_id="",
+    )
     assert began.outcome is Outcome.APPLIED
     return began.id
 
@@ -43,15 +47,21 @@ def test_ran_answers_already_applied_with_the_decided_result_and_did_not_run_run
         await _decide(ledger, step_id, Decision.RAN, '{"charge":"ch_1"}')
         attempt = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
         again = await actions.begin_step(
-            attempt_id=attempt, tool="charge_card", effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
-            args_json='{"amount": 1}', request_id="",
-        )  # fmt: skip
+            attempt_id=attempt,
+            tool="charge_card",
+            effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
+            args=JsonValue.parse('{"amount": 1}', "args_json"),
+            request_id="",
+        )
         assert (again.id, again.outcome, again.result_json) == (
             step_id, Outcome.ALREADY_APPLIED, '{"charge":"ch_1"}',
         )  # fmt: skip
         # The attempt holds the step as ended: its EndStep changes nothing.
         end = await actions.end_step(
-            attempt_id=attempt, step_id=step_id, result_json="{}", request_id=""
+            attempt_id=attempt,
+            step_id=step_id,
+            result=JsonValue.parse("{}", "result_json"),
+            request_id="",
         )
         assert end.outcome is Outcome.ALREADY_APPLIED
 

@@ -11,6 +11,7 @@ import pytest
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import AttemptFenced
+from sidecar.rules.canonical import JsonValue
 from sidecar.rules.effects import ToolEffect
 from tests.core.fakes import MemoryLedger, MemoryStore, run_actions
 
@@ -23,7 +24,7 @@ async def _begin(actions: RunActions, effect: ToolEffect) -> tuple[str, str]:
         attempt_id=attempt,
         tool="charge_card",
         effect=int(effect),
-        args_json='{"amount": 1}',
+        args=JsonValue.parse('{"amount": 1}', "args_json"),
         request_id="",
     )
     return attempt, began.id
@@ -35,7 +36,10 @@ def test_a_fenced_attempt_records_a_non_idempotent_steps_end_for_later_attempts(
         stale, step_id = await _begin(actions, ToolEffect.NON_IDEMPOTENT_WRITE)
         await actions.begin_attempt(**RUN, lease_deadline=None)  # a newer attempt fences it
         ended = await actions.end_step(
-            attempt_id=stale, step_id=step_id, result_json='{"charge": "ch_1"}', request_id=""
+            attempt_id=stale,
+            step_id=step_id,
+            result=JsonValue.parse('{"charge": "ch_1"}', "result_json"),
+            request_id="",
         )
         assert ended.outcome is Outcome.APPLIED
         _later, again = await _begin_later(actions, ToolEffect.NON_IDEMPOTENT_WRITE)
@@ -51,7 +55,10 @@ def test_a_fenced_attempt_may_not_record_an_idempotent_steps_end() -> None:
         await actions.begin_attempt(**RUN, lease_deadline=None)
         with pytest.raises(AttemptFenced):
             await actions.end_step(
-                attempt_id=stale, step_id=step_id, result_json='{"stale": true}', request_id=""
+                attempt_id=stale,
+                step_id=step_id,
+                result=JsonValue.parse('{"stale": true}', "result_json"),
+                request_id="",
             )
         _later, again = await _begin_later(actions, ToolEffect.IDEMPOTENT_WRITE)
         assert again.outcome is Outcome.APPLIED  # runs again: no stale result to replay
@@ -65,7 +72,7 @@ async def _begin_later(actions: RunActions, effect: ToolEffect) -> tuple[str, Wr
         attempt_id=attempt,
         tool="charge_card",
         effect=int(effect),
-        args_json='{"amount": 1}',
+        args=JsonValue.parse('{"amount": 1}', "args_json"),
         request_id="",
     )
     return attempt, answer

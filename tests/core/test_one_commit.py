@@ -9,6 +9,7 @@ import pytest
 from sidecar.core.types import Outcome
 from sidecar.errors import AuditPersistenceFailed, StoreRefused
 from sidecar.ledger.base import Phase
+from sidecar.rules.canonical import Document, JsonValue
 from tests.core.fakes import MemoryLedger, OneCommitStore, Trace, run_actions
 
 RUN = {"run_id": "run-1", "rule": "triage", "checkpoint": "cp-1"}
@@ -29,8 +30,13 @@ def test_a_create_is_one_job_with_its_intent_and_outcome() -> None:
     async def run() -> Outcome:
         attempt = await actions.begin_attempt(**RUN, lease_deadline=None)
         trace.calls.clear()
-        made = await actions.create(attempt_id=attempt.attempt_id, kind="ticket",
-                                    data_json='{"n":1}', propose=False, request_id="r1")  # fmt: skip
+        made = await actions.create(
+            attempt_id=attempt.attempt_id,
+            kind="ticket",
+            data=Document.parse('{"n":1}', "data_json"),
+            propose=False,
+            request_id="r1",
+        )
         return made.outcome
 
     assert asyncio.run(run()) is Outcome.APPLIED
@@ -51,8 +57,13 @@ def test_an_outcome_that_cannot_be_kept_takes_the_intent_and_the_row_with_it() -
             await actions.notice(attempt_id=attempt.attempt_id, thread_id="no-thread",
                                  text="x", request_id="r1")  # fmt: skip
         with pytest.raises(AuditPersistenceFailed):
-            await actions.create(attempt_id=attempt.attempt_id, kind="ticket",
-                                 data_json='{"n":1}', propose=False, request_id="r2")  # fmt: skip
+            await actions.create(
+                attempt_id=attempt.attempt_id,
+                kind="ticket",
+                data=Document.parse('{"n":1}', "data_json"),
+                propose=False,
+                request_id="r2",
+            )
 
     asyncio.run(run())
     assert ledger.phases(Phase.INTENT) == []
@@ -82,9 +93,14 @@ def test_an_edit_still_makes_its_three_phases_in_turn() -> None:
     async def run() -> Outcome:
         attempt = await actions.begin_attempt(**RUN, lease_deadline=None)
         trace.calls.clear()
-        edited = await actions.edit(attempt_id=attempt.attempt_id, artifact_id="art-1",
-                                    path="/title", value_json='"b"', propose=False,
-                                    request_id="r1")  # fmt: skip
+        edited = await actions.edit(
+            attempt_id=attempt.attempt_id,
+            artifact_id="art-1",
+            path="/title",
+            value=JsonValue.parse('"b"', "value_json"),
+            propose=False,
+            request_id="r1",
+        )
         return edited.outcome
 
     assert asyncio.run(run()) is Outcome.APPLIED

@@ -18,6 +18,7 @@ from sidecar.errors import (
     StoreRefused,
 )
 from sidecar.ledger.base import Phase
+from sidecar.rules.canonical import Document, JsonValue
 from sidecar.rules.effects import ToolEffect
 from sidecar.store_contract import Refusal, RefusalCode, StoredArtifact
 from sidecar.upstream.base import PatchArtifact
@@ -37,18 +38,24 @@ def _fakes() -> tuple[Trace, MemoryLedger, MemoryStore, RunActions]:
 
 async def _create(actions: RunActions, attempt_id: str, request_id: str) -> WriteResult:
     return await actions.create(
-        attempt_id=attempt_id, kind="ticket", data_json='{"n": 1}', propose=False,
+        attempt_id=attempt_id,
+        kind="ticket",
+        data=Document.parse('{"n": 1}', "data_json"),
+        propose=False,
         request_id=request_id,
-    )  # fmt: skip
+    )
 
 
 async def _step(
     actions: RunActions, attempt_id: str, effect: ToolEffect, request_id: str = ""
 ) -> WriteResult:
     return await actions.begin_step(
-        attempt_id=attempt_id, tool="lookup", effect=int(effect), args_json='{"q": 1}',
+        attempt_id=attempt_id,
+        tool="lookup",
+        effect=int(effect),
+        args=JsonValue.parse('{"q": 1}', "args_json"),
         request_id=request_id,
-    )  # fmt: skip
+    )
 
 
 # -- audit the intent: fail closed -----------------------------------------------------
@@ -83,9 +90,13 @@ def test_a_refused_write_whose_failure_record_is_lost_still_answers_the_refusal(
         ledger.failing = {Phase.OUTCOME}
         with pytest.raises(StoreRefused) as refused:
             await actions.edit(
-                attempt_id=attempt, artifact_id="art-none", path="/title", value_json='"b"',
-                propose=False, request_id="q1",
-            )  # fmt: skip
+                attempt_id=attempt,
+                artifact_id="art-none",
+                path="/title",
+                value=JsonValue.parse('"b"', "value_json"),
+                propose=False,
+                request_id="q1",
+            )
         assert refused.value.reason == "NOT_FOUND"
         assert [e.derived_id for e in ledger.phases(Phase.INTENT)] != []
         assert ledger.phases(Phase.OUTCOME) == []
@@ -135,7 +146,10 @@ def test_a_read_only_step_goes_on_when_its_audit_is_lost() -> None:
         begun = await _step(actions, attempt, ToolEffect.READ_ONLY, "q1")
         assert begun.outcome is Outcome.APPLIED
         ended = await actions.end_step(
-            attempt_id=attempt, step_id=begun.id, result_json="{}", request_id="q2"
+            attempt_id=attempt,
+            step_id=begun.id,
+            result=JsonValue.parse("{}", "result_json"),
+            request_id="q2",
         )
         assert ended.outcome is Outcome.APPLIED
         assert [e.event.phase for e in ledger.events] == [Phase.ATTEMPT_BEGIN]
@@ -154,7 +168,10 @@ def test_a_write_step_fails_closed_at_its_begin_and_at_its_end() -> None:
         begun = await _step(actions, attempt, ToolEffect.IDEMPOTENT_WRITE, "q1")
         with pytest.raises(AuditPersistenceFailed):
             await actions.end_step(
-                attempt_id=attempt, step_id=begun.id, result_json="{}", request_id="q2"
+                attempt_id=attempt,
+                step_id=begun.id,
+                result=JsonValue.parse("{}", "result_json"),
+                request_id="q2",
             )
 
     asyncio.run(run())
@@ -222,9 +239,13 @@ def test_each_reread_after_a_version_conflict_is_told_to_the_observer(
         actions = run_actions(MemoryLedger(), store, on_reread=lambda: told.append(None))
         attempt = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
         edit = actions.edit(
-            attempt_id=attempt, artifact_id="art-1", path="/title", value_json='"b"',
-            propose=False, request_id="",
-        )  # fmt: skip
+            attempt_id=attempt,
+            artifact_id="art-1",
+            path="/title",
+            value=JsonValue.parse('"b"', "value_json"),
+            propose=False,
+            request_id="",
+        )
         if conflicts > VERSION_CONFLICT_REREADS:
             with pytest.raises(StoreRefused):
                 await edit
@@ -260,8 +281,14 @@ def test_an_edit_whose_turn_does_not_come_by_its_deadline_fails_retryable_unsent
         attempt = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
 
         def edit(path: str) -> Awaitable[WriteResult]:
-            return actions.edit(attempt_id=attempt, artifact_id="art-1", path=path,
-                                value_json='"b"', propose=False, request_id="")  # fmt: skip
+            return actions.edit(
+                attempt_id=attempt,
+                artifact_id="art-1",
+                path=path,
+                value=JsonValue.parse('"b"', "value_json"),
+                propose=False,
+                request_id="",
+            )
 
         first = asyncio.ensure_future(edit("/title"))
         await asyncio.sleep(0.01)

@@ -12,6 +12,7 @@ from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import AuditPersistenceFailed, LeaseExpired, StoreDeadlineExceeded
 from sidecar.ledger.base import Phase
+from sidecar.rules.canonical import Document, JsonValue
 from sidecar.rules.effects import ToolEffect
 from tests.core.fakes import MemoryLedger, MemoryStore, Trace, run_actions
 
@@ -46,9 +47,12 @@ def _fakes() -> tuple[Trace, MemoryLedger, MemoryStore, RunActions]:
 
 async def _create(actions: RunActions, attempt_id: str, request_id: str) -> WriteResult:
     return await actions.create(
-        attempt_id=attempt_id, kind="ticket", data_json='{"n": 1}', propose=False,
+        attempt_id=attempt_id,
+        kind="ticket",
+        data=Document.parse('{"n": 1}', "data_json"),
+        propose=False,
         request_id=request_id,
-    )  # fmt: skip
+    )
 
 
 def _lose_answer_of(trace: Trace, call: str) -> None:
@@ -161,9 +165,13 @@ def test_an_edit_whose_lease_ran_out_after_its_read_does_not_patch(clock: Clock)
         trace.answering = slow_read
         with pytest.raises(LeaseExpired):
             await actions.edit(
-                attempt_id=attempt, artifact_id="art-1", path="/title", value_json='"b"',
-                propose=False, request_id="q",
-            )  # fmt: skip
+                attempt_id=attempt,
+                artifact_id="art-1",
+                path="/title",
+                value=JsonValue.parse('"b"', "value_json"),
+                propose=False,
+                request_id="q",
+            )
         assert [name for name, _ in store.timeouts] == ["get_artifact"]
         assert store.artifacts["art-1"].version == 1
 
@@ -184,9 +192,13 @@ def test_every_store_call_of_a_write_ends_before_the_lease(clock: Clock) -> None
 
         trace.answering = record
         await actions.edit(
-            attempt_id=attempt, artifact_id="art-1", path="/title", value_json='"b"',
-            propose=False, request_id="",
-        )  # fmt: skip
+            attempt_id=attempt,
+            artifact_id="art-1",
+            path="/title",
+            value=JsonValue.parse('"b"', "value_json"),
+            propose=False,
+            request_id="",
+        )
         given = [timeout for _, timeout in store.timeouts]
         assert len(given) == 2 and all(t is not None for t in given)
         assert all(t is not None and 0 < t <= left for t, left in zip(given, lefts, strict=True))
@@ -199,9 +211,12 @@ def test_every_store_call_of_a_write_ends_before_the_lease(clock: Clock) -> None
 
 async def _begun(actions: RunActions, attempt_id: str) -> str:
     began = await actions.begin_step(
-        attempt_id=attempt_id, tool="pay", effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
-        args_json="{}", request_id="",
-    )  # fmt: skip
+        attempt_id=attempt_id,
+        tool="pay",
+        effect=int(ToolEffect.NON_IDEMPOTENT_WRITE),
+        args=JsonValue.parse("{}", "args_json"),
+        request_id="",
+    )
     return began.id
 
 
@@ -215,7 +230,7 @@ def test_two_concurrent_ends_of_one_step_append_once_and_count_once() -> None:
                 actions.end_step(
                     attempt_id=attempt,
                     step_id=step_id,
-                    result_json='{"n": 1}',
+                    result=JsonValue.parse('{"n": 1}', "result_json"),
                     request_id=request_id,
                 )
                 for request_id in ("e1", "e2")
@@ -240,7 +255,10 @@ def test_a_repeated_end_step_gets_the_first_answer() -> None:
         first, repeat = await asyncio.gather(
             *(
                 actions.end_step(
-                    attempt_id=attempt, step_id=step_id, result_json="{}", request_id="e1"
+                    attempt_id=attempt,
+                    step_id=step_id,
+                    result=JsonValue.parse("{}", "result_json"),
+                    request_id="e1",
                 )
                 for _ in range(2)
             )

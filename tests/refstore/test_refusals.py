@@ -28,7 +28,9 @@ from sidecar.store_contract import STORE_DOMAIN as DOMAIN
 def test_each_refusal_has_its_status_code(
     code: RefusalCode, states: tuple[str, ...], expected: grpc.StatusCode
 ) -> None:
-    assert status_code_for(StoreRefusal(code, "why", states=states)) == expected
+    refusal = StoreRefusal(code, "why", states=states)
+    assert grpc.StatusCode[status_code_for(refusal)] is expected
+    assert status_proto_for(refusal).code == expected.value[0]
 
 
 def test_the_status_carries_error_info_with_sorted_states() -> None:

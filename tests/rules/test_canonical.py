@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sidecar.errors import InvalidArgument
@@ -64,3 +66,45 @@ def test_names_and_texts_refuse_nul_emptiness_and_their_byte_limits() -> None:
         with pytest.raises(InvalidArgument) as caught:
             canonical.require_name(bad, "kind")
         assert caught.value.violations[0].field == "kind"
+
+
+def test_a_value_taken_as_it_is_and_its_text_parsed_are_the_same_json_value() -> None:
+    parsed = canonical.JsonValue.parse('{"b": [1.0, "\\u00e9"], "a": null}', "value_json")
+    taken = canonical.JsonValue.of({"a": None, "b": [1, "é"]}, "value_json")
+    assert (parsed.form, parsed.digest, parsed.text) == (taken.form, taken.digest, taken.text)
+    assert taken.form == '{"a":null,"b":[1,"é"]}'.encode()
+    assert taken.digest == canonical.digest(taken.form)
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ({"x": float("nan")}, "cannot be canonicalized"),
+        ([float("inf")], "cannot be canonicalized"),
+        (2**53 + 1, "cannot be canonicalized"),
+        ("\ud800", "cannot be canonicalized"),
+        (json.loads("[" * 65 + "]" * 65), "nests 65 levels; the limit is 64"),
+        ("x" * canonical.MAX_JSON_BYTES, "the limit is 1048576"),
+    ],
+)
+def test_a_value_taken_as_it_is_is_refused_as_its_text_would_be(value: object, said: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        canonical.JsonValue.of(value, "data")
+    (violation,) = caught.value.violations
+    assert violation.field == "data" and said in violation.description
+
+
+def test_a_large_double_taken_as_an_integer_keeps_its_canonical_digits() -> None:
+    taken = canonical.JsonValue.of({"n": 60600000000000000}, "value")
+    assert (taken.value, taken.form) == ({"n": 6.06e16}, b'{"n":60600000000000000}')
+
+
+@pytest.mark.parametrize("value", [[1], "x", 1, None, True])
+def test_a_document_is_an_object_however_it_came(value: object) -> None:
+    with pytest.raises(InvalidArgument) as taken:
+        canonical.Document.of(value, "data_json")
+    with pytest.raises(InvalidArgument) as parsed:
+        canonical.Document.parse(json.dumps(value), "data_json")
+    assert taken.value.violations == parsed.value.violations
+    assert "must be a JSON object" in taken.value.violations[0].description
+    assert canonical.Document.of({"a": 1}, "data_json").text == '{"a":1}'

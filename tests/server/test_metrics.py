@@ -293,10 +293,9 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
     # when the handler's abort begins to send.
     import asyncio
 
-    from grpc_status import rpc_status
-
-    from sidecar.errors import UnknownAttempt, to_status
+    from sidecar.errors import UnknownAttempt
     from sidecar.fronts.grpc.metrics import MetricsInterceptor
+    from sidecar.fronts.grpc.status import to_grpc_status
     from sidecar.ops.metrics import Metrics
 
     metrics = Metrics()
@@ -321,7 +320,7 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
             raise grpc.aio.AbortError("sent")
 
     async def refuse(request: Any, context: Any) -> Any:
-        await context.abort_with_status(rpc_status.to_status(to_status(UnknownAttempt("att_x"))))
+        await context.abort_with_status(to_grpc_status(UnknownAttempt("att_x")))
 
     async def continuation(details: grpc.HandlerCallDetails) -> Handler:
         return grpc.unary_unary_rpc_method_handler(refuse)

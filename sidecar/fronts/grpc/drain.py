@@ -36,9 +36,8 @@ import contextlib
 from typing import Any
 
 import grpc
-from grpc_status import rpc_status
 
-from sidecar.errors import ShuttingDown, to_status
+from sidecar.errors import ShuttingDown
 from sidecar.fronts.grpc.interceptors import (
     Behavior,
     Context,
@@ -46,6 +45,7 @@ from sidecar.fronts.grpc.interceptors import (
     RunActionsInterceptor,
     behavior_of,
 )
+from sidecar.fronts.grpc.status import to_grpc_status
 
 # A caller that got SHUTTING_DOWN stops; this long without any call means they all have
 # (an agent busy between two calls for longer finds no listener: UNAVAILABLE, RETRYABLE).
@@ -71,10 +71,8 @@ class _Refusal(grpc.Status):
 
 
 def _shutting_down() -> grpc.Status:
-    status = rpc_status.to_status(
-        to_status(
-            ShuttingDown("the sidecar is shutting down and takes no new calls; retry the run")
-        )
+    status = to_grpc_status(
+        ShuttingDown("the sidecar is shutting down and takes no new calls; retry the run")
     )
     return _Refusal(status.code, status.details, (*status.trailing_metadata, *_NO_TRANSPORT_RETRY))
 

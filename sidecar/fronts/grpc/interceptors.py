@@ -21,16 +21,14 @@ import structlog
 from actonce_api.v1 import run_actions_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
-from grpc_status import rpc_status
 
-from sidecar.errors import ActonceError, InvalidArgument, RequestTooLarge, to_status
+from sidecar.errors import ActonceError, InvalidArgument, RequestTooLarge
+from sidecar.fronts.grpc import status
 from sidecar.ops import limits
 
 if TYPE_CHECKING:
     # The type grpc's stubs give a done callback; it exists only in the stubs.
     from grpc.aio import _DoneCallback
-
-log = structlog.get_logger()
 
 RUN_ACTIONS = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
 
@@ -226,9 +224,7 @@ class RequestDecodingInterceptor(RunActionsInterceptor):
                     error = _undecodable(raw, request_type, exc)
             if error is not None:
                 structlog.contextvars.clear_contextvars()
-                log.info("refused", rpc=rpc, reason=error.reason,
-                         failure_class=error.failure_class.value)  # fmt: skip
-                await context.abort_with_status(rpc_status.to_status(to_status(error)))
+                await status.abort(context, error, rpc=rpc)
             return await inner(request, context)
 
         return decoded

@@ -1,58 +1,32 @@
-"""The thin RunActionsService servicer: proto in, one domain call, proto out.
+"""The RunActionsService servicer: the API's table (sidecar.fronts.operations) over gRPC.
 
-All rules live in sidecar.core.actions and sidecar.rules. The one place that turns
-an error into a gRPC status is :func:`_answer`.
+Each RPC's method is built from its entry: every field is read from the request
+message by its kind (a ``*_json`` field's text parsed, once, into the JsonValue the
+core takes), the core method is called, and its answer becomes the response message
+by the response's descriptor. A refusal ends the call in sidecar.fronts.grpc.status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from operator import attrgetter
+from typing import Any
 
 import grpc
-import structlog
-from actonce_api.v1 import run_actions_pb2 as pb
-from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
-from actonce_api.v1 import types_pb2
 from google.protobuf import timestamp_pb2
-from grpc_status import rpc_status
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
 
 from sidecar.core.actions import RunActions
-from sidecar.core.types import Outcome
-from sidecar.errors import ActonceError, InvalidArgument, to_status
-from sidecar.refstore.wire import to_message
+from sidecar.errors import ActonceError, InvalidArgument
+from sidecar.fronts import operations
+from sidecar.fronts.grpc import status
+from sidecar.fronts.operations import Field, Kind, Operation
+from sidecar.rules.canonical import Document, JsonValue
 
-log = structlog.get_logger()
-
-T = TypeVar("T")
 _Context = grpc.aio.ServicerContext[Any, Any]
-
-_OUTCOMES = {
-    Outcome.APPLIED: types_pb2.OUTCOME_APPLIED,
-    Outcome.ALREADY_APPLIED: types_pb2.OUTCOME_ALREADY_APPLIED,
-    Outcome.SKIPPED: types_pb2.OUTCOME_SKIPPED,
-}
-
-
-async def _answer(context: _Context, call: Awaitable[T]) -> T:
-    """Await the domain call; abort the RPC with ErrorInfo if it refused."""
-    try:
-        return await call
-    except ActonceError as error:
-        log.info("refused", reason=error.reason, failure_class=error.failure_class.value)
-        await context.abort_with_status(rpc_status.to_status(to_status(error)))
-        raise  # abort_with_status raises; this line is for the type checker
-
-
-def _timestamp(value: timestamp_pb2.Timestamp | None, field: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return value.ToDatetime(tzinfo=UTC)
-    except (ValueError, OverflowError) as exc:
-        raise InvalidArgument(field, f"is not a valid timestamp: {exc}") from None
-
 
 # A repeat of a step still running waits no longer than its caller does, less this much:
 # it is answered (with ErrorInfo), not cut off by its deadline.
@@ -60,195 +34,156 @@ ANSWER_MARGIN_SECONDS = 0.5
 
 
 def _within(context: _Context) -> float | None:
-    """How long its caller waits for a BeginStep's answer, less the margin; None when it
-    set no deadline."""
+    """How long its caller waits for the answer, less the margin; None when it set no
+    deadline."""
     remaining = context.time_remaining()
     return None if remaining is None else max(0.0, remaining - ANSWER_MARGIN_SECONDS)
 
 
-class RunActionsServicer(pb_grpc.RunActionsServiceServicer):
-    """actonce.v1.RunActionsService over sidecar.core.actions.RunActions."""
+# -- requests ---------------------------------------------------------------------------
+
+
+def _timestamp(field: Field) -> Callable[[Any], datetime | None]:
+    def read(request: Any) -> datetime | None:
+        if not request.HasField(field.name):
+            if field.required:
+                raise InvalidArgument(field.name, "must be set")
+            return None
+        stamp: timestamp_pb2.Timestamp = getattr(request, field.name)
+        try:
+            return stamp.ToDatetime(tzinfo=UTC)
+        except (ValueError, OverflowError) as exc:
+            raise InvalidArgument(field.name, f"is not a valid timestamp: {exc}") from None
+
+    return read
+
+
+def _reader(field: Field) -> Callable[[Any], Any]:
+    """How ``field`` is read from a request message."""
+    name = field.name
+    if field.oneof:
+        oneof = field.oneof
+        return lambda request: getattr(request, name) if request.WhichOneof(oneof) == name else None
+    if field.kind is Kind.JSON:
+        return lambda request: JsonValue.parse(getattr(request, name), name)
+    if field.kind is Kind.DOCUMENT:
+        return lambda request: Document.parse(getattr(request, name), name)
+    if field.kind is Kind.TIMESTAMP:
+        return _timestamp(field)
+    if field.kind is Kind.EFFECT:
+        return lambda request: int(getattr(request, name))
+    return attrgetter(name)
+
+
+def _decoder(op: Operation) -> Callable[[Any], dict[str, Any]]:
+    """The core method's keywords from a request, each field read in the request's order
+    (so that the first bad field is the one named)."""
+    readers = [(field.parameter, _reader(field)) for field in op.fields]
+    return lambda request: {parameter: read(request) for parameter, read in readers}
+
+
+# -- responses --------------------------------------------------------------------------
+
+
+def _stamp(value: datetime) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def _converter(field: FieldDescriptor) -> Callable[[Any], Any] | None:
+    """How an answer's value becomes the field's: None when it is the value itself."""
+    message = field.message_type
+    if message is None:
+        return str if field.enum_type is not None else None  # an Outcome, by its name
+    if message.full_name == "google.protobuf.Timestamp":
+        return _stamp
+    nested = _record_encoder(message)
+    if field.is_repeated:
+        return lambda records: [nested(record) for record in records]
+    return nested
+
+
+def _plan(descriptor: Descriptor) -> list[tuple[str, Callable[[Any], Any] | None]]:
+    return [(field.name, _converter(field)) for field in descriptor.fields]
+
+
+def _record_encoder(descriptor: Descriptor) -> Callable[[Any], Message]:
+    """A record (the core's dataclass) as the message whose fields it names."""
+    message_class, plan = GetMessageClass(descriptor), _plan(descriptor)
+
+    def encode(record: Any) -> Message:
+        values = {name: getattr(record, name) for name, _ in plan}
+        return message_class(**_converted(values, plan))
+
+    return encode
+
+
+def _encoder(descriptor: Descriptor) -> Callable[[Mapping[str, Any]], Message]:
+    """An answer (the response's fields by name) as the response message."""
+    message_class, plan = GetMessageClass(descriptor), _plan(descriptor)
+    return lambda answer: message_class(**_converted(answer, plan))
+
+
+def _converted(
+    values: Mapping[str, Any], plan: list[tuple[str, Callable[[Any], Any] | None]]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, convert in plan:
+        if name in values:
+            value = values[name]
+            out[name] = value if convert is None else convert(value)
+    return out
+
+
+# -- the servicer -----------------------------------------------------------------------
+
+_Method = Callable[["RunActionsServicer", Any, _Context], Awaitable[Message]]
+
+
+def _method(op: Operation) -> _Method:
+    """The servicer's method for ``op``: request in, one core call, response out."""
+    decode, encode, answer = _decoder(op), _encoder(op.response), op.answer
+    core, bounded = op.core, op.bounded_by_caller
+
+    async def handle(self: RunActionsServicer, request: Any, context: _Context) -> Message:
+        try:
+            arguments = decode(request)
+            if bounded:
+                arguments["within_seconds"] = _within(context)
+            result = await core(self.actions, **arguments)
+        except ActonceError as error:
+            await status.abort(context, error)
+        return encode(answer(result))
+
+    handle.__name__ = handle.__qualname__ = op.rpc
+    return handle
+
+
+class RunActionsServicer:
+    """actonce.v1.RunActionsService over sidecar.core.actions.RunActions: one method per
+    entry of the API's table, each set below."""
 
     def __init__(self, actions: RunActions) -> None:
         self.actions = actions
 
-    async def BeginAttempt(
-        self, request: pb.BeginAttemptRequest, context: _Context
-    ) -> pb.BeginAttemptResponse:
-        async def call() -> pb.BeginAttemptResponse:
-            deadline = (
-                _timestamp(request.lease_deadline, "lease_deadline")
-                if request.HasField("lease_deadline")
-                else None
-            )
-            attempt = await self.actions.begin_attempt(
-                run_id=request.run_id,
-                rule=request.rule,
-                checkpoint=request.checkpoint,
-                lease_deadline=deadline,
-                scope=request.scope,
-                delivery_attempt_id=request.delivery_attempt_id,
-            )
-            return pb.BeginAttemptResponse(
-                attempt_id=attempt.attempt_id, id_scheme_version=attempt.id_scheme
-            )
 
-        return await _answer(context, call())
+for _op in operations.TABLE:
+    setattr(RunActionsServicer, _op.rpc, _method(_op))
 
-    async def Create(self, request: pb.CreateRequest, context: _Context) -> pb.CreateResponse:
-        result = await _answer(
-            context,
-            self.actions.create(
-                attempt_id=request.attempt_id,
-                kind=request.kind,
-                data_json=request.data_json,
-                propose=request.propose,
-                request_id=request.request_id,
-            ),
-        )
-        return pb.CreateResponse(
-            id=result.id, outcome=_OUTCOMES[result.outcome], version=result.version
-        )
 
-    async def Edit(self, request: pb.EditRequest, context: _Context) -> pb.EditResponse:
-        result = await _answer(
-            context,
-            self.actions.edit(
-                attempt_id=request.attempt_id,
-                artifact_id=request.artifact_id,
-                path=request.path,
-                value_json=request.value_json,
-                propose=request.propose,
-                request_id=request.request_id,
-            ),
+def add_to_server(actions: RunActions, server: grpc.aio.Server) -> None:
+    """Serve RunActionsService on ``server``: each entry's method, with its request's and
+    its response's messages from the descriptors."""
+    servicer = RunActionsServicer(actions)
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        op.rpc: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, op.rpc),
+            request_deserializer=GetMessageClass(op.request).FromString,
+            response_serializer=GetMessageClass(op.response).SerializeToString,
         )
-        return pb.EditResponse(
-            outcome=_OUTCOMES[result.outcome],
-            version=result.version,
-            proposal_id=result.proposal_id,
-        )
-
-    async def Notice(self, request: pb.NoticeRequest, context: _Context) -> pb.NoticeResponse:
-        result = await _answer(
-            context,
-            self.actions.notice(
-                attempt_id=request.attempt_id,
-                thread_id=request.thread_id,
-                text=request.text,
-                request_id=request.request_id,
-            ),
-        )
-        return pb.NoticeResponse(message_id=result.id, outcome=_OUTCOMES[result.outcome])
-
-    async def CreateThread(
-        self, request: pb.CreateThreadRequest, context: _Context
-    ) -> pb.CreateThreadResponse:
-        result = await _answer(
-            context,
-            self.actions.create_thread(
-                attempt_id=request.attempt_id,
-                title=request.title,
-                request_id=request.request_id,
-            ),
-        )
-        return pb.CreateThreadResponse(thread_id=result.id, outcome=_OUTCOMES[result.outcome])
-
-    async def Send(self, request: pb.SendRequest, context: _Context) -> pb.SendResponse:
-        result = await _answer(
-            context,
-            self.actions.send(
-                attempt_id=request.attempt_id,
-                thread_id=request.thread_id,
-                text=request.text,
-                request_id=request.request_id,
-            ),
-        )
-        return pb.SendResponse(message_id=result.id, outcome=_OUTCOMES[result.outcome])
-
-    async def Read(self, request: pb.ReadRequest, context: _Context) -> pb.ReadResponse:
-        target = request.WhichOneof("target")
-        result = await _answer(
-            context,
-            self.actions.read(
-                attempt_id=request.attempt_id,
-                artifact_id=request.artifact_id if target == "artifact_id" else None,
-                thread_id=request.thread_id if target == "thread_id" else None,
-            ),
-        )
-        if result.artifact is not None:
-            return pb.ReadResponse(artifact=to_message(result.artifact, types_pb2.Artifact))
-        return pb.ReadResponse(
-            messages=[types_pb2.Message(id=m.id, kind=m.kind, text=m.text) for m in result.messages]
-        )
-
-    async def EndAttempt(
-        self, request: pb.EndAttemptRequest, context: _Context
-    ) -> pb.EndAttemptResponse:
-        counts = await _answer(context, self.actions.end_attempt(request.attempt_id))
-        return pb.EndAttemptResponse(
-            applied=counts.applied,
-            already_applied=counts.already_applied,
-            skipped=counts.skipped,
-            failed=counts.failed,
-        )
-
-    async def ExtendLease(
-        self, request: pb.ExtendLeaseRequest, context: _Context
-    ) -> pb.ExtendLeaseResponse:
-        async def call() -> pb.ExtendLeaseResponse:
-            if not request.HasField("lease_deadline"):
-                raise InvalidArgument("lease_deadline", "must be set")
-            deadline = _timestamp(request.lease_deadline, "lease_deadline")
-            assert deadline is not None
-            in_force = await self.actions.extend_lease(request.attempt_id, deadline)
-            stamp = timestamp_pb2.Timestamp()
-            stamp.FromDatetime(in_force)
-            return pb.ExtendLeaseResponse(lease_deadline=stamp)
-
-        return await _answer(context, call())
-
-    async def BeginStep(
-        self, request: pb.BeginStepRequest, context: _Context
-    ) -> pb.BeginStepResponse:
-        result = await _answer(
-            context,
-            self.actions.begin_step(
-                attempt_id=request.attempt_id,
-                tool=request.tool,
-                effect=int(request.effect),
-                args_json=request.args_json,
-                request_id=request.request_id,
-                within_seconds=_within(context),
-            ),
-        )
-        return pb.BeginStepResponse(
-            step_id=result.id,
-            outcome=_OUTCOMES[result.outcome],
-            result_json=result.result_json,
-        )
-
-    async def EndStep(self, request: pb.EndStepRequest, context: _Context) -> pb.EndStepResponse:
-        result = await _answer(
-            context,
-            self.actions.end_step(
-                attempt_id=request.attempt_id,
-                step_id=request.step_id,
-                result_json=request.result_json,
-                request_id=request.request_id,
-            ),
-        )
-        return pb.EndStepResponse(outcome=_OUTCOMES[result.outcome])
-
-    async def AbortStep(
-        self, request: pb.AbortStepRequest, context: _Context
-    ) -> pb.AbortStepResponse:
-        result = await _answer(
-            context,
-            self.actions.abort_step(
-                attempt_id=request.attempt_id,
-                step_id=request.step_id,
-                reason=request.reason,
-                request_id=request.request_id,
-            ),
-        )
-        return pb.AbortStepResponse(outcome=_OUTCOMES[result.outcome])
+        for op in operations.TABLE
+    }
+    name = operations.SERVICE.full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)

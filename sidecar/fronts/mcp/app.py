@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -42,7 +41,8 @@ from starlette.routing import Route
 from sidecar.core.actions import RunActions
 from sidecar.core.audit import FRONT
 from sidecar.errors import ActonceError, FailureClass, InvalidArgument, UnknownAttempt
-from sidecar.fronts.mcp import tools
+from sidecar.fronts import operations
+from sidecar.fronts.mcp import decoding, tools
 from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
 from sidecar.ops import auth, http_guard, http_server
@@ -56,10 +56,6 @@ log = structlog.get_logger()
 ATTEMPT_HEADER = "actonce-attempt-id"
 SCOPE_HEADER = "actonce-scope"
 FRONT_NAME = "mcp"
-# POST /attempts takes BeginAttempt's fields, by their names there, and no other.
-BEGIN_FIELDS = frozenset(
-    {"run_id", "rule", "checkpoint", "lease_deadline", "scope", "delivery_attempt_id"}
-)
 # What the metrics and traces call a tool that is not listed.
 UNLISTED_TOOL = "unlisted"
 
@@ -197,9 +193,8 @@ class McpFront:
     async def _dispatch(
         self, rpc: str, name: str, attempt_id: str, arguments: Mapping[str, Any], request_id: str
     ) -> types.CallToolResult:
-        handler = tools.HANDLERS.get(name)
-        if handler is not None:
-            content = await handler(self.actions, attempt_id, arguments, request_id)
+        if tools.serves(name):
+            content = await tools.call(self.actions, name, attempt_id, arguments, request_id)
             self.record(rpc, str(content.get("outcome", "ok")), None)
             return tools.ok_result(content)
         if self.gateway is not None and self.gateway.owns(name):
@@ -229,30 +224,32 @@ class McpFront:
     # -- attempts over plain HTTP -----------------------------------------------
 
     async def _begin_attempt(self, request: Request) -> Response:
+        """BeginAttempt's fields from the JSON body, as the table takes them; the answer
+        names the attempt."""
         FRONT.set(FRONT_NAME)
         try:
             body = await _json_body(request)
-            deadline = body.get("lease_deadline")
-            _only(body, BEGIN_FIELDS)
-            attempt = await self.actions.begin_attempt(
-                run_id=_field(body, "run_id"),
-                rule=_field(body, "rule"),
-                checkpoint=_field(body, "checkpoint"),
-                lease_deadline=_timestamp(deadline) if deadline is not None else None,
-                scope=_field(body, "scope"),
-                delivery_attempt_id=_field(body, "delivery_attempt_id"),
-            )
+            checked = decoding.arguments(_BEGIN, body, {}, unknown=_NOT_A_FIELD)
+            attempt = await _BEGIN.core(self.actions, **checked)
         except ActonceError as error:
             return _http_error(error)
         return JSONResponse({"attempt_id": attempt.attempt_id})
 
     async def _end_attempt(self, request: Request) -> Response:
+        """EndAttempt of the attempt the path names; the answer is its response, the counts."""
         FRONT.set(FRONT_NAME)
         try:
-            counts = await self.actions.end_attempt(request.path_params["attempt_id"])
+            bound = {"attempt_id": request.path_params["attempt_id"]}
+            checked = decoding.arguments(_END, {}, bound, unknown=_NOT_A_FIELD)
+            counts = await _END.core(self.actions, **checked)
         except ActonceError as error:
             return _http_error(error)
-        return JSONResponse(counts.__dict__)
+        return JSONResponse(tools.as_json(_END.response, _END.answer(counts)))
+
+
+_BEGIN = operations.BY_RPC["BeginAttempt"]
+_END = operations.BY_RPC["EndAttempt"]
+_NOT_A_FIELD = "is not a field of this request"
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
@@ -263,31 +260,6 @@ async def _json_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidArgument("body", "must be a JSON object")
     return body
-
-
-def _only(body: dict[str, Any], allowed: frozenset[str]) -> None:
-    for name in body:
-        if name not in allowed:
-            raise InvalidArgument(name, "is not a field of this request")
-
-
-def _field(body: dict[str, Any], name: str) -> str:
-    value = body.get(name, "")
-    if not isinstance(value, str):
-        raise InvalidArgument(name, "must be a string")
-    return value
-
-
-def _timestamp(value: Any) -> datetime:
-    if not isinstance(value, str):
-        raise InvalidArgument("lease_deadline", "must be an RFC 3339 timestamp")
-    try:
-        stamp = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidArgument("lease_deadline", "must be an RFC 3339 timestamp") from None
-    if stamp.tzinfo is None:
-        raise InvalidArgument("lease_deadline", "must name its time zone (e.g. Z)")
-    return stamp
 
 
 _HTTP_STATUS = {

@@ -1,5 +1,11 @@
-"""What a ``tools/call`` carries besides its arguments: its request identity, and the
-duplicate keys the SDK's parser would silently drop.
+"""What a ``tools/call`` carries: its arguments, taken by the API's table, its request
+identity, and the duplicate keys the SDK's parser would silently drop.
+
+A tool's arguments are its RPC's request fields but those the harness binds
+(``attempt_id``, ``request_id``), each taken by its kind in the table
+(sidecar.fronts.operations), as the gRPC front takes the same field from a request
+message: a JSON value is canonicalized here, once, into the JsonValue the core
+takes. ``POST /attempts`` takes BeginAttempt's fields from its JSON body the same way.
 
 A call's request identity, for harnesses that can set one, is
 ``_meta["actonce/request_id"]`` or the HTTP header ``actonce-request-id`` (given
@@ -14,14 +20,122 @@ SDK has read already, is parsed again here so that both fronts refuse alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from sidecar.errors import InvalidArgument
+from sidecar.fronts.operations import Field, Kind, Operation
 from sidecar.rules import canonical
+from sidecar.rules.canonical import Document, JsonValue
 
 REQUEST_ID_META = "actonce/request_id"
 REQUEST_ID_HEADER = "actonce-request-id"
+
+
+# -- arguments --------------------------------------------------------------------------
+
+
+def arguments(
+    op: Operation,
+    given: Mapping[str, Any],
+    bound: Mapping[str, str],
+    *,
+    unknown: str = "is not an argument of this tool",
+) -> dict[str, Any]:
+    """The core method's keywords for ``op``: each field from ``given`` by its kind, in the
+    request's order, and the fields the harness binds from ``bound``."""
+    taken = {f.parameter for f in op.fields if not f.bound}
+    for name in given:
+        if name not in taken:
+            raise InvalidArgument(name, unknown)
+    _one_of_each_oneof(op, given)
+    return {
+        f.parameter: bound.get(f.name, "") if f.bound else _TAKE[f.kind](given, f)
+        for f in op.fields
+    }
+
+
+def _one_of_each_oneof(op: Operation, given: Mapping[str, Any]) -> None:
+    oneofs: dict[str, list[str]] = {}
+    for f in op.fields:
+        if f.oneof:
+            oneofs.setdefault(f.oneof, []).append(f.parameter)
+    for oneof, members in oneofs.items():
+        if sum(name in given for name in members) > 1:
+            raise InvalidArgument(oneof, f"name {_either(members)}, not both")
+
+
+def _either(names: list[str]) -> str:
+    return " or ".join(f"{'an' if name[0] in 'aeiou' else 'a'} {name}" for name in names)
+
+
+def _text(given: Mapping[str, Any], f: Field) -> str | None:
+    if f.oneof and f.parameter not in given:
+        return None
+    value = given.get(f.parameter)
+    if value is None:
+        return ""  # missing: the core says what it needs of the field
+    if not isinstance(value, str):
+        raise InvalidArgument(f.parameter, f"must be a string, not {type(value).__name__}")
+    return value
+
+
+def _json(given: Mapping[str, Any], f: Field) -> JsonValue:
+    if f.parameter not in given:
+        raise InvalidArgument(f.parameter, "is required: give it as a JSON value")
+    return JsonValue.of(given[f.parameter], f.parameter)
+
+
+def _document(given: Mapping[str, Any], f: Field) -> Document:
+    if f.parameter not in given:
+        raise InvalidArgument(f.parameter, "is required: give it as a JSON value")
+    return Document.of(given[f.parameter], f.parameter)
+
+
+def _flag(given: Mapping[str, Any], f: Field) -> bool:
+    value = given.get(f.parameter, False)
+    if not isinstance(value, bool):
+        raise InvalidArgument(f.parameter, "must be true or false")
+    return value
+
+
+def _effect(given: Mapping[str, Any], f: Field) -> int:
+    value = given.get(f.parameter, 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f.parameter, "must be a ToolEffect's number")
+    return value
+
+
+def _timestamp(given: Mapping[str, Any], f: Field) -> datetime | None:
+    value = given.get(f.parameter)
+    if value is None:
+        if f.required:
+            raise InvalidArgument(f.parameter, "must be set")
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f.parameter, "must be an RFC 3339 timestamp")
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgument(f.parameter, "must be an RFC 3339 timestamp") from None
+    if stamp.tzinfo is None:
+        raise InvalidArgument(f.parameter, "must name its time zone (e.g. Z)")
+    return stamp
+
+
+_TAKE: dict[Kind, Callable[[Mapping[str, Any], Field], Any]] = {
+    Kind.TEXT: _text,
+    Kind.NAME: _text,
+    Kind.JSON: _json,
+    Kind.DOCUMENT: _document,
+    Kind.FLAG: _flag,
+    Kind.EFFECT: _effect,
+    Kind.TIMESTAMP: _timestamp,
+}
+
+
+# -- the call's identity and body -----------------------------------------------------
 
 
 def request_identity(meta: Mapping[str, Any] | None, headers: Mapping[str, str] | None) -> str:

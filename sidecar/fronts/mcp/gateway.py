@@ -51,6 +51,7 @@ from sidecar.core.types import Outcome
 from sidecar.errors import ActonceError, FailureClass, InvalidArgument
 from sidecar.fronts.mcp.settings import SEPARATOR, UNLISTED, ToolSpec, Upstream
 from sidecar.rules import canonical
+from sidecar.rules.canonical import JsonValue
 from sidecar.rules.effects import ToolEffect
 
 log = structlog.get_logger()
@@ -183,7 +184,7 @@ class Gateway:
             attempt_id=attempt_id,
             tool=listed,
             effect=int(spec.step_effect),
-            args_json=json.dumps(arguments, ensure_ascii=False, allow_nan=False),
+            args=JsonValue.of(arguments, "args_json"),
             request_id=request_id,
             wait_seconds=self.timeout_seconds + REPEAT_WAIT_MARGIN_SECONDS,
         )
@@ -310,7 +311,7 @@ class _Sending:
         await actions.end_step(
             attempt_id=self.attempt_id,
             step_id=self.step_id,
-            result_json=json.dumps(_recordable(result), ensure_ascii=False),
+            result=JsonValue.of(_recordable(result), "result_json"),
             request_id="",
         )
         return Called(result, Outcome.APPLIED, self.step_id)
