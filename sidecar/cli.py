@@ -316,7 +316,7 @@ def _serve(args: argparse.Namespace) -> None:
     logs.configure(config.log_level, config.log_format)
     from sidecar.assembly.server import serve
 
-    asyncio.run(serve(config, grace_seconds=config.grace_seconds))
+    asyncio.run(serve(config))
 
 
 def _audit(args: argparse.Namespace) -> None:

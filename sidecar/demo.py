@@ -36,7 +36,8 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
-from sidecar.assembly.server import Sidecar, create_server
+from sidecar.assembly.server import create_server
+from sidecar.assembly.sidecar import Sidecar
 from sidecar.config import Config
 from sidecar.ops import logs
 

@@ -29,7 +29,8 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2
 from grpc_status import rpc_status
 
-from sidecar.assembly.server import Sidecar, create_server
+from sidecar.assembly.server import create_server
+from sidecar.assembly.sidecar import Sidecar
 from sidecar.config import Config
 from sidecar.ledger.audit_command import open_reader
 from sidecar.refstore.server import create_store_server

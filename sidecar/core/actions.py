@@ -12,11 +12,10 @@ store, and how its answer is classified, is written here, one ``perform`` per wr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar, Unpack
+from functools import partial
+from typing import TypeVar, Unpack
 
 import structlog
 
@@ -25,31 +24,27 @@ from sidecar.core import leases, writes
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.deliveries import ScopedAttempts
+from sidecar.core.edit_queue import EditQueue
+from sidecar.core.edits import Edit
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
-from sidecar.core.turns import TurnNotCome, Turns
 from sidecar.core.types import AttemptCounts, Outcome, ReadResult, Settings, WriteResult
 from sidecar.core.writes import OneCall, Write, WritePath
 from sidecar.errors import (
     ActonceError,
-    ArtifactArchived,
     InvalidArgument,
     SendNotAllowed,
-    StoreDeadlineExceeded,
 )
 from sidecar.ledger.base import AuditLedger, Phase
 from sidecar.rules import canonical, edits, effects, ids
 from sidecar.rules.canonical import Document, JsonValue
-from sidecar.store_contract import ARCHIVED, Refusal, RefusalCode, StoredArtifact
+from sidecar.store_contract import Refusal, StoredArtifact
 from sidecar.upstream.base import (
     CreateArtifact,
     CreateThread,
-    GetArtifact,
-    PatchArtifact,
     PostMessage,
     ProposeCreate,
-    ProposePatch,
     StoreClient,
     StoreWrite,
 )
@@ -57,10 +52,6 @@ from sidecar.upstream.base import (
 log = structlog.get_logger()
 
 T = TypeVar("T")
-
-# A VERSION_CONFLICT re-reads the artifact and edits again this many times
-# within the attempt before the attempt fails to be retried.
-VERSION_CONFLICT_REREADS = 3
 
 
 def _no_reread() -> None:
@@ -103,8 +94,8 @@ class RunActions:
         self.attempts = attempts
         self.settings = settings
         self._on_reread = on_reread
-        # Edits of one artifact in this sidecar patch in turn rather than race (core/turns.py).
-        self._edit_turns = Turns()
+        # Edits of one artifact in this sidecar queue rather than race (core/edit_queue.py).
+        self._edit_queue = EditQueue()
         audit = Audit(ledger)
         self._audit = audit
         self._path = WritePath(audit, settings, one_commit=commits_writes)
@@ -199,21 +190,22 @@ class RunActions:
             digest=value_digest,
             detail={"artifact_id": artifact_id, "path": pointer},
         )
-        edit = _Edit(self.store, lambda: self._deadline(attempt), self._on_reread,
-                     self._edit_turns, artifact_id, pointer, value.value, propose)  # fmt: skip
+        deadline = partial(self._deadline, attempt)
+        queued = (self.store, deadline, self._on_reread, self._edit_queue)
+        edit = Edit(*queued, artifact_id, pointer, value.value, propose)
         return await self._path.write(attempt, write, edit.perform)
 
     async def notice(
         self, *, attempt_id: str, thread_id: str, text: str, request_id: str
     ) -> WriteResult:
-        return await self._post("Notice", ids.WriteType.NOTICE, attempt_id, thread_id, text,
-                                request_id)  # fmt: skip
+        notice = ids.WriteType.NOTICE
+        return await self._post("Notice", notice, attempt_id, thread_id, text, request_id)
 
     async def send(
         self, *, attempt_id: str, thread_id: str, text: str, request_id: str
     ) -> WriteResult:
-        return await self._post("Send", ids.WriteType.MESSAGE, attempt_id, thread_id, text,
-                                request_id)  # fmt: skip
+        message = ids.WriteType.MESSAGE
+        return await self._post("Send", message, attempt_id, thread_id, text, request_id)
 
     async def create_thread(self, *, attempt_id: str, title: str, request_id: str) -> WriteResult:
         canonical.require_name(title, "title")
@@ -376,83 +368,3 @@ class RunActions:
 
     def _deadline(self, attempt: Attempt) -> float:
         return leases.store_deadline(attempt, self.settings.store_timeout_seconds)
-
-
-@dataclass(frozen=True)
-class _Edit:
-    """An edit's perform: read the artifact, skip the value already there, else patch
-    it (or propose the patch); after a VERSION_CONFLICT, read it again, a bounded
-    number of times in the attempt. A patch waits for the turn of its artifact, so that
-    the sidecar's own edits of it do not conflict with each other; a proposal patches
-    nothing and takes no turn."""
-
-    store: StoreClient
-    deadline: Callable[[], float]
-    on_reread: Callable[[], None]
-    turns: Turns
-    artifact_id: str
-    pointer: str
-    value: Any
-    propose: bool
-
-    async def perform(self, derived: str) -> WriteResult:
-        if self.propose:
-            return await self._edit(derived)
-        try:
-            async with self.turns.of(self.artifact_id, wait_seconds=self.deadline()):
-                return await self._edit(derived)
-        except TurnNotCome:
-            raise StoreDeadlineExceeded(
-                f"edits of artifact {self.artifact_id} queued in this sidecar past the store's "
-                "deadline; this one was not sent, and a retry with the same derived id is safe",
-                nothing_sent=True,
-            ) from None
-
-    async def _edit(self, derived: str) -> WriteResult:
-        conflicts = 0
-        while True:
-            artifact = await self._read(reread=conflicts > 0)
-            document = json.loads(artifact.data_json)
-            if edits.holds(document, self.pointer, self.value):
-                return WriteResult(Outcome.SKIPPED, version=artifact.version)
-            patch = edits.set_patch(document, self.pointer, self.value)
-            try:
-                return await self._apply(derived, artifact, patch)
-            except Refusal as refusal:
-                if refusal.code == RefusalCode.VERSION_CONFLICT:
-                    conflicts += 1
-                    log.info("version_conflict_reread", rereads=conflicts)
-                    if conflicts <= VERSION_CONFLICT_REREADS:
-                        continue
-                return self._refused(derived, artifact, refusal)
-
-    async def _read(self, *, reread: bool) -> StoredArtifact:
-        timeout = self.deadline()
-        if reread:
-            self.on_reread()
-        try:
-            artifact = await self.store.call(GetArtifact(self.artifact_id), timeout)
-        except Refusal as refusal:
-            raise store_contract.as_error(refusal) from refusal
-        if artifact.archived:
-            raise ArtifactArchived(
-                f"artifact {self.artifact_id} is archived; an edit of it is refused "
-                "before it is tried",
-                metadata={"states": ARCHIVED},
-            )
-        return artifact
-
-    async def _apply(self, derived: str, artifact: StoredArtifact, patch: str) -> WriteResult:
-        timeout = self.deadline()
-        if self.propose:
-            proposal = ProposePatch(derived, self.artifact_id, patch, artifact.version)
-            await self.store.call(proposal, timeout)
-            return WriteResult(Outcome.APPLIED, version=artifact.version, proposal_id=derived)
-        edit = PatchArtifact(self.artifact_id, artifact.version, patch)
-        patched = await self.store.call(edit, timeout)
-        return WriteResult(Outcome.APPLIED, version=patched.version)
-
-    def _refused(self, derived: str, artifact: StoredArtifact, refusal: Refusal) -> WriteResult:
-        if not (self.propose and store_contract.counts_as_done(refusal)):
-            raise store_contract.as_error(refusal) from refusal
-        return WriteResult(Outcome.ALREADY_APPLIED, version=artifact.version, proposal_id=derived)

@@ -238,8 +238,8 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
         ):
             return await continuation(handler_call_details)
         structlog.contextvars.clear_contextvars()
-        log.info("refused", rpc=rpc, reason=Unauthenticated.reason,
-                 failure_class=Unauthenticated.failure_class.value)  # fmt: skip
+        failure_class = Unauthenticated.failure_class.value
+        log.info("refused", rpc=rpc, reason=Unauthenticated.reason, failure_class=failure_class)
         self._on_refused(rpc)
         return self._refuse
 

@@ -8,7 +8,8 @@ from collections.abc import Awaitable
 
 import pytest
 
-from sidecar.core.actions import VERSION_CONFLICT_REREADS, RunActions
+from sidecar.core.actions import RunActions
+from sidecar.core.edits import VERSION_CONFLICT_REREADS
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import (
     AttemptFenced,

@@ -1,4 +1,4 @@
-"""Turns: one holder per key at a time, first come first served, and nothing kept after."""
+"""The edit queue: one holder per key at a time, first come first served, and nothing kept after."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import asyncio
 
 import pytest
 
-from sidecar.core.turns import TurnNotCome, Turns
+from sidecar.core.edit_queue import EditQueue, QueueTooSlow
 
 
 def test_holders_of_one_key_take_turns_in_order_and_other_keys_do_not_wait() -> None:
     async def run() -> None:
-        turns = Turns()
+        queue = EditQueue()
         seen: list[str] = []
         release = asyncio.Event()
 
         async def hold(key: str, name: str) -> None:
-            async with turns.of(key, wait_seconds=5):
+            async with queue.of(key, wait_seconds=5):
                 seen.append(f"{name} in")
                 if name == "first":
                     await release.wait()
@@ -31,31 +31,31 @@ def test_holders_of_one_key_take_turns_in_order_and_other_keys_do_not_wait() -> 
         release.set()
         await asyncio.gather(first, second, other)
         assert seen[3:] == ["first out", "second in", "second out"]
-        assert len(turns) == 0
+        assert len(queue) == 0
 
     asyncio.run(run())
 
 
 def test_a_turn_that_does_not_come_in_time_is_refused_and_leaves_nothing_behind() -> None:
     async def run() -> None:
-        turns = Turns()
+        queue = EditQueue()
         held = asyncio.Event()
         release = asyncio.Event()
 
         async def hold() -> None:
-            async with turns.of("art-1", wait_seconds=5):
+            async with queue.of("art-1", wait_seconds=5):
                 held.set()
                 await release.wait()
 
         holder = asyncio.create_task(hold())
         await held.wait()
-        with pytest.raises(TurnNotCome):
-            async with turns.of("art-1", wait_seconds=0.05):
+        with pytest.raises(QueueTooSlow):
+            async with queue.of("art-1", wait_seconds=0.05):
                 pytest.fail("the turn was held by another")
         release.set()
         await holder
-        assert len(turns) == 0
-        async with turns.of("art-1", wait_seconds=0.05):
+        assert len(queue) == 0
+        async with queue.of("art-1", wait_seconds=0.05):
             pass
 
     asyncio.run(run())
