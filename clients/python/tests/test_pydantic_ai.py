@@ -9,6 +9,7 @@ turns, sync and async tools, a streamed run, against a real `actonce serve`.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -93,3 +94,43 @@ def test_an_error_that_is_not_a_refusal_ends_the_run(client: Client) -> None:
 
 def _sent_then_reset(key: str) -> str:
     raise ConnectionResetError("charged, then the connection reset")
+
+
+def test_a_run_stopped_by_one_tools_error_ends_after_its_siblings_steps_do(
+    client: Client,
+) -> None:
+    # Pydantic AI raises a tool's error at once and leaves the other tool calls of the
+    # turn running in their threads. Their steps may have acted: the delivery waits for
+    # them to end, so that the next delivery reads their results instead of a doubt.
+    actonce = Actonce(client, rule="billing")
+    calls: list[float] = []
+
+    @actonce.tool
+    def fails(call: ToolCall) -> str:
+        """Fail at once."""
+        raise RuntimeError("the ledger of another system is down")
+
+    @actonce.tool
+    def charge_slowly(call: ToolCall) -> str:
+        """Charge, with no key; the processor answers after a while."""
+
+        def slow(key: str) -> str:
+            time.sleep(1.0)
+            calls.append(time.monotonic())
+            return "ch_1"
+
+        return call.step("charge_slowly", {}, slow)
+
+    turn = [ToolCallPart("fails", {}, tool_call_id=f"call_{uuid.uuid4().hex}"),
+            ToolCallPart("charge_slowly", {}, tool_call_id=f"call_{uuid.uuid4().hex}")]  # fmt: skip
+    agent = Agent(_script(turn), tools=[fails, charge_slowly], output_type=str)
+    run_id = f"run-{uuid.uuid4().hex}"
+    with pytest.raises(RuntimeError):
+        deliver(agent, run_id, "go")
+    raised = time.monotonic()
+    assert len(calls) == 1 and calls[0] < raised
+    # Delivered again, the recorded turn makes the same calls: the charge's step ended,
+    # so its result is answered without a second charge, and nothing is in doubt.
+    with pytest.raises(RuntimeError):
+        deliver(agent, run_id, "go")
+    assert len(calls) == 1

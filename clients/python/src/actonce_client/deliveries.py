@@ -49,6 +49,8 @@ T = TypeVar("T")
 MODEL_TURN = "model_turn"
 """The tool name a delivery records its model turns under."""
 MAX_RECORDED_BYTES = inputs.MAX_JSON_BYTES
+# Seconds a delivery that is done waits at most for its tool calls still running.
+TOOLS_SETTLE_SECONDS = 30.0
 """The largest model response a turn records, as UTF-8 JSON text: 1 MiB, the sidecar's
 limit for a step's ``result_json`` (nested at most 64 levels deep)."""
 
@@ -187,6 +189,8 @@ class Delivery:
     in_doubt: list[ParkedItem] = field(default_factory=list)
     _aclients: dict[int, AsyncClient] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _tools_running: int = field(default=0, repr=False)
+    _tools_done: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -255,6 +259,28 @@ class Delivery:
             self.run_id, self.rule, checkpoint, scope=scope,
             delivery_attempt_id=self.attempt.id, lease_deadline=lease_deadline,
         )  # fmt: skip
+
+    @contextmanager
+    def tool_running(self) -> Iterator[None]:
+        """Around one tool call of this delivery: the delivery ends only once it did."""
+        with self._tools_done:
+            self._tools_running += 1
+        try:
+            yield
+        finally:
+            with self._tools_done:
+                self._tools_running -= 1
+                self._tools_done.notify_all()
+
+    def wait_for_tools(self, seconds: float = TOOLS_SETTLE_SECONDS) -> bool:
+        """Wait until no tool call of this delivery is running, ``seconds`` at most.
+
+        A framework that stops a run at one tool call's error (a sibling in doubt) may
+        leave the others running, in threads or tasks it no longer awaits: their steps,
+        which may have acted, end before the delivery does, or a later delivery would
+        find them in doubt."""
+        with self._tools_done:
+            return self._tools_done.wait_for(lambda: self._tools_running == 0, seconds)
 
     def require_turns(self) -> None:
         """Refuse a tool call that no recorded model turn named, where ids need one."""
@@ -358,6 +384,7 @@ def delivering(
         yield delivery
     finally:
         _current.reset(token)
+        delivery.wait_for_tools()
         if beating is not None:
             beating.stop()
         with suppress(ActonceError):
@@ -381,6 +408,8 @@ async def adelivering(
         yield delivery
     finally:
         _current.reset(token)
+        # In another thread: the loop meanwhile runs the tool calls that are its tasks.
+        await asyncio.to_thread(delivery.wait_for_tools)
         if beating is not None:
             await asyncio.to_thread(beating.stop)
         with suppress(ActonceError):

@@ -245,14 +245,15 @@ class Actonce:
         @functools.wraps(func)
         def run(ctx: RunContext[Any], *args: Any, **kwargs: Any) -> Any:
             delivery, run_id, scope = _tool_call(ctx)
-            attempt = self._attempts.begin(run_id, scope, "", delivery)
-            try:
-                result = func(*args, **{context: ToolCall(attempt, scope)}, **kwargs)
-            except BaseException as error:
-                end_quietly(attempt)
-                _refused_or_raise(delivery, error)
-            attempt.end()
-            return result
+            with delivery.tool_running():
+                attempt = self._attempts.begin(run_id, scope, "", delivery)
+                try:
+                    result = func(*args, **{context: ToolCall(attempt, scope)}, **kwargs)
+                except BaseException as error:
+                    end_quietly(attempt)
+                    _refused_or_raise(delivery, error)
+                attempt.end()
+                return result
 
         return run
 
@@ -260,19 +261,32 @@ class Actonce:
         @functools.wraps(func)
         async def run(ctx: RunContext[Any], *args: Any, **kwargs: Any) -> Any:
             delivery, run_id, scope = _tool_call(ctx)
-            attempt, made = await self._attempts.abegin(run_id, scope, "", delivery)
-            try:
-                result = await func(*args, **{context: AsyncToolCall(attempt, scope)}, **kwargs)
-            except BaseException as error:
-                await aend_quietly(attempt)
-                _refused_or_raise(delivery, error)
-            finally:
-                if made is not None:
-                    await made.close()
-            await attempt.end()
-            return result
+            with delivery.tool_running():
+                return await self._run_async(func, context, delivery, run_id, scope, args, kwargs)
 
         return run
+
+    async def _run_async(
+        self,
+        func: Callable[..., Any],
+        context: str,
+        delivery: Delivery,
+        run_id: str,
+        scope: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        attempt, made = await self._attempts.abegin(run_id, scope, "", delivery)
+        try:
+            result = await func(*args, **{context: AsyncToolCall(attempt, scope)}, **kwargs)
+        except BaseException as error:
+            await aend_quietly(attempt)
+            _refused_or_raise(delivery, error)
+        finally:
+            if made is not None:
+                await made.close()
+        await attempt.end()
+        return result
 
 
 def _tool_call(ctx: RunContext[Any]) -> tuple[Delivery, str, str]:
