@@ -20,6 +20,7 @@ import grpc
 import httpx2
 import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import types_pb2
 from google.protobuf import descriptor_pool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
@@ -245,3 +246,21 @@ def test_attempts_over_http_take_beginattempts_fields_as_grpc_does(served: Runni
     assert said.fields == ["delivery_attempt_id"]
     wrong = httpx2.post(f"{base}/attempts", json={**body, "rule": 7})
     assert wrong.status_code == 400 and wrong.json()["message"] == "rule: must be a string, not int"
+
+
+@pytest.mark.parametrize("name", ["run_id", "rule", "checkpoint", "scope", "delivery_attempt_id"])
+def test_a_null_field_of_an_attempt_is_refused_and_fences_nothing(
+    served: RunningSidecar, name: str
+) -> None:
+    # A harness that writes an unset field as null gets a refusal, not an unscoped
+    # attempt: that would be a newer delivery of the run, and fence the live one.
+    base = f"http://127.0.0.1:{served.sidecar.mcp_port}"
+    run_id = f"run-null-{name}"
+    live = begin_over_http(base, run_id)
+    body = {"run_id": run_id, "rule": "triage", "checkpoint": "cp-0", name: None}
+    answer = httpx2.post(f"{base}/attempts", json=body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["reason"] == "INVALID_ARGUMENT"
+    assert answer.json()["message"] == f"{name}: must be a string, not null"
+    made = served.stub.Create(pb.CreateRequest(attempt_id=live, kind="note", data_json="{}"))
+    assert made.outcome == types_pb2.OUTCOME_APPLIED

@@ -73,11 +73,14 @@ def _either(names: list[str]) -> str:
 def _text(given: Mapping[str, Any], f: Field) -> str | None:
     if f.oneof and f.parameter not in given:
         return None
-    value = given.get(f.parameter)
-    if value is None:
+    if f.parameter not in given:
         return ""  # missing: the core says what it needs of the field
+    value = given[f.parameter]
     if not isinstance(value, str):
-        raise InvalidArgument(f.parameter, f"must be a string, not {type(value).__name__}")
+        # A null is no string either: taken as "left out", a scope of null would begin an
+        # unscoped attempt, which fences the run's live delivery.
+        kind = "null" if value is None else type(value).__name__
+        raise InvalidArgument(f.parameter, f"must be a string, not {kind}")
     return value
 
 
