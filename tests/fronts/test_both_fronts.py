@@ -80,8 +80,8 @@ VALID = {"kind": '"k"', "data": '{"a": 1}', "artifact_id": '"a1"', "path": '"/s"
 BAD_BY_KIND: dict[Kind, list[str]] = {
     Kind.NAME: ['""'],
     Kind.TEXT: ['"a\\u0000b"'],
-    Kind.JSON: ['{"x": 1, "x": 1}', DEEP],
-    Kind.DOCUMENT: ['{"a": 1, "a": 2}', DEEP, "[1]"],
+    Kind.JSON: ['{"x": 1, "x": 1}', DEEP, '{"x": NaN}', "-Infinity"],
+    Kind.DOCUMENT: ['{"a": 1, "a": 2}', DEEP, "[1]", '{"a": NaN, "b": Infinity}'],
 }
 
 
