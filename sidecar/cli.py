@@ -207,6 +207,16 @@ def _flag(key: str) -> str:
     return next(s.flag for s in commands.SERVE.values() if s.dest == key)
 
 
+# Settings of which one is used and the other would be silently ignored.
+_EITHER = (("store_target", "store_dsn"), ("audit_db", "audit_dsn"))
+
+
+def _check_either(given: dict[str, Any]) -> None:
+    for first, second in _EITHER:
+        if given.get(first) is not None and given.get(second) is not None:
+            raise ConfigError(f"{_flag(first)} and {_flag(second)} name two places: give one")
+
+
 def _check_upstream(given: dict[str, Any]) -> None:
     # TLS and the token are for an external store: the embedded one is this process's
     # own, on loopback, and silently ignoring them would hide a missing --store-target.
@@ -291,6 +301,7 @@ def _check_api_token(given: dict[str, Any]) -> None:
 
 def config_from(given: dict[str, Any]) -> Config:
     """The sidecar's configuration from the settings given; the others keep their default."""
+    _check_either(given)
     _check_upstream(given)
     _check_mcp(given)
     _check_api_token(given)

@@ -68,3 +68,27 @@ def test_a_new_setting_is_one_field(monkeypatch: pytest.MonkeyPatch) -> None:
     assert WithAKnob(**given(parser.parse_args(["--knob", "8"]), table)).knob == 8
     with pytest.raises(ConfigError, match="--knob='0' is not valid: must be greater than 0"):
         given(parser.parse_args(["--knob", "0"]), table)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "NaN", "Infinity"])
+def test_a_number_of_seconds_is_finite(text: str) -> None:
+    with pytest.raises(
+        ConfigError, match=f"--store-timeout='{text}' is not valid: must be a number"
+    ):
+        _serve("--store-timeout", text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--store-target", "127.0.0.1:1", "--store-dsn", "postgresql://h/s"],
+         "--store-target and --store-dsn name two places: give one"),
+        (["--audit-db", "/tmp/a.db", "--audit-dsn", "postgresql://h/a"],
+         "--audit-db and --audit-dsn name two places: give one"),
+    ],
+)  # fmt: skip
+def test_two_settings_of_which_one_would_be_ignored_are_refused(
+    argv: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _serve(*argv)

@@ -3,6 +3,7 @@ or raises ValueError with what was expected (the command line names the setting 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable
@@ -19,6 +20,8 @@ def exempt(text: str) -> frozenset[str]:
 
 def positive_float(text: str) -> float:
     value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("must be a number of seconds, not nan or inf")
     if value <= 0:
         raise ValueError("must be greater than 0")
     return value
