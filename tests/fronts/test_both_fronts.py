@@ -264,3 +264,16 @@ def test_a_null_field_of_an_attempt_is_refused_and_fences_nothing(
     assert answer.json()["message"] == f"{name}: must be a string, not null"
     made = served.stub.Create(pb.CreateRequest(attempt_id=live, kind="note", data_json="{}"))
     assert made.outcome == types_pb2.OUTCOME_APPLIED
+
+
+def test_a_field_of_an_attempt_given_twice_is_refused_as_a_tools_argument_is(
+    served: RunningSidecar,
+) -> None:
+    base = f"http://127.0.0.1:{served.sidecar.mcp_port}"
+    body = '{"run_id": "run-twice", "run_id": "run-other", "rule": "triage", "checkpoint": "c"}'
+    answer = httpx2.post(
+        f"{base}/attempts", content=body, headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "run_id: is given twice"
+    assert served.audit("run-twice") == [] and served.audit("run-other") == []

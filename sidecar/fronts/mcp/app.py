@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -254,12 +255,22 @@ _NOT_A_FIELD = "is not a field of this request"
 
 async def _json_body(request: Request) -> dict[str, Any]:
     try:
-        body = await request.json()
+        body = json.loads(await request.body(), object_pairs_hook=_fields_once)
     except ValueError:
         raise InvalidArgument("body", "is not JSON") from None
     if not isinstance(body, dict):
         raise InvalidArgument("body", "must be a JSON object")
     return body
+
+
+def _fields_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A field given twice is refused, as a tool's argument is: the parser would keep the last.
+    fields: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in fields:
+            raise InvalidArgument(name, "is given twice")
+        fields[name] = value
+    return fields
 
 
 _HTTP_STATUS = {
