@@ -249,7 +249,7 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
             try:
                 _value, form = canonical.parse_canonical(result_json, "--result-json")
             except InvalidArgument as exc:
-                print(f"actonce: error: --result-json is not valid JSON: {exc}", file=sys.stderr)
+                print(f"actonce: error: {exc}", file=sys.stderr)  # names --result-json
                 return 2
             result_json = form.decode("utf-8")
         try:

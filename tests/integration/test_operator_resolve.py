@@ -154,5 +154,8 @@ def test_resolve_refuses_a_write_decision_for_a_step_and_an_unknown_id(
         "--reason", "r", *flags,
     )  # fmt: skip
     assert bad_json.returncode == 2
+    said = bad_json.stderr.strip()
+    assert said.startswith("actonce: error: --result-json: is not valid JSON: "), said
+    assert said.count("--result-json") == 1, said
     # None of the refusals wrote anything: the step is still pending.
     assert run_cli("audit", "pending", *flags).returncode == 3
