@@ -177,6 +177,11 @@ class RequestGuard:
         headers = _headers(scope)
         refusal = self._refusal_of_head(scope, headers)
         if refusal is not None:
+            if refusal.status != 413:
+                # Take the body the client sends before answering (bounded as any body is):
+                # a connection closed over bytes it never read is reset, and the reset can
+                # drop the refusal before the client reads it.
+                await self._read_body(receive)
             return refusal
         body = await self._read_body(receive)
         if body is None or isinstance(body, Refusal):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import MutableMapping
+from typing import Any
 
 import pytest
 
 from sidecar.ops.http_guard import (
+    RequestGuard,
     RequestPolicy,
     beyond_loopback_problem,
     depth_past,
@@ -113,3 +117,40 @@ def test_nesting_agrees_with_a_parser_on_documents_it_can_parse() -> None:
         text = json.dumps(doc).encode()
         depth = _depth(json.loads(text))
         assert (depth_past(text, depth), depth_past(text, depth - 1)) == (0, depth)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([(b"host", b"attacker.example"), (b"content-type", b"application/json")], 421),
+        ([(b"host", b"127.0.0.1"), (b"origin", b"http://evil.example"),
+          (b"content-type", b"application/json")], 403),
+        ([(b"host", b"127.0.0.1"), (b"content-type", b"text/plain")], 415),
+    ],
+)  # fmt: skip
+def test_a_request_refused_by_its_head_is_answered_once_its_body_is_read(
+    headers: list[tuple[bytes, bytes]], status: int
+) -> None:
+    # Answered and closed over body bytes the server never read, a connection is reset,
+    # and the reset drops the answer not yet sent: the client reads a status and then an
+    # error. The guard takes the body first (bounded by the body limit, as any body).
+    events: list[str] = []
+    parts = [b'{"run_id": ', b'"r"}']
+
+    async def receive() -> MutableMapping[str, Any]:
+        events.append("read")
+        chunk = parts.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(parts)}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        events.append(str(message["type"]))
+        if message["type"] == "http.response.start":
+            assert message["status"] == status
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("a refused request never reaches the route")
+
+    guard = RequestGuard(route, RequestPolicy())
+    scope = {"type": "http", "method": "POST", "path": "/attempts", "headers": headers}
+    asyncio.run(guard(scope, receive, send))
+    assert events == ["read", "read", "http.response.start", "http.response.body"]
