@@ -49,10 +49,10 @@ T = TypeVar("T")
 MODEL_TURN = "model_turn"
 """The tool name a delivery records its model turns under."""
 MAX_RECORDED_BYTES = inputs.MAX_JSON_BYTES
-# Seconds a delivery that is done waits at most for its tool calls still running.
-TOOLS_SETTLE_SECONDS = 30.0
 """The largest model response a turn records, as UTF-8 JSON text: 1 MiB, the sidecar's
 limit for a step's ``result_json`` (nested at most 64 levels deep)."""
+TOOLS_SETTLE_SECONDS = 30.0
+"""Seconds a delivery that is done waits at most for its tool calls still running."""
 
 _current: contextvars.ContextVar[Delivery | None] = contextvars.ContextVar(
     "actonce_delivery", default=None
