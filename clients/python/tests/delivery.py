@@ -9,6 +9,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from card_processor import charge
+
+from actonce_client.tool_calls import ToolCall
+
 
 @dataclass(frozen=True)
 class Job:
@@ -105,6 +109,21 @@ class Siblings:
         """In the tool, once its step ended."""
         if customer == self.FIRST:
             self._first_ended.set()
+
+    def charge_unkeyed(self, call: ToolCall, customer: str, cents: int) -> str:
+        """The body of every framework's ``charge_unkeyed`` tool: a non-idempotent step
+        whose call charges with no idempotency key, watched at each of its moments."""
+        self.before_step(customer)
+
+        def unkeyed(key: str) -> str:
+            self.sending(customer, key)
+            made = charge(self.job.processor, f"{self.job.run_id}-{customer}", cents, None)
+            self.landed(customer)
+            return made
+
+        made = call.step("charge_unkeyed", {"customer": customer, "cents": cents}, unkeyed)
+        self.ended(customer)
+        return made
 
 
 DELIVERY_WAIT = 20.0  # seconds: longer than a delivery takes, shorter than its limit

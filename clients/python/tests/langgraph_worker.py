@@ -138,17 +138,7 @@ def tools_of(job: Job, client: Client, writes: Writes) -> list[BaseTool]:
     @actonce.tool
     def charge_unkeyed(customer: str, cents: int, call: ToolCall) -> str:
         """Charge the customer's card with no idempotency key."""
-        siblings.before_step(customer)
-
-        def unkeyed(key: str) -> str:
-            siblings.sending(customer, key)
-            made = charge(job.processor, f"{job.run_id}-{customer}", cents, None)
-            siblings.landed(customer)
-            return made
-
-        made = call.step("charge_unkeyed", {"customer": customer, "cents": cents}, unkeyed)
-        siblings.ended(customer)
-        return made
+        return siblings.charge_unkeyed(call, customer, cents)
 
     return [open_ticket, flaky_notice, charge_card, charge_approved, open_ticket_async,
             charge_card_async, charge_unkeyed]  # fmt: skip

@@ -124,17 +124,7 @@ def build(job: Job, client: Client, writes: Writes) -> tuple[Agent[None, str], S
     @actonce.tool
     def charge_unkeyed(customer: str, cents: int, call: ToolCall) -> str:
         """Charge the customer's card with no idempotency key."""
-        siblings.before_step(customer)
-
-        def unkeyed(key: str) -> str:
-            siblings.sending(customer, key)
-            made = charge(job.processor, f"{job.run_id}-{customer}", cents, None)
-            siblings.landed(customer)
-            return made
-
-        made = call.step("charge_unkeyed", {"customer": customer, "cents": cents}, unkeyed)
-        siblings.ended(customer)
-        return made
+        return siblings.charge_unkeyed(call, customer, cents)
 
     script = Script(SCRIPTS[job.scenario], job.kill_at_model)
     model = FunctionModel(script.answer, stream_function=script.stream)
