@@ -19,7 +19,7 @@ from sidecar.ledger.base import AuditEvent, FencedError, LedgerError
 from sidecar.ledger.group_commit import Append
 from sidecar.ops.metrics import Metrics
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import Committed, OneCommit, StoreCall, StoreClient
+from sidecar.upstream.base import AUDITED, Committed, InTurn, OneCommit, StoreCall, StoreClient
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -99,8 +99,8 @@ class TimedStore:
         self._metrics = metrics
 
     async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
-        if isinstance(op, OneCommit):
-            return cast(_T, await self._one_commit(op, timeout))
+        if isinstance(op, AUDITED):
+            return cast(_T, await self._with_audit(op, timeout))
         started = time.perf_counter()
         result = "ok"
         try:
@@ -111,9 +111,11 @@ class TimedStore:
         finally:
             self._observe(op.operation, result, time.perf_counter() - started)
 
-    async def _one_commit(self, op: OneCommit[_R], timeout: float | None) -> Committed[_R]:
+    async def _with_audit(
+        self, op: OneCommit[_R] | InTurn[_R], timeout: float | None
+    ) -> Committed[_R]:
         """The write's store call is timed as any other, by the store's own answer inside the
-        job; its two events are durable with the job's commit, so each is an append of the
+        job; its two events are durable with the job's commits, so each is an append of the
         job's time, as the ledger's own appends are timed until durable."""
         metrics = self._metrics
         started = time.perf_counter()
@@ -127,6 +129,9 @@ class TimedStore:
             raise
         else:
             events = 2
+            lost = committed.outcome_lost
+            if lost is not None and not isinstance(lost, FencedError):
+                metrics.audit_append_failures.inc()
             if isinstance(committed.answer, Exception):
                 result = _result_of(committed.answer)
             return committed

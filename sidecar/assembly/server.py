@@ -52,7 +52,7 @@ from sidecar.ops.probes import create_health_server
 from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.base import StoreClient
+from sidecar.upstream.base import AuditedWrites, StoreClient
 from sidecar.upstream.grpc import GrpcStoreClient, connect_store
 from sidecar.upstream.inprocess import InProcessStoreClient
 
@@ -147,7 +147,7 @@ async def create_server(
         attempts=attempt_registry(config, metrics),
         settings=_settings(config, audit.heartbeat),
         on_reread=metrics.version_conflict_rereads.inc,
-        commits_writes=audit.shared is not None,
+        audited_writes=_audited_writes(audit, store),
     )
     gate = CallGate()
     server = _grpc_server(config, actions, gate, metrics, traces, api_token)
@@ -192,6 +192,9 @@ class _Audit:
     heartbeat: Heartbeat | None = None
     shared: SqliteLedger | None = None
     backend: SqliteStoreBackend | None = None
+    # The ledger with a file or a database of its own, which an embedded store's client
+    # commits on in its own thread.
+    separate: GroupCommitLedger | None = None
 
 
 def _open_audit(
@@ -203,7 +206,8 @@ def _open_audit(
         metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
     heartbeat = open_heartbeat(f"sc_{secrets.token_hex(8)}", config.audit_path, config.audit_dsn)
     if not config.one_file:
-        return _Audit(_watched(open_ledger(config), metrics, traces), heartbeat)
+        ledger = _watched(open_ledger(config), metrics, traces)
+        return _Audit(ledger, heartbeat, separate=ledger)
     # One file: the store's connection is its one writer, and the ledger writes through
     # it; a write of one store call then commits with its audit as one transaction.
     # The file's lock is the ledger's: its busy timeout is the ledger's too.
@@ -239,9 +243,21 @@ async def _open_store(config: Config, audit: _Audit, traces: Tracing | None) -> 
         backend,
         timeout_seconds=config.store_timeout_seconds,
         ledger=audit.shared,
+        separate_ledger=audit.separate,
         ledger_wait_seconds=config.audit_busy_timeout_ms / 1000,
     )
     return _Store(upstream, target, embedded, backend)
+
+
+def _audited_writes(audit: _Audit, store: _Store) -> AuditedWrites:
+    """How the core makes a write of one store call with its audit: one commit where the
+    embedded store shares the ledger's file, in turn as one job of the embedded store's
+    client where the ledger is apart, and apart over the wire."""
+    if not isinstance(store.upstream, InProcessStoreClient):
+        return AuditedWrites.APART
+    if audit.shared is not None:
+        return AuditedWrites.AS_ONE
+    return AuditedWrites.IN_TURN if audit.separate is not None else AuditedWrites.APART
 
 
 def _external_store(config: Config, traces: Tracing | None) -> GrpcStoreClient:

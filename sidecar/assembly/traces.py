@@ -47,7 +47,7 @@ from sidecar.ops.tracing import (
     WRITE_TYPE,
 )
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import Committed, OneCommit, StoreCall, StoreClient
+from sidecar.upstream.base import AUDITED, Committed, InTurn, OneCommit, StoreCall, StoreClient
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -147,8 +147,8 @@ class TracedStore:
     async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
         if not trace.get_current_span().is_recording():
             return await self._inner.call(op, timeout)  # a call not sampled: no span either
-        if isinstance(op, OneCommit):
-            return cast(_T, await self._one_commit(op, timeout))
+        if isinstance(op, AUDITED):
+            return cast(_T, await self._with_audit(op, timeout))
         with self._span(op.operation, op.store_id) as span:
             try:
                 return await self._inner.call(op, timeout)
@@ -156,7 +156,9 @@ class TracedStore:
                 _tell_failure(span, error)
                 raise
 
-    async def _one_commit(self, op: OneCommit[_R], timeout: float | None) -> Committed[_R]:
+    async def _with_audit(
+        self, op: OneCommit[_R] | InTurn[_R], timeout: float | None
+    ) -> Committed[_R]:
         call = trace.get_current_span()
         context = call.get_span_context()
         written = [_in_trace(op.intent, context)]

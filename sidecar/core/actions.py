@@ -41,6 +41,7 @@ from sidecar.rules import canonical, edits, effects, ids
 from sidecar.rules.canonical import Document, JsonValue
 from sidecar.store_contract import Refusal, StoredArtifact
 from sidecar.upstream.base import (
+    AuditedWrites,
     CreateArtifact,
     CreateThread,
     PostMessage,
@@ -74,9 +75,9 @@ class RunActions:
     """The attempt-scoped write and read operations of the sidecar.
 
     ``on_reread`` hears of each re-read of an artifact after the store refused an
-    edit with VERSION_CONFLICT (the metrics count them). ``commits_writes`` says that the
-    store client takes a OneCommit (its store shares the ledger's file): a write of one
-    store call is then made one commit with its audit.
+    edit with VERSION_CONFLICT (the metrics count them). ``audited_writes`` says how a write
+    of one store call is made with its audit: apart, in turn as one job of the store client
+    (an InTurn), or in one commit (a OneCommit, where the store shares the ledger's file).
     """
 
     def __init__(
@@ -87,7 +88,7 @@ class RunActions:
         attempts: AttemptRegistry,
         settings: Settings,
         on_reread: Callable[[], None] = _no_reread,
-        commits_writes: bool = False,
+        audited_writes: AuditedWrites = AuditedWrites.APART,
     ) -> None:
         self.ledger = ledger
         self.store = store
@@ -98,7 +99,7 @@ class RunActions:
         self._edit_queue = EditQueue()
         audit = Audit(ledger)
         self._audit = audit
-        self._path = WritePath(audit, settings, one_commit=commits_writes)
+        self._path = WritePath(audit, settings, audited_writes)
         self._steps = Steps(self._path, audit, ledger)
         self._reads = Reads(store, audit)
         self._lifecycle = Lifecycle(attempts, audit, settings)

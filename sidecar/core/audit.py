@@ -97,10 +97,16 @@ class Audit:
         """Append ``event``; if it is lost, log ``lost`` and go on."""
         try:
             await self.ledger.append(event)
-        except FencedError as exc:
-            raise _fenced(event, exc) from exc
         except LedgerError as exc:
-            log.warning(lost, error=str(exc))
+            lost_best_effort(event, exc, lost=lost)
+
+
+def lost_best_effort(event: AuditEvent, exc: LedgerError, *, lost: str) -> None:
+    """What a best-effort ``event`` that was not made durable does: the attempt stops if a
+    newer one fenced it (ATTEMPT_FENCED); else ``lost`` is logged, and the call goes on."""
+    if isinstance(exc, FencedError):
+        raise _fenced(event, exc) from exc
+    log.warning(lost, error=str(exc))
 
 
 def not_durable(event: AuditEvent, exc: LedgerError, *, because: str = "") -> ActonceError:

@@ -19,11 +19,17 @@ outcome, it would leave the store and the ledger in a state nobody knows. Steps
 take phases 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
 
 A write that is one call of the store (:class:`OneCall`) goes through phases 3 to 5 as
-one job where the store client can make it so (its store shares the ledger's file, which the
-assembly knows and says): a :class:`~sidecar.upstream.base.OneCommit` of the intent, the
-store's rows and the outcome, in one transaction and one durable commit, all three or none
-(:meth:`WritePath._in_one_commit`). Everywhere else, and for every other write, the
-three phases commit in turn.
+one job where the store client can make it so, as the assembly (which knows where the store
+and the ledger are) says with :class:`~sidecar.upstream.base.AuditedWrites`:
+
+- its store shares the ledger's file: a :class:`~sidecar.upstream.base.OneCommit` of the
+  intent, the store's rows and the outcome, in one transaction and one durable commit, all
+  three or none (:meth:`WritePath._in_one_commit`);
+- the store client is given the ledger of its own file or database: an
+  :class:`~sidecar.upstream.base.InTurn`, the three committed in turn by the client's batch
+  thread, one hand-off from the event loop and back (:meth:`WritePath._in_turn`).
+
+Everywhere else, and for every other write, the core makes the three phases itself.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import structlog
 
 from sidecar.core import leases
 from sidecar.core.attempts import Attempt
-from sidecar.core.audit import Audit, Subject, event, not_durable
+from sidecar.core.audit import Audit, Subject, event, lost_best_effort, not_durable
 from sidecar.core.requests import Claim, nothing_landed
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import (
@@ -49,7 +55,14 @@ from sidecar.errors import (
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, ids
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import OneCommit, StoreClient, StoreWrite
+from sidecar.upstream.base import (
+    AuditedWrites,
+    Committed,
+    InTurn,
+    OneCommit,
+    StoreClient,
+    StoreWrite,
+)
 
 log = structlog.get_logger()
 
@@ -119,11 +132,13 @@ class Landing:
 class WritePath:
     """The phases of a write, and the writes under way."""
 
-    def __init__(self, audit: Audit, settings: Settings, *, one_commit: bool = False) -> None:
+    def __init__(
+        self, audit: Audit, settings: Settings, audited: AuditedWrites = AuditedWrites.APART
+    ) -> None:
         self.audit = audit
         self.settings = settings
-        # Whether the store client makes a one-call write and its audit one commit.
-        self._one_commit = one_commit
+        # How the store client makes a one-call write with its audit, if it does.
+        self._audited = audited
         self._under_way: set[asyncio.Task[object]] = set()
 
     async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
@@ -136,9 +151,12 @@ class WritePath:
         return await self.to_the_end(attempt, self._land(landing, perform))
 
     async def _land(self, landing: Landing, perform: Perform) -> WriteResult:
+        audited = self._audited if isinstance(perform, OneCall) else AuditedWrites.APART
         try:
-            if self._one_commit and isinstance(perform, OneCall):
+            if isinstance(perform, OneCall) and audited is AuditedWrites.AS_ONE:
                 result = await self._in_one_commit(landing, perform)
+            elif isinstance(perform, OneCall) and audited is AuditedWrites.IN_TURN:
+                result = await self._in_turn(landing, perform)
             else:
                 await self._audit_intent(landing)
                 result = await self.perform(landing, perform)
@@ -196,6 +214,42 @@ class WritePath:
             raise settled
         return settled
 
+    async def _in_turn(self, landing: Landing, perform: OneCall) -> WriteResult:
+        """Phases 3 to 5 as one job of the store client, committed in turn: the intent is
+        durable before the store is called, the outcome after it answers."""
+        intent = _intent(landing)
+        timeout = perform.timeout()  # the lease is checked before anything is written
+
+        def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
+            try:
+                if isinstance(answer, ActonceError):
+                    raise answer
+                result = perform.classify(landing.derived_id, answer)
+            except ActonceError as error:
+                return failure_event(landing, error), error
+            return outcome_event(landing, result), result
+
+        context = contextvars.copy_context()  # the outcome's event is made in the store's thread
+        in_turn = InTurn(
+            intent,
+            perform.call(landing.derived_id),
+            lambda answer: context.run(settle, answer),
+            before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
+        )
+        try:
+            done = await perform.store.call(in_turn, timeout)
+        except LeaseExpired:  # refused before anything was written
+            raise
+        except LedgerError as refused:  # the intent is not durable: the store was not called
+            raise not_durable(
+                intent, refused, because="audit intent not persisted, the store was not called"
+            ) from refused
+        except BaseException:
+            landing.store_called = True  # past its deadline, or cancelled: it may still land
+            raise
+        landing.store_called = True
+        return _kept_in_turn(landing, done)
+
     def take_id(self, attempt: Attempt, write: Write, claim: Claim) -> Landing:
         """Check the lease, take the write's occurrence (or the one its request_id
         is bound to), derive its id."""
@@ -223,17 +277,9 @@ class WritePath:
         try:
             return await perform(landing.derived_id)
         except ActonceError as error:
-            # A write the store may have made says so: the audit must not call it failed.
-            detail = {} if nothing_landed(error) else {"landed": "unknown"}
-            failure = event(
-                landing.attempt,
-                landing.write.rpc,
-                Phase.OUTCOME,
-                landing.subject,
-                refused=error,
-                detail=detail,
+            await self.audit.best_effort(
+                failure_event(landing, error), lost="audit_failure_record_lost"
             )
-            await self.audit.best_effort(failure, lost="audit_failure_record_lost")
             raise
 
     async def _audit_outcome(self, landing: Landing, result: WriteResult) -> None:
@@ -290,6 +336,32 @@ def derive(
         scope=attempt.scope,
         scheme=attempt.id_scheme,
     )
+
+
+def _kept_in_turn(landing: Landing, done: Committed[WriteResult | ActonceError]) -> WriteResult:
+    """What an InTurn's write answers: its result once its outcome is durable. A failure's
+    outcome is best effort, as in the phases apart; a success whose outcome was lost fails
+    closed, though it landed."""
+    result, lost = done.result, done.outcome_lost
+    if isinstance(result, ActonceError):
+        if lost is not None:
+            lost_best_effort(failure_event(landing, result), lost, lost="audit_failure_record_lost")
+        raise result
+    if lost is not None:
+        raise not_durable(
+            outcome_event(landing, result),
+            lost,
+            because="the write landed but its audit outcome was not persisted",
+        ) from lost
+    return result
+
+
+def failure_event(landing: Landing, error: ActonceError) -> AuditEvent:
+    """The outcome's event of a write that failed with ``error`` once the store was called.
+    A write the store may have made says so: the audit must not call it failed."""
+    detail = {} if nothing_landed(error) else {"landed": "unknown"}
+    attempt, rpc = landing.attempt, landing.write.rpc
+    return event(attempt, rpc, Phase.OUTCOME, landing.subject, refused=error, detail=detail)
 
 
 def outcome_event(landing: Landing, result: WriteResult) -> AuditEvent:

@@ -9,6 +9,11 @@ A backend implements :meth:`GroupCommitLedger._write_batch`, which writes a
 batch in one transaction and returns, per event, its sequence number or the
 error that refused that event alone (a fenced attempt's intent, say).
 
+Another thread may commit on the writer's connection too (:meth:`GroupCommitLedger.append_now`):
+the embedded store's batch thread, which makes a write's intent, its store call and its outcome
+in turn as one job, without a hand-off to the writer and back for each event. The two take
+turns on the connection.
+
 What watches the appends (the metrics' timing, the traces' spans) is an :class:`AppendHook`,
 given to the ledger with :meth:`GroupCommitLedger.watch`: one kind of hook, called at the
 same two points, around each append in the task that makes it and around each commit in the
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
@@ -76,7 +82,9 @@ class GroupCommitLedger:
         self._closed = False
         self._hooks: tuple[AppendHook, ...] = ()
         self._hooked: Append = self._queue
-        self._writer = BatchThread("ledger-writer", self._commit, most=MAX_BATCH)
+        # Held for each commit: the writer's, and those of append_now's callers.
+        self._committing = threading.Lock()
+        self._writer = BatchThread("ledger-writer", self._commit_queued, most=MAX_BATCH)
 
     def watch(self, hook: AppendHook) -> None:
         """Call ``hook`` around every append and every commit from now on, outside the hooks
@@ -116,6 +124,24 @@ class GroupCommitLedger:
             pending.timed_out = True
             raise LedgerError(f"audit event not durable within {self._append_timeout:g}s") from None
 
+    def append_now(
+        self, events: Sequence[AuditEvent], contexts: Sequence[contextvars.Context | None]
+    ) -> list[int | LedgerError]:
+        """Append ``events`` in one commit, in the calling thread, and answer once they are
+        durable: per event, its number or the error that refused it. ``contexts`` holds each
+        event's call context, for the commit's hooks. The hooks' ``append`` is not called:
+        the caller (the store's client, whose middleware sees its job) times and traces the
+        job as a whole."""
+        if self._closed:
+            return [LedgerError("ledger is closed")] * len(events)
+        watched = bool(self._hooks)
+        batch = [
+            _Pending(event, context if watched else None)
+            for event, context in zip(events, contexts, strict=True)
+        ]
+        with self._committing:
+            return self._commit(batch)
+
     async def close(self) -> None:
         """Commit what is queued, then stop the writer and release the backend."""
         if self._closed:
@@ -138,6 +164,10 @@ class GroupCommitLedger:
 
     def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
         raise NotImplementedError
+
+    def _commit_queued(self, batch: list[_Pending]) -> list[int | LedgerError]:
+        with self._committing:
+            return self._commit(batch)
 
     def _commit(self, batch: list[_Pending]) -> list[int | LedgerError]:
         """Write the batch in one commit (in the writer's thread): per append, its number or

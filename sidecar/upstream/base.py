@@ -13,17 +13,23 @@ A transport whose store shares the ledger's file (the embedded store in a data f
 file) also takes :class:`OneCommit`: a write's audit intent, its one store call and its outcome
 in one transaction and one durable commit, all three or none. It is an operation like the
 others, so that the middleware sees it go by; the assembly, which knows where the store is,
-tells the core whether to send it. Everywhere else the three commit in turn.
+tells the core whether to send it.
+
+A transport that is given the ledger of a store it does not share a file with (the embedded
+store in a data folder of two files, or on PostgreSQL) takes :class:`InTurn` instead: the same
+three, committed in turn, but as one job of the transport's batch thread, one hand-off from the
+event loop and back. Everywhere else the core makes the three commits itself, one hand-off each.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from sidecar.errors import StoreUnavailable
-from sidecar.ledger.base import AuditEvent
+from sidecar.ledger.base import AuditEvent, LedgerError
 from sidecar.store_contract import Refusal, RefusalCode, StoredArtifact, StoredMessage
 
 _A = TypeVar("_A", covariant=True)
@@ -166,11 +172,14 @@ Settle = Callable[[object], tuple[AuditEvent, _R]]
 
 @dataclass(frozen=True, slots=True)
 class Committed(Generic[_R]):
-    """What a OneCommit answers once it is durable: the store's own answer to its write (a
-    record, or the Refusal or error it was refused with) and what ``settle`` made of it."""
+    """What a OneCommit or an InTurn answers once it is durable: the store's own answer to its
+    write (a record, or the Refusal or error it was refused with) and what ``settle`` made of
+    it. ``outcome_lost`` is an InTurn's alone: the error its outcome's commit failed with,
+    after the store's call (which may have landed) was made."""
 
     answer: object
     result: _R
+    outcome_lost: LedgerError | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +205,49 @@ class OneCommit(StoreCall[Committed[_R]], Generic[_R]):
     @property
     def store_id(self) -> str:
         return self.write.store_id
+
+
+@dataclass(frozen=True, slots=True)
+class InTurn(StoreCall[Committed[_R]], Generic[_R]):
+    """Append ``intent``, make ``write``, append the event ``settle`` makes of its answer: three
+    commits in turn, each durable before the next begins, made as one job where the transport
+    runs (its batch thread), and answered once the last is durable. ``before`` runs first, as a
+    OneCommit's does: what it raises refuses the write before anything is written.
+
+    FencedError when the intent is fenced, LedgerError when it is not durable: either way the
+    store was not called. Once the store is called the write may land, and the job answers a
+    Committed: its ``outcome_lost`` when the outcome's commit failed. StoreDeadlineExceeded past
+    the timeout (the store may have been called). Only a transport given the ledger of its
+    store takes it; any other raises TypeError.
+
+    ``before`` runs again once the intent is durable, before the store is called: what it
+    raises then (a lease that ran out while the intent waited for the ledger) is given to
+    ``settle`` as the write's answer, and the store is not called.
+    """
+
+    intent: AuditEvent
+    write: StoreWrite
+    settle: Settle[_R]
+    before: Callable[[], None] = nothing
+    operation: ClassVar[str] = "in_turn"
+    rpc: ClassVar[str] = ""
+
+    @property
+    def store_id(self) -> str:
+        return self.write.store_id
+
+
+# The calls that carry a write's audit with it: the middleware handles them alike.
+AUDITED = (OneCommit, InTurn)
+
+
+class AuditedWrites(enum.Enum):
+    """How a write of one store call is made with its audit, as the assembly (which knows
+    where the store and the ledger are) tells the core."""
+
+    APART = "apart"  # the core commits the intent, calls the store, commits the outcome
+    IN_TURN = "in_turn"  # the same three, as one InTurn of the store's transport
+    AS_ONE = "as_one"  # all three in one commit: a OneCommit
 
 
 class StoreClient(Protocol):

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
 from sidecar.core.types import Settings
+from sidecar.errors import ActonceError
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
@@ -31,10 +32,12 @@ from sidecar.ledger.base import (
 from sidecar.refstore.backend import apply_patch, parse_patch
 from sidecar.store_contract import ARCHIVED, ID_USED, Refusal, StoredArtifact, StoredMessage
 from sidecar.upstream.base import (
+    AuditedWrites,
     Committed,
     CreateArtifact,
     CreateThread,
     GetArtifact,
+    InTurn,
     ListMessages,
     OneCommit,
     PatchArtifact,
@@ -314,6 +317,43 @@ class OneCommitStore(MemoryStore):
         return Committed(answer, result)
 
 
+class InTurnStore(MemoryStore):
+    """A MemoryStore that also takes an InTurn, as a store client given its ledger does: the
+    intent appended (the store not called when it is refused), the store called, then the
+    outcome appended, each kept when it is made."""
+
+    def __init__(self, ledger: MemoryLedger, trace: Trace) -> None:
+        super().__init__(trace)
+        self.ledger = ledger
+
+    async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
+        if isinstance(op, InTurn):
+            return cast(_T, await self._in_turn(op, timeout))
+        return await super().call(op, timeout)
+
+    async def _in_turn(self, op: InTurn[_R], timeout: float | None) -> Committed[_R]:
+        self.trace.calls.append("store.in_turn")
+        op.before()
+        await self.ledger.append(op.intent)
+        answer: object
+        try:
+            answer = await super().call(op.write, timeout)
+        except (Refusal, ActonceError) as refused:
+            answer = refused
+        outcome, result = op.settle(answer)
+        try:
+            await self.ledger.append(outcome)
+        except LedgerError as lost:
+            return Committed(answer, result, lost)
+        return Committed(answer, result)
+
+
+def _audited_writes(store: MemoryStore) -> AuditedWrites:
+    if isinstance(store, OneCommitStore):
+        return AuditedWrites.AS_ONE
+    return AuditedWrites.IN_TURN if isinstance(store, InTurnStore) else AuditedWrites.APART
+
+
 def run_actions(
     ledger: MemoryLedger,
     store: MemoryStore,
@@ -324,5 +364,5 @@ def run_actions(
     """RunActions over the fakes; ``settings`` as sidecar.core.types.Settings takes them."""
     return RunActions(
         ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings),
-        on_reread=on_reread, commits_writes=isinstance(store, OneCommitStore),
+        on_reread=on_reread, audited_writes=_audited_writes(store),
     )  # fmt: skip

@@ -1,0 +1,342 @@
+"""A write and its audit committed in turn by the embedded store's client, where the ledger
+has a file (or a database) of its own: one job of the client's batch thread.
+
+Real parts: SQLite files and PostgreSQL databases, the real ledgers and store backends. The
+intent is durable before the store is called, the store's row before the outcome is made; a
+fenced or lost intent stops the job before the store; a batch of jobs shares its commits;
+and a write wakes the event loop once, where the phases made apart wake it three times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from contextvars import Context
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.core.actions import RunActions
+from sidecar.core.attempts import AttemptRegistry
+from sidecar.core.types import Outcome, Settings
+from sidecar.errors import StoreDeadlineExceeded
+from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
+from sidecar.ledger.group_commit import Append, GroupCommitLedger
+from sidecar.ledger.postgres import PostgresLedger
+from sidecar.ledger.sqlite import SqliteLedger
+from sidecar.refstore.backend import StoredThread
+from sidecar.refstore.postgres import PostgresStoreBackend
+from sidecar.refstore.sqlite import SqliteStoreBackend
+from sidecar.rules.canonical import Document
+from sidecar.store_contract import Refusal
+from sidecar.upstream.base import AuditedWrites, CreateThread, InTurn, PostMessage, StoreWrite
+from sidecar.upstream.inprocess import InProcessStoreClient
+from tests.helpers import postgres as pg
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+def _event(phase: str, attempt: str = "a1", derived: str = "thr-1") -> AuditEvent:
+    return AuditEvent(run_id="run", attempt_id=attempt, rpc="CreateThread", phase=phase,
+                      write_type="thread", derived_id=derived, occurrence=0)  # fmt: skip
+
+
+@dataclass
+class Parts:
+    """A ledger and a store of their own, the client given both, and a look into each."""
+
+    client: InProcessStoreClient
+    ledger: GroupCommitLedger
+    backend: SqliteStoreBackend | PostgresStoreBackend
+    events: Callable[[], list[tuple[str, str]]]
+    threads: Callable[[], list[str]]
+
+
+@contextmanager
+def _databases(kind: str, folder: Path) -> Iterator[tuple[Any, ...]]:
+    if kind == "sqlite":
+        audit, store = folder / "audit.db", folder / "store.db"
+        yield (lambda: SqliteLedger(audit), lambda: SqliteStoreBackend(store),
+               _sqlite_rows(audit, "SELECT phase, derived_id FROM audit_events ORDER BY seq"),
+               _sqlite_rows(store, "SELECT id FROM threads ORDER BY id"))  # fmt: skip
+        return
+    ledger_dsn, store_dsn = pg.fresh_database("ledger"), pg.fresh_database("store")
+    try:
+        yield (lambda: PostgresLedger(ledger_dsn), lambda: PostgresStoreBackend(store_dsn),
+               _pg_rows(ledger_dsn, "SELECT phase, derived_id FROM audit_events ORDER BY seq"),
+               _pg_rows(store_dsn, "SELECT id FROM store_threads ORDER BY id"))  # fmt: skip
+    finally:
+        pg.drop_database(ledger_dsn)
+        pg.drop_database(store_dsn)
+
+
+def _sqlite_rows(path: Path, query: str) -> Callable[[], list[Any]]:
+    def rows() -> list[Any]:  # another connection: what has committed
+        with sqlite3.connect(path) as db:
+            found = db.execute(query).fetchall()
+        return [tuple(row) if len(row) > 1 else row[0] for row in found]
+
+    return rows
+
+
+def _pg_rows(dsn: str, query: str) -> Callable[[], list[Any]]:
+    import psycopg
+
+    def rows() -> list[Any]:
+        with psycopg.connect(dsn) as db:
+            found = db.execute(query).fetchall()
+        return [tuple(row) if len(row) > 1 else row[0] for row in found]
+
+    return rows
+
+
+@asynccontextmanager
+async def apart(kind: str, folder: Path, **client: Any) -> AsyncIterator[Parts]:
+    with _databases(kind, folder) as (open_ledger, open_store, events, threads):
+        ledger, backend = open_ledger(), open_store()
+        made = InProcessStoreClient(backend, separate_ledger=ledger, **client)
+        try:
+            yield Parts(made, ledger, backend, events, threads)
+        finally:
+            await made.close()
+            await ledger.close()
+            backend.close()
+
+
+def _applied(answer: object) -> tuple[AuditEvent, str]:
+    return _event(Phase.OUTCOME), "refused" if isinstance(answer, Exception) else "applied"
+
+
+async def _in_turn(parts: Parts, write: StoreWrite, settle: Any = _applied, **kw: Any) -> Any:
+    intent = _event(Phase.INTENT, derived=write.store_id)
+    return await parts.client.call(InTurn(intent, write, settle, **kw), kw.pop("timeout", 5))
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_each_commit_is_durable_before_the_next_part_begins(kind: str, tmp_path: Path) -> None:
+    seen: list[tuple[list[Any], list[Any]]] = []
+
+    made: list[Parts] = []
+
+    def settle(answer: object) -> tuple[AuditEvent, str]:
+        # The store has answered: what has committed, seen from other connections.
+        seen.append((made[0].events(), made[0].threads()))
+        return _applied(answer)
+
+    async def run() -> Any:
+        async with apart(kind, tmp_path) as parts:
+            made.append(parts)
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            done = await _in_turn(parts, CreateThread("thr-1", "t"), settle)
+            return done, parts.events(), parts.threads()
+
+    done, events, threads = asyncio.run(run())
+    assert (done.result, done.outcome_lost) == ("applied", None)
+    assert seen == [([("attempt_begin", "thr-1"), ("intent", "thr-1")], ["thr-1"])]
+    assert events[1:] == [("intent", "thr-1"), ("outcome", "thr-1")]
+    assert threads == ["thr-1"]
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_fenced_intent_stops_the_job_before_the_store(kind: str, tmp_path: Path) -> None:
+    async def run() -> tuple[list[Any], list[Any]]:
+        async with apart(kind, tmp_path) as parts:
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN, attempt="a1"))
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN, attempt="a2"))
+            with pytest.raises(FencedError):
+                await _in_turn(parts, CreateThread("thr-1", "t"))
+            return parts.events(), parts.threads()
+
+    events, threads = asyncio.run(run())
+    assert [phase for phase, _ in events] == ["attempt_begin", "attempt_begin"]
+    assert threads == []
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_refusal_is_the_write_s_answer_and_its_outcome_is_kept(kind: str, tmp_path: Path) -> None:
+    async def run() -> tuple[Any, list[Any]]:
+        async with apart(kind, tmp_path) as parts:
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            call = PostMessage("m-1", "no-such-thread", "notice", "x", request_turn=False)
+            return await _in_turn(parts, call), parts.events()
+
+    done, events = asyncio.run(run())
+    assert isinstance(done.answer, Refusal) and done.answer.code == "NOT_FOUND"
+    assert done.result == "refused"
+    assert [phase for phase, _ in events] == ["attempt_begin", "intent", "outcome"]
+
+
+def test_an_outcome_that_cannot_commit_is_told_once_the_store_has_acted(tmp_path: Path) -> None:
+    audit = tmp_path / "audit.db"
+    locker = sqlite3.connect(audit, isolation_level=None, check_same_thread=False)
+
+    def settle(answer: object) -> tuple[AuditEvent, str]:
+        # Another process takes the ledger's file once the store has acted.
+        locker.execute("BEGIN IMMEDIATE")
+        return _applied(answer)
+
+    async def run() -> Any:
+        ledger, backend = (
+            SqliteLedger(audit, busy_timeout_ms=50),
+            SqliteStoreBackend(tmp_path / "store.db"),
+        )
+        client = InProcessStoreClient(backend, separate_ledger=ledger)
+        try:
+            await ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            return await client.call(
+                InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), settle), 5
+            )
+        finally:
+            locker.execute("ROLLBACK")
+            await client.close()
+            await ledger.close()
+            backend.close()
+
+    done = asyncio.run(run())
+    assert isinstance(done.outcome_lost, LedgerError)
+    assert "locked" in str(done.outcome_lost)
+    assert (done.answer, done.result) == (None, "applied")  # the store acted
+    assert _sqlite_rows(tmp_path / "store.db", "SELECT id FROM threads")() == ["thr-1"]
+    rows = _sqlite_rows(audit, "SELECT phase FROM audit_events ORDER BY seq")
+    assert rows() == ["attempt_begin", "intent"]
+
+
+def test_a_job_whose_intent_waits_past_its_deadline_never_calls_the_store(tmp_path: Path) -> None:
+    async def run() -> list[Any]:
+        async with apart("sqlite", tmp_path, timeout_seconds=0.05, ledger_wait_seconds=0.05) as (
+            parts
+        ):
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            held = parts.ledger._committing  # another commit holds the ledger's connection
+            held.acquire()
+            try:
+                with pytest.raises(LedgerError, match="not durable within"):
+                    await parts.client.call(
+                        InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied)
+                    )
+            finally:
+                held.release()
+            await parts.client.call(  # the batch thread goes on, and the next job lands
+                InTurn(_event(Phase.INTENT, derived="thr-2"), CreateThread("thr-2", "t"), _applied)
+            )
+            return parts.threads()
+
+    assert asyncio.run(run()) == ["thr-2"]
+
+
+class _SlowStore(SqliteStoreBackend):
+    def create_thread(self, thread_id: str, title: str) -> StoredThread:
+        threading.Event().wait(0.3)
+        return super().create_thread(thread_id, title)
+
+
+def test_a_store_past_the_deadline_may_have_landed_and_its_outcome_follows(
+    tmp_path: Path,
+) -> None:
+    async def run() -> tuple[list[Any], list[Any]]:
+        ledger, backend = SqliteLedger(tmp_path / "audit.db"), _SlowStore(tmp_path / "store.db")
+        client = InProcessStoreClient(backend, separate_ledger=ledger, ledger_wait_seconds=0)
+        try:
+            await ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            with pytest.raises(StoreDeadlineExceeded, match="may have landed"):
+                await client.call(
+                    InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied), 0.1
+                )
+        finally:
+            await client.close()  # waits for the job, which runs to its end
+            await ledger.close()
+            backend.close()
+        rows = _sqlite_rows(tmp_path / "audit.db", "SELECT phase FROM audit_events")
+        return rows(), _sqlite_rows(tmp_path / "store.db", "SELECT id FROM threads")()
+
+    events, threads = asyncio.run(run())
+    assert events == ["attempt_begin", "intent", "outcome"]
+    assert threads == ["thr-1"]
+
+
+@dataclass
+class _Commits:
+    """An AppendHook that counts the ledger's commits and the events each carried."""
+
+    sizes: list[int] = field(default_factory=list)
+
+    async def append(self, event: AuditEvent, append: Append) -> int:
+        return await append(event)
+
+    def commit(self, appends: Sequence[Context]) -> AbstractContextManager[None]:
+        self.sizes.append(len(appends))
+        return _nothing()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_concurrent_jobs_share_their_commits(kind: str, tmp_path: Path) -> None:
+    commits = _Commits()
+
+    async def run() -> tuple[list[Any], list[Any], list[Any]]:
+        async with apart(kind, tmp_path) as parts:
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            parts.ledger.watch(commits)
+            answers = await asyncio.gather(*(
+                _in_turn(parts, CreateThread(f"thr-{i:02}", "t")) for i in range(40)
+            ))  # fmt: skip
+            return [a.result for a in answers], parts.events(), parts.threads()
+
+    results, events, threads = asyncio.run(run())
+    assert results == ["applied"] * 40
+    assert len(events) == 81 and len(threads) == 40
+    # Every event reached the ledger's commit hooks with its call's context...
+    assert sum(commits.sizes) == 80
+    # ...and the jobs shared commits: fewer than one a job.
+    assert len(commits.sizes) < 40
+
+
+class _CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the times another thread wakes it."""
+
+    woken = 0
+
+    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.woken += 1
+        return super().call_soon_threadsafe(*args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize(
+    ("audited", "wakes"), [(AuditedWrites.IN_TURN, 1), (AuditedWrites.APART, 3)]
+)
+def test_a_write_in_turn_wakes_the_event_loop_once(
+    kind: str, audited: AuditedWrites, wakes: int, tmp_path: Path
+) -> None:
+    async def run(loop: _CountingLoop) -> list[int]:
+        async with apart(kind, tmp_path) as parts:
+            actions = RunActions(ledger=parts.ledger, store=parts.client,
+                                 attempts=AttemptRegistry(), settings=Settings(),
+                                 audited_writes=audited)  # fmt: skip
+            attempt = await actions.begin_attempt(
+                run_id="run", rule="r", checkpoint="cp", lease_deadline=None
+            )
+            woken = []
+            for n in range(3):
+                before = loop.woken
+                made = await actions.create(attempt_id=attempt.attempt_id, kind="ticket",
+                                            data=Document.parse('{"n":1}', "data_json"),
+                                            propose=False, request_id=f"r{n}")  # fmt: skip
+                assert made.outcome is Outcome.APPLIED
+                woken.append(loop.woken - before)
+            return woken
+
+    loop = _CountingLoop()
+    try:
+        assert loop.run_until_complete(run(loop)) == [wakes] * 3
+    finally:
+        loop.close()
