@@ -41,12 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import enum
 import functools
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import structlog
@@ -72,6 +69,7 @@ from sidecar.upstream.base import (
     StoreCall,
     StoreWrite,
 )
+from sidecar.upstream.in_turn import InTurns, SeparateLedger, TurnJob, watch
 
 log = structlog.get_logger()
 
@@ -103,15 +101,6 @@ class SharedLedger(Protocol):
     """The ledger whose file the store shares: it appends inside the store's transaction."""
 
     def append_in(self, db: Any, events: Sequence[AuditEvent]) -> list[int | LedgerError]: ...
-
-
-class SeparateLedger(Protocol):
-    """The ledger of a store that does not share its file: it commits in the calling thread
-    (sidecar.ledger.group_commit)."""
-
-    def append_now(
-        self, events: Sequence[AuditEvent], contexts: Sequence[contextvars.Context | None]
-    ) -> list[int | LedgerError]: ...
 
 
 # Each call of the contract as the backend's method, bound to the call's arguments.
@@ -159,39 +148,6 @@ def _map_errors(operation: str) -> Iterator[None]:
         raise StoreUnavailable(f"store unavailable for {operation}: INTERNAL") from error
 
 
-class _Stage(enum.Enum):
-    QUEUED = "queued"  # the store not called yet
-    CALLED = "called"  # the store called: the write may land
-    ABANDONED = "abandoned"  # its caller's deadline passed first: the store is never called
-
-
-@dataclass(slots=True)
-class _Turns:
-    """An InTurn under way in the batch thread: its store call, bound; the context it was
-    made in (for the ledger's commit hooks); how far it got, and what it answers."""
-
-    op: InTurn[Any]
-    call: Callable[[], object]
-    context: contextvars.Context
-    answer: object = None
-    stage: _Stage = _Stage.QUEUED
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def abandon(self) -> bool:
-        """Past the caller's deadline: whether the store was not called (it never will be)."""
-        with self.lock:
-            if self.stage is _Stage.QUEUED:
-                self.stage = _Stage.ABANDONED
-            return self.stage is _Stage.ABANDONED
-
-    def take_call(self) -> bool:
-        """In the batch thread, its intent durable: whether it may call the store."""
-        with self.lock:
-            if self.stage is _Stage.QUEUED:
-                self.stage = _Stage.CALLED
-            return self.stage is _Stage.CALLED
-
-
 def _made(call: Callable[[], object]) -> object:
     """What ``call`` returned, or the exception it raised."""
     try:
@@ -200,9 +156,10 @@ def _made(call: Callable[[], object]) -> object:
         return failed
 
 
-def _answered(write: StoreWrite, answer: object) -> object:
+def _answered(job: OneCommit[Any] | InTurn[Any], answer: object) -> object:
     """A backend's answer to a job's write as the contract says it: its record (nothing for
     the calls that answer nothing), or its refusal or failure, mapped."""
+    write = job.write
     if not isinstance(answer, Exception):
         return None if type(write) in _ANSWER_NOTHING else answer
     try:
@@ -210,26 +167,6 @@ def _answered(write: StoreWrite, answer: object) -> object:
             raise answer
     except (Refusal, ActonceError) as failed:
         return failed
-
-
-def _checked_again(
-    durable: list[_Turns],
-) -> tuple[list[_Turns], list[tuple[_Turns, object]]]:
-    """The jobs whose intent is durable that call the store now, and those refused by their
-    check, made again once the intent waited for the ledger (a lease that ran out meanwhile),
-    each with what refused it: the answer their outcome records. A job abandoned by its
-    caller is neither: it never calls the store."""
-    calling: list[_Turns] = []
-    refused: list[tuple[_Turns, object]] = []
-    for job in durable:
-        try:
-            job.op.before()
-        except Exception as error:
-            refused.append((job, error))
-            continue
-        if job.take_call():
-            calling.append(job)
-    return calling, refused
 
 
 class InProcessStoreClient:
@@ -252,12 +189,16 @@ class InProcessStoreClient:
             backend if ledger is not None and isinstance(backend, OneTransactionBackend) else None
         )
         self._ledger = ledger if self._one_transaction is not None else None
-        # Given only where the ledger has a file or a database of its own.
-        self._separate = separate_ledger if self._ledger is None else None
         self._ledger_wait = ledger_wait_seconds
-        self._batches: BatchThread[Callable[[], object] | _Turns, object] | None = None
+        self._batches: BatchThread[Callable[[], object] | TurnJob, object] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._batching = backend if isinstance(backend, BatchingBackend) else None
+        # Given only where the ledger has a file or a database of its own.
+        self._in_turns = (
+            InTurns(separate_ledger, self._batching.run_batch, _answered)
+            if separate_ledger is not None and self._ledger is None and self._batching is not None
+            else None
+        )
         if self._batching is not None:
             self._batches = BatchThread("store-batches", self._run_batch, most=MAX_BATCH)
             self._batches.start()
@@ -303,7 +244,7 @@ class InProcessStoreClient:
             [intended] = ledger.append_in(db, [op.intent])
             if isinstance(intended, LedgerError):  # fenced: nothing of the job is kept
                 raise intended
-            answer = _answered(write, _made(made))
+            answer = _answered(op, _made(made))
             outcome, result = op.settle(answer)
             [ended] = ledger.append_in(db, [outcome])
             if isinstance(ended, LedgerError):
@@ -330,87 +271,22 @@ class InProcessStoreClient:
             raise LedgerError(f"the write and its audit did not commit: {error}") from error
 
     async def _in_turn(self, op: InTurn[_R], timeout: float | None) -> Committed[_R]:
-        batches, ledger = self._batches, self._separate
-        if batches is None or ledger is None:
+        batches = self._batches
+        if batches is None or self._in_turns is None:
             raise TypeError("this store is not given its ledger")
-        write: StoreWrite = op.write
-        job = _Turns(
-            op, _BACKEND_CALLS[type(write)](self._backend, write), contextvars.copy_context()
-        )
-        # The store's deadline, and the time each of the two events may wait for the ledger.
-        bound = (self.timeout_seconds if timeout is None else timeout) + 2 * self._ledger_wait
-        try:
-            async with asyncio.timeout(bound):
-                return cast(Committed[_R], await batches.submit(job))
-        except TimeoutError:
-            if job.abandon():
-                raise LedgerError(f"the write's intent was not durable within {bound:g}s") from None
-            raise StoreDeadlineExceeded(
-                f"store did not answer {write.rpc} in time; the write may have landed, "
-                "and a retry with the same derived id is safe"
-            ) from None
+        call = _BACKEND_CALLS[type(op.write)](self._backend, op.write)
+        seconds = self.timeout_seconds if timeout is None else timeout
+        job = TurnJob(op, call, contextvars.copy_context(), seconds, self._ledger_wait)
+        future = batches.submit(job)
+        watch(job, future)
+        return cast(Committed[_R], await future)
 
-    def _run_batch(self, jobs: list[Callable[[], object] | _Turns]) -> list[object]:
-        """The batch thread's work: the calls as they are, in one store transaction; with
-        InTurns among them, their intents commit first, their store calls join the others',
-        and their outcomes commit last."""
-        calls = [job for job in jobs if not isinstance(job, _Turns)]
-        turns = [job for job in jobs if isinstance(job, _Turns)]
-        batching = cast(BatchingBackend, self._batching)
-        if not turns:
-            return cast(list[object], batching.run_batch(calls))
-        calling, refused = _checked_again(self._commit_intents(turns))
-        together = [*calls, *(job.call for job in calling)]
-        made = batching.run_batch(together) if together else []
-        answered = [
-            (job, _answered(job.op.write, answer))
-            for job, answer in zip(calling, made[len(calls) :], strict=True)
-        ]
-        self._commit_outcomes([*answered, *refused])
-        answers = iter(made[: len(calls)])
-        return [job.answer if isinstance(job, _Turns) else next(answers) for job in jobs]
-
-    def _commit_intents(self, turns: list[_Turns]) -> list[_Turns]:
-        """Check each job, then commit their intents together: the jobs whose intent is
-        durable. The others answer what refused them."""
-        ledger = cast(SeparateLedger, self._separate)
-        checked: list[_Turns] = []
-        for job in turns:
-            try:
-                job.op.before()
-            except Exception as refused:  # the lease ran out while it waited: nothing written
-                job.answer = refused
-            else:
-                checked.append(job)
-        intended = ledger.append_now(
-            [job.op.intent for job in checked], [job.context for job in checked]
-        )
-        durable: list[_Turns] = []
-        for job, seq in zip(checked, intended, strict=True):
-            if isinstance(seq, LedgerError):
-                job.answer = seq
-            else:
-                durable.append(job)
-        return durable
-
-    def _commit_outcomes(self, answered: list[tuple[_Turns, object]]) -> None:
-        """Settle each job's answer (as the contract says it), then commit their outcomes
-        together."""
-        ledger = cast(SeparateLedger, self._separate)
-        settled: list[tuple[_Turns, object, AuditEvent, object]] = []
-        for job, answer in answered:
-            try:
-                outcome, result = job.op.settle(answer)
-            except Exception as failed:  # the write's own fault: it may have landed
-                job.answer = failed
-            else:
-                settled.append((job, answer, outcome, result))
-        ended = ledger.append_now(
-            [outcome for _, _, outcome, _ in settled], [job.context for job, *_ in settled]
-        )
-        for (job, answer, _, result), seq in zip(settled, ended, strict=True):
-            lost = seq if isinstance(seq, LedgerError) else None
-            job.answer = Committed(answer, result, lost)
+    def _run_batch(self, jobs: list[Callable[[], object] | TurnJob]) -> list[object]:
+        """The batch thread's work: the calls in one store transaction, and the InTurns
+        among them in turn (sidecar.upstream.in_turn)."""
+        if self._in_turns is not None and any(isinstance(job, TurnJob) for job in jobs):
+            return self._in_turns.run(jobs)
+        return list(cast(BatchingBackend, self._batching).run_batch(cast(list[Any], jobs)))
 
     async def close(self) -> None:
         """Let the calls still running finish (the assembly closes the backend after this,

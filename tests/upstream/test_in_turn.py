@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from contextvars import Context
@@ -240,7 +241,7 @@ def test_a_store_past_the_deadline_may_have_landed_and_its_outcome_follows(
 ) -> None:
     async def run() -> tuple[list[Any], list[Any]]:
         ledger, backend = SqliteLedger(tmp_path / "audit.db"), _SlowStore(tmp_path / "store.db")
-        client = InProcessStoreClient(backend, separate_ledger=ledger, ledger_wait_seconds=0)
+        client = InProcessStoreClient(backend, separate_ledger=ledger, ledger_wait_seconds=1)
         try:
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
             with pytest.raises(StoreDeadlineExceeded, match="may have landed"):
@@ -257,6 +258,41 @@ def test_a_store_past_the_deadline_may_have_landed_and_its_outcome_follows(
     events, threads = asyncio.run(run())
     assert events == ["attempt_begin", "intent", "outcome"]
     assert threads == ["thr-1"]
+
+
+def test_an_outcome_that_waits_past_the_ledger_s_bound_is_answered_lost_in_time(
+    tmp_path: Path,
+) -> None:
+    released = threading.Event()
+
+    def hold(ledger: GroupCommitLedger) -> None:
+        with ledger._committing:  # another commit holds the ledger's connection for a while
+            released.wait(2)
+
+    async def run() -> tuple[Any, float, list[Any]]:
+        async with apart("sqlite", tmp_path, ledger_wait_seconds=0.2) as parts:
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            holding: list[threading.Thread] = []
+
+            def settle(answer: object) -> tuple[AuditEvent, str]:
+                holding.append(threading.Thread(target=hold, args=(parts.ledger,)))
+                holding[0].start()
+                threading.Event().wait(0.05)  # the holder has the connection
+                return _applied(answer)
+
+            began = time.monotonic()
+            done = await _in_turn(parts, CreateThread("thr-1", "t"), settle)
+            took = time.monotonic() - began
+            released.set()
+            holding[0].join()
+            await asyncio.sleep(0.1)  # the job goes on, and its outcome commits after all
+            return done, took, parts.events()
+
+    done, took, events = asyncio.run(run())
+    assert isinstance(done.outcome_lost, LedgerError)
+    assert "not durable within 0.2s" in str(done.outcome_lost)
+    assert done.result == "applied" and took < 1.5
+    assert [phase for phase, _ in events] == ["attempt_begin", "intent", "outcome"]
 
 
 @dataclass
