@@ -24,6 +24,7 @@ TARGET_ORDER = (
     "store",
     "sqlite-before",
     "sqlite-unaudited",
+    "sqlite-twofilesbefore",
     "sqlite-twofiles",
     "sqlite-audited",
     "store-postgres",
@@ -36,6 +37,7 @@ LABELS = {
     "floor3": "floor3 (three commits)",
     "sqlite-batch": "SQLite, audited, writers under SCHED_BATCH",
     "sqlite-twofiles": "SQLite, audited, a data folder of two files",
+    "sqlite-twofilesbefore": "SQLite, audited, a data folder of two files, before",
     "postgres-before": "PostgreSQL, audited, before",
     "floor": "floor (Health/Check)",
     "store": "store alone",
@@ -377,7 +379,7 @@ def _targets(data: dict[str, Any]) -> list[str]:
 
 
 C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
-              "sqlite-twofiles", "sqlite-audited", "postgres-before",
+              "sqlite-twofilesbefore", "sqlite-twofiles", "sqlite-audited", "postgres-before",
               "postgres-audited")  # fmt: skip
 CONTENDED_TARGETS = ("floor1", "floor3", "sqlite-audited", "sqlite-batch")
 

@@ -92,16 +92,16 @@ SIDECAR_TARGETS = (
     "postgres-audited",
 )
 ALL_TARGETS = (*FLOOR_TARGETS, "store", "store-postgres", *SIDECAR_TARGETS)
-# Targets a run can name besides those it runs by default: `actonce serve` on PostgreSQL as
-# it was at --before-ref, and a data folder of two files (one made before the store moved
-# into the ledger's file), whose writes make their three commits in turn.
-EXTRA_TARGETS = ("postgres-before", "sqlite-batch")
+# Targets a run can name besides those it runs by default: `actonce serve` on PostgreSQL, and
+# on a data folder of two files (one made before the store moved into the ledger's file), as
+# it was at --before-ref; and the writers under SCHED_BATCH.
+EXTRA_TARGETS = ("postgres-before", "sqlite-twofilesbefore", "sqlite-batch")
 SMOKE_TARGETS = ("floor1", "floor3", "store", "sqlite-unaudited", "sqlite-audited")
 # Concurrency 1: the floor and the writes, on the store alone and each SQLite sidecar in the run.
 C1_SCENARIOS = ("health", "notice", "create", "edit")
 C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
-              "sqlite-twofiles", "sqlite-audited", "postgres-before",
-              "postgres-audited")  # fmt: skip
+              "sqlite-twofilesbefore", "sqlite-twofiles", "sqlite-audited",
+              "postgres-before", "postgres-audited")  # fmt: skip
 PARTS = ("saturation", "c1", "contended", "peers", "half-rate", "growth", "tracing", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
@@ -302,7 +302,7 @@ def start_target(
         args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
     elif mode == "unaudited":
         args, kind = [*serve, "--unaudited"], "sidecar"
-    elif mode == "twofiles":  # a folder with the store's file of its own, as made before
+    elif mode in ("twofiles", "twofilesbefore"):  # the store's file of its own, made before
         data.mkdir(parents=True, exist_ok=True)
         (data / "store.db").touch()
         args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
@@ -318,7 +318,7 @@ def start_target(
         if dsns is None:
             raise ValueError("a PostgreSQL target needs DSNs")
         args += ["--audit-dsn", dsns[0], "--store-dsn", dsns[1]]
-    before = mode == "before"
+    before = mode.endswith("before")
     spawned = time.monotonic()
     process = subprocess.Popen(
         [*pin(SERVER_CORE), *args, *extra],
