@@ -33,8 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="sqlite")
     parser.add_argument(
         "--topology",
-        choices=("embedded", "standalone"),
-        help="force where the store runs (default: the seed decides)",
+        choices=("embedded", "standalone", "twofiles"),
+        help="force where the store runs (default: the seed decides); twofiles: embedded, in "
+        "a data folder of two files, as one made before the store moved into the ledger's file",
     )
     parser.add_argument(
         "--jobs",

@@ -126,7 +126,9 @@ class SeedPlan:
     """Everything a seed decides up front."""
 
     seed: int
-    # "embedded": the store lives in the sidecar's process; "standalone": `actonce store`.
+    # "embedded": the store lives in the sidecar's process; "standalone": `actonce store`;
+    # "twofiles" (only when forced): embedded, in a data folder whose store has a file of its
+    # own, as folders made before the store moved into the ledger's file have.
     topology: str
     runs: tuple[RunPlan, ...]
     kills: tuple[Kill, ...]

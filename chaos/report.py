@@ -127,7 +127,16 @@ def failures(results: Sequence[SeedResult], limit: int = 20) -> str:
 
 
 def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], command: str) -> str:
-    topologies = {t: sum(1 for r in results if r.topology == t) for t in ("embedded", "standalone")}
+    topologies = {
+        t: sum(1 for r in results if r.topology == t)
+        for t in ("embedded", "standalone", "twofiles")
+    }
+    inside = topologies["embedded"] + topologies["twofiles"]
+    of_two = (
+        f" ({topologies['twofiles']} of them in a data folder of two files)"
+        if topologies["twofiles"]
+        else ""
+    )
     lines = [
         "# Chaos summary",
         "",
@@ -135,7 +144,7 @@ def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], comm
         "",
         table(rows),
         "",
-        f"Seeds by topology: {topologies['embedded']} with the store inside the sidecar, "
+        f"Seeds by topology: {inside} with the store inside the sidecar{of_two}, "
         f"{topologies['standalone']} with `actonce store` as a process of its own.",
         "",
         "Faults by kind: process kills (SIGKILL of `actonce serve` or `actonce store`) and "

@@ -163,6 +163,12 @@ class Played:
             reader.close()
 
 
+def _folder_of_two_files(folder: Path) -> None:
+    """A data folder as the release before made it: the store's file beside the ledger's."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (folder / "store.db").touch(mode=0o600)
+
+
 def play(
     plan: SeedPlan, seed_dir: Path, databases: list[str] | None = None, *, port_salt: int = 0
 ) -> Played:
@@ -176,6 +182,8 @@ def play(
     services: dict[str, Service] = {}
     store_target: str | None = None
     sidecar_port, store_port = seed_ports(plan.seed, port_salt)
+    if plan.topology == "twofiles" and not databases:
+        _folder_of_two_files(seed_dir / "sidecar")
     if plan.topology == "standalone":
         store = Service("store", [], store_port, seed_dir / "store.log")
         store.command = store_command(store.port, seed_dir / "store", dsn=store_dsn)
