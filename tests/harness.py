@@ -7,6 +7,7 @@ call it through ordinary blocking stubs exactly as an agent would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import random
@@ -265,13 +266,19 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    # Started in a process group of its own (under a prefix such as faketime, which forks the
+    # server as its child): stopping it kills the whole group, the server with its wrapper.
+    grouped: bool = False
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        if self.grouped:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        elif self.process.poll() is None:
             self.process.kill()
         self.process.wait(10)
 
@@ -296,9 +303,11 @@ def spawn_sidecar(
         args += ["--store-dsn", config.store_dsn]
     if config.store_target:
         args += ["--store-target", config.store_target]
+    grouped = bool(prefix)
     with log_path.open("ab") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=log, env=scrubbed_env())
-    running = ServerProcess(process, port, log_path)
+        process = subprocess.Popen(args, stdout=log, stderr=log, env=scrubbed_env(),
+                                   start_new_session=grouped)  # fmt: skip
+    running = ServerProcess(process, port, log_path, grouped)
     try:
         wait_serving(running.target, process)
     except NeverAnswered as never:
