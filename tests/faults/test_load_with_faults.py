@@ -168,8 +168,9 @@ def test_attempts_nobody_ends_expire_and_memory_levels_off(tmp_path: Path, ttl: 
     def abandon(run: int) -> None:
         # An agent that dies after a few writes: its attempt is never ended, and holds its
         # occurrence counts and request_id answers until it expires.
+        # A 48 KiB checkpoint: 150 kept attempts hold 7 MiB, far above the allocator's noise.
         attempt = stub.BeginAttempt(
-            pb.BeginAttemptRequest(run_id=f"run-{run}", rule="r", checkpoint="c" * 16384)
+            pb.BeginAttemptRequest(run_id=f"run-{run}", rule="r", checkpoint="c" * 49152)
         ).attempt_id
         for n in range(2):
             stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", request_id=f"rq-{n}" * 40,
