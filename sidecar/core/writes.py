@@ -60,6 +60,7 @@ from sidecar.upstream.base import (
     Committed,
     InTurn,
     OneCommit,
+    Settle,
     StoreClient,
     StoreWrite,
 )
@@ -151,11 +152,10 @@ class WritePath:
         return await self.to_the_end(attempt, self._land(landing, perform))
 
     async def _land(self, landing: Landing, perform: Perform) -> WriteResult:
-        audited = self._audited if isinstance(perform, OneCall) else AuditedWrites.APART
         try:
-            if isinstance(perform, OneCall) and audited is AuditedWrites.AS_ONE:
+            if isinstance(perform, OneCall) and self._audited is AuditedWrites.AS_ONE:
                 result = await self._in_one_commit(landing, perform)
-            elif isinstance(perform, OneCall) and audited is AuditedWrites.IN_TURN:
+            elif isinstance(perform, OneCall) and self._audited is AuditedWrites.IN_TURN:
                 result = await self._in_turn(landing, perform)
             else:
                 await self._audit_intent(landing)
@@ -171,29 +171,11 @@ class WritePath:
         are durable together or not at all, and nothing answers before they are."""
         intent = _intent(landing)
         timeout = perform.timeout()  # the lease is checked before anything is written
-
-        def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
-            try:
-                if isinstance(answer, ActonceError):
-                    raise answer
-                result = perform.classify(landing.derived_id, answer)
-            except ActonceError as error:
-                return event(
-                    landing.attempt,
-                    landing.write.rpc,
-                    Phase.OUTCOME,
-                    landing.subject,
-                    refused=error,
-                ), error
-            return outcome_event(landing, result), result
-
-        # The store's thread makes the outcome's event: in this call's context (its front).
-        context = contextvars.copy_context()
         one_commit = OneCommit(
             intent,
             perform.call(landing.derived_id),
-            lambda answer: context.run(settle, answer),
-            before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
+            _settler(landing, perform, _refused_event),
+            before=self._lease_check(landing),
         )
         try:
             settled = (await perform.store.call(one_commit, timeout)).result
@@ -219,22 +201,11 @@ class WritePath:
         durable before the store is called, the outcome after it answers."""
         intent = _intent(landing)
         timeout = perform.timeout()  # the lease is checked before anything is written
-
-        def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
-            try:
-                if isinstance(answer, ActonceError):
-                    raise answer
-                result = perform.classify(landing.derived_id, answer)
-            except ActonceError as error:
-                return failure_event(landing, error), error
-            return outcome_event(landing, result), result
-
-        context = contextvars.copy_context()  # the outcome's event is made in the store's thread
         in_turn = InTurn(
             intent,
             perform.call(landing.derived_id),
-            lambda answer: context.run(settle, answer),
-            before=lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds),
+            _settler(landing, perform, failure_event),
+            before=self._lease_check(landing),
         )
         try:
             done = await perform.store.call(in_turn, timeout)
@@ -249,6 +220,10 @@ class WritePath:
             raise
         landing.store_called = True
         return _kept_in_turn(landing, done)
+
+    def _lease_check(self, landing: Landing) -> Callable[[], None]:
+        """The lease's check, for a job to make where it runs, after any wait."""
+        return lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds)
 
     def take_id(self, attempt: Attempt, write: Write, claim: Claim) -> Landing:
         """Check the lease, take the write's occurrence (or the one its request_id
@@ -354,6 +329,32 @@ def _kept_in_turn(landing: Landing, done: Committed[WriteResult | ActonceError])
             because="the write landed but its audit outcome was not persisted",
         ) from lost
     return result
+
+
+def _settler(
+    landing: Landing, perform: OneCall, failure: Callable[[Landing, ActonceError], AuditEvent]
+) -> Settle[WriteResult | ActonceError]:
+    """What a job makes of the store's answer where it runs (the store's thread): the
+    outcome's event (``failure``'s, when the write fails) and what the write answers, in this
+    call's context, so that the event names its front."""
+
+    def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
+        try:
+            if isinstance(answer, ActonceError):
+                raise answer
+            result = perform.classify(landing.derived_id, answer)
+        except ActonceError as error:
+            return failure(landing, error), error
+        return outcome_event(landing, result), result
+
+    context = contextvars.copy_context()
+    return lambda answer: context.run(settle, answer)
+
+
+def _refused_event(landing: Landing, error: ActonceError) -> AuditEvent:
+    """The outcome's event of a write in one commit that failed with ``error``: its rows
+    rolled back with the call, nothing of it landed."""
+    return event(landing.attempt, landing.write.rpc, Phase.OUTCOME, landing.subject, refused=error)
 
 
 def failure_event(landing: Landing, error: ActonceError) -> AuditEvent:
