@@ -567,3 +567,38 @@ def test_an_mcp_refusal_is_told_on_the_tool_span(
     assert tool.attributes["actonce.reason"] == reason
     assert tool.attributes["actonce.failure_class"] == failure_class
     assert tool.attributes["error.type"] == "tool_error"
+
+
+@pytest.mark.parametrize("files", ["one file", "two files"])
+def test_a_write_with_the_embedded_store_is_one_trace_with_its_audit(
+    agent: Agent, traced: OtlpReceiver, tmp_path: Path, files: str
+) -> None:
+    # One file: the write and its audit are one commit; two files (a folder made before the
+    # store moved into the ledger's file): three in turn, as one job of the store's thread.
+    data = tmp_path / "data"
+    if files == "two files":
+        data.mkdir(mode=0o700)
+        (data / "store.db").touch(mode=0o600)
+    running = start_sidecar(sidecar_config(data))
+    try:
+        client = agent.client(running)
+        with agent.tracer.start_as_current_span("agent.create") as root:
+            created = client.begin("run-embedded", "triage").create("note", {"text": DATA_TEXT})
+        trace_id = format(root.get_span_context().trace_id, "032x")
+        client.close()
+        events = running.audit("run-embedded")
+    finally:
+        running.stop()
+    assert (data / "store.db").exists() == (files == "two files")
+
+    spans = traced.wait_for_trace(trace_id, count=8)
+    server = _one(spans, name="actonce.v1.RunActionsService/Create", service=SIDECAR_SERVICE)
+    appends = _children(spans, server, "ledger.append")
+    assert sorted(a.attributes["actonce.phase"] for a in appends) == ["intent", "outcome"]
+    assert all(a.attributes["actonce.derived_id"] == created.id for a in appends)
+    [store_call] = _children(spans, server, "store.create_artifact")
+    assert store_call.attributes["actonce.store.id"] == created.id
+    written = [e.event for e in events if e.event.derived_id == created.id]
+    assert [e.phase for e in written] == [Phase.INTENT, Phase.OUTCOME]
+    assert {(e.trace_id, e.span_id) for e in written} == {(trace_id, server.span_id)}
+    assert DATA_TEXT.encode() not in traced.exported_bytes()
