@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 from contextvars import Context
 from types import TracebackType
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
-from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
+from sidecar.errors import ActonceError, LeaseExpired, StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError
 from sidecar.ledger.group_commit import Append
 from sidecar.ops.metrics import Metrics
@@ -90,6 +90,18 @@ def _result_of(error: BaseException) -> str:
     return "error"
 
 
+def _store_not_called(op: OneCommit[Any] | InTurn[Any], error: Exception) -> bool:
+    """Whether a write's job failed with ``error`` before its store call: fenced, its lease
+    run out, or (in turn) its intent not durable or its turn never come."""
+    if isinstance(error, FencedError | LeaseExpired):
+        return True
+    if isinstance(op, InTurn):
+        return isinstance(error, LedgerError) or (
+            isinstance(error, ActonceError) and error.nothing_sent
+        )
+    return False
+
+
 class TimedStore:
     """Times each call of the store client it wraps, by operation and result (ok, the
     store's refusal code, unavailable, deadline_exceeded)."""
@@ -125,7 +137,7 @@ class TimedStore:
         except Exception as error:
             if isinstance(error, LedgerError) and not isinstance(error, FencedError):
                 metrics.audit_append_failures.inc()
-            result = _result_of(error)
+            result = "" if _store_not_called(op, error) else _result_of(error)
             raise
         else:
             events = 2
@@ -137,7 +149,8 @@ class TimedStore:
             return committed
         finally:
             took = time.perf_counter() - started
-            self._observe(op.write.operation, result, took)
+            if result:  # a write refused before the store was called makes no store call
+                self._observe(op.write.operation, result, took)
             for _ in range(events):
                 metrics.observe(metrics.audit_append_seconds, took)
 

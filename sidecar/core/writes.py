@@ -51,6 +51,7 @@ from sidecar.errors import (
     ActonceError,
     InvalidArgument,
     LeaseExpired,
+    StoreDeadlineExceeded,
 )
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
 from sidecar.rules import canonical, ids
@@ -215,6 +216,15 @@ class WritePath:
             raise not_durable(
                 intent, refused, because="audit intent not persisted, the store was not called"
             ) from refused
+        except StoreDeadlineExceeded as late:
+            if late.nothing_sent:  # it waited for the store's thread: nothing was written
+                raise
+            # Past the store's deadline its outcome is the core's to record, as apart.
+            landing.store_called = True
+            await self.audit.best_effort(
+                failure_event(landing, late), lost="audit_failure_record_lost"
+            )
+            raise
         except BaseException:
             landing.store_called = True  # past its deadline, or cancelled: it may still land
             raise

@@ -39,6 +39,8 @@ log = structlog.get_logger()
 
 # Most events a single commit carries; bounds a batch's latency under load.
 MAX_BATCH = 512
+# How long closing waits for a commit another thread has under way on the connection.
+CLOSE_WAIT_SECONDS = 5.0
 
 
 # The rest of an append, from a hook on: the hooks inside it, then the queue and the commit.
@@ -148,7 +150,14 @@ class GroupCommitLedger:
             return
         self._closed = True
         await self._writer.close()
-        self._close_backend()
+        # A commit of append_now's still under way (a store's thread on a database that stopped
+        # answering) keeps the connection for a while more: it is closed once that is over.
+        taken = await asyncio.to_thread(self._committing.acquire, True, CLOSE_WAIT_SECONDS)
+        try:
+            self._close_backend()
+        finally:
+            if taken:
+                self._committing.release()
 
     def _close_backend(self) -> None:
         raise NotImplementedError

@@ -216,9 +216,11 @@ class InTurn(StoreCall[Committed[_R]], Generic[_R]):
 
     FencedError when the intent is fenced, LedgerError when it is not durable: either way the
     store was not called. Once the store is called the write may land, and the job answers a
-    Committed: its ``outcome_lost`` when the outcome's commit failed. StoreDeadlineExceeded past
-    the timeout (the store may have been called). Only a transport given the ledger of its
-    store takes it; any other raises TypeError.
+    Committed: its ``outcome_lost`` when the outcome's commit failed. StoreDeadlineExceeded
+    past the timeout: ``nothing_sent`` when the job never began (nothing of it was written);
+    otherwise the store was called and may still land, and the outcome is the caller's to
+    record (the job records none). Only a transport given the ledger of its store takes it;
+    any other raises TypeError.
 
     ``before`` runs again once the intent is durable, before the store is called: what it
     raises then (a lease that ran out while the intent waited for the ledger) is given to

@@ -1,18 +1,24 @@
-"""A write's three commits in turn, as one job of the embedded store's batch thread.
+"""A write's three commits in turn, as one job of the embedded store's thread for them.
 
 Where the ledger has a file or a database of its own, the in-process store client takes an
-:class:`~sidecar.upstream.base.InTurn`, and its batch thread makes each batch of them in
-three steps: the intents commit together on the ledger's connection (:meth:`InTurns.run`
-through the ledger's ``append_now``); their store calls then join the batch's other calls in
-one store transaction; their outcomes commit together last. Three syncs a batch, and one
-hand-off from the event loop and back a write, where the core making the three itself hands
-off three times.
+:class:`~sidecar.upstream.base.InTurn`, and a batch thread of its own for these makes each batch
+of them in three steps (:meth:`InTurns.run`): the intents commit together on the ledger's
+connection (through the ledger's ``append_now``); their store calls then run in one store
+transaction; their outcomes commit together last. Three syncs a batch, and one hand-off from
+the event loop and back a write, where the core making the three itself hands off three times.
+The store's other calls (reads, an edit's patch) keep a thread of their own: a ledger that
+stopped answering holds these jobs, not them.
 
 Each part keeps the bound it has when the core makes it apart, counted from when that part
-begins (:class:`TurnJob.overdue`, watched from the event loop by :func:`watch`): the intent
-the ledger's wait, the store call the store's deadline, the outcome the ledger's wait again.
-The thread tells the loop nothing as it goes (that would be the hand-offs saved): it stamps
-each part's start on the job, and the loop reads the stamps when a bound comes.
+begins (:meth:`TurnJob.overdue`, watched from the event loop by :func:`watch`): waiting for the
+thread counts against the store's deadline (it is the store's thread), the intent against the
+ledger's wait, the store call against the store's deadline, the outcome against the ledger's
+wait again. The thread tells the loop nothing as it goes (that would be the hand-offs saved):
+it stamps each part's start on the job, and the loop reads the stamps when a bound comes. A
+part whose bound passed is not followed by the next: a job past its bound before its intent
+began writes nothing, one past it in its intent never calls the store, and one whose store call
+outlived its deadline leaves its outcome to the core, which records the deadline as the
+phases apart do.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ from sidecar.errors import StoreDeadlineExceeded
 from sidecar.ledger.base import AuditEvent, LedgerError
 from sidecar.upstream.base import Committed, InTurn
 
+# What the loop's bound on a ledger's part adds to the ledger's own wait: the ledger's own
+# timeout (SQLite's busy handler, PostgreSQL's lock timeout) has the first word.
+LEDGER_GRACE_SECONDS = 0.1
+
 
 class SeparateLedger(Protocol):
     """The ledger of a store that does not share its file: it commits in the calling thread
@@ -41,9 +51,11 @@ class SeparateLedger(Protocol):
 
 
 class Stage(enum.Enum):
-    QUEUED = "queued"  # the store not called yet
+    QUEUED = "queued"  # waiting for the thread
+    INTENT = "intent"  # its intent committing
     CALLED = "called"  # the store called: the write may land
-    ABANDONED = "abandoned"  # its caller's bound passed first: the store is never called
+    SETTLING = "settling"  # its outcome committing
+    PAST = "past"  # the loop answered it past a bound: the thread goes no further with it
 
 
 @dataclass(slots=True)
@@ -56,57 +68,74 @@ class TurnJob:
     context: contextvars.Context
     store_seconds: float
     ledger_seconds: float
-    queued_at: float = field(default_factory=time.monotonic)
     answer: object = None
     stage: Stage = Stage.QUEUED
-    called_at: float = 0.0
+    # When its stage began (time.monotonic, the event loop's clock).
+    since: float = field(default_factory=time.monotonic)
     # Its store's answer and what settle made of it, once its outcome's commit began.
     settled: Committed[Any] | None = None
-    settled_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take_call(self) -> bool:
-        """In the batch thread, its intent durable: whether it may call the store now."""
+    def enter(self, stage: Stage) -> bool:
+        """In the thread: whether the job goes on to ``stage`` (not once the loop answered)."""
         with self.lock:
-            if self.stage is Stage.QUEUED:
-                self.stage, self.called_at = Stage.CALLED, time.monotonic()
-            return self.stage is Stage.CALLED
+            if self.stage is Stage.PAST:
+                return False
+            self.stage, self.since = stage, time.monotonic()
+            return True
 
-    def settling(self, answer: object, result: object) -> None:
-        """In the batch thread: its outcome's commit begins."""
+    def settling(self, answer: object, result: object) -> bool:
+        """In the thread: whether its outcome is to commit now (not past the store's bound)."""
         with self.lock:
-            self.settled, self.settled_at = Committed(answer, result), time.monotonic()
+            if self.stage is Stage.PAST:
+                return False
+            self.stage, self.since = Stage.SETTLING, time.monotonic()
+            self.settled = Committed(answer, result)
+            return True
 
     def overdue(self, now: float) -> tuple[BaseException | Committed[Any] | None, float]:
         """From the event loop: what the job answers now that its part is past its bound
-        (None while it is within it), and when to look again. A part the thread may begin
-        after this look has a bound no earlier than a whole one from now: the next look
-        comes no later than that."""
+        (None while it is within it), and when to look again. A part the thread begins after
+        this look has a bound no earlier than the shortest one from now: the next look comes
+        no later than that."""
         with self.lock:
-            if self.settled is not None:
-                end = self.settled_at + self.ledger_seconds
-                if now < end:
-                    return None, end
-                lost = LedgerError(f"audit event not durable within {self.ledger_seconds:g}s")
-                return Committed(self.settled.answer, self.settled.result, lost), now
-            if self.stage is Stage.CALLED:
-                end = self.called_at + self.store_seconds
-                if now < end:
-                    return None, min(end, now + self.ledger_seconds)
-                return StoreDeadlineExceeded(
-                    f"store did not answer {self.op.write.rpc} in time; the write may have "
-                    "landed, and a retry with the same derived id is safe"
-                ), now
-            end = self.queued_at + self.ledger_seconds
+            stage = self.stage
+            end = self.since + self._bound(stage)
+            if stage is Stage.PAST:
+                return None, now
             if now < end:
-                return None, min(end, now + self.store_seconds)
-            self.stage = Stage.ABANDONED
-            return LedgerError(f"audit intent not durable within {self.ledger_seconds:g}s"), now
+                return None, min(end, now + min(self.store_seconds, self.ledger_seconds))
+            self.stage = Stage.PAST
+            return self._past(stage), now
+
+    def _bound(self, stage: Stage) -> float:
+        if stage in (Stage.INTENT, Stage.SETTLING):
+            return self.ledger_seconds + LEDGER_GRACE_SECONDS
+        return self.store_seconds
+
+    def _past(self, stage: Stage) -> BaseException | Committed[Any]:
+        waited = f"{self._bound(stage):g}s"
+        if stage is Stage.SETTLING and self.settled is not None:
+            lost = LedgerError(f"audit event not durable within {waited}")
+            return Committed(self.settled.answer, self.settled.result, lost)
+        if stage is Stage.INTENT:
+            return LedgerError(f"audit intent not durable within {waited}")
+        if stage is Stage.QUEUED:
+            return StoreDeadlineExceeded(
+                f"{self.op.write.rpc} waited {waited} for the store's thread and was not "
+                "sent; nothing of it was written",
+                nothing_sent=True,
+            )
+        return StoreDeadlineExceeded(
+            f"store did not answer {self.op.write.rpc} in time; the write may have landed, "
+            "and a retry with the same derived id is safe"
+        )
 
 
 def watch(job: TurnJob, future: asyncio.Future[Any]) -> None:
     """Answer ``future`` from the event loop when the part ``job`` is in passes its bound;
-    the job goes on in its thread, and its own answer then finds the future done."""
+    the job stops in its thread at its next part, and its own answer then finds the future
+    done."""
     loop = asyncio.get_running_loop()
     timer: list[asyncio.TimerHandle] = []
 
@@ -121,47 +150,43 @@ def watch(job: TurnJob, future: asyncio.Future[Any]) -> None:
         else:
             timer[0] = loop.call_at(again, look)
 
-    first = job.queued_at + min(job.ledger_seconds, job.store_seconds)
+    first = job.since + min(job.ledger_seconds, job.store_seconds)
     timer.append(loop.call_at(first, look))
     future.add_done_callback(lambda _: timer[0].cancel())
 
 
 @dataclass(frozen=True)
 class InTurns:
-    """The batch thread's work where InTurns are among its jobs: ``ledger`` commits their
-    events, ``run_batch`` makes the store's calls in one transaction (each answer its
-    result or exception), and ``answered`` says a call's answer as the contract does."""
+    """The work of the thread that makes InTurns: ``ledger`` commits their events,
+    ``run_batch`` makes their store calls in one transaction (each answer its result or
+    exception), and ``answered`` says a call's answer as the contract does."""
 
     ledger: SeparateLedger
     run_batch: Callable[[Sequence[Callable[[], object]]], Sequence[object]]
     answered: Callable[[InTurn[Any], object], object]
 
-    def run(self, jobs: Sequence[Callable[[], object] | TurnJob]) -> list[object]:
-        """Each job's answer: the plain calls' the store's; the InTurns', once their intents,
-        their calls (with the plain ones) and their outcomes have committed in turn."""
-        calls = [job for job in jobs if not isinstance(job, TurnJob)]
-        turns = [job for job in jobs if isinstance(job, TurnJob)]
-        calling, refused = _checked_again(self._commit_intents(turns))
-        together = [*calls, *(job.call for job in calling)]
-        made = self.run_batch(together) if together else []
+    def run(self, jobs: Sequence[TurnJob]) -> list[object]:
+        """Each job's answer, once its intent, its store call and its outcome have committed
+        in turn, or what stopped it."""
+        calling, refused = _checked_again(self._commit_intents(jobs))
+        made = self._call(calling)
         answered = [
-            (job, self.answered(job.op, answer))
-            for job, answer in zip(calling, made[len(calls) :], strict=True)
+            (job, self.answered(job.op, answer)) for job, answer in zip(calling, made, strict=True)
         ]
         self._commit_outcomes([*answered, *refused])
-        answers = iter(made[: len(calls)])
-        return [job.answer if isinstance(job, TurnJob) else next(answers) for job in jobs]
+        return [job.answer for job in jobs]
 
-    def _commit_intents(self, turns: list[TurnJob]) -> list[TurnJob]:
+    def _commit_intents(self, jobs: Sequence[TurnJob]) -> list[TurnJob]:
         """Check each job, then commit their intents together: the jobs whose intent is
         durable. The others answer what refused them."""
         checked: list[TurnJob] = []
-        for job in turns:
+        for job in jobs:
             try:
                 job.op.before()
             except Exception as refused:  # the lease ran out while it waited: nothing written
                 job.answer = refused
-            else:
+                continue
+            if job.enter(Stage.INTENT):  # not one the loop answered while it waited
                 checked.append(job)
         intended = self.ledger.append_now(
             [job.op.intent for job in checked], [job.context for job in checked]
@@ -174,16 +199,26 @@ class InTurns:
                 durable.append(job)
         return durable
 
+    def _call(self, calling: list[TurnJob]) -> list[object]:
+        """The store's answer to each job's call: its record, or what it failed with."""
+        if not calling:
+            return []
+        try:
+            return list(self.run_batch([job.call for job in calling]))
+        except Exception as failed:  # the batch as a whole failed: each call may have landed
+            return [failed] * len(calling)
+
     def _commit_outcomes(self, answered: list[tuple[TurnJob, object]]) -> None:
-        """Settle each job's answer, then commit their outcomes together."""
+        """Settle each job's answer, then commit their outcomes together; a job the loop
+        answered past the store's deadline has its outcome recorded by the core."""
         settled: list[tuple[TurnJob, object, AuditEvent, object]] = []
         for job, answer in answered:
             try:
                 outcome, result = job.op.settle(answer)
             except Exception as failed:  # the write's own fault: it may have landed
                 job.answer = failed
-            else:
-                job.settling(answer, result)
+                continue
+            if job.settling(answer, result):
                 settled.append((job, answer, outcome, result))
         ended = self.ledger.append_now(
             [outcome for _, _, outcome, _ in settled], [job.context for job, *_ in settled]
@@ -198,8 +233,8 @@ def _checked_again(
 ) -> tuple[list[TurnJob], list[tuple[TurnJob, object]]]:
     """The jobs whose intent is durable that call the store now, and those refused by their
     check, made again once the intent waited for the ledger (a lease that ran out meanwhile),
-    each with what refused it: the answer their outcome records. A job whose caller's bound
-    passed is neither: it never calls the store."""
+    each with what refused it: the answer their outcome records. A job the loop answered past
+    its intent's bound is neither: it never calls the store."""
     calling: list[TurnJob] = []
     refused: list[tuple[TurnJob, object]] = []
     for job in durable:
@@ -208,6 +243,6 @@ def _checked_again(
         except Exception as error:
             refused.append((job, error))
             continue
-        if job.take_call():
+        if job.enter(Stage.CALLED):
             calling.append(job)
     return calling, refused

@@ -24,11 +24,11 @@ is made as one job of the batch thread, its intent, the store's rows and its out
 transaction, one sync, and one hand-off from the event loop and back.
 
 Where the ledger has a file (or a database) of its own, the client may be given it too, and
-takes an :class:`~sidecar.upstream.base.InTurn`: the same three commits, in turn, made by its
-batch thread as one job. A batch's intents commit together on the ledger's connection, then
-their store calls with the batch's other calls in one store transaction, then their outcomes
-together: three syncs a batch, and one hand-off from the event loop and back a write, where the
-core making them itself hands off three times.
+takes an :class:`~sidecar.upstream.base.InTurn`: the same three commits, in turn, made as one
+job of a batch thread of its own for them (sidecar.upstream.in_turn). A batch's intents commit
+together on the ledger's connection, then their store calls in one store transaction, then their
+outcomes together: three syncs a batch, and one hand-off from the event loop and back a write,
+where the core making them itself hands off three times.
 
 A backend that can run a batch of calls in one transaction (the SQLite one, and the
 PostgreSQL one) gets them from one batch thread of this client's
@@ -190,18 +190,17 @@ class InProcessStoreClient:
         )
         self._ledger = ledger if self._one_transaction is not None else None
         self._ledger_wait = ledger_wait_seconds
-        self._batches: BatchThread[Callable[[], object] | TurnJob, object] | None = None
+        self._batches: BatchThread[Callable[[], object], object] | None = None
+        self._turns: BatchThread[TurnJob, object] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._batching = backend if isinstance(backend, BatchingBackend) else None
-        # Given only where the ledger has a file or a database of its own.
-        self._in_turns = (
-            InTurns(separate_ledger, self._batching.run_batch, _answered)
-            if separate_ledger is not None and self._ledger is None and self._batching is not None
-            else None
-        )
-        if self._batching is not None:
-            self._batches = BatchThread("store-batches", self._run_batch, most=MAX_BATCH)
+        if isinstance(backend, BatchingBackend):
+            self._batches = BatchThread("store-batches", backend.run_batch, most=MAX_BATCH)
             self._batches.start()
+            if separate_ledger is not None and self._ledger is None:
+                # Given only where the ledger has a file or a database of its own.
+                in_turns = InTurns(separate_ledger, backend.run_batch, _answered)
+                self._turns = BatchThread("store-turns", in_turns.run, most=MAX_BATCH)
+                self._turns.start()
         else:
             # A pool of its own: store calls never wait behind the ledger's reads in the
             # loop's default executor, nor those behind them.
@@ -271,27 +270,26 @@ class InProcessStoreClient:
             raise LedgerError(f"the write and its audit did not commit: {error}") from error
 
     async def _in_turn(self, op: InTurn[_R], timeout: float | None) -> Committed[_R]:
-        batches = self._batches
-        if batches is None or self._in_turns is None:
+        turns = self._turns
+        if turns is None:
             raise TypeError("this store is not given its ledger")
         call = _BACKEND_CALLS[type(op.write)](self._backend, op.write)
         seconds = self.timeout_seconds if timeout is None else timeout
         job = TurnJob(op, call, contextvars.copy_context(), seconds, self._ledger_wait)
-        future = batches.submit(job)
+        future = turns.submit(job)
         watch(job, future)
-        return cast(Committed[_R], await future)
-
-    def _run_batch(self, jobs: list[Callable[[], object] | TurnJob]) -> list[object]:
-        """The batch thread's work: the calls in one store transaction, and the InTurns
-        among them in turn (sidecar.upstream.in_turn)."""
-        if self._in_turns is not None and any(isinstance(job, TurnJob) for job in jobs):
-            return self._in_turns.run(jobs)
-        return list(cast(BatchingBackend, self._batching).run_batch(cast(list[Any], jobs)))
+        try:
+            return cast(Committed[_R], await future)
+        except (LedgerError, ActonceError, Refusal):
+            raise
+        except Exception as error:  # the thread's work failed as a whole: it may have landed
+            raise StoreUnavailable(f"store unavailable for {op.write.rpc}: {error}") from error
 
     async def close(self) -> None:
         """Let the calls still running finish (the assembly closes the backend after this,
         once the embedded server stops)."""
-        if self._batches is not None:
-            await self._batches.close()
+        for thread in (self._turns, self._batches):
+            if thread is not None:
+                await thread.close()
         if self._executor is not None:
             await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)

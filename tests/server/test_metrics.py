@@ -143,6 +143,28 @@ def test_store_calls_are_timed_by_operation_and_result(sidecar: RunningSidecar) 
     )
 
 
+@pytest.mark.parametrize("files", ["one file", "two files"])
+def test_a_write_refused_before_the_store_makes_no_store_call(tmp_path: Path, files: str) -> None:
+    data = tmp_path / "data"
+    if files == "two files":  # a folder made before the store moved into the ledger's file
+        data.mkdir(mode=0o700)
+        (data / "store.db").touch(mode=0o600)
+    sc = start_sidecar(sidecar_config(data, metrics_listen="127.0.0.1:0"))
+    try:
+        fenced = sc.begin("run-fenced", checkpoint="c")
+        sc.begin("run-fenced", checkpoint="c")  # a newer attempt of the run fences the first
+        with pytest.raises(grpc.RpcError) as refused:
+            create(sc, fenced, {"a": 1})
+        assert refusal(refused.value).reason == "ATTEMPT_FENCED"
+        create(sc, sc.begin("run-other", checkpoint="c"), {"a": 1})
+        samples = scrape(metrics_port(sc))
+    finally:
+        sc.stop()
+    count = "actonce_store_call_seconds_count"
+    assert value(samples, count, operation="create_artifact", result="ok") == 1
+    assert value(samples, count, operation="create_artifact", result="error") == 0
+
+
 def test_audit_appends_are_timed_and_their_failures_counted(tmp_path: Path) -> None:
     config = sidecar_config(
         tmp_path / "data", metrics_listen="127.0.0.1:0", audit_busy_timeout_ms=200

@@ -25,17 +25,24 @@ import pytest
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
 from sidecar.core.types import Outcome, Settings
-from sidecar.errors import StoreDeadlineExceeded
+from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
 from sidecar.ledger.group_commit import Append, GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
-from sidecar.refstore.backend import StoredThread
+from sidecar.refstore.backend import StoredThread, StoreUnavailableError
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.rules.canonical import Document
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import AuditedWrites, CreateThread, InTurn, PostMessage, StoreWrite
+from sidecar.upstream.base import (
+    AuditedWrites,
+    CreateThread,
+    InTurn,
+    ListMessages,
+    PostMessage,
+    StoreWrite,
+)
 from sidecar.upstream.inprocess import InProcessStoreClient
 from tests.helpers import postgres as pg
 
@@ -113,9 +120,11 @@ def _applied(answer: object) -> tuple[AuditEvent, str]:
     return _event(Phase.OUTCOME), "refused" if isinstance(answer, Exception) else "applied"
 
 
-async def _in_turn(parts: Parts, write: StoreWrite, settle: Any = _applied, **kw: Any) -> Any:
+async def _in_turn(
+    parts: Parts, write: StoreWrite, settle: Any = _applied, timeout: float = 5
+) -> Any:
     intent = _event(Phase.INTENT, derived=write.store_id)
-    return await parts.client.call(InTurn(intent, write, settle, **kw), kw.pop("timeout", 5))
+    return await parts.client.call(InTurn(intent, write, settle), timeout)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -209,7 +218,7 @@ def test_an_outcome_that_cannot_commit_is_told_once_the_store_has_acted(tmp_path
 
 def test_a_job_whose_intent_waits_past_its_deadline_never_calls_the_store(tmp_path: Path) -> None:
     async def run() -> list[Any]:
-        async with apart("sqlite", tmp_path, timeout_seconds=0.05, ledger_wait_seconds=0.05) as (
+        async with apart("sqlite", tmp_path, timeout_seconds=5, ledger_wait_seconds=0.05) as (
             parts
         ):
             await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
@@ -232,11 +241,11 @@ def test_a_job_whose_intent_waits_past_its_deadline_never_calls_the_store(tmp_pa
 
 class _SlowStore(SqliteStoreBackend):
     def create_thread(self, thread_id: str, title: str) -> StoredThread:
-        threading.Event().wait(0.3)
+        threading.Event().wait(0.4)
         return super().create_thread(thread_id, title)
 
 
-def test_a_store_past_the_deadline_may_have_landed_and_its_outcome_follows(
+def test_a_store_past_the_deadline_may_have_landed_and_leaves_its_outcome_to_the_caller(
     tmp_path: Path,
 ) -> None:
     async def run() -> tuple[list[Any], list[Any]]:
@@ -244,20 +253,136 @@ def test_a_store_past_the_deadline_may_have_landed_and_its_outcome_follows(
         client = InProcessStoreClient(backend, separate_ledger=ledger, ledger_wait_seconds=1)
         try:
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
-            with pytest.raises(StoreDeadlineExceeded, match="may have landed"):
+            with pytest.raises(StoreDeadlineExceeded, match="may have landed") as late:
                 await client.call(
                     InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied), 0.1
                 )
+            assert not late.value.nothing_sent
         finally:
-            await client.close()  # waits for the job, which runs to its end
+            await client.close()  # waits for the job, which goes on to the store's answer
             await ledger.close()
             backend.close()
         rows = _sqlite_rows(tmp_path / "audit.db", "SELECT phase FROM audit_events")
         return rows(), _sqlite_rows(tmp_path / "store.db", "SELECT id FROM threads")()
 
     events, threads = asyncio.run(run())
-    assert events == ["attempt_begin", "intent", "outcome"]
+    # The caller records the deadline as the write's outcome (the core does, as apart); the
+    # job, answered, records none of its own.
+    assert events == ["attempt_begin", "intent"]
     assert threads == ["thr-1"]
+
+
+def test_a_job_queued_behind_a_stuck_store_call_is_answered_at_its_deadline_unsent(
+    tmp_path: Path,
+) -> None:
+    async def run() -> tuple[list[Any], list[Any], float]:
+        ledger, backend = SqliteLedger(tmp_path / "audit.db"), _SlowStore(tmp_path / "store.db")
+        client = InProcessStoreClient(backend, separate_ledger=ledger, ledger_wait_seconds=5)
+        try:
+            await ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            first = asyncio.ensure_future(client.call(
+                InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied), 0.2
+            ))  # fmt: skip
+            await asyncio.sleep(0.05)  # the first is in the store's call
+            began = time.monotonic()
+            with pytest.raises(StoreDeadlineExceeded, match="was not sent") as late:
+                await client.call(InTurn(_event(Phase.INTENT, derived="thr-2"),
+                                         CreateThread("thr-2", "t"), _applied), 0.2)  # fmt: skip
+            took = time.monotonic() - began
+            assert late.value.nothing_sent
+            with pytest.raises(StoreDeadlineExceeded):
+                await first
+        finally:
+            await client.close()
+            await ledger.close()
+            backend.close()
+        rows = _sqlite_rows(tmp_path / "audit.db", "SELECT derived_id FROM audit_events")
+        return rows(), _sqlite_rows(tmp_path / "store.db", "SELECT id FROM threads")(), took
+
+    events, threads, took = asyncio.run(run())
+    assert took < 0.35  # its own deadline, not the ledger's wait behind the stuck call
+    assert events == ["thr-1", "thr-1"] and threads == ["thr-1"]  # nothing of the second
+
+
+class _FailingBatches(SqliteStoreBackend):
+    """A store whose batches fail as a whole (a pool with no connection to give)."""
+
+    def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        raise StoreUnavailableError("no connection to the store")
+
+
+def test_a_batch_that_fails_as_a_whole_is_each_write_s_answer_and_outcome(
+    tmp_path: Path,
+) -> None:
+    async def run() -> list[Any]:
+        ledger = SqliteLedger(tmp_path / "audit.db")
+        backend = _FailingBatches(tmp_path / "store.db")
+        client = InProcessStoreClient(backend, separate_ledger=ledger)
+        try:
+            await ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            return list(await asyncio.gather(*(
+                client.call(InTurn(_event(Phase.INTENT, derived=f"thr-{i}"),
+                                   CreateThread(f"thr-{i}", "t"), _applied), 5)
+                for i in range(5)
+            )))  # fmt: skip
+        finally:
+            await client.close()
+            await ledger.close()
+            backend.close()
+
+    answers = asyncio.run(run())
+    assert all(isinstance(a.answer, StoreUnavailable) for a in answers), answers
+    assert [a.result for a in answers] == ["refused"] * 5
+    rows = _sqlite_rows(tmp_path / "audit.db", "SELECT phase FROM audit_events ORDER BY seq")
+    assert sorted(rows()) == ["attempt_begin"] + ["intent"] * 5 + ["outcome"] * 5
+
+
+def test_a_read_answers_while_a_write_waits_for_the_ledger(tmp_path: Path) -> None:
+    async def run() -> float:
+        async with apart("sqlite", tmp_path) as parts:
+            await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
+            await _in_turn(parts, CreateThread("thr-1", "t"))
+            held = parts.ledger._committing  # the ledger stops answering
+            held.acquire()
+            try:
+                waiting = asyncio.ensure_future(
+                    _in_turn(parts, CreateThread("thr-2", "t"), timeout=30)
+                )
+                await asyncio.sleep(0.05)
+                began = time.monotonic()
+                messages = await parts.client.call(ListMessages("thr-1"), 5)
+                took = time.monotonic() - began
+                assert list(messages) == []
+            finally:
+                held.release()
+            await waiting
+            return took
+
+    assert asyncio.run(run()) < 1
+
+
+def test_closing_the_ledger_waits_for_a_commit_another_thread_has_under_way(
+    tmp_path: Path,
+) -> None:
+    audit = tmp_path / "audit.db"
+    locker = sqlite3.connect(audit, isolation_level=None, check_same_thread=False)
+
+    async def run() -> list[int | LedgerError]:
+        ledger = SqliteLedger(audit, busy_timeout_ms=5000)
+        locker.execute("BEGIN IMMEDIATE")  # another process holds the file for a while
+        appended: list[list[int | LedgerError]] = []
+        thread = threading.Thread(
+            target=lambda: appended.append(ledger.append_now([_event(Phase.INTENT)], [None]))
+        )
+        thread.start()
+        await asyncio.sleep(0.1)  # the append waits for the file, holding the connection
+        threading.Timer(0.3, lambda: locker.execute("ROLLBACK")).start()
+        await ledger.close()
+        thread.join()
+        return appended[0]
+
+    [seq] = asyncio.run(run())
+    assert isinstance(seq, int), seq  # committed, not cut off by the close
 
 
 def test_an_outcome_that_waits_past_the_ledger_s_bound_is_answered_lost_in_time(
@@ -290,7 +415,7 @@ def test_an_outcome_that_waits_past_the_ledger_s_bound_is_answered_lost_in_time(
 
     done, took, events = asyncio.run(run())
     assert isinstance(done.outcome_lost, LedgerError)
-    assert "not durable within 0.2s" in str(done.outcome_lost)
+    assert "not durable within 0.3s" in str(done.outcome_lost)  # the wait and the grace
     assert done.result == "applied" and took < 1.5
     assert [phase for phase, _ in events] == ["attempt_begin", "intent", "outcome"]
 
