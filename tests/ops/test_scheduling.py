@@ -13,7 +13,7 @@ import pytest
 from sidecar.ledger.base import AuditEvent
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.base import ping
+from sidecar.upstream.base import CreateThread, InTurn, ping
 from sidecar.upstream.inprocess import InProcessStoreClient
 
 pytestmark = pytest.mark.skipif(
@@ -27,27 +27,34 @@ def policy_of(name: str) -> int:
     return os.sched_getscheduler(thread.native_id)
 
 
-def test_the_ledger_writer_and_the_store_batches_keep_the_normal_policy(tmp_path: Path) -> None:
-    async def run() -> tuple[int, int, int]:
+def test_the_ledger_writer_and_the_store_s_threads_keep_the_normal_policy(tmp_path: Path) -> None:
+    async def run() -> tuple[int, int, int, int]:
         ledger = SqliteLedger(tmp_path / "audit.db")
         backend = SqliteStoreBackend(tmp_path / "store.db")
-        store = InProcessStoreClient(backend)
+        store = InProcessStoreClient(backend, separate_ledger=ledger)
         try:
-            # Both threads set their policy as they start; a call through each proves
+            # The threads set their policy as they start; a call through each proves
             # they have.
             await ledger.append(AuditEvent(run_id="r", attempt_id="a", rpc="X", phase="read"))
             await ping(store)
+            intent = AuditEvent(run_id="r", attempt_id="a", rpc="X", phase="intent")
+            await store.call(InTurn(intent, CreateThread("thr-1", "t"), _settled), 5)
             return (policy_of("ledger-writer"), policy_of("store-batches"),
-                    os.sched_getscheduler(0))  # fmt: skip
+                    policy_of("store-turns"), os.sched_getscheduler(0))  # fmt: skip
         finally:
             await store.close()
             await ledger.close()
             backend.close()
 
-    writer, batches, caller = asyncio.run(run())
+    writer, batches, turns, caller = asyncio.run(run())
     assert writer == os.SCHED_OTHER
     assert batches == os.SCHED_OTHER
+    assert turns == os.SCHED_OTHER
     assert caller == os.SCHED_OTHER
+
+
+def _settled(answer: object) -> tuple[AuditEvent, object]:
+    return AuditEvent(run_id="r", attempt_id="a", rpc="X", phase="outcome"), answer
 
 
 def test_the_store_batches_of_a_postgresql_store_keep_the_normal_policy() -> None:

@@ -121,10 +121,10 @@ def _applied(answer: object) -> tuple[AuditEvent, str]:
 
 
 async def _in_turn(
-    parts: Parts, write: StoreWrite, settle: Any = _applied, timeout: float = 5
+    parts: Parts, write: StoreWrite, settle: Any = _applied, seconds: float = 5
 ) -> Any:
     intent = _event(Phase.INTENT, derived=write.store_id)
-    return await parts.client.call(InTurn(intent, write, settle), timeout)
+    return await parts.client.call(InTurn(intent, write, settle), seconds)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -346,7 +346,7 @@ def test_a_read_answers_while_a_write_waits_for_the_ledger(tmp_path: Path) -> No
             held.acquire()
             try:
                 waiting = asyncio.ensure_future(
-                    _in_turn(parts, CreateThread("thr-2", "t"), timeout=30)
+                    _in_turn(parts, CreateThread("thr-2", "t"), seconds=30)
                 )
                 await asyncio.sleep(0.05)
                 began = time.monotonic()
