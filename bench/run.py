@@ -101,7 +101,7 @@ SMOKE_TARGETS = ("floor1", "floor3", "store", "sqlite-unaudited", "sqlite-audite
 C1_SCENARIOS = ("health", "notice", "create", "edit")
 C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
               "sqlite-twofilesbefore", "sqlite-twofiles", "sqlite-audited",
-              "postgres-before", "postgres-audited")  # fmt: skip
+              "postgres-before", "postgres-unaudited", "postgres-audited")  # fmt: skip
 PARTS = ("saturation", "c1", "contended", "peers", "half-rate", "growth", "tracing", "profile")
 # The ghz status a scenario is expected to answer with besides OK, and what it means.
 EXPECTED_REFUSALS = {
