@@ -147,7 +147,7 @@ async def create_server(
         attempts=attempt_registry(config, metrics),
         settings=_settings(config, audit.heartbeat),
         on_reread=metrics.version_conflict_rereads.inc,
-        audited_writes=_audited_writes(audit, store),
+        audited_writes=_audited_writes(store),
     )
     gate = CallGate()
     server = _grpc_server(config, actions, gate, metrics, traces, api_token)
@@ -249,15 +249,13 @@ async def _open_store(config: Config, audit: _Audit, traces: Tracing | None) -> 
     return _Store(upstream, target, embedded, backend)
 
 
-def _audited_writes(audit: _Audit, store: _Store) -> AuditedWrites:
-    """How the core makes a write of one store call with its audit: one commit where the
-    embedded store shares the ledger's file, in turn as one job of the embedded store's
-    client where the ledger is apart, and apart over the wire."""
-    if not isinstance(store.upstream, InProcessStoreClient):
-        return AuditedWrites.APART
-    if audit.shared is not None:
-        return AuditedWrites.AS_ONE
-    return AuditedWrites.IN_TURN if audit.separate is not None else AuditedWrites.APART
+def _audited_writes(store: _Store) -> AuditedWrites:
+    """How the core makes a write of one store call with its audit, as the embedded store's
+    client takes it (one commit in the ledger's file, or in turn beside a ledger of its own);
+    apart over the wire."""
+    if isinstance(store.upstream, InProcessStoreClient):
+        return store.upstream.audited_writes
+    return AuditedWrites.APART
 
 
 def _external_store(config: Config, traces: Tracing | None) -> GrpcStoreClient:

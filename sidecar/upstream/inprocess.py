@@ -55,6 +55,7 @@ from sidecar.ops.scheduling import BatchThread
 from sidecar.refstore import backend as store
 from sidecar.store_contract import Refusal
 from sidecar.upstream.base import (
+    AuditedWrites,
     Committed,
     CreateArtifact,
     CreateThread,
@@ -208,6 +209,14 @@ class InProcessStoreClient:
                 max_workers=workers,
                 thread_name_prefix="store",
             )
+
+    @property
+    def audited_writes(self) -> AuditedWrites:
+        """How this client makes a write of one store call with its audit: what the
+        assembly tells the core to send it."""
+        if self._ledger is not None and self._batches is not None:
+            return AuditedWrites.AS_ONE
+        return AuditedWrites.IN_TURN if self._turns is not None else AuditedWrites.APART
 
     async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
         if isinstance(op, OneCommit):

@@ -501,3 +501,26 @@ def test_a_write_in_turn_wakes_the_event_loop_once(
         assert loop.run_until_complete(run(loop)) == [wakes] * 3
     finally:
         loop.close()
+
+
+def test_the_client_says_how_it_takes_a_write_with_its_audit(tmp_path: Path) -> None:
+    async def run() -> list[AuditedWrites]:
+        shared_backend = SqliteStoreBackend(tmp_path / "one.db")
+        shared = SqliteLedger(tmp_path / "one.db", through=shared_backend)
+        ledger, backend = SqliteLedger(tmp_path / "audit.db"), SqliteStoreBackend(tmp_path / "s.db")
+        clients = [
+            InProcessStoreClient(shared_backend, ledger=shared),
+            InProcessStoreClient(backend, separate_ledger=ledger),
+            InProcessStoreClient(backend),
+        ]
+        try:
+            return [client.audited_writes for client in clients]
+        finally:
+            for client in clients:
+                await client.close()
+            for closing in (shared, ledger):
+                await closing.close()
+            shared_backend.close()
+            backend.close()
+
+    assert asyncio.run(run()) == [AuditedWrites.AS_ONE, AuditedWrites.IN_TURN, AuditedWrites.APART]
