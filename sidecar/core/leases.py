@@ -34,6 +34,18 @@ def deadline(attempt: Attempt) -> datetime | None:
     return min(given) if given else None
 
 
+def require_running(attempt: Attempt) -> None:
+    """LeaseExpired unless the attempt's lease still runs: one that ran out is not extended,
+    since the queue may have given the run to another worker meanwhile."""
+    ends = deadline(attempt)
+    if ends is not None and ends <= now():
+        raise LeaseExpired(
+            f"the attempt's lease ran out at {ends.isoformat()}; a lease that ran out is not "
+            "extended, as the queue may have delivered the run again: begin a new attempt",
+            metadata={"lease_deadline": ends.isoformat()},
+        )
+
+
 def check(attempt: Attempt, store_timeout: float) -> None:
     """LeaseExpired, before acting, unless the lease outlasts a store call's deadline."""
     ends = deadline(attempt)

@@ -42,9 +42,11 @@ class Lifecycle:
 
     async def extend(self, attempt_id: str, lease_deadline: datetime) -> datetime:
         """Move an attempt's lease, audited first: an operator must not take a step whose
-        lease was extended for one that is no longer in flight."""
+        lease was extended for one that is no longer in flight. A lease that already ran out
+        stays run out (LEASE_EXPIRED), and nothing is audited."""
         leases.require_future(lease_deadline)
         attempt = self.attempts.get(attempt_id)
+        leases.require_running(attempt)
         moved = event(
             attempt,
             "ExtendLease",

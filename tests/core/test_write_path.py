@@ -178,6 +178,24 @@ def test_an_edit_whose_lease_ran_out_after_its_read_does_not_patch(clock: Clock)
     asyncio.run(run())
 
 
+def test_a_lease_that_ran_out_is_not_extended(clock: Clock) -> None:
+    async def run() -> None:
+        _trace, ledger, store, actions = _fakes()
+        attempt = (
+            await actions.begin_attempt(**RUN, lease_deadline=T0 + timedelta(seconds=10))
+        ).attempt_id
+        clock.advance(11)  # the queue's lease ran out: it may have delivered the run again
+        with pytest.raises(LeaseExpired, match="is not extended") as refused:
+            await actions.extend_lease(attempt, clock.now + timedelta(minutes=5))
+        assert refused.value.failure_class.value == "RETRYABLE"
+        assert ledger.phases(Phase.LEASE) == []  # nothing audited
+        with pytest.raises(LeaseExpired):  # and the attempt writes no more
+            await _create(actions, attempt, "q")
+        assert set(store.artifacts) == {"art-1"}
+
+    asyncio.run(run())
+
+
 def test_every_store_call_of_a_write_ends_before_the_lease(clock: Clock) -> None:
     async def run() -> None:
         trace, _ledger, store, actions = _fakes()

@@ -315,6 +315,29 @@ def test_lease_expired_is_refused_before_acting(sidecar: RunningSidecar) -> None
     assert answer.outcome == types_pb2.OUTCOME_APPLIED
 
 
+def test_a_lease_that_ran_out_is_not_extended_and_its_attempt_writes_no_more(
+    sidecar: RunningSidecar,
+) -> None:
+    deadline = timestamp_pb2.Timestamp()
+    deadline.FromDatetime(datetime.now(UTC) + timedelta(seconds=0.5))
+    attempt = sidecar.stub.BeginAttempt(
+        pb.BeginAttemptRequest(run_id="r", rule="triage", checkpoint="c", lease_deadline=deadline)
+    ).attempt_id
+    time.sleep(0.8)  # the worker stalled past its lease: the queue may have redelivered
+    later = timestamp_pb2.Timestamp()
+    later.FromDatetime(datetime.now(UTC) + timedelta(minutes=5))
+    got = _refused(
+        sidecar.stub.ExtendLease, pb.ExtendLeaseRequest(attempt_id=attempt, lease_deadline=later)
+    )
+    assert (got.reason, got.failure_class) == ("LEASE_EXPIRED", "RETRYABLE")
+    got = _refused(
+        sidecar.stub.Create, pb.CreateRequest(attempt_id=attempt, kind="leased", data_json="{}")
+    )
+    assert got.reason == "LEASE_EXPIRED"
+    assert sidecar.artifacts("leased") == []
+    assert [e.event.rpc for e in sidecar.audit("r")] == ["BeginAttempt"]
+
+
 def test_a_call_cancelled_by_its_deadline_releases_its_request_id(
     make_config: MakeConfig, tmp_path: Path
 ) -> None:
