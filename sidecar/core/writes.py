@@ -170,14 +170,9 @@ class WritePath:
     async def _in_one_commit(self, landing: Landing, perform: OneCall) -> WriteResult:
         """Phases 3 to 5 as one transaction: the intent, the store's call and the outcome
         are durable together or not at all, and nothing answers before they are."""
-        intent = _intent(landing)
         timeout = perform.timeout()  # the lease is checked before anything is written
-        one_commit = OneCommit(
-            intent,
-            perform.call(landing.derived_id),
-            _settler(landing, perform, _refused_event),
-            before=self._lease_check(landing),
-        )
+        one_commit = OneCommit(*self._job_parts(landing, perform, _refused_event))
+        intent = one_commit.intent
         try:
             settled = (await perform.store.call(one_commit, timeout)).result
         except FencedError as fenced:  # refused with the intent: the store was not called
@@ -200,14 +195,9 @@ class WritePath:
     async def _in_turn(self, landing: Landing, perform: OneCall) -> WriteResult:
         """Phases 3 to 5 as one job of the store client, committed in turn: the intent is
         durable before the store is called, the outcome after it answers."""
-        intent = _intent(landing)
         timeout = perform.timeout()  # the lease is checked before anything is written
-        in_turn = InTurn(
-            intent,
-            perform.call(landing.derived_id),
-            _settler(landing, perform, failure_event),
-            before=self._lease_check(landing),
-        )
+        in_turn = InTurn(*self._job_parts(landing, perform, failure_event))
+        intent = in_turn.intent
         try:
             done = await perform.store.call(in_turn, timeout)
         except LeaseExpired:  # refused before anything was written
@@ -231,9 +221,22 @@ class WritePath:
         landing.store_called = True
         return _kept_in_turn(landing, done)
 
-    def _lease_check(self, landing: Landing) -> Callable[[], None]:
-        """The lease's check, for a job to make where it runs, after any wait."""
-        return lambda: leases.check(landing.attempt, self.settings.store_timeout_seconds)
+    def _job_parts(
+        self,
+        landing: Landing,
+        perform: OneCall,
+        failure: Callable[[Landing, ActonceError], AuditEvent],
+    ) -> tuple[AuditEvent, StoreWrite, Settle[WriteResult | ActonceError], Callable[[], None]]:
+        """What a job of a write and its audit is made of: the intent, the store's call, how
+        its answer settles (``failure`` makes a failed write's event), and the lease's check
+        for the job to make where it runs, after any wait."""
+        attempt, store_timeout = landing.attempt, self.settings.store_timeout_seconds
+        return (
+            _intent(landing),
+            perform.call(landing.derived_id),
+            _settler(landing, perform, failure),
+            lambda: leases.check(attempt, store_timeout),
+        )
 
     def take_id(self, attempt: Attempt, write: Write, claim: Claim) -> Landing:
         """Check the lease, take the write's occurrence (or the one its request_id
