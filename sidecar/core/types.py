@@ -9,6 +9,7 @@ the reference store answers with them.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +34,32 @@ class WriteResult:
     version: int = 0
     proposal_id: str = ""
     result_json: str = ""
+
+
+@dataclass(frozen=True)
+class StepPermit:
+    """The ledger's leave to send one step's call, and the call's one deadline.
+
+    ``seconds`` is the whole call's budget (connect, send, every byte of the answer): the
+    smaller of the caller's timeout and what is left of the attempt's lease, fixed when the
+    ledger granted the permit and recorded with it (``deadline``, by the ledger's clock).
+    ``started`` is this process's monotonic clock taken *before* the permit was asked for,
+    so that the bound measured here never ends later than the one the ledger recorded,
+    whatever the process waits for in between (a scheduler, a handshake, a freeze).
+    """
+
+    step_id: str
+    seconds: float
+    started: float
+    deadline: str = ""
+
+    def left(self) -> float:
+        """Seconds of the call's budget still left, by this process's monotonic clock."""
+        return self.seconds - (time.monotonic() - self.started)
+
+    def expired(self) -> bool:
+        """Whether the call may no longer be sent (or go on)."""
+        return self.left() <= 0.0
 
 
 @dataclass(frozen=True)
