@@ -50,6 +50,7 @@ HTTP_MAX_HEADER_BYTES = 16 << 10
 HTTP_HEADER_TIMEOUT_SECONDS = 5.0
 HTTP_READ_TIMEOUT_SECONDS = 30.0
 HTTP_KEEP_ALIVE_SECONDS = 5
-# The services that stay open when callers need the API token: probes and grpcurl
-# call them, and they change nothing and hold nothing of a run's.
-API_TOKEN_EXEMPT = frozenset({"health", "reflection"})
+# The services that stay open when callers need the API token: probes call health, which
+# answers a status and nothing else. Reflection lists every method and message of the API,
+# a map for whoever has no token: it needs the token unless the operator exempts it.
+API_TOKEN_EXEMPT = frozenset({"health"})

@@ -10,11 +10,14 @@ attempt is begun, no audit event written, nothing reaches the store.
   second, and before any refusal, so that a Secret rotated in place takes effect
   without a restart; the token it held before stays good for ROTATION_OVERLAP_SECONDS,
   for the clients that read their file a moment later.
-- :class:`ApiTokenInterceptor`: the gRPC side. Health and server reflection stay open
-  unless ``--api-token-exempt`` says otherwise (probes and grpcurl call them; they
-  change nothing and hold nothing of a run's). The status it refuses with is the gRPC
-  front's (sidecar.fronts.grpc.status), handed in by the assembly: ops sits below the
-  fronts and imports none of them.
+- :class:`ApiTokenInterceptor`: the gRPC side. Health stays open unless
+  ``--api-token-exempt`` says otherwise (probes call it; it answers a status and nothing
+  more); reflection needs the token unless the operator exempts it. The status it refuses
+  with is the gRPC front's (sidecar.fronts.grpc.status), handed in by the assembly: ops
+  sits below the fronts and imports none of them. A refused call is counted under its
+  method's name only when the method is one this server serves: the name comes from a
+  caller who has not authenticated, and each new label value would be a new series kept
+  for the life of the process.
 - :class:`ApiTokenMiddleware`: the HTTP side, pure ASGI, for the MCP front and the
   console. A refusal is 401 with the JSON body of the MCP front's other refusals.
 
@@ -35,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Never
 
 import grpc
 import structlog
+from actonce_api.v1 import run_actions_pb2
+from grpc_health.v1 import health_pb2
 from prometheus_client import Counter
 
 from sidecar import defaults
@@ -63,6 +68,32 @@ EXEMPTABLE: dict[str, frozenset[str]] = {
     ),
 }
 DEFAULT_EXEMPT: frozenset[str] = defaults.API_TOKEN_EXEMPT
+
+# The label a refused call of a method this server does not serve is counted under: one
+# value, whatever name the caller made up.
+UNKNOWN_RPC = "unknown"
+# Of a made-up method's name, what a log line keeps.
+LOGGED_METHOD_CHARS = 120
+
+
+def _served_rpcs() -> frozenset[str]:
+    """Every method path this sidecar's gRPC server serves: the API, health, reflection."""
+    api = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
+    health = health_pb2.DESCRIPTOR.services_by_name["Health"]
+    paths = {f"/{api.full_name}/{m.name}" for m in api.methods}
+    paths |= {f"/{health.full_name}/{m.name}" for m in health.methods}
+    paths |= {f"/{name}/ServerReflectionInfo" for name in EXEMPTABLE["reflection"]}
+    return frozenset(paths)
+
+
+SERVED_RPCS = _served_rpcs()
+
+
+def rpc_label(method: str) -> str:
+    """The ``rpc`` label of a call of ``method`` (its full path): the method's own name
+    when this server serves it, else :data:`UNKNOWN_RPC`."""
+    return method.rpartition("/")[2] if method in SERVED_RPCS else UNKNOWN_RPC
+
 
 MESSAGE = (
     "this sidecar needs its API token: send 'authorization: Bearer <token>' "
@@ -214,6 +245,7 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
         *,
         refusal: grpc.Status,
         exempt: Collection[str] = exempt_services(DEFAULT_EXEMPT),
+        # Told the refused call's rpc label (rpc_label): never a name the caller chose.
         on_refused: Callable[[str], None] = lambda _rpc: None,
     ) -> None:
         self._token = token
@@ -232,15 +264,24 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        service, _, rpc = str(handler_call_details.method).lstrip("/").rpartition("/")
+        method = str(handler_call_details.method)
+        service = method.lstrip("/").rpartition("/")[0]
         if service in self._exempt or self._token.matches(
             bearer(v for k, v in handler_call_details.invocation_metadata or () if k == HEADER)
         ):
             return await continuation(handler_call_details)
         structlog.contextvars.clear_contextvars()
         failure_class = Unauthenticated.failure_class.value
-        log.info("refused", rpc=rpc, reason=Unauthenticated.reason, failure_class=failure_class)
-        self._on_refused(rpc)
+        label = rpc_label(method)
+        unknown = {} if label != UNKNOWN_RPC else {"method": method[:LOGGED_METHOD_CHARS]}
+        log.info(
+            "refused",
+            rpc=label,
+            reason=Unauthenticated.reason,
+            failure_class=failure_class,
+            **unknown,
+        )
+        self._on_refused(label)
         return self._refuse
 
     async def _answer(self, _requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Never:
@@ -363,6 +404,7 @@ def middleware(token: TokenFile | None) -> list[Middleware]:
 __all__ = [
     "DEFAULT_EXEMPT",
     "HEADER",
+    "UNKNOWN_RPC",
     "ApiTokenInterceptor",
     "ApiTokenMiddleware",
     "SecuritySettingError",
@@ -374,4 +416,5 @@ __all__ = [
     "middleware",
     "parse_exempt",
     "refuse_http",
+    "rpc_label",
 ]

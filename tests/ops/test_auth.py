@@ -117,8 +117,9 @@ def test_exemptions_name_health_and_reflection_or_none() -> None:
         with pytest.raises(ValueError):
             auth.parse_exempt(bad)
     assert auth.exempt_services({"health"}) == {"grpc.health.v1.Health"}
-    assert auth.exempt_services(auth.DEFAULT_EXEMPT) == {
-        "grpc.health.v1.Health",
+    # By default health alone: reflection maps the API for whoever has no token.
+    assert auth.exempt_services(auth.DEFAULT_EXEMPT) == {"grpc.health.v1.Health"}
+    assert auth.exempt_services({"reflection"}) == {
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
     }

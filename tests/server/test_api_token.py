@@ -117,18 +117,22 @@ def assert_unauthenticated(error: grpc.RpcError | None, what: str) -> None:
     ), what
 
 
-def test_every_method_but_health_and_reflection_refuses_a_call_without_the_token(
+def test_every_method_but_health_refuses_a_call_without_the_token(
     guarded: RunningSidecar,
 ) -> None:
-    methods = served_methods(guarded.channel)  # reflection is open by default
+    methods = served_methods(_with_token(guarded))  # reflection needs the token too
     exempt = auth.exempt_services(auth.DEFAULT_EXEMPT)
+    assert exempt == {"grpc.health.v1.Health"}
     assert {service for service, _m in methods} == {
         "actonce.v1.RunActionsService",
         *exempt,
+        *auth.exempt_services({"reflection"}),
     }
     api = pb.DESCRIPTOR.services_by_name["RunActionsService"]
     guarded_methods = [(s, m) for s, m in methods if s not in exempt]
-    assert [m.name for _s, m in guarded_methods] == [m.name for m in api.methods]
+    assert [m.name for s, m in guarded_methods if s == api.full_name] == [
+        m.name for m in api.methods
+    ]
     for served in guarded_methods:
         name = served[1].name
         for how, metadata in WITHOUT.items():
