@@ -22,6 +22,7 @@ statuses (sidecar.fronts.mcp).
     ├── LeaseExpired             LEASE_EXPIRED           RETRYABLE
     ├── AttemptFenced            ATTEMPT_FENCED          RETRYABLE
     ├── InDoubt                  IN_DOUBT                UNKNOWN
+    ├── StepDecided              STEP_DECIDED            RETRYABLE
     ├── UnknownStep              UNKNOWN_STEP            REFUSED
     ├── StepEnded                STEP_ENDED              REFUSED
     ├── StepAborted              STEP_ABORTED            REFUSED
@@ -199,6 +200,14 @@ class InDoubt(ActonceError):
 
     reason = "IN_DOUBT"
     failure_class = FailureClass.UNKNOWN
+
+
+class StepDecided(ActonceError):
+    """An operator decided the step after this attempt began it: this attempt may not send
+    its call (the ledger refused the send permit). A new attempt honours the decision."""
+
+    reason = "STEP_DECIDED"
+    failure_class = FailureClass.RETRYABLE
 
 
 class UnknownStep(ActonceError):

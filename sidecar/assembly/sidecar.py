@@ -72,7 +72,7 @@ class Sidecar:
     async def start(self) -> None:
         # First what can fail on a taken port, before anything else is serving.
         if self.metrics_listen is not None:
-            self.metrics_endpoint = MetricsEndpoint(self.metrics_listen, self.metrics)
+            self.metrics_endpoint = await MetricsEndpoint.open(self.metrics_listen, self.metrics)
         if self.embedded_store is not None:
             await self.embedded_store.start()
         await self.server.start()
@@ -176,7 +176,7 @@ class Sidecar:
         if self.health_server is not None:
             await self.health_server.stop(None)
         if self.metrics_endpoint is not None:
-            self.metrics_endpoint.close()
+            await self.metrics_endpoint.close()
         # A write whose caller gave up (or was cut) runs to its end before its store
         # and ledger go.
         await _bounded("writes", self.actions.settle(), left())

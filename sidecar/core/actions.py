@@ -29,7 +29,14 @@ from sidecar.core.edits import Edit
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
-from sidecar.core.types import AttemptCounts, Outcome, ReadResult, Settings, WriteResult
+from sidecar.core.types import (
+    AttemptCounts,
+    Outcome,
+    ReadResult,
+    Settings,
+    StepPermit,
+    WriteResult,
+)
 from sidecar.core.writes import OneCall, Write, WritePath
 from sidecar.errors import (
     ActonceError,
@@ -339,6 +346,23 @@ class RunActions:
         writes.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         return await self._steps.fail(attempt, step_id, error=error, request_id=request_id)
+
+    async def permit_step(
+        self, *, attempt_id: str, step_id: str, timeout_seconds: float, keyed: bool
+    ) -> StepPermit:
+        """Leave to send a begun step's call, with the call's one deadline: asked after the
+        step began and before anything is sent (sidecar.ledger.permits). Refused (the
+        attempt fenced, its lease passed by the ledger's clock, the step decided by an
+        operator), the step is aborted, since nothing was sent, and the refusal raised."""
+        canonical.require_name(step_id, "step_id")
+        attempt = self._attempt(attempt_id)
+        return await self._steps.permit(
+            attempt,
+            step_id,
+            timeout_seconds=timeout_seconds,
+            keyed=keyed,
+            sidecar_id=self.settings.sidecar_id,
+        )
 
     async def to_the_end(self, attempt_id: str, work: Awaitable[T]) -> T:
         """Await ``work``, a call of ``attempt_id``'s, in a task of its own that goes on

@@ -18,8 +18,15 @@ share counters; :class:`MetricsEndpoint` serves it as Prometheus text over HTTP.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gzip
+import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
 
+import structlog
 from actonce_api.v1 import run_actions_pb2
 from prometheus_client import (
     CollectorRegistry,
@@ -29,9 +36,12 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import choose_encoder
 
-from sidecar.errors import ActonceError
+from sidecar import defaults
+from sidecar.errors import ActonceError, FailureClass
+
+log = structlog.get_logger()
 
 NAMESPACE = "actonce"
 
@@ -193,21 +203,144 @@ class Metrics:
 # -- the HTTP endpoint -------------------------------------------------------------
 
 
-class MetricsEndpoint:
-    """Prometheus text over HTTP on ``listen`` (HOST:PORT), from a thread of its own."""
+@dataclass(frozen=True)
+class EndpointLimits:
+    """The other HTTP fronts' limits (sidecar.ops.http_server), for the metrics port: the
+    head of a request within ``header_seconds`` of the connection, ``max_header_bytes`` of
+    it, ``max_connections`` open at once, and an answer taken within ``read_seconds``."""
 
-    def __init__(self, listen: str, metrics: Metrics) -> None:
+    header_seconds: float = defaults.HTTP_HEADER_TIMEOUT_SECONDS
+    read_seconds: float = defaults.HTTP_READ_TIMEOUT_SECONDS
+    max_connections: int = defaults.HTTP_MAX_CONNECTIONS
+    max_header_bytes: int = defaults.HTTP_MAX_HEADER_BYTES
+
+
+class MetricsEndpoint:
+    """Prometheus text over HTTP on ``listen`` (HOST:PORT), at any path, on the event loop.
+
+    prometheus_client's own server gave each connection a thread and no deadline: a client
+    that sent half a request held its thread for ever (1,500 of them, 1,513 threads). Here
+    each connection is a task on the sidecar's loop, under the limits every HTTP front of
+    the sidecar has (:class:`EndpointLimits`); only a scrape's rendering runs in a thread of
+    the loop's bounded pool, since a collector (the pending gauge) reads the ledger. One
+    request a connection: the answer says ``Connection: close``.
+    """
+
+    def __init__(self, server: asyncio.Server, metrics: Metrics, limits: EndpointLimits) -> None:
+        self._server = server
+        self._metrics = metrics
+        self._limits = limits
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port: int = server.sockets[0].getsockname()[1]
+
+    @classmethod
+    async def open(
+        cls, listen: str, metrics: Metrics, limits: EndpointLimits | None = None
+    ) -> MetricsEndpoint:
+        limits = limits or EndpointLimits()
         host, _, port = listen.rpartition(":")
+        endpoint: MetricsEndpoint | None = None
+
+        async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            assert endpoint is not None
+            await endpoint._connection(reader, writer)
+
         try:
-            # "[::]:9464" names an IPv6 address; the HTTP server wants it bare.
-            self._server, self._thread = start_http_server(
-                int(port), addr=host.strip("[]"), registry=metrics.registry
+            # "[::]:9464" names an IPv6 address; the socket wants it bare.
+            server = await asyncio.start_server(
+                connected, host.strip("[]"), int(port), limit=limits.max_header_bytes
             )
         except OSError as exc:
             raise OSError(f"could not serve metrics on {listen}: {exc.strerror}") from None
-        self.port: int = self._server.server_port
+        endpoint = cls(server, metrics, limits)
+        return endpoint
 
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+    async def close(self) -> None:
+        self._server.close()
+        # A connection still open is cut: a scrape in hand has no reason to outlive it.
+        for writer in list(self._writers):
+            writer.close()
+        await self._server.wait_closed()
+
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self._writers)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._writers) >= self._limits.max_connections:
+            message = f"{self._limits.max_connections} connections are open; try again later"
+            writer.write(_refusal(503, "TOO_MANY_CONNECTIONS", message))
+            writer.close()
+            return
+        self._writers.add(writer)
+        try:
+            answer = await self._answer(reader)
+            if answer is not None:
+                await self._send(writer, answer)
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The answer to the connection's one request; None when the client went away."""
+        limits = self._limits
+        try:
+            async with asyncio.timeout(limits.header_seconds):
+                head = await reader.readuntil(b"\r\n\r\n")
+        except TimeoutError:
+            log.info("http_request_timeout", front="metrics")
+            message = f"the request's head did not arrive within {limits.header_seconds:g} s"
+            return _refusal(408, "REQUEST_TIMEOUT", message)
+        except asyncio.LimitOverrunError:
+            message = f"the request's head is over {limits.max_header_bytes} bytes"
+            return _refusal(431, "HEADERS_TOO_LARGE", message)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        lines = head.decode("latin-1").split("\r\n")
+        method = lines[0].split(" ", 1)[0]
+        if method not in ("GET", "HEAD"):
+            message = "the metrics answer GET and HEAD"
+            return _refusal(405, "METHOD_NOT_ALLOWED", message, FailureClass.PERMANENT)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, text = line.partition(":")
+            headers.setdefault(name.strip().lower(), text.strip())
+        encode, content_type = choose_encoder(headers.get("accept", ""))
+        body = await asyncio.to_thread(encode, self._metrics.registry)
+        extra = b""
+        if "gzip" in headers.get("accept-encoding", ""):
+            body, extra = gzip.compress(body), b"content-encoding: gzip\r\n"
+        answer = _head(200, content_type, len(body)) + extra + b"\r\n"
+        return answer if method == "HEAD" else answer + body
+
+    async def _send(self, writer: asyncio.StreamWriter, answer: bytes) -> None:
+        # A client that does not read its answer holds it no longer than a request may take.
+        writer.write(answer)
+        with contextlib.suppress(TimeoutError, ConnectionError):
+            async with asyncio.timeout(self._limits.read_seconds):
+                await writer.drain()
+
+
+def _head(status: int, content_type: str, length: int) -> bytes:
+    return (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        f"content-type: {content_type}\r\n"
+        f"content-length: {length}\r\n"
+        "connection: close\r\n"
+        "x-content-type-options: nosniff\r\n"
+        "cache-control: no-store\r\n"
+    ).encode()
+
+
+def _refusal(
+    status: int,
+    reason: str,
+    message: str,
+    failure_class: FailureClass = FailureClass.RETRYABLE,
+) -> bytes:
+    # The JSON of every HTTP refusal of the sidecar (sidecar.ops.http_guard's shape).
+    body = json.dumps(
+        {"reason": reason, "failure_class": failure_class.value, "message": message}
+    ).encode()
+    return _head(status, "application/json", len(body)) + b"\r\n" + body

@@ -19,6 +19,7 @@ how gRPC tells it: a canonical status code, an ``ErrorInfo`` (reason, domain
     ├── RunOfAnotherRule         PERMISSION_DENIED
     ├── LeaseExpired             FAILED_PRECONDITION
     ├── AttemptFenced            FAILED_PRECONDITION
+    ├── StepDecided              FAILED_PRECONDITION
     ├── InDoubt                  FAILED_PRECONDITION
     ├── UnknownStep              FAILED_PRECONDITION
     ├── StepEnded                FAILED_PRECONDITION
@@ -62,6 +63,7 @@ _CODES: dict[type[errors.ActonceError], grpc.StatusCode] = {
     errors.RunOfAnotherRule: grpc.StatusCode.PERMISSION_DENIED,
     errors.LeaseExpired: grpc.StatusCode.FAILED_PRECONDITION,
     errors.AttemptFenced: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.StepDecided: grpc.StatusCode.FAILED_PRECONDITION,
     errors.InDoubt: grpc.StatusCode.FAILED_PRECONDITION,
     errors.UnknownStep: grpc.StatusCode.FAILED_PRECONDITION,
     errors.StepEnded: grpc.StatusCode.FAILED_PRECONDITION,
