@@ -17,7 +17,14 @@ from dataclasses import dataclass
 import structlog
 
 from sidecar.core.attempts import Attempt
-from sidecar.errors import ActonceError, AttemptFenced, AuditPersistenceFailed, RunOfAnotherRule
+from sidecar.errors import (
+    ActonceError,
+    AttemptFenced,
+    AuditPersistenceFailed,
+    LeaseExpired,
+    RunOfAnotherRule,
+    StepDecided,
+)
 from sidecar.ledger.base import (
     DELIVERY_KEY,
     AuditEvent,
@@ -26,6 +33,7 @@ from sidecar.ledger.base import (
     LedgerError,
     RunRuleError,
 )
+from sidecar.ledger.permits import PermitRefused
 
 log = structlog.get_logger()
 
@@ -117,7 +125,17 @@ def not_durable(event: AuditEvent, exc: LedgerError, *, because: str = "") -> Ac
         return _fenced(event, exc)
     if isinstance(exc, RunRuleError):
         return _other_rule(exc)
+    if isinstance(exc, PermitRefused):
+        return _not_permitted(event, exc)
     return AuditPersistenceFailed(f"{because}: {exc}" if because else str(exc))
+
+
+def _not_permitted(event: AuditEvent, exc: PermitRefused) -> ActonceError:
+    # Nothing was sent: the call never had the ledger's leave.
+    metadata = {"step_id": event.derived_id}
+    if exc.why == "decided":
+        return StepDecided(f"{exc}: begin a new attempt", metadata=metadata, nothing_sent=True)
+    return LeaseExpired(f"{exc}: the queue retries the run", metadata=metadata, nothing_sent=True)
 
 
 def _other_rule(exc: RunRuleError) -> RunOfAnotherRule:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from sidecar.core.attempts import StepState
 from sidecar.errors import InDoubt
 from sidecar.ledger import pending
-from sidecar.ledger.base import Phase, StoredEvent
+from sidecar.ledger.base import FENCED_END, Phase, StoredEvent
 from sidecar.rules import effects
 
 
@@ -24,7 +24,10 @@ def effect_with_earlier(
 def ended_result(earlier: Sequence[StoredEvent], history: Sequence[StoredEvent]) -> str | None:
     """The result an earlier attempt ended the step with, or an operator decided it
     ran with (``actonce audit resolve``); None if neither."""
-    ended = [e for e in earlier if e.event.phase == Phase.STEP_END]
+    # A fenced attempt's end is recorded as it came, but its stale result is never replayed.
+    ended = [
+        e for e in earlier if e.event.phase == Phase.STEP_END and not e.event.detail.get(FENCED_END)
+    ]
     if ended:
         return str(ended[0].event.detail.get("result_json", ""))
     decided = pending.latest_decision(history)

@@ -20,26 +20,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Hashable
+from datetime import datetime
 
 import structlog
 
-from sidecar.core import step_history, writes
+from sidecar.core import audit, leases, step_history, writes
 from sidecar.core.attempts import Attempt, StepState, StepStatus
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.requests import Claim
-from sidecar.core.types import Outcome, WriteResult
+from sidecar.core.types import Outcome, StepPermit, WriteResult
 from sidecar.core.writes import Landing, Write, WritePath
 from sidecar.errors import (
     ActonceError,
     AuditPersistenceFailed,
     InDoubt,
+    LeaseExpired,
     StepAborted,
     StepEnded,
     UnknownStep,
 )
+from sidecar.ledger import permits
 from sidecar.ledger.base import AuditEvent, AuditLedger, LedgerError, Phase, StoredEvent
-from sidecar.rules import effects, ids
+from sidecar.rules import canonical, effects, ids
 
 log = structlog.get_logger()
 
@@ -81,7 +85,12 @@ class Steps:
         if request_id:
             claim = await writes.claim_or_replay(attempt, request_id, step.fingerprint)
             if claim.answer is not None:
-                return claim.answer
+                repeated = await _repeat_of_identified(
+                    attempt, claim.answer, declared, wait_seconds
+                )
+                if repeated is not None:
+                    return repeated
+                claim = Claim()  # its step was aborted: begun anew, under the same id
         else:
             repeated = await _repeat_of_open_step(attempt, step.identity, declared, wait_seconds)
             if repeated is not None:
@@ -166,6 +175,76 @@ class Steps:
                 ) from exc
             log.warning("step_history_unreadable", error=str(exc))
             return []
+
+    # -- a send permit -------------------------------------------------------------
+
+    async def permit(
+        self,
+        attempt: Attempt,
+        step_id: str,
+        *,
+        timeout_seconds: float,
+        keyed: bool,
+        sidecar_id: str,
+    ) -> StepPermit:
+        """Leave to send a begun step's call, and the call's one deadline
+        (sidecar.ledger.permits). A non-idempotent or keyed step's permit is granted by the
+        ledger, atomically against fencing, the lease by the ledger's clock and operators'
+        decisions; any other step's is its budget alone. A call refused its permit was
+        never sent: its step is aborted here, and the refusal raised."""
+        started = time.monotonic()  # before anything is awaited: the bound ends no later
+        state = self.begun(attempt, step_id)
+        ends = leases.deadline(attempt)
+        seconds = timeout_seconds
+        if ends is not None:
+            seconds = min(seconds, (ends - leases.now()).total_seconds())
+        if seconds <= 0.0:  # by this process's clock already: nothing to ask the ledger
+            await self._not_permitted(attempt, state, _lease_passed(ends))
+        if not (keyed or state.effect is effects.ToolEffect.NON_IDEMPOTENT_WRITE):
+            return StepPermit(step_id, seconds, started)
+        asked = event(
+            attempt,
+            "PermitStep",
+            Phase.STEP_PERMIT,
+            Subject(ids.WriteType.STEP.value, step_id, occurrence=state.occurrence),
+            detail={
+                "tool": state.tool,
+                "effect": state.effect.name,
+                permits.ASKED_SECONDS: timeout_seconds,
+                permits.LEASE_DEADLINE: ends.isoformat() if ends is not None else "",
+                permits.SIDECAR: sidecar_id,
+            },
+        )
+        try:
+            seq = await self.ledger.append(asked)
+        except LedgerError as exc:
+            await self._not_permitted(attempt, state, audit.not_durable(asked, exc))
+            raise  # not reached: _not_permitted raises
+        return await self._granted(step_id, seq, started)
+
+    async def _granted(self, step_id: str, seq: int, started: float) -> StepPermit:
+        # The ledger fixed the budget by its own clock: this process keeps to that one.
+        try:
+            history = await self.ledger.events_for(step_id)
+        except LedgerError as exc:
+            raise AuditPersistenceFailed(
+                f"the permit of step {step_id} is recorded but could not be read back: {exc}"
+            ) from exc
+        for stored in history:
+            if stored.seq == seq:
+                detail = stored.event.detail
+                seconds = float(detail.get(permits.SECONDS, 0.0))
+                return StepPermit(step_id, seconds, started, str(detail.get(permits.DEADLINE, "")))
+        raise AuditPersistenceFailed(f"the permit of step {step_id} was not found once recorded")
+
+    async def _not_permitted(self, attempt: Attempt, state: StepState, error: ActonceError) -> None:
+        """Abort a step whose call may not be sent, then raise ``error``: nothing was sent,
+        so the step is not in doubt. An abort that cannot be recorded leaves it begun: a
+        person then decides it (it never acted)."""
+        with contextlib.suppress(ActonceError):
+            await self._abort(attempt, state, _reason(f"not sent: {error.message}"), "")
+        error.nothing_sent = True
+        raise error
 
     # -- EndStep, AbortStep, and a failed call ----------------------------------
 
@@ -365,18 +444,44 @@ async def _repeat_of_open_step(
     None when it repeats none (a new step begins)."""
     state = attempt.open_step(identity)
     while state is not None:
-        if state.status is StepStatus.RUNNING:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(state.settled.wait(), timeout=max(wait_seconds, 0.0))
-        if state.status is StepStatus.ENDED:
-            return WriteResult(
-                Outcome.ALREADY_APPLIED, id=state.step_id, result_json=state.result_json
-            )
-        if state.status in (StepStatus.ABORTED, StepStatus.REFUSED):
-            state = attempt.open_step(identity)
-            continue
-        return _open_step_again(state, declared)
+        repeated = await _repeat_of(state, declared, wait_seconds)
+        if repeated is not None:
+            return repeated
+        state = attempt.open_step(identity)
     return None
+
+
+async def _repeat_of_identified(
+    attempt: Attempt, began: WriteResult, declared: effects.ToolEffect, wait_seconds: float
+) -> WriteResult | None:
+    """The answer to a BeginStep whose request identity an earlier BeginStep of this attempt
+    was answered under (``began``). The identity stands for the whole call, steps included:
+    a repeat never sends again. A step an earlier attempt ended answers its result; one this
+    attempt began answers as its step stands (:func:`_repeat_of`); None when that step was
+    aborted, so that it begins anew under the same id."""
+    if began.outcome is not Outcome.APPLIED:
+        return began
+    state = attempt.steps.get(began.id)
+    if state is None:
+        return None
+    return await _repeat_of(state, declared, wait_seconds)
+
+
+async def _repeat_of(
+    state: StepState, declared: effects.ToolEffect, wait_seconds: float
+) -> WriteResult | None:
+    """A repeat of ``state``'s step: it waits (``wait_seconds`` at most) for a step still
+    running, then gets its result once it ended; a step still running past the wait, or
+    sent and failed, is in doubt when non-idempotent and run again under the same id (the
+    same key) otherwise. None when the step was aborted or refused: it never acted."""
+    if state.status is StepStatus.RUNNING:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.settled.wait(), timeout=max(wait_seconds, 0.0))
+    if state.status is StepStatus.ENDED:
+        return WriteResult(Outcome.ALREADY_APPLIED, id=state.step_id, result_json=state.result_json)
+    if state.status in (StepStatus.ABORTED, StepStatus.REFUSED):
+        return None
+    return _open_step_again(state, declared)
 
 
 def _open_step_again(state: StepState, declared: effects.ToolEffect) -> WriteResult:
@@ -410,6 +515,23 @@ async def _answer_once(claim: Claim, work: Awaitable[WriteResult]) -> WriteResul
         raise
     claim.answered(result)
     return result
+
+
+def _lease_passed(ends: datetime | None) -> LeaseExpired:
+    when = ends.isoformat() if ends is not None else "?"
+    return LeaseExpired(
+        f"the attempt's lease ran out at {when}; the call was not sent: the queue retries the run",
+        metadata={"lease_deadline": when},
+    )
+
+
+def _reason(text: str) -> str:
+    """``text`` as an abort's reason: within its bound, without NUL."""
+    clean = text.replace("\x00", " ")
+    encoded = clean.encode("utf-8", "replace")
+    if len(encoded) <= canonical.MAX_NAME_BYTES:
+        return clean
+    return encoded[: canonical.MAX_NAME_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
 def _bounded(text: str) -> str:

@@ -60,20 +60,27 @@ class Phase:
     # A begun step's call failed after it was sent, or its tool answered an error: it may
     # have acted, and it did not end (a later attempt never takes it for done).
     STEP_FAILED = "step_failed"
+    # The ledger's leave to send a begun step's call (sidecar.ledger.permits): granted
+    # atomically against fencing, the lease by the ledger's clock, and operators' decisions.
+    STEP_PERMIT = "step_permit"
     LEASE = "lease"  # an attempt's lease was extended
     DECISION = "decision"  # an operator's decision on what needs a person
 
 
-# Events whose attempt must still be the newest of its (run, scope) to be written. A step's
-# end is one: a fenced attempt's result must not become the one later attempts replay
-# (a model's answer recorded by a stale delivery would give a redelivery other tool calls
-# than those the newer delivery made), so its step stays as the newer attempt leaves it:
-# a later attempt runs it again. But for a non-idempotent step (see fences()).
-FENCED_PHASES = frozenset({Phase.INTENT, Phase.STEP_BEGIN, Phase.STEP_END})
+# Events whose attempt must still be the newest of its (run, scope) to be written, or, for a
+# step's end, written marked (FENCED_END): a fenced attempt's result must not become the one
+# later attempts replay (a model's answer recorded by a stale delivery would give a
+# redelivery other tool calls than those the newer delivery made), so its step stays as the
+# newer attempt leaves it: a later attempt runs it again. But the end is recorded, since the
+# tool acted; and a non-idempotent step's end is written plain (see fences()).
+FENCED_PHASES = frozenset({Phase.INTENT, Phase.STEP_BEGIN, Phase.STEP_PERMIT, Phase.STEP_END})
 NON_IDEMPOTENT = "NON_IDEMPOTENT_WRITE"
 # Events of a scoped attempt that names its delivery (an unscoped attempt of its run), whose
 # delivery must still be the run's newest unscoped attempt to be written: its begin too.
 DELIVERY_FENCED_PHASES = FENCED_PHASES | {Phase.ATTEMPT_BEGIN}
+# The detail key that marks a step's end written by a fenced attempt: recorded, since the
+# tool acted, but never the result later attempts replay.
+FENCED_END = "fenced"
 # Where an event of a scoped attempt names its delivery: the detail key.
 DELIVERY_KEY = "delivery_attempt_id"
 

@@ -17,8 +17,10 @@ import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Unpack
 
+from sidecar.ledger import permits
 from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, RunSummary, StoredEvent
 from sidecar.ledger.liveness import (
     AttemptLife,
@@ -152,21 +154,58 @@ class OperatorLedger:
     def split_in_flight(
         self, items: Sequence[PendingItem]
     ) -> tuple[list[PendingItem], list[InFlight]]:
-        """``items`` apart: those a person can decide, and the steps in flight."""
+        """``items`` apart: those a person can decide, and the steps in flight, judged by the
+        ledger's clock, never this host's. A step whose call holds a send permit is in
+        flight until its end is recorded, or its deadline passed and its sidecar is silent
+        (sidecar.ledger.permits); one without a permit while its attempt is live."""
         steps = [item for item in items if item.kind is Kind.STEP_IN_DOUBT]
         if not steps:
             return list(items), []
+        now = self._ledger_now()
+        history = self._events_by_id([item.id for item in steps])
+        permitted = {
+            item.id: found
+            for item in steps
+            if (found := permits.open_permit(history.get(item.id, []))) is not None
+        }
         lives = self._lives({item.run_id for item in steps})
-        alive = self._alive({life.sidecar for life in lives.values() if life.sidecar})
+        sidecars = {life.sidecar for life in lives.values() if life.sidecar}
+        sidecars |= {str(p.event.detail.get(permits.SIDECAR, "")) for p in permitted.values()}
+        alive = self._alive(sidecars - {""})
         decidable: list[PendingItem] = []
         flying: list[InFlight] = []
         for item in items:
-            life = lives.get(item.attempt_id)
-            if item.kind is Kind.STEP_IN_DOUBT and life and not why_not_live(life, alive):
-                flying.append(InFlight(item, in_flight_note(life)))
+            note = self._in_flight_note(item, permitted, lives, alive, now)
+            if note:
+                flying.append(InFlight(item, note))
             else:
                 decidable.append(item)
         return decidable, flying
+
+    def _in_flight_note(
+        self,
+        item: PendingItem,
+        permitted: dict[str, StoredEvent],
+        lives: dict[str, AttemptLife],
+        alive: set[str],
+        now: datetime,
+    ) -> str:
+        """Why ``item`` may not be decided yet, or "" when it may."""
+        if item.kind is not Kind.STEP_IN_DOUBT:
+            return ""
+        permit = permitted.get(item.id)
+        if permit is not None:
+            return permits.still_under_way(permit, now, alive)
+        life = lives.get(item.attempt_id)
+        if life and not why_not_live(life, alive, now.timestamp()):
+            return in_flight_note(life)
+        return ""
+
+    def _ledger_now(self) -> datetime:
+        """The ledger's own time: PostgreSQL's clock, or this host's for a SQLite file (the
+        host every process writing that file runs on)."""
+        rows = self._fetch(f"SELECT {self._clock.now}")
+        return datetime.fromtimestamp(float(rows[0][0]), UTC)
 
     def _lives(self, run_ids: set[str]) -> dict[str, AttemptLife]:
         found: dict[str, AttemptLife] = {}
@@ -222,8 +261,14 @@ SELECT b.derived_id FROM audit_events b
 UNION
 SELECT b.derived_id FROM audit_events b
  WHERE b.failure_class = 'UNKNOWN'{narrow}
+UNION
+SELECT b.derived_id FROM audit_events b
+ WHERE b.phase = {phase(Phase.DECISION)}{narrow}
+   AND EXISTS (SELECT 1 FROM audit_events o
+                WHERE o.derived_id = b.derived_id AND o.run_id = b.run_id
+                  AND o.phase = {phase(Phase.STEP_END)} AND o.seq > b.seq)
 """
-        params = [run_id] * 3 if run_id is not None else []
+        params = [run_id] * 4 if run_id is not None else []
         return [str(row[0]) for row in self._fetch(self._sql(sql), params) if row[0]]
 
     def ids_since(self, seq: int) -> list[str]:

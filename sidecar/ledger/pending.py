@@ -40,6 +40,8 @@ class Kind(enum.StrEnum):
     STEP_IN_DOUBT = "step_in_doubt"
     WRITE_WITHOUT_OUTCOME = "write_without_outcome"
     WRITE_FAILED_UNKNOWN = "write_failed_unknown"
+    # A step decided ``did_not_run`` whose call then recorded its end: it ran after all.
+    STEP_CONFLICT = "step_conflict"
 
 
 class Decision(enum.StrEnum):
@@ -161,8 +163,43 @@ def pending_item(events: Sequence[StoredEvent]) -> PendingItem | None:
     if any(e.event.phase == Phase.STEP_BEGIN for e in events):
         if decided is not None and decided.decision is Decision.RAN:
             return None  # every later attempt gets the decided result (BeginStep)
+        conflict = _ended_after_did_not_run(events, decided)
+        if conflict is not None:
+            return conflict
         return _step_in_doubt(events, since)
     return _write_pending(since)
+
+
+def _ended_after_did_not_run(
+    events: Sequence[StoredEvent], decided: RecordedDecision | None
+) -> PendingItem | None:
+    """A step decided ``did_not_run`` whose call, begun before the decision, recorded its
+    end after it: what happened contradicts the decision, and a person must see it (the
+    step may have acted twice). Decided ``--ran`` with its result, it is settled."""
+    if decided is None or decided.decision is not Decision.DID_NOT_RUN:
+        return None
+    begun_before = {
+        e.event.attempt_id
+        for e in events
+        if e.event.phase == Phase.STEP_BEGIN and e.seq < decided.seq
+    }
+    for stored in events:
+        event = stored.event
+        if (
+            stored.seq > decided.seq
+            and event.phase == Phase.STEP_END
+            and event.attempt_id in begun_before
+        ):
+            tool = str(event.detail.get("tool", ""))
+            return _item(
+                Kind.STEP_CONFLICT,
+                stored,
+                f"step {tool!r} was decided did_not_run, then attempt {event.attempt_id}, which "
+                "began it before that decision, recorded its end: it ran, and may have run "
+                "again since; look at the upstream, then record what happened with "
+                f"`actonce audit resolve {event.derived_id} --ran --result-json JSON`",
+            )
+    return None
 
 
 def _step_in_doubt(
@@ -315,7 +352,9 @@ def _decidable_item(
         if earlier is not None:
             raise DecisionRefused(f"{item_id} was already decided: {earlier.describe()}")
         raise DecisionRefused(f"{item_id} is not pending: nothing for a person to decide")
-    is_step = item.kind is Kind.STEP_IN_DOUBT
+    is_step = item.kind in (Kind.STEP_IN_DOUBT, Kind.STEP_CONFLICT)
+    if item.kind is Kind.STEP_CONFLICT and decision is not Decision.RAN:
+        raise DecisionRefused(f"{item_id} recorded its end after did_not_run: decide --ran")
     if is_step and decision not in STEP_DECISIONS:
         raise DecisionRefused(f"{item_id} is a step: decide --ran or --did-not-run")
     if not is_step and decision not in WRITE_DECISIONS:

@@ -6,14 +6,16 @@ and verifies either the same way; only the dialect's types differ.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sidecar.ledger import liveness
 from sidecar.ledger.base import (
+    FENCED_END,
     AuditEvent,
     LedgerError,
     Phase,
@@ -283,6 +285,7 @@ def chain(
     *,
     run_rules: dict[str, str] | None = None,
     clock: EventClock = EventClock(),
+    not_granted: Mapping[int, LedgerError] | None = None,
 ) -> ChainedBatch:
     """Number, timestamp and hash a batch onto the chain after (seq, head).
 
@@ -294,16 +297,28 @@ def chain(
     attempts of every other scope of the run as they were, but for those that name
     an older delivery of the run.
 
+    ``not_granted`` holds, by position in ``events``, the refusals decided before the chain
+    (a send permit the ledger does not grant): those events take no number.
+
     ``run_rules`` holds the rule of each run the batch begins attempts of, where the
     ledger has bound one: a begin under another rule is refused and changes nothing
     (neither the run's fencing nor its rule); the first begin of a run binds it.
     """
     out = ChainedBatch(seq, head)
-    for event in events:
+    not_granted = not_granted or {}
+    for index, event in enumerate(events):
+        if index in not_granted:
+            out.results.append(not_granted[index])
+            continue
         refusal = fenced(event, newest.get)
-        if refusal is not None:
+        if refusal is not None and event.phase != Phase.STEP_END:
             out.results.append(refusal)
             continue
+        if refusal is not None:
+            # A step's end is what happened: its tool acted. It is recorded as it came,
+            # marked, and its attempt is still told it was fenced; later attempts do not
+            # replay a fenced end's result (sidecar.core.step_history).
+            event = dataclasses.replace(event, detail={**event.detail, FENCED_END: True})
         if event.phase == Phase.ATTEMPT_BEGIN:
             refused = _bind_rule(event, run_rules, out)
             if refused is not None:
@@ -320,7 +335,7 @@ def chain(
         digest = event_hash(out.seq, ts, event, out.head)
         out.rows.append(event_row(out.seq, ts, event, out.head, digest))
         out.head = digest
-        out.results.append(out.seq)
+        out.results.append(out.seq if refusal is None else refusal)
     return out
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 
+from sidecar.ledger import permits
 from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
@@ -151,6 +152,13 @@ class Queries:
             f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? AND scope = ? "
             f"AND phase = {phase(Phase.ATTEMPT_BEGIN)} ORDER BY seq LIMIT 1"
         )
+        # An operator's decision on a step since an attempt began it: that attempt's
+        # permit is refused (sidecar.ledger.permits).
+        self.decided_since_begin = self.sql(
+            f"SELECT 1 FROM audit_events WHERE derived_id = ? AND phase = {phase(Phase.DECISION)} "
+            "AND seq > (SELECT COALESCE(MAX(seq), 0) FROM audit_events WHERE derived_id = ? "
+            f"AND attempt_id = ? AND phase = {phase(Phase.STEP_BEGIN)}) LIMIT 1"
+        )
         self.runs = f"SELECT {RUN_SUMMARY} FROM audit_events GROUP BY run_id ORDER BY MAX(seq) DESC"
         self.count = "SELECT COUNT(*) FROM audit_events"
 
@@ -231,9 +239,9 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
         query, params = sql.newest_attempts(keys.scoped_runs, scoped=True)
         scoped = [(r, s, a) for r, s, a in db.execute(query, params).fetchall()]
     run_rules = _run_rules(db, sql, events)
-    batch = chain(
-        events, seq, prev, newest_attempts(keys, unscoped, scoped), run_rules=run_rules, clock=clock
-    )
+    events, refused = _permits(db, sql, events, clock)
+    newest = newest_attempts(keys, unscoped, scoped)
+    batch = chain(events, seq, prev, newest, run_rules=run_rules, clock=clock, not_granted=refused)
     if batch.bound:
         db.executemany(sql.bind_run, batch.bound)
     if batch.begun:
@@ -252,6 +260,30 @@ def ledger_clock(newest_ts: object, database_now: object) -> EventClock:
     if isinstance(database_now, datetime):
         when = database_now.astimezone(UTC).isoformat(timespec="microseconds")
     return EventClock(when, str(newest_ts or ""))
+
+
+def _permits(
+    db: Cursor, sql: Queries, events: list[AuditEvent], clock: EventClock
+) -> tuple[list[AuditEvent], dict[int, LedgerError]]:
+    """The batch with each send permit granted (its deadline set by the ledger's clock), and
+    the refusals of those not granted, by position: read in the batch's transaction, after
+    the head's lock, so that no decision is appended meanwhile (sidecar.ledger.permits)."""
+    if not any(e.phase == Phase.STEP_PERMIT for e in events):
+        return events, {}
+    now = permits.parse_time(clock.now or "") or datetime.now(UTC)
+    judged = list(events)
+    refused: dict[int, LedgerError] = {}
+    for index, event in enumerate(events):
+        if event.phase != Phase.STEP_PERMIT:
+            continue
+        params = (event.derived_id, event.derived_id, event.attempt_id)
+        decided = db.execute(sql.decided_since_begin, params).fetchone() is not None
+        granted = permits.grant(event, now, decided=decided)
+        if isinstance(granted, LedgerError):
+            refused[index] = granted
+        else:
+            judged[index] = granted
+    return judged, refused
 
 
 def _run_rules(db: Cursor, sql: Queries, events: list[AuditEvent]) -> dict[str, str]:

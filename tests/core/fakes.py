@@ -10,6 +10,7 @@ which await point a write had reached.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
 from sidecar.core.types import Settings
 from sidecar.errors import ActonceError
+from sidecar.ledger import permits
 from sidecar.ledger.base import (
+    FENCED_END,
     GENESIS_HASH,
     AuditEvent,
     LedgerError,
@@ -93,9 +96,17 @@ class MemoryLedger:
             await self.trace.point(f"ledger.append {event.phase}")
             raise LedgerError("the ledger is failing")
         refusal = fenced(event, self._newest.get)
-        if refusal is not None:
+        if refusal is not None and event.phase != Phase.STEP_END:
             await self.trace.point(f"ledger.append {event.phase}")
             raise refusal
+        if refusal is not None:  # recorded as it came, marked, as the SQL ledgers do
+            event = dataclasses.replace(event, detail={**event.detail, FENCED_END: True})
+        if event.phase == Phase.STEP_PERMIT:
+            granted = permits.grant(event, datetime.now(UTC), decided=self._decided(event))
+            if isinstance(granted, LedgerError):
+                await self.trace.point(f"ledger.append {event.phase}")
+                raise granted
+            event = granted
         if event.phase == Phase.ATTEMPT_BEGIN:
             self._newest[(event.run_id, event.scope)] = event.attempt_id
         seq = len(self.events) + 1
@@ -103,7 +114,24 @@ class MemoryLedger:
         prev = self.events[-1].hash if self.events else GENESIS_HASH
         self.events.append(StoredEvent(seq, ts, event, prev, event_hash(seq, ts, event, prev)))
         await self.trace.point(f"ledger.append {event.phase}")
+        if refusal is not None:
+            raise refusal
         return seq
+
+    def _decided(self, permit: AuditEvent) -> bool:
+        """Whether an operator decided ``permit``'s step since its attempt began it."""
+        begun = [
+            e.seq
+            for e in self.events
+            if (e.event.derived_id, e.event.attempt_id, e.event.phase)
+            == (permit.derived_id, permit.attempt_id, Phase.STEP_BEGIN)
+        ]
+        since = max(begun, default=0)
+        return any(
+            e.seq > since and e.event.derived_id == permit.derived_id
+            for e in self.events
+            if e.event.phase == Phase.DECISION
+        )
 
     async def events_for(self, derived_id: str) -> list[StoredEvent]:
         found = [e for e in self.events if e.event.derived_id == derived_id]

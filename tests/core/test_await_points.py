@@ -88,8 +88,7 @@ async def _begun_lookup(actions: RunActions, attempt_id: str) -> str:
     return answer.id
 
 
-async def _ended(actions: RunActions, attempt_id: str, answer: WriteResult, ctx: Any) -> None:
-    await _end_pay(actions, attempt_id, answer.id, "")
+PAID = '{"paid":true}'
 
 
 @dataclass(frozen=True)
@@ -104,6 +103,9 @@ class Kind:
     # The run's retry acts anew: an abort of the step the retry began again, since
     # the first attempt's abort let it run.
     acts_again: bool = False
+    # Where a repeat waits for the first call's answer, seen from its caller: a step's whole
+    # call runs in a task of its own, so its caller waits in to_the_end.
+    repeat_waits_in: str = "claim"
 
 
 def _edit(artifact_id: str, path: str, value: str, *, propose: bool = False) -> Call:
@@ -151,10 +153,20 @@ async def _thread(actions: RunActions, attempt_id: str, request_id: str, ctx: An
     )
 
 
-async def _begin_step(
+async def _step_call(
     actions: RunActions, attempt_id: str, request_id: str, ctx: Any
 ) -> WriteResult:
-    return await _begin_pay(actions, attempt_id, request_id)
+    # A step's whole call, as the gateway makes it: begun, sent, ended, in a task of its own
+    # that goes on when its caller gives up. Its request identity stands for all of it: a
+    # repeat waits for the step's end and gets its result, and never sends again.
+    async def whole() -> WriteResult:
+        began = await _begin_pay(actions, attempt_id, request_id)
+        if began.outcome is not Outcome.APPLIED:
+            return began
+        await _end_pay(actions, attempt_id, began.id, "")
+        return WriteResult(Outcome.ALREADY_APPLIED, id=began.id, result_json=PAID)
+
+    return await actions.to_the_end(attempt_id, whole())
 
 
 async def _end_step(actions: RunActions, attempt_id: str, request_id: str, ctx: Any) -> WriteResult:
@@ -202,9 +214,14 @@ KINDS: dict[str, Kind] = {
     "thread": Kind(_thread, (INTENT, "store.create_thread", OUTCOME)),
     "send": Kind(_send, (INTENT, "store.post_message", OUTCOME)),
     "begin step": Kind(
-        _begin_step,
-        (f"ledger.append {Phase.STEP_BEGIN}", "ledger.events_for", OUTCOME),
-        after=_ended,
+        _step_call,
+        (
+            f"ledger.append {Phase.STEP_BEGIN}",
+            "ledger.events_for",
+            OUTCOME,
+            f"ledger.append {Phase.STEP_END}",
+        ),
+        repeat_waits_in="to_the_end",
     ),
     "end step": Kind(_end_step, (f"ledger.append {Phase.STEP_END}",), before=_begun),
     "abort step": Kind(
@@ -388,7 +405,7 @@ def test_a_write_cut_off_at_any_await_point_lands_once(name: str) -> None:
     # Each named point was under way when a caller gave up; and a repeat was cut off
     # while it waited for the first call's answer.
     assert set(kind.points) <= in_flight, set(kind.points) - in_flight
-    assert "claim" in repeat_sites, repeat_sites
+    assert kind.repeat_waits_in in repeat_sites, repeat_sites
     assert sites | repeat_sites <= WAITING_SITES, (sites | repeat_sites) - WAITING_SITES
 
 
@@ -404,7 +421,7 @@ def test_every_write_of_run_actions_has_a_kind_above() -> None:
     # A new public operation is a new kind of write, to be added to KINDS, until this
     # test says otherwise.
     others = {"begin_attempt", "end_attempt", "extend_lease", "read", "settle", "to_the_end",
-              "scoped_attempt"}  # fmt: skip
+              "scoped_attempt", "permit_step"}  # fmt: skip
     public = {n for n in dir(RunActions) if not n.startswith("_")} - others
     assert public == {"create", "edit", "notice", "send", "create_thread", "begin_step",
                       "end_step", "abort_step", "fail_step"}  # fmt: skip
