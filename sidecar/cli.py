@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sidecar import extras, version
+from sidecar import defaults, extras, version
 from sidecar.config import Config, commands, reading
 from sidecar.config.reading import ConfigError, add_settings, check_environment, resolve
 from sidecar.ops import logs, tracing_settings
-from sidecar.ops.http_guard import beyond_loopback_problem
+from sidecar.ops.http_guard import beyond_loopback_problem, is_loopback_listen
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -299,12 +299,36 @@ def _check_api_token(given: dict[str, Any]) -> None:
         raise ConfigError("--api-token-exempt needs --api-token-file")
 
 
+def _check_listen(given: dict[str, Any]) -> None:
+    """The agent API beyond loopback: never open to whoever reaches it, never the token in
+    clear unless the operator says the network protects it."""
+    if (given.get("tls_cert") is None) != (given.get("tls_key") is None):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    if given.get("tls_client_ca") is not None and given.get("tls_cert") is None:
+        raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+    listen = given.get("listen", defaults.LISTEN)
+    if listen.startswith("unix:") or is_loopback_listen(listen.rpartition(":")[0]):
+        return
+    if given.get("api_token_file") is None:
+        raise ConfigError(
+            f"--listen {listen} is not loopback: every caller who reaches it could make any "
+            "run's writes; give --api-token-file (and --tls-cert, --tls-key)"
+        )
+    if given.get("tls_cert") is None and not given.get("insecure_listen"):
+        raise ConfigError(
+            f"--listen {listen} is not loopback and serves no TLS: the API token would "
+            "travel in clear; give --tls-cert and --tls-key, or --insecure-listen true on "
+            "a network that encrypts it"
+        )
+
+
 def config_from(given: dict[str, Any]) -> Config:
     """The sidecar's configuration from the settings given; the others keep their default."""
     _check_either(given)
     _check_upstream(given)
     _check_mcp(given)
     _check_api_token(given)
+    _check_listen(given)
     return Config(**given)
 
 

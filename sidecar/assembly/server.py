@@ -148,11 +148,12 @@ async def create_server(
         settings=_settings(config, audit.heartbeat),
         on_reread=metrics.version_conflict_rereads.inc,
         audited_writes=_audited_writes(store),
+        grants=config.grants,
     )
     gate = CallGate()
     server = _grpc_server(config, actions, gate, metrics, traces, api_token)
     health_servicer = await _health(server)
-    port = bind(server, config.listen)
+    port = bind(server, config.listen, _listen_credentials(config))
     mcp = _mcp_listener(config, actions, metrics, traces, api_token) if config.mcp_listen else None
     health_server, health_port = (
         await create_health_server(health_servicer, config.health_listen)
@@ -313,6 +314,13 @@ def _grpc_server(
     )
     servicer.add_to_server(actions, server)
     return server
+
+
+def _listen_credentials(config: Config) -> grpc.ServerCredentials | None:
+    """TLS for the agent API when given a pair; mutual TLS when also given a client CA."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    return security.server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
 
 
 async def _health(server: grpc.aio.Server) -> health.aio.HealthServicer:

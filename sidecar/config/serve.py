@@ -15,6 +15,19 @@ from sidecar import defaults
 from sidecar.config import values
 from sidecar.config.setting import setting
 from sidecar.ops.http_guard import AllowedHost, parse_allowed_hosts, parse_allowed_origins
+from sidecar.rules.grants import Grants, parse_grants
+
+
+def _grants_file(text: str) -> Grants:
+    # Read and checked at start-up: a grants file that does not parse stops the sidecar with
+    # one line, rather than leaving every rule to reach only its own without a word.
+    return parse_grants(values.readable_file(text).read_text(encoding="utf-8"))
+
+
+def _yes_or_no(text: str) -> bool:
+    if text not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return text == "true"
 
 
 @dataclass
@@ -84,6 +97,16 @@ class Config:
         "comma-separated rules this sidecar serves; BeginAttempt for any other is refused "
         "FORBIDDEN (default: any rule)",
     )
+    # Which other rules' artifacts and threads each rule's attempts may reach (docs/grants.md).
+    grants: Grants = setting(
+        "--grants",
+        "ACTONCE_GRANTS",
+        _grants_file,
+        "YAML or JSON file of grants: which other rules' artifact kinds and threads each rule "
+        "may read, edit or post to (docs/grants.md); without it each rule reaches only what "
+        "its runs made",
+        Grants(),
+    )
     store_timeout_seconds: float = setting(
         "--store-timeout",
         "ACTONCE_STORE_TIMEOUT",
@@ -134,6 +157,36 @@ class Config:
         "gRPC services open without the API token: health, reflection, both "
         "comma-separated, or none",
         defaults.API_TOKEN_EXEMPT,
+    )
+    # TLS on the agent API's --listen: the server's pair, and the CA of the clients let in
+    # (mutual TLS). Beyond loopback, a listen needs the token, and TLS unless
+    # insecure_listen says the network already protects it (sidecar.cli checks both).
+    tls_cert: Path | None = setting(
+        "--tls-cert",
+        "ACTONCE_TLS_CERT",
+        values.readable_file,
+        "PEM file of the certificate the agent API (--listen) serves TLS with",
+    )
+    tls_key: Path | None = setting(
+        "--tls-key",
+        "ACTONCE_TLS_KEY",
+        values.readable_file,
+        "PEM file of the key of --tls-cert",
+    )
+    tls_client_ca: Path | None = setting(
+        "--tls-client-ca",
+        "ACTONCE_TLS_CLIENT_CA",
+        values.readable_file,
+        "PEM file of the CA whose client certificates alone may call the agent API: "
+        "mutual TLS (needs --tls-cert)",
+    )
+    insecure_listen: bool = setting(
+        "--insecure-listen",
+        "ACTONCE_INSECURE_LISTEN",
+        _yes_or_no,
+        "true to serve --listen beyond loopback without TLS (the API token then travels "
+        "in clear: only on a network that encrypts it, a service mesh's)",
+        False,
     )
     audit_busy_timeout_ms: int = setting(
         "--audit-busy-timeout-ms",

@@ -41,12 +41,19 @@ def _try_bind(listen: str) -> None:
             raise OSError(f"could not listen on {listen}: {exc.strerror}") from None
 
 
-def bind(server: grpc.aio.Server, listen: str) -> int:
-    """Bind ``server`` to ``listen`` (HOST:PORT or unix:PATH); the bound port, 0 for a socket."""
+def bind(
+    server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None = None
+) -> int:
+    """Bind ``server`` to ``listen`` (HOST:PORT or unix:PATH), serving TLS when given
+    ``credentials``; the bound port, 0 for a socket."""
     if not listen.startswith("unix:"):
         _try_bind(listen)
     try:
-        port: int = server.add_insecure_port(listen)
+        port: int = (
+            server.add_secure_port(listen, credentials)
+            if credentials is not None
+            else server.add_insecure_port(listen)
+        )
     except RuntimeError:
         port = 0
     if port == 0 and not listen.startswith("unix:"):
