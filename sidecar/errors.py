@@ -19,6 +19,7 @@ statuses (sidecar.fronts.mcp).
     ├── SendNotAllowed           FORBIDDEN               PERMANENT
     ├── RuleNotServed            FORBIDDEN               PERMANENT
     ├── RunOfAnotherRule         FORBIDDEN               PERMANENT
+    ├── NotGranted               FORBIDDEN               PERMANENT
     ├── LeaseExpired             LEASE_EXPIRED           RETRYABLE
     ├── AttemptFenced            ATTEMPT_FENCED          RETRYABLE
     ├── InDoubt                  IN_DOUBT                UNKNOWN
@@ -176,6 +177,14 @@ class RuleNotServed(ActonceError):
 class RunOfAnotherRule(ActonceError):
     """BeginAttempt of a run under another rule than the one its first attempt began
     under: a run belongs to its rule, on every sidecar sharing the ledger."""
+
+    reason = "FORBIDDEN"
+    failure_class = FailureClass.PERMANENT
+
+
+class NotGranted(ActonceError):
+    """A read or a write of an artifact or a thread that another rule owns, which the
+    operator's grants do not open to the attempt's rule: refused before the store is called."""
 
     reason = "FORBIDDEN"
     failure_class = FailureClass.PERMANENT

@@ -18,7 +18,10 @@ that acts on them and the conformance kit that checks them. So:
   turn it into gRPC's.
 - :data:`ID_USED` and :data:`ARCHIVED` are the INVALID_STATE states the sidecar acts on, and
   :func:`counts_as_done` the one rule about them.
-- :class:`StoredArtifact` and :class:`StoredMessage` are the records a store answers with.
+- :class:`StoredArtifact` and :class:`StoredMessage` are the records a store answers with;
+  :class:`Owner` what a store says of a target's owner, and :class:`Principal` the rule a call
+  acts for (with the other rule its grants let it reach), which a store checks the owner
+  against (:func:`may_reach`, the one rule of ownership).
 - :class:`Refusal` is a store's refusal on either side of the wire; :class:`StoreRefusal` the
   reference store's own, which only ever says what the contract allows.
 - :class:`RefusalVocabulary` is the bounded form in which an untrusted store's code, states and
@@ -40,7 +43,10 @@ __all__ = [
     "ARCHIVED",
     "ID_USED",
     "KNOWN_STATES",
+    "OWNER",
     "STORE_DOMAIN",
+    "Owner",
+    "Principal",
     "Refusal",
     "RefusalCode",
     "RefusalVocabulary",
@@ -50,6 +56,7 @@ __all__ = [
     "as_error",
     "counts_as_done",
     "failure_class",
+    "may_reach",
     "status_code_for",
     "status_of",
 ]
@@ -104,13 +111,15 @@ _KNOWN_CODES = {code.value: code for code in RefusalCode}
 
 @dataclass(frozen=True, slots=True)
 class StoredArtifact:
-    """An artifact as the store holds it; `data_json` is compact JSON text."""
+    """An artifact as the store holds it; `data_json` is compact JSON text. `owner` is the
+    rule whose run created it, empty for one made before owners were recorded."""
 
     id: str
     kind: str
     version: int
     data_json: str
     archived: bool
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +131,42 @@ class StoredMessage:
     kind: str
     text: str
     seq: int
+
+
+# -- ownership ---------------------------------------------------------------------------
+
+# The metadata key of a FORBIDDEN refusal that names the target's owner.
+OWNER = "owner"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The rule a call acts for, and the one other rule (``granted_owner``) whose artifact or
+    thread the caller's grants let this call reach; empty when it reaches only its own."""
+
+    rule: str
+    granted_owner: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """What a store says of a target's owner: the rule (empty: made before owners were
+    recorded) and, for an artifact, its kind (empty for a thread)."""
+
+    owner: str
+    kind: str = ""
+
+
+def may_reach(principal: Principal | None, owner: str) -> bool:
+    """Whether a call acting for ``principal`` may reach data owned by ``owner``.
+
+    A call without a principal (a caller from before ownership) and data without an owner
+    (made before owners were recorded, until they are assigned) are not checked: a store
+    keeps answering what it answered before. Otherwise the owner must be the principal's
+    rule, or the other rule its caller's grants name."""
+    if principal is None or not owner:
+        return True
+    return owner in (principal.rule, principal.granted_owner)
 
 
 # -- refusals ----------------------------------------------------------------------------

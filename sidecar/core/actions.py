@@ -21,6 +21,7 @@ import structlog
 
 from sidecar import store_contract
 from sidecar.core import leases, writes
+from sidecar.core.access import ARTIFACT, THREAD, Access, Owners, Reach, Target
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.deliveries import ScopedAttempts
@@ -46,7 +47,8 @@ from sidecar.errors import (
 from sidecar.ledger.base import AuditLedger, Phase
 from sidecar.rules import canonical, edits, effects, ids
 from sidecar.rules.canonical import Document, JsonValue
-from sidecar.store_contract import Refusal, StoredArtifact
+from sidecar.rules.grants import Grants
+from sidecar.store_contract import Principal, Refusal, StoredArtifact
 from sidecar.upstream.base import (
     AuditedWrites,
     CreateArtifact,
@@ -85,6 +87,8 @@ class RunActions:
     edit with VERSION_CONFLICT (the metrics count them). ``audited_writes`` says how a write
     of one store call is made with its audit: apart, in turn as one job of the store client
     (an InTurn), or in one commit (a OneCommit, where the store shares the ledger's file).
+    ``grants`` opens other rules' artifacts and threads to a rule's attempts
+    (sidecar.core.access); without it, each rule reaches only its own.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class RunActions:
         settings: Settings,
         on_reread: Callable[[], None] = _no_reread,
         audited_writes: AuditedWrites = AuditedWrites.APART,
+        grants: Grants | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = store
@@ -109,6 +114,8 @@ class RunActions:
         self._path = WritePath(audit, settings, audited_writes)
         self._steps = Steps(self._path, audit, ledger)
         self._reads = Reads(store, audit)
+        timeout = settings.store_timeout_seconds
+        self._reach = Reach(Owners(store), audit, grants or Grants(), timeout)
         self._lifecycle = Lifecycle(attempts, audit, settings)
         self._scoped = ScopedAttempts(attempts, self._lifecycle.begin)
 
@@ -146,11 +153,12 @@ class RunActions:
         attempt = self._attempt(attempt_id)
         data_digest = data.digest
         stored = data.text
+        owner = Principal(attempt.rule)  # what it makes belongs to its rule
 
         def call(derived: str) -> StoreWrite:
             if propose:
-                return ProposeCreate(derived, kind, stored)
-            return CreateArtifact(derived, kind, stored)
+                return ProposeCreate(derived, kind, stored, owner)
+            return CreateArtifact(derived, kind, stored, owner)
 
         def made(derived: str, answer: object) -> WriteResult:
             if isinstance(answer, StoredArtifact):
@@ -198,9 +206,12 @@ class RunActions:
             digest=value_digest,
             detail={"artifact_id": artifact_id, "path": pointer},
         )
+        access = Access.PROPOSE if propose else Access.EDIT
+        target = Target(ARTIFACT, artifact_id)
+        principal = await self._reach.principal(attempt, "Edit", write.write_type, target, access)
         deadline = partial(self._deadline, attempt)
         queued = (self.store, deadline, self._on_reread, self._edit_queue)
-        edit = Edit(*queued, artifact_id, pointer, value.value, propose)
+        edit = Edit(*queued, artifact_id, pointer, value.value, propose, principal)
         return await self._path.write(attempt, write, edit.perform)
 
     async def notice(
@@ -221,7 +232,7 @@ class RunActions:
 
         perform = OneCall(
             self.store,
-            lambda derived: CreateThread(derived, title),
+            lambda derived: CreateThread(derived, title, Principal(attempt.rule)),
             _applied_or_used,
             lambda: self._deadline(attempt),
         )
@@ -251,11 +262,13 @@ class RunActions:
         is_send = write_type is ids.WriteType.MESSAGE
         if is_send and attempt.rule not in self.settings.send_allowlist:
             await self._refuse_send(attempt, rpc, write_type)
+        target = Target(THREAD, thread_id)
+        principal = await self._reach.principal(attempt, rpc, write_type, target, Access.POST)
         text_digest = canonical.text_digest(text)
         kind = "message" if is_send else "notice"
 
         def call(derived: str) -> StoreWrite:
-            return PostMessage(derived, thread_id, kind, text, request_turn=is_send)
+            return PostMessage(derived, thread_id, kind, text, is_send, principal)
 
         perform = OneCall(self.store, call, _applied_or_used, lambda: self._deadline(attempt))
 
@@ -382,7 +395,12 @@ class RunActions:
         if thread_id is not None:
             canonical.require_name(thread_id, "thread_id")
         attempt = self._attempt(attempt_id)
-        return await self._reads.read(attempt, artifact_id=artifact_id, thread_id=thread_id)
+        target = Target(ARTIFACT, artifact_id) if artifact_id is not None else None
+        target = target or Target(THREAD, thread_id or "")
+        principal = await self._reach.principal(attempt, "Read", "", target, Access.READ)
+        return await self._reads.read(
+            attempt, artifact_id=artifact_id, thread_id=thread_id, principal=principal
+        )
 
     # -- helpers --------------------------------------------------------------
 

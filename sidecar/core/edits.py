@@ -19,7 +19,7 @@ from sidecar.core.edit_queue import EditQueue, QueueTooSlow
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import ArtifactArchived, StoreDeadlineExceeded
 from sidecar.rules import edits
-from sidecar.store_contract import ARCHIVED, Refusal, RefusalCode, StoredArtifact
+from sidecar.store_contract import ARCHIVED, Principal, Refusal, RefusalCode, StoredArtifact
 from sidecar.upstream.base import GetArtifact, PatchArtifact, ProposePatch, StoreClient
 
 log = structlog.get_logger()
@@ -45,6 +45,8 @@ class Edit:
     pointer: str
     value: Any
     propose: bool
+    # The rule it acts for (and the owner a grant opened): the store checks the artifact's.
+    principal: Principal | None = None
 
     async def perform(self, derived: str) -> WriteResult:
         if self.propose:
@@ -82,7 +84,7 @@ class Edit:
         if reread:
             self.on_reread()
         try:
-            artifact = await self.store.call(GetArtifact(self.artifact_id), timeout)
+            artifact = await self.store.call(GetArtifact(self.artifact_id, self.principal), timeout)
         except Refusal as refusal:
             raise store_contract.as_error(refusal) from refusal
         if artifact.archived:
@@ -96,10 +98,12 @@ class Edit:
     async def _apply(self, derived: str, artifact: StoredArtifact, patch: str) -> WriteResult:
         timeout = self.deadline()
         if self.propose:
-            proposal = ProposePatch(derived, self.artifact_id, patch, artifact.version)
+            proposal = ProposePatch(
+                derived, self.artifact_id, patch, artifact.version, self.principal
+            )
             await self.store.call(proposal, timeout)
             return WriteResult(Outcome.APPLIED, version=artifact.version, proposal_id=derived)
-        edit = PatchArtifact(self.artifact_id, artifact.version, patch)
+        edit = PatchArtifact(self.artifact_id, artifact.version, patch, self.principal)
         patched = await self.store.call(edit, timeout)
         return WriteResult(Outcome.APPLIED, version=patched.version)
 

@@ -9,7 +9,7 @@ from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.types import ReadResult
 from sidecar.errors import ActonceError
 from sidecar.ledger.base import Phase
-from sidecar.store_contract import Refusal
+from sidecar.store_contract import Principal, Refusal
 from sidecar.upstream.base import GetArtifact, ListMessages, StoreClient
 
 
@@ -21,22 +21,32 @@ class Reads:
         self.audit = audit
 
     async def read(
-        self, attempt: Attempt, *, artifact_id: str | None, thread_id: str | None
+        self,
+        attempt: Attempt,
+        *,
+        artifact_id: str | None,
+        thread_id: str | None,
+        principal: Principal | None = None,
     ) -> ReadResult:
+        """Read as ``principal`` (the rule it acts for, and the owner a grant opened), which
+        the store checks the target's owner against (sidecar.core.access)."""
         target = artifact_id if artifact_id is not None else (thread_id or "")
         try:
-            result = await self._fetch(artifact_id, thread_id)
+            result = await self._fetch(artifact_id, thread_id, principal)
         except ActonceError as error:
             await self._audit(attempt, target, error)
             raise
         await self._audit(attempt, target, None)
         return result
 
-    async def _fetch(self, artifact_id: str | None, thread_id: str | None) -> ReadResult:
+    async def _fetch(
+        self, artifact_id: str | None, thread_id: str | None, principal: Principal | None
+    ) -> ReadResult:
         try:
             if artifact_id is not None:
-                return ReadResult(artifact=await self.store.call(GetArtifact(artifact_id)))
-            messages = await self.store.call(ListMessages(thread_id or ""))
+                artifact = await self.store.call(GetArtifact(artifact_id, principal))
+                return ReadResult(artifact=artifact)
+            messages = await self.store.call(ListMessages(thread_id or "", principal))
         except Refusal as refusal:
             raise store_contract.as_error(refusal) from refusal
         return ReadResult(messages=tuple(messages))

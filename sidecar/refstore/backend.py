@@ -23,13 +23,23 @@ from typing import Protocol, TypedDict, Unpack
 import jsonpatch
 import jsonpointer
 
-from sidecar.store_contract import RefusalCode, StoredArtifact, StoredMessage, StoreRefusal
+from sidecar.store_contract import (
+    Owner,
+    Principal,
+    RefusalCode,
+    StoredArtifact,
+    StoredMessage,
+    StoreRefusal,
+)
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
     "MESSAGE_KINDS",
+    "OWNED",
     "ArtifactPage",
+    "Owner",
+    "Principal",
     "StoreBackend",
     "StoreUnavailableError",
     "StoredArtifact",
@@ -52,6 +62,10 @@ MAX_PAGE_SIZE = 1000
 
 # "notice" starts and steers no turn; "message" (made by send) asks for the thread's turn.
 MESSAGE_KINDS = frozenset({"notice", "message"})
+
+# What an owner is assigned to, by the command that assigns owners to data made before they
+# were recorded (sidecar.refstore.owners).
+OWNED = ("artifacts", "threads", "proposals")
 
 _PATCH_OPS = frozenset({"add", "remove", "replace", "move", "copy", "test"})
 _OPS_WITH_VALUE = frozenset({"add", "replace", "test"})
@@ -101,6 +115,7 @@ class StoredProposal:
     artifact_id: str
     patch_json: str
     base_version: int
+    owner: str = ""
 
     @property
     def is_edit(self) -> bool:
@@ -109,10 +124,12 @@ class StoredProposal:
 
 @dataclass(frozen=True, slots=True)
 class StoredThread:
-    """A thread."""
+    """A thread; ``owner`` is the rule whose run made it, empty when made before owners were
+    recorded."""
 
     id: str
     title: str
+    owner: str = ""
 
 
 class StoreBackend(Protocol):
@@ -122,58 +139,112 @@ class StoreBackend(Protocol):
     thread, message); a used id is refused with INVALID_STATE whose states include ID_USED.
     Each write is atomic. Implementations must be safe to call from several threads: the
     servicer runs every call in a worker thread.
+
+    Every call takes the ``principal`` it acts for (None: not checked). A create records its
+    rule as the owner; any other call on owned data is refused with FORBIDDEN unless
+    ``store_contract.may_reach`` says the principal reaches its owner.
     """
 
-    def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
-        """Make an artifact at version 1."""
+    def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str, *, principal: Principal | None = None
+    ) -> StoredArtifact:
+        """Make an artifact at version 1, owned by the principal's rule."""
         ...
 
-    def get_artifact(self, artifact_id: str) -> StoredArtifact:
+    def get_artifact(
+        self, artifact_id: str, *, principal: Principal | None = None
+    ) -> StoredArtifact:
         """Read an artifact; NOT_FOUND when missing."""
         ...
 
     def patch_artifact(
-        self, artifact_id: str, expected_version: int, patch_json: str
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        principal: Principal | None = None,
     ) -> StoredArtifact:
         """Apply an RFC 6902 patch if the version still matches; bump the version."""
         ...
 
-    def archive_artifact(self, artifact_id: str) -> StoredArtifact:
+    def archive_artifact(
+        self, artifact_id: str, *, principal: Principal | None = None
+    ) -> StoredArtifact:
         """Archive an artifact; archiving an archived one is INVALID_STATE {ARCHIVED}."""
         ...
 
-    def list_artifacts(self, kind: str, page_size: int = 0, page_token: str = "") -> ArtifactPage:
-        """List a kind's artifacts in id order, archived ones included."""
+    def list_artifacts(
+        self,
+        kind: str,
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        principal: Principal | None = None,
+    ) -> ArtifactPage:
+        """List a kind's artifacts in id order, archived ones included; with a principal,
+        only those it may reach."""
         ...
 
-    def create_proposal(self, proposal_id: str, **fields: Unpack[ProposalFields]) -> StoredProposal:
+    def create_proposal(
+        self,
+        proposal_id: str,
+        *,
+        principal: Principal | None = None,
+        **fields: Unpack[ProposalFields],
+    ) -> StoredProposal:
         """Record a proposed create (kind, data_json) or edit (artifact_id, patch_json, ...)."""
         ...
 
-    def get_proposal(self, proposal_id: str) -> StoredProposal:
+    def get_proposal(
+        self, proposal_id: str, *, principal: Principal | None = None
+    ) -> StoredProposal:
         """Read a proposal; NOT_FOUND when missing."""
         ...
 
-    def create_thread(self, thread_id: str, title: str) -> StoredThread:
-        """Make a thread."""
+    def create_thread(
+        self, thread_id: str, title: str, *, principal: Principal | None = None
+    ) -> StoredThread:
+        """Make a thread, owned by the principal's rule."""
         ...
 
     def post_message(
-        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool = False
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool = False,
+        principal: Principal | None = None,
     ) -> StoredMessage:
         """Append a message; with `request_turn`, its turn request commits with it."""
         ...
 
-    def list_messages(self, thread_id: str) -> tuple[StoredMessage, ...]:
+    def list_messages(
+        self, thread_id: str, *, principal: Principal | None = None
+    ) -> tuple[StoredMessage, ...]:
         """A thread's messages, oldest first; NOT_FOUND for an unknown thread."""
         ...
 
-    def request_turn(self, message_id: str) -> bool:
+    def request_turn(self, message_id: str, *, principal: Principal | None = None) -> bool:
         """Ask for the thread's turn for a message (not a notice); False when already asked."""
         ...
 
-    def list_turn_requests(self, thread_id: str) -> tuple[str, ...]:
+    def list_turn_requests(
+        self, thread_id: str, *, principal: Principal | None = None
+    ) -> tuple[str, ...]:
         """Message ids with a turn request, oldest first; NOT_FOUND for an unknown thread."""
+        ...
+
+    def get_owner(self, *, artifact_id: str = "", thread_id: str = "") -> Owner:
+        """The owner of an artifact (with its kind) or a thread; NOT_FOUND when missing.
+        Not checked against any principal: it says nothing of the content."""
+        ...
+
+    def assign_owner(self, table: str, record_id: str, owner: str) -> bool:
+        """Set the owner of a record of ``table`` (one of OWNED) that has none; False when
+        it has one already (it is never changed) or does not exist."""
         ...
 
     def close(self) -> None:

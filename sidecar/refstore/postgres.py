@@ -49,7 +49,8 @@ from sidecar.refstore.sql import Dialect, SqlStoreBackend
 __all__ = ["SCHEMA_VERSION", "PostgresStoreBackend"]
 
 # Stored in store_schema_version; a database of another version is refused rather than misread.
-SCHEMA_VERSION = 1
+# 2: every artifact, proposal and thread records its owner (NULL: made before that).
+SCHEMA_VERSION = 2
 
 # Key of the advisory lock that serializes schema creation: sidecars starting together against
 # an empty database would otherwise race to create the same tables. ("actstore" in ASCII.)
@@ -61,7 +62,8 @@ _SCHEMA = (
         kind TEXT COLLATE "C" NOT NULL,
         version BIGINT NOT NULL,
         data_json TEXT NOT NULL,
-        archived BOOLEAN NOT NULL DEFAULT FALSE
+        archived BOOLEAN NOT NULL DEFAULT FALSE,
+        owner TEXT COLLATE "C"
     )""",
     "CREATE INDEX store_artifacts_by_kind ON store_artifacts (kind, id)",
     """CREATE TABLE store_proposals (
@@ -70,11 +72,13 @@ _SCHEMA = (
         data_json TEXT NOT NULL,
         artifact_id TEXT NOT NULL,
         patch_json TEXT NOT NULL,
-        base_version BIGINT NOT NULL
+        base_version BIGINT NOT NULL,
+        owner TEXT COLLATE "C"
     )""",
     """CREATE TABLE store_threads (
         id TEXT COLLATE "C" PRIMARY KEY,
-        title TEXT NOT NULL
+        title TEXT NOT NULL,
+        owner TEXT COLLATE "C"
     )""",
     """CREATE TABLE store_messages (
         id TEXT COLLATE "C" PRIMARY KEY,
@@ -93,6 +97,14 @@ _SCHEMA = (
     )""",
     "CREATE INDEX store_turn_requests_by_thread ON store_turn_requests (thread_id, n)",
     "CREATE TABLE store_schema_version (version INTEGER NOT NULL)",
+)
+
+# From version 1: the owner columns, NULL for every row already there (unowned data stays
+# reachable until `actonce store assign-owners` sets its owners from the ledger). Adding a
+# nullable column rewrites no row.
+_UPGRADE_FROM_1 = tuple(
+    f'ALTER TABLE store_{table} ADD COLUMN owner TEXT COLLATE "C"'
+    for table in ("artifacts", "proposals", "threads")
 )
 
 # Connection settings a DSN may override; sidecar.ops.pgbounds adds keepalives and
@@ -246,6 +258,11 @@ class PostgresStoreBackend(SqlStoreBackend):
         if exists:
             row = conn.execute("SELECT version FROM store_schema_version").fetchone()
             version = row[0] if row is not None else 0
+            if version == 1:
+                for statement in _UPGRADE_FROM_1:
+                    conn.execute(statement)
+                conn.execute("UPDATE store_schema_version SET version = %s", (SCHEMA_VERSION,))
+                return
             if version != SCHEMA_VERSION:
                 raise RuntimeError(
                     f"store database has schema version {version}; this build knows "

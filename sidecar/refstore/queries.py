@@ -56,9 +56,9 @@ class Queries:
             )
             return named.replace("?", dialect.placeholder)
 
-        columns = "id, kind, version, data_json, archived"
+        columns = "id, kind, version, data_json, archived, owner"
         self.insert_artifact = sql(
-            "INSERT INTO {artifacts} (id, kind, version, data_json) VALUES (?, ?, 1, ?)"
+            "INSERT INTO {artifacts} (id, kind, version, data_json, owner) VALUES (?, ?, 1, ?, ?)"
             " ON CONFLICT (id) DO NOTHING"
         )
         self.artifact = sql(f"SELECT {columns} FROM {{artifacts}} WHERE id = ?")
@@ -71,21 +71,31 @@ class Queries:
         self.artifact_page = sql(
             f"SELECT {columns} FROM {{artifacts}} WHERE kind = ? AND id > ? ORDER BY id LIMIT ?"
         )
+        # The same, of what a principal may reach: its rule's, its grant's, and the unowned.
+        self.reachable_artifact_page = sql(
+            f"SELECT {columns} FROM {{artifacts}} WHERE kind = ? AND id > ?"
+            " AND (owner IS NULL OR owner = ? OR owner = ?) ORDER BY id LIMIT ?"
+        )
         self.proposal_used = sql("SELECT 1 FROM {proposals} WHERE id = ?")
-        self.proposal_target = sql("SELECT archived FROM {artifacts} WHERE id = ?{share_lock}")
+        self.proposal_target = sql(
+            "SELECT archived, owner FROM {artifacts} WHERE id = ?{share_lock}"
+        )
         self.insert_proposal = sql(
-            "INSERT INTO {proposals} (id, kind, data_json, artifact_id, patch_json, base_version)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
+            "INSERT INTO {proposals}"
+            " (id, kind, data_json, artifact_id, patch_json, base_version, owner)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING"
         )
         self.proposal = sql(
-            "SELECT id, kind, data_json, artifact_id, patch_json, base_version"
+            "SELECT id, kind, data_json, artifact_id, patch_json, base_version, owner"
             " FROM {proposals} WHERE id = ?"
         )
         self.insert_thread = sql(
-            "INSERT INTO {threads} (id, title) VALUES (?, ?) ON CONFLICT (id) DO NOTHING"
+            "INSERT INTO {threads} (id, title, owner) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING"
         )
-        self.thread = sql("SELECT 1 FROM {threads} WHERE id = ?")
-        self.thread_for_update = sql("SELECT 1 FROM {threads} WHERE id = ?{update_lock}")
+        # A thread's row is its owner: NULL for one made before owners were recorded.
+        self.thread = sql("SELECT owner FROM {threads} WHERE id = ?")
+        self.thread_for_update = sql("SELECT owner FROM {threads} WHERE id = ?{update_lock}")
+        self.artifact_owner = sql("SELECT owner, kind FROM {artifacts} WHERE id = ?")
         self.message_used = sql("SELECT 1 FROM {messages} WHERE id = ?")
         self.next_seq = sql("SELECT COALESCE(MAX(seq), 0) + 1 FROM {messages} WHERE thread_id = ?")
         self.insert_message = sql(
@@ -100,6 +110,11 @@ class Queries:
             "INSERT INTO {turn_requests} (message_id, thread_id) VALUES (?, ?)"
             " ON CONFLICT (message_id) DO NOTHING"
         )
+        # An owner is set once, on data made before owners were recorded: never changed.
+        self.assign_owner = {
+            table: sql(f"UPDATE {{{table}}} SET owner = ? WHERE id = ? AND owner IS NULL")
+            for table in ("artifacts", "threads", "proposals")
+        }
         self.turn_requests = sql(
             "SELECT message_id FROM {turn_requests} WHERE thread_id = ? ORDER BY n"
         )

@@ -25,7 +25,13 @@ from sidecar.refstore.backend import (
     StoreBackend,
     StoreUnavailableError,
 )
-from sidecar.refstore.wire import encode_artifact, encode_message, encode_proposal, grpc_status_for
+from sidecar.refstore.wire import (
+    decode_principal,
+    encode_artifact,
+    encode_message,
+    encode_proposal,
+    grpc_status_for,
+)
 from sidecar.store_contract import RefusalCode, StoreRefusal
 
 __all__ = ["ArtifactStoreServicer"]
@@ -114,13 +120,19 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.artifact_id,
             request.kind,
             request.data_json,
+            principal=decode_principal(request),
         )
         return pb.CreateArtifactResponse(artifact=encode_artifact(artifact))
 
     async def GetArtifact(
         self, request: pb.GetArtifactRequest, context: _Context
     ) -> pb.GetArtifactResponse:
-        artifact = await self._call(context, self._backend.get_artifact, request.artifact_id)
+        artifact = await self._call(
+            context,
+            self._backend.get_artifact,
+            request.artifact_id,
+            principal=decode_principal(request),
+        )
         return pb.GetArtifactResponse(artifact=encode_artifact(artifact))
 
     async def PatchArtifact(
@@ -132,13 +144,19 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.artifact_id,
             request.expected_version,
             request.patch_json,
+            principal=decode_principal(request),
         )
         return pb.PatchArtifactResponse(artifact=encode_artifact(artifact))
 
     async def ArchiveArtifact(
         self, request: pb.ArchiveArtifactRequest, context: _Context
     ) -> pb.ArchiveArtifactResponse:
-        artifact = await self._call(context, self._backend.archive_artifact, request.artifact_id)
+        artifact = await self._call(
+            context,
+            self._backend.archive_artifact,
+            request.artifact_id,
+            principal=decode_principal(request),
+        )
         return pb.ArchiveArtifactResponse(artifact=encode_artifact(artifact))
 
     async def ListArtifacts(
@@ -150,6 +168,7 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.kind,
             request.page_size,
             request.page_token,
+            principal=decode_principal(request),
         )
         return pb.ListArtifactsResponse(
             artifacts=[encode_artifact(artifact) for artifact in page.artifacts],
@@ -168,20 +187,30 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             artifact_id=request.artifact_id,
             patch_json=request.patch_json,
             base_version=request.base_version,
+            principal=decode_principal(request),
         )
         return pb.CreateProposalResponse(proposal_id=proposal.id)
 
     async def GetProposal(
         self, request: pb.GetProposalRequest, context: _Context
     ) -> pb.GetProposalResponse:
-        proposal = await self._call(context, self._backend.get_proposal, request.proposal_id)
+        proposal = await self._call(
+            context,
+            self._backend.get_proposal,
+            request.proposal_id,
+            principal=decode_principal(request),
+        )
         return encode_proposal(proposal)
 
     async def CreateThread(
         self, request: pb.CreateThreadRequest, context: _Context
     ) -> pb.CreateThreadResponse:
         thread = await self._call(
-            context, self._backend.create_thread, request.thread_id, request.title
+            context,
+            self._backend.create_thread,
+            request.thread_id,
+            request.title,
+            principal=decode_principal(request),
         )
         return pb.CreateThreadResponse(thread_id=thread.id)
 
@@ -196,26 +225,51 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
             request.kind,
             request.text,
             request_turn=request.request_turn,
+            principal=decode_principal(request),
         )
         return pb.PostMessageResponse(message=encode_message(message))
 
     async def ListMessages(
         self, request: pb.ListMessagesRequest, context: _Context
     ) -> pb.ListMessagesResponse:
-        messages = await self._call(context, self._backend.list_messages, request.thread_id)
+        messages = await self._call(
+            context,
+            self._backend.list_messages,
+            request.thread_id,
+            principal=decode_principal(request),
+        )
         return pb.ListMessagesResponse(messages=[encode_message(message) for message in messages])
 
     async def RequestTurn(
         self, request: pb.RequestTurnRequest, context: _Context
     ) -> pb.RequestTurnResponse:
-        created = await self._call(context, self._backend.request_turn, request.message_id)
+        created = await self._call(
+            context,
+            self._backend.request_turn,
+            request.message_id,
+            principal=decode_principal(request),
+        )
         return pb.RequestTurnResponse(created=created)
 
     async def ListTurnRequests(
         self, request: pb.ListTurnRequestsRequest, context: _Context
     ) -> pb.ListTurnRequestsResponse:
-        message_ids = await self._call(context, self._backend.list_turn_requests, request.thread_id)
+        message_ids = await self._call(
+            context,
+            self._backend.list_turn_requests,
+            request.thread_id,
+            principal=decode_principal(request),
+        )
         return pb.ListTurnRequestsResponse(message_ids=list(message_ids))
+
+    async def GetOwner(self, request: pb.GetOwnerRequest, context: _Context) -> pb.GetOwnerResponse:
+        owner = await self._call(
+            context,
+            self._backend.get_owner,
+            artifact_id=request.artifact_id,
+            thread_id=request.thread_id,
+        )
+        return pb.GetOwnerResponse(owner=owner.owner, kind=owner.kind)
 
 
 async def _abort(context: _Context, status: grpc.Status) -> NoReturn:

@@ -8,14 +8,16 @@ statements of `queries` differ (table names, placeholder, row locks). As in DBOS
 database or Powertools' persistence layer, the base holds the rules and the dialect the
 primitives.
 
-Refusal order, the same in every write: the input is validated first (VALIDATION_FAILED), then
-every state that refuses the write is collected and reported together (INVALID_STATE with all
-of them: a caller counts a refusal as done only when ID_USED is the *only* state), then what is
-missing (NOT_FOUND), then the version (VERSION_CONFLICT), then whether a patch applies
-(PATCH_FAILED). Archiving an archived artifact is refused with INVALID_STATE {ARCHIVED} rather
-than accepted again: archived artifacts refuse every change, and archiving is one. A notice
-starts and steers no turn, so a turn request for one is refused (VALIDATION_FAILED), whether it
-is asked with the post or later.
+Refusal order, the same in every write: the input is validated first (VALIDATION_FAILED),
+then whether the call's principal may reach the data's owner (FORBIDDEN, by
+`store_contract.may_reach`, checked on the row the write reads in its own transaction, so that
+no owner set meanwhile slips by), then every state that refuses the write is collected and
+reported together (INVALID_STATE with all of them: a caller counts a refusal as done only when
+ID_USED is the *only* state), then what is missing (NOT_FOUND), then the version
+(VERSION_CONFLICT), then whether a patch applies (PATCH_FAILED). Archiving an archived artifact
+is refused with INVALID_STATE {ARCHIVED} rather than accepted again: archived artifacts refuse
+every change, and archiving is one. A notice starts and steers no turn, so a turn request for
+one is refused (VALIDATION_FAILED), whether it is asked with the post or later.
 
 Each statement is written to be right whatever the database does with concurrent writers:
 
@@ -37,10 +39,12 @@ empty words and the statements hold anyway.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, Unpack
 
 from sidecar.refstore.backend import (
     MESSAGE_KINDS,
+    OWNED,
     ArtifactPage,
     ProposalFields,
     StoredArtifact,
@@ -58,7 +62,15 @@ from sidecar.refstore.backend import (
     require_text,
 )
 from sidecar.refstore.queries import Connection, Dialect, Queries
-from sidecar.store_contract import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
+from sidecar.store_contract import (
+    ARCHIVED,
+    ID_USED,
+    Owner,
+    Principal,
+    RefusalCode,
+    StoreRefusal,
+    may_reach,
+)
 
 __all__ = ["Connection", "Dialect", "SqlStoreBackend"]
 
@@ -80,28 +92,43 @@ class SqlStoreBackend:
 
     # Artifacts
 
-    def create_artifact(self, artifact_id: str, kind: str, data_json: str) -> StoredArtifact:
+    def create_artifact(
+        self, artifact_id: str, kind: str, data_json: str, *, principal: Principal | None = None
+    ) -> StoredArtifact:
         require_text(artifact_id, "artifact_id")
         require_text(kind, "kind")
         data = compact_json(parse_document(data_json, "data_json"))
+        owner = _owner_of(principal)
 
         def work(db: Connection) -> None:
-            if not _inserted(db, self._sql.insert_artifact, (artifact_id, kind, data)):
+            if not _inserted(db, self._sql.insert_artifact, (artifact_id, kind, data, owner)):
                 raise _id_used("artifact")
 
         self._transact(work, write=True)
-        return StoredArtifact(id=artifact_id, kind=kind, version=1, data_json=data, archived=False)
+        return StoredArtifact(
+            id=artifact_id, kind=kind, version=1, data_json=data, archived=False, owner=owner or ""
+        )
 
-    def get_artifact(self, artifact_id: str) -> StoredArtifact:
-        return self._transact(lambda db: self._artifact(db, artifact_id, lock=False), write=False)
+    def get_artifact(
+        self, artifact_id: str, *, principal: Principal | None = None
+    ) -> StoredArtifact:
+        def work(db: Connection) -> StoredArtifact:
+            return _reached(principal, self._artifact(db, artifact_id, lock=False))
+
+        return self._transact(work, write=False)
 
     def patch_artifact(
-        self, artifact_id: str, expected_version: int, patch_json: str
+        self,
+        artifact_id: str,
+        expected_version: int,
+        patch_json: str,
+        *,
+        principal: Principal | None = None,
     ) -> StoredArtifact:
         patch = parse_patch(patch_json)
 
         def work(db: Connection) -> StoredArtifact:
-            current = self._artifact(db, artifact_id, lock=True)
+            current = _reached(principal, self._artifact(db, artifact_id, lock=True))
             if current.archived:
                 raise StoreRefusal(
                     RefusalCode.INVALID_STATE, "artifact is archived", states={ARCHIVED}
@@ -116,37 +143,45 @@ class SqlStoreBackend:
             data = compact_json(apply_patch(patch, stored))
             version = current.version + 1
             db.execute(self._sql.patch_artifact, (data, version, artifact_id))
-            return StoredArtifact(
-                id=artifact_id, kind=current.kind, version=version, data_json=data, archived=False
-            )
+            return replace(current, version=version, data_json=data)
 
         return self._transact(work, write=True)
 
-    def archive_artifact(self, artifact_id: str) -> StoredArtifact:
+    def archive_artifact(
+        self, artifact_id: str, *, principal: Principal | None = None
+    ) -> StoredArtifact:
         def work(db: Connection) -> StoredArtifact:
-            current = self._artifact(db, artifact_id, lock=True)
+            current = _reached(principal, self._artifact(db, artifact_id, lock=True))
             if current.archived:
                 raise StoreRefusal(
                     RefusalCode.INVALID_STATE, "artifact is already archived", states={ARCHIVED}
                 )
             db.execute(self._sql.archive_artifact, (artifact_id,))
-            return StoredArtifact(
-                id=current.id,
-                kind=current.kind,
-                version=current.version,
-                data_json=current.data_json,
-                archived=True,
-            )
+            return replace(current, archived=True)
 
         return self._transact(work, write=True)
 
-    def list_artifacts(self, kind: str, page_size: int = 0, page_token: str = "") -> ArtifactPage:
+    def list_artifacts(
+        self,
+        kind: str,
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        principal: Principal | None = None,
+    ) -> ArtifactPage:
         require_text(kind, "kind")
         size = page_size_for(page_size)
         after = decode_page_token(kind, page_token)
-        params = (kind, after if after is not None else "", size + 1)
+        start = after if after is not None else ""
+        params: tuple[object, ...]
+        if principal is None:
+            query, params = self._sql.artifact_page, (kind, start, size + 1)
+        else:
+            query = self._sql.reachable_artifact_page
+            reach = (principal.rule, principal.granted_owner or principal.rule)
+            params = (kind, start, *reach, size + 1)
         rows: list[tuple[Any, ...]] = self._transact(
-            lambda db: db.execute(self._sql.artifact_page, params).fetchall(), write=False
+            lambda db: db.execute(query, params).fetchall(), write=False
         )
         artifacts = tuple(_artifact(row) for row in rows[:size])
         token = encode_page_token(kind, artifacts[-1].id) if len(rows) > size else ""
@@ -154,16 +189,26 @@ class SqlStoreBackend:
 
     # Proposals
 
-    def create_proposal(self, proposal_id: str, **fields: Unpack[ProposalFields]) -> StoredProposal:
-        proposal = proposal_for(proposal_id, **fields)
+    def create_proposal(
+        self,
+        proposal_id: str,
+        *,
+        principal: Principal | None = None,
+        **fields: Unpack[ProposalFields],
+    ) -> StoredProposal:
+        proposal = replace(
+            proposal_for(proposal_id, **fields), owner=principal.rule if principal else ""
+        )
 
         def work(db: Connection) -> None:
             states: set[str] = set()
             target = None
             if proposal.is_edit:
                 target = _row(db, self._sql.proposal_target, proposal.artifact_id)
-                if target is not None and target[0]:
-                    states.add(ARCHIVED)
+                if target is not None:
+                    _require_reach(principal, target[1], "artifact")
+                    if target[0]:
+                        states.add(ARCHIVED)
             if states or (proposal.is_edit and target is None):
                 # Refused either way; the states must all be reported (ID_USED alone would
                 # read as "already done"), and a used id goes before a missing artifact.
@@ -183,6 +228,7 @@ class SqlStoreBackend:
                 proposal.artifact_id,
                 proposal.patch_json,
                 proposal.base_version,
+                proposal.owner or None,
             )
             if not _inserted(db, self._sql.insert_proposal, params):
                 raise StoreRefusal(
@@ -192,10 +238,13 @@ class SqlStoreBackend:
         self._transact(work, write=True)
         return proposal
 
-    def get_proposal(self, proposal_id: str) -> StoredProposal:
+    def get_proposal(
+        self, proposal_id: str, *, principal: Principal | None = None
+    ) -> StoredProposal:
         row = self._transact(lambda db: _row(db, self._sql.proposal, proposal_id), write=False)
         if row is None:
             raise StoreRefusal(RefusalCode.NOT_FOUND, "no such proposal")
+        _require_reach(principal, row[6], "proposal")
         return StoredProposal(
             id=row[0],
             kind=row[1],
@@ -203,23 +252,34 @@ class SqlStoreBackend:
             artifact_id=row[3],
             patch_json=row[4],
             base_version=row[5],
+            owner=row[6] or "",
         )
 
     # Threads and messages
 
-    def create_thread(self, thread_id: str, title: str) -> StoredThread:
+    def create_thread(
+        self, thread_id: str, title: str, *, principal: Principal | None = None
+    ) -> StoredThread:
         require_text(thread_id, "thread_id")
         require_text(title, "title")
+        owner = _owner_of(principal)
 
         def work(db: Connection) -> None:
-            if not _inserted(db, self._sql.insert_thread, (thread_id, title)):
+            if not _inserted(db, self._sql.insert_thread, (thread_id, title, owner)):
                 raise _id_used("thread")
 
         self._transact(work, write=True)
-        return StoredThread(id=thread_id, title=title)
+        return StoredThread(id=thread_id, title=title, owner=owner or "")
 
     def post_message(
-        self, message_id: str, thread_id: str, kind: str, text: str, *, request_turn: bool = False
+        self,
+        message_id: str,
+        thread_id: str,
+        kind: str,
+        text: str,
+        *,
+        request_turn: bool = False,
+        principal: Principal | None = None,
     ) -> StoredMessage:
         require_text(message_id, "message_id")
         require_text(thread_id, "thread_id")
@@ -234,10 +294,15 @@ class SqlStoreBackend:
 
         def work(db: Connection) -> int:
             # The id first: a repeat of a post whose thread exists is "already done", and a used
-            # message id always belongs to an existing thread.
-            if _row(db, self._sql.message_used, message_id) is not None:
+            # message id always belongs to an existing thread. But not to a principal that may
+            # not reach the thread named: it learns nothing, not even that the id is used.
+            used = _row(db, self._sql.message_used, message_id) is not None
+            thread = _row(db, self._sql.thread_for_update, thread_id)
+            if thread is not None:
+                _require_reach(principal, thread[0], "thread")
+            if used:
                 raise _id_used("message")
-            if _row(db, self._sql.thread_for_update, thread_id) is None:
+            if thread is None:
                 raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")
             (seq,) = db.execute(self._sql.next_seq, (thread_id,)).fetchone()
             if not _inserted(
@@ -254,40 +319,77 @@ class SqlStoreBackend:
         seq = self._transact(work, write=True)
         return StoredMessage(id=message_id, thread_id=thread_id, kind=kind, text=text, seq=seq)
 
-    def list_messages(self, thread_id: str) -> tuple[StoredMessage, ...]:
+    def list_messages(
+        self, thread_id: str, *, principal: Principal | None = None
+    ) -> tuple[StoredMessage, ...]:
         def work(db: Connection) -> list[tuple[Any, ...]]:
-            self._require_thread(db, thread_id)
+            self._require_thread(db, thread_id, principal)
             rows: list[tuple[Any, ...]] = db.execute(self._sql.messages, (thread_id,)).fetchall()
             return rows
 
         return tuple(_message(row) for row in self._transact(work, write=False))
 
-    def request_turn(self, message_id: str) -> bool:
+    def request_turn(self, message_id: str, *, principal: Principal | None = None) -> bool:
         def work(db: Connection) -> bool:
             row = _row(db, self._sql.message_turn, message_id)
             if row is None:
                 raise StoreRefusal(RefusalCode.NOT_FOUND, "no such message")
             thread_id, kind = row
+            # One writer per thread at a time, so the keys are drawn in commit order.
+            thread = _row(db, self._sql.thread_for_update, thread_id)
+            _require_reach(principal, thread[0] if thread is not None else None, "thread")
             if kind == "notice":
                 raise StoreRefusal(
                     RefusalCode.VALIDATION_FAILED,
                     "a notice starts no turn: the message is a notice",
                 )
-            # One writer per thread at a time, so the keys are drawn in commit order.
-            _row(db, self._sql.thread_for_update, thread_id)
             return _inserted(db, self._sql.insert_turn_request, (message_id, thread_id))
 
         return self._transact(work, write=True)
 
-    def list_turn_requests(self, thread_id: str) -> tuple[str, ...]:
+    def list_turn_requests(
+        self, thread_id: str, *, principal: Principal | None = None
+    ) -> tuple[str, ...]:
         def work(db: Connection) -> list[tuple[Any, ...]]:
-            self._require_thread(db, thread_id)
+            self._require_thread(db, thread_id, principal)
             rows: list[tuple[Any, ...]] = db.execute(
                 self._sql.turn_requests, (thread_id,)
             ).fetchall()
             return rows
 
         return tuple(row[0] for row in self._transact(work, write=False))
+
+    # Owners
+
+    def get_owner(self, *, artifact_id: str = "", thread_id: str = "") -> Owner:
+        if bool(artifact_id) == bool(thread_id):
+            raise StoreRefusal(
+                RefusalCode.VALIDATION_FAILED, "name an artifact_id or a thread_id, exactly one"
+            )
+
+        def work(db: Connection) -> Owner:
+            if artifact_id:
+                row = _row(db, self._sql.artifact_owner, artifact_id)
+                if row is None:
+                    raise StoreRefusal(RefusalCode.NOT_FOUND, "no such artifact")
+                return Owner(row[0] or "", row[1])
+            row = _row(db, self._sql.thread, thread_id)
+            if row is None:
+                raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")
+            return Owner(row[0] or "")
+
+        return self._transact(work, write=False)
+
+    def assign_owner(self, table: str, record_id: str, owner: str) -> bool:
+        if table not in OWNED:
+            raise ValueError(f"owners are assigned to {', '.join(OWNED)}, not {table!r}")
+        require_text(owner, "owner")
+        query = self._sql.assign_owner[table]
+
+        def work(db: Connection) -> bool:
+            return "\0" not in record_id and _inserted(db, query, (owner, record_id))
+
+        return self._transact(work, write=True)
 
     # Row access shared by the calls above
 
@@ -298,9 +400,35 @@ class SqlStoreBackend:
             raise StoreRefusal(RefusalCode.NOT_FOUND, "no such artifact")
         return _artifact(row)
 
-    def _require_thread(self, db: Connection, thread_id: str) -> None:
-        if _row(db, self._sql.thread, thread_id) is None:
+    def _require_thread(self, db: Connection, thread_id: str, principal: Principal | None) -> None:
+        row = _row(db, self._sql.thread, thread_id)
+        if row is None:
             raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")
+        _require_reach(principal, row[0], "thread")
+
+
+def _owner_of(principal: Principal | None) -> str | None:
+    """The owner a create records: the principal's rule; NULL without one (a caller from
+    before ownership), as data made before owners were recorded."""
+    if principal is None or not principal.rule:
+        return None
+    require_text(principal.rule, "principal.rule")
+    return principal.rule
+
+
+def _require_reach(principal: Principal | None, owner: str | None, what: str) -> None:
+    """Refuse with FORBIDDEN a call whose principal may not reach data owned by ``owner``."""
+    if not may_reach(principal, owner or ""):
+        assert principal is not None
+        raise StoreRefusal(
+            RefusalCode.FORBIDDEN,
+            f"the {what} belongs to rule {owner!r}; rule {principal.rule!r} may not reach it",
+        )
+
+
+def _reached(principal: Principal | None, artifact: StoredArtifact) -> StoredArtifact:
+    _require_reach(principal, artifact.owner, "artifact")
+    return artifact
 
 
 def _id_used(what: str) -> StoreRefusal:
@@ -326,7 +454,12 @@ def _inserted(db: Connection, query: str, params: Sequence[object]) -> bool:
 
 def _artifact(row: Sequence[Any]) -> StoredArtifact:
     return StoredArtifact(
-        id=row[0], kind=row[1], version=row[2], data_json=row[3], archived=bool(row[4])
+        id=row[0],
+        kind=row[1],
+        version=row[2],
+        data_json=row[3],
+        archived=bool(row[4]),
+        owner=row[5] or "",
     )
 
 

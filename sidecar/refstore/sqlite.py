@@ -46,7 +46,8 @@ from sidecar.refstore.sql import Connection, Dialect, SqlStoreBackend
 __all__ = ["SCHEMA_VERSION", "SqliteStoreBackend"]
 
 # Stored in PRAGMA user_version; a file of another version is refused rather than misread.
-SCHEMA_VERSION = 1
+# 2: every artifact, proposal and thread records its owner (NULL: made before that).
+SCHEMA_VERSION = 2
 
 # Most calls one commit carries: under a steady stream of calls the batch still commits.
 MAX_BATCH = 64
@@ -61,7 +62,8 @@ _SCHEMA = (
         kind TEXT NOT NULL,
         version INTEGER NOT NULL,
         data_json TEXT NOT NULL,
-        archived INTEGER NOT NULL DEFAULT 0
+        archived INTEGER NOT NULL DEFAULT 0,
+        owner TEXT
     )""",
     "CREATE INDEX artifacts_by_kind ON artifacts (kind, id)",
     """CREATE TABLE proposals (
@@ -70,11 +72,13 @@ _SCHEMA = (
         data_json TEXT NOT NULL,
         artifact_id TEXT NOT NULL,
         patch_json TEXT NOT NULL,
-        base_version INTEGER NOT NULL
+        base_version INTEGER NOT NULL,
+        owner TEXT
     )""",
     """CREATE TABLE threads (
         id TEXT PRIMARY KEY,
-        title TEXT NOT NULL
+        title TEXT NOT NULL,
+        owner TEXT
     )""",
     """CREATE TABLE messages (
         id TEXT PRIMARY KEY,
@@ -92,6 +96,12 @@ _SCHEMA = (
         thread_id TEXT NOT NULL REFERENCES threads (id)
     )""",
     "CREATE INDEX turn_requests_by_thread ON turn_requests (thread_id, n)",
+)
+
+# From version 1: the owner columns, NULL for every row already there (unowned data stays
+# reachable until `actonce store assign-owners` sets its owners from the ledger).
+_UPGRADE_FROM_1 = tuple(
+    f"ALTER TABLE {table} ADD COLUMN owner TEXT" for table in ("artifacts", "proposals", "threads")
 )
 
 # SQLite serializes writers (every call runs under BEGIN IMMEDIATE): no row locks to add.
@@ -160,12 +170,12 @@ class SqliteStoreBackend(SqlStoreBackend):
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version == SCHEMA_VERSION:
                 return
-            if version != 0:
+            if version not in (0, 1):
                 raise RuntimeError(
                     f"store database has schema version {version}; this build knows "
                     f"{SCHEMA_VERSION}"
                 )
-            for statement in _SCHEMA:
+            for statement in _UPGRADE_FROM_1 if version == 1 else _SCHEMA:
                 db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 

@@ -25,6 +25,7 @@ from grpc_status import rpc_status
 from sidecar.refstore.backend import StoredProposal
 from sidecar.store_contract import (
     STORE_DOMAIN,
+    Principal,
     Refusal,
     StoredArtifact,
     StoredMessage,
@@ -68,6 +69,22 @@ def encode_proposal(proposal: StoredProposal) -> pb.GetProposalResponse:
         patch_json=proposal.patch_json,
         base_version=proposal.base_version,
     )
+
+
+def decode_principal(request: Message) -> Principal | None:
+    """The principal a request names, or None when it names none (a caller from before
+    ownership: not checked)."""
+    if not request.HasField("principal"):
+        return None
+    principal: pb.Principal = getattr(request, "principal")  # noqa: B009 (every request type)
+    return Principal(principal.rule, principal.granted_owner)
+
+
+def encode_principal(principal: Principal | None) -> pb.Principal | None:
+    """A principal as the requests carry it; None leaves the field unset."""
+    if principal is None:
+        return None
+    return pb.Principal(rule=principal.rule, granted_owner=principal.granted_owner)
 
 
 def status_proto_for(refusal: Refusal) -> status_pb2.Status:

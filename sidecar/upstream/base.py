@@ -7,7 +7,9 @@ what it answers. It is the whole seam, as httpx's ``handle_request`` is: the tra
 straight to the embedded store's backend), the middleware around them (the metrics' timing and
 the traces' spans) and the test fakes implement it and nothing else. Every one answers with
 the contract's records and refuses with its :class:`~sidecar.store_contract.Refusal`, so the
-core cannot tell them apart. Opening and closing a transport is the assembly's, which made it.
+core cannot tell them apart. A call that reaches an artifact or a thread carries the
+:class:`~sidecar.store_contract.Principal` it acts for, which the store checks the owner
+against. Opening and closing a transport is the assembly's, which made it.
 
 A transport whose store shares the ledger's file (the embedded store in a data folder of one
 file) also takes :class:`OneCommit`: a write's audit intent, its one store call and its outcome
@@ -30,7 +32,14 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 
 from sidecar.errors import StoreUnavailable
 from sidecar.ledger.base import AuditEvent, LedgerError
-from sidecar.store_contract import Refusal, RefusalCode, StoredArtifact, StoredMessage
+from sidecar.store_contract import (
+    Owner,
+    Principal,
+    Refusal,
+    RefusalCode,
+    StoredArtifact,
+    StoredMessage,
+)
 
 _A = TypeVar("_A", covariant=True)
 _T = TypeVar("_T")
@@ -59,6 +68,7 @@ class CreateArtifact(StoreCall[StoredArtifact]):
     artifact_id: str
     kind: str
     data_json: str
+    principal: Principal | None = None
     operation: ClassVar[str] = "create_artifact"
     rpc: ClassVar[str] = "CreateArtifact"
 
@@ -70,6 +80,7 @@ class CreateArtifact(StoreCall[StoredArtifact]):
 @dataclass(frozen=True, slots=True)
 class GetArtifact(StoreCall[StoredArtifact]):
     artifact_id: str
+    principal: Principal | None = None
     operation: ClassVar[str] = "get_artifact"
     rpc: ClassVar[str] = "GetArtifact"
 
@@ -83,6 +94,7 @@ class PatchArtifact(StoreCall[StoredArtifact]):
     artifact_id: str
     expected_version: int
     patch_json: str
+    principal: Principal | None = None
     operation: ClassVar[str] = "patch_artifact"
     rpc: ClassVar[str] = "PatchArtifact"
 
@@ -96,6 +108,7 @@ class ProposeCreate(StoreCall[None]):
     proposal_id: str
     kind: str
     data_json: str
+    principal: Principal | None = None
     operation: ClassVar[str] = "propose_create"
     rpc: ClassVar[str] = "CreateProposal"
 
@@ -110,6 +123,7 @@ class ProposePatch(StoreCall[None]):
     artifact_id: str
     patch_json: str
     base_version: int
+    principal: Principal | None = None
     operation: ClassVar[str] = "propose_patch"
     rpc: ClassVar[str] = "CreateProposal"
 
@@ -122,6 +136,7 @@ class ProposePatch(StoreCall[None]):
 class CreateThread(StoreCall[None]):
     thread_id: str
     title: str
+    principal: Principal | None = None
     operation: ClassVar[str] = "create_thread"
     rpc: ClassVar[str] = "CreateThread"
 
@@ -137,6 +152,7 @@ class PostMessage(StoreCall[StoredMessage]):
     kind: str
     text: str
     request_turn: bool
+    principal: Principal | None = None
     operation: ClassVar[str] = "post_message"
     rpc: ClassVar[str] = "PostMessage"
 
@@ -148,12 +164,28 @@ class PostMessage(StoreCall[StoredMessage]):
 @dataclass(frozen=True, slots=True)
 class ListMessages(StoreCall[Sequence[StoredMessage]]):
     thread_id: str
+    principal: Principal | None = None
     operation: ClassVar[str] = "list_messages"
     rpc: ClassVar[str] = "ListMessages"
 
     @property
     def store_id(self) -> str:
         return self.thread_id
+
+
+@dataclass(frozen=True, slots=True)
+class GetOwner(StoreCall[Owner]):
+    """The owner of an artifact or (``thread=True``) a thread: what a call checks its grants
+    against before it acts (sidecar.core.access)."""
+
+    target_id: str
+    thread: bool = False
+    operation: ClassVar[str] = "get_owner"
+    rpc: ClassVar[str] = "GetOwner"
+
+    @property
+    def store_id(self) -> str:
+        return self.target_id
 
 
 # The calls a write can be made of alone: what a OneCommit carries.

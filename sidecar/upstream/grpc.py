@@ -30,9 +30,10 @@ from google.rpc import error_details_pb2, status_pb2
 from sidecar import defaults
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ops import security
-from sidecar.refstore.wire import from_message
+from sidecar.refstore.wire import encode_principal, from_message
 from sidecar.store_contract import STORE_DOMAIN as STORE_DOMAIN
 from sidecar.store_contract import (
+    Owner,
     Refusal,
     RefusalCode,
     RefusalVocabulary,
@@ -43,6 +44,7 @@ from sidecar.upstream.base import (
     CreateArtifact,
     CreateThread,
     GetArtifact,
+    GetOwner,
     ListMessages,
     PatchArtifact,
     PostMessage,
@@ -177,13 +179,18 @@ class GrpcStoreClient:
 
     async def _create_artifact(self, op: CreateArtifact, timeout: float | None) -> StoredArtifact:
         request = spb.CreateArtifactRequest(
-            artifact_id=op.artifact_id, kind=op.kind, data_json=op.data_json
+            artifact_id=op.artifact_id,
+            kind=op.kind,
+            data_json=op.data_json,
+            principal=encode_principal(op.principal),
         )
         response = await self._call(self._stub.CreateArtifact, request, timeout)
         return from_message(response.artifact, StoredArtifact)
 
     async def _get_artifact(self, op: GetArtifact, timeout: float | None) -> StoredArtifact:
-        request = spb.GetArtifactRequest(artifact_id=op.artifact_id)
+        request = spb.GetArtifactRequest(
+            artifact_id=op.artifact_id, principal=encode_principal(op.principal)
+        )
         response = await self._call(self._stub.GetArtifact, request, timeout)
         return from_message(response.artifact, StoredArtifact)
 
@@ -192,13 +199,17 @@ class GrpcStoreClient:
             artifact_id=op.artifact_id,
             expected_version=op.expected_version,
             patch_json=op.patch_json,
+            principal=encode_principal(op.principal),
         )
         response = await self._call(self._stub.PatchArtifact, request, timeout)
         return from_message(response.artifact, StoredArtifact)
 
     async def _propose_create(self, op: ProposeCreate, timeout: float | None) -> None:
         request = spb.CreateProposalRequest(
-            proposal_id=op.proposal_id, kind=op.kind, data_json=op.data_json
+            proposal_id=op.proposal_id,
+            kind=op.kind,
+            data_json=op.data_json,
+            principal=encode_principal(op.principal),
         )
         await self._call(self._stub.CreateProposal, request, timeout)
 
@@ -208,11 +219,14 @@ class GrpcStoreClient:
             artifact_id=op.artifact_id,
             patch_json=op.patch_json,
             base_version=op.base_version,
+            principal=encode_principal(op.principal),
         )
         await self._call(self._stub.CreateProposal, request, timeout)
 
     async def _create_thread(self, op: CreateThread, timeout: float | None) -> None:
-        request = spb.CreateThreadRequest(thread_id=op.thread_id, title=op.title)
+        request = spb.CreateThreadRequest(
+            thread_id=op.thread_id, title=op.title, principal=encode_principal(op.principal)
+        )
         await self._call(self._stub.CreateThread, request, timeout)
 
     async def _post_message(self, op: PostMessage, timeout: float | None) -> StoredMessage:
@@ -222,6 +236,7 @@ class GrpcStoreClient:
             kind=op.kind,
             text=op.text,
             request_turn=op.request_turn,
+            principal=encode_principal(op.principal),
         )
         response = await self._call(self._stub.PostMessage, request, timeout)
         return from_message(response.message, StoredMessage)
@@ -229,9 +244,19 @@ class GrpcStoreClient:
     async def _list_messages(
         self, op: ListMessages, timeout: float | None
     ) -> Sequence[StoredMessage]:
-        request = spb.ListMessagesRequest(thread_id=op.thread_id)
+        request = spb.ListMessagesRequest(
+            thread_id=op.thread_id, principal=encode_principal(op.principal)
+        )
         response = await self._call(self._stub.ListMessages, request, timeout)
         return [from_message(message, StoredMessage) for message in response.messages]
+
+    async def _get_owner(self, op: GetOwner, timeout: float | None) -> Owner:
+        if op.thread:
+            request = spb.GetOwnerRequest(thread_id=op.target_id)
+        else:
+            request = spb.GetOwnerRequest(artifact_id=op.target_id)
+        response = await self._call(self._stub.GetOwner, request, timeout)
+        return Owner(response.owner, response.kind)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -248,6 +273,7 @@ _CALLS = {
     CreateThread: GrpcStoreClient._create_thread,
     PostMessage: GrpcStoreClient._post_message,
     ListMessages: GrpcStoreClient._list_messages,
+    GetOwner: GrpcStoreClient._get_owner,
 }
 
 

@@ -60,6 +60,7 @@ from sidecar.upstream.base import (
     CreateArtifact,
     CreateThread,
     GetArtifact,
+    GetOwner,
     InTurn,
     ListMessages,
     OneCommit,
@@ -108,14 +109,24 @@ class SharedLedger(Protocol):
 _BACKEND_CALLS: dict[type[StoreCall[Any]], Callable[[store.StoreBackend, Any], Callable[[], Any]]]
 _BACKEND_CALLS = {
     CreateArtifact: lambda b, op: functools.partial(
-        b.create_artifact, op.artifact_id, op.kind, op.data_json
+        b.create_artifact, op.artifact_id, op.kind, op.data_json, principal=op.principal
     ),
-    GetArtifact: lambda b, op: functools.partial(b.get_artifact, op.artifact_id),
+    GetArtifact: lambda b, op: functools.partial(
+        b.get_artifact, op.artifact_id, principal=op.principal
+    ),
     PatchArtifact: lambda b, op: functools.partial(
-        b.patch_artifact, op.artifact_id, op.expected_version, op.patch_json
+        b.patch_artifact,
+        op.artifact_id,
+        op.expected_version,
+        op.patch_json,
+        principal=op.principal,
     ),
     ProposeCreate: lambda b, op: functools.partial(
-        b.create_proposal, op.proposal_id, kind=op.kind, data_json=op.data_json
+        b.create_proposal,
+        op.proposal_id,
+        kind=op.kind,
+        data_json=op.data_json,
+        principal=op.principal,
     ),
     ProposePatch: lambda b, op: functools.partial(
         b.create_proposal,
@@ -123,12 +134,28 @@ _BACKEND_CALLS = {
         artifact_id=op.artifact_id,
         patch_json=op.patch_json,
         base_version=op.base_version,
+        principal=op.principal,
     ),
-    CreateThread: lambda b, op: functools.partial(b.create_thread, op.thread_id, op.title),
+    CreateThread: lambda b, op: functools.partial(
+        b.create_thread, op.thread_id, op.title, principal=op.principal
+    ),
     PostMessage: lambda b, op: functools.partial(
-        b.post_message, op.message_id, op.thread_id, op.kind, op.text, request_turn=op.request_turn
+        b.post_message,
+        op.message_id,
+        op.thread_id,
+        op.kind,
+        op.text,
+        request_turn=op.request_turn,
+        principal=op.principal,
     ),
-    ListMessages: lambda b, op: functools.partial(b.list_messages, op.thread_id),
+    ListMessages: lambda b, op: functools.partial(
+        b.list_messages, op.thread_id, principal=op.principal
+    ),
+    GetOwner: lambda b, op: (
+        functools.partial(b.get_owner, thread_id=op.target_id)
+        if op.thread
+        else functools.partial(b.get_owner, artifact_id=op.target_id)
+    ),
 }
 # What the contract answers with nothing where the backend answers a record.
 _ANSWER_NOTHING = frozenset({ProposeCreate, ProposePatch, CreateThread})

@@ -33,13 +33,21 @@ from sidecar.ledger.base import (
     fenced,
 )
 from sidecar.refstore.backend import apply_patch, parse_patch
-from sidecar.store_contract import ARCHIVED, ID_USED, Refusal, StoredArtifact, StoredMessage
+from sidecar.store_contract import (
+    ARCHIVED,
+    ID_USED,
+    Owner,
+    Refusal,
+    StoredArtifact,
+    StoredMessage,
+)
 from sidecar.upstream.base import (
     AuditedWrites,
     Committed,
     CreateArtifact,
     CreateThread,
     GetArtifact,
+    GetOwner,
     InTurn,
     ListMessages,
     OneCommit,
@@ -159,7 +167,7 @@ class MemoryLedger:
 _OPERATIONS = frozenset(
     call.operation
     for call in (CreateArtifact, GetArtifact, PatchArtifact, ProposeCreate, ProposePatch,
-                 CreateThread, PostMessage, ListMessages)
+                 CreateThread, PostMessage, ListMessages, GetOwner)
 )  # fmt: skip
 
 
@@ -207,6 +215,13 @@ class MemoryStore:
         self.artifacts[op.artifact_id] = made
         await self._point("create_artifact", timeout)
         return made
+
+    async def _get_owner(self, op: GetOwner, timeout: float | None) -> Owner:
+        # No await point: the traces follow the writes. This store records no owners, so
+        # every target is reachable, as data made before owners were recorded is.
+        if op.target_id not in (self.threads if op.thread else self.artifacts):
+            raise Refusal("NOT_FOUND", f"{op.target_id} not found")
+        return Owner("")
 
     async def _get_artifact(self, op: GetArtifact, timeout: float | None) -> StoredArtifact:
         found = self.artifacts.get(op.artifact_id)

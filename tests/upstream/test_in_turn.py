@@ -34,7 +34,7 @@ from sidecar.refstore.backend import StoredThread, StoreUnavailableError
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.rules.canonical import Document
-from sidecar.store_contract import Refusal
+from sidecar.store_contract import Principal, Refusal
 from sidecar.upstream.base import (
     AuditedWrites,
     CreateThread,
@@ -240,9 +240,11 @@ def test_a_job_whose_intent_waits_past_its_deadline_never_calls_the_store(tmp_pa
 
 
 class _SlowStore(SqliteStoreBackend):
-    def create_thread(self, thread_id: str, title: str) -> StoredThread:
+    def create_thread(
+        self, thread_id: str, title: str, *, principal: Principal | None = None
+    ) -> StoredThread:
         threading.Event().wait(0.4)
-        return super().create_thread(thread_id, title)
+        return super().create_thread(thread_id, title, principal=principal)
 
 
 def test_a_store_past_the_deadline_may_have_landed_and_leaves_its_outcome_to_the_caller(

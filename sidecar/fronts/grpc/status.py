@@ -17,6 +17,7 @@ how gRPC tells it: a canonical status code, an ``ErrorInfo`` (reason, domain
     ├── SendNotAllowed           PERMISSION_DENIED
     ├── RuleNotServed            PERMISSION_DENIED
     ├── RunOfAnotherRule         PERMISSION_DENIED
+    ├── NotGranted               PERMISSION_DENIED
     ├── LeaseExpired             FAILED_PRECONDITION
     ├── AttemptFenced            FAILED_PRECONDITION
     ├── StepDecided              FAILED_PRECONDITION
@@ -61,6 +62,7 @@ _CODES: dict[type[errors.ActonceError], grpc.StatusCode] = {
     errors.SendNotAllowed: grpc.StatusCode.PERMISSION_DENIED,
     errors.RuleNotServed: grpc.StatusCode.PERMISSION_DENIED,
     errors.RunOfAnotherRule: grpc.StatusCode.PERMISSION_DENIED,
+    errors.NotGranted: grpc.StatusCode.PERMISSION_DENIED,
     errors.LeaseExpired: grpc.StatusCode.FAILED_PRECONDITION,
     errors.AttemptFenced: grpc.StatusCode.FAILED_PRECONDITION,
     errors.StepDecided: grpc.StatusCode.FAILED_PRECONDITION,

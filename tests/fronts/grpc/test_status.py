@@ -28,6 +28,7 @@ CODES: list[tuple[ActonceError, grpc.StatusCode]] = [
     (errors.SendNotAllowed("no"), C.PERMISSION_DENIED),
     (errors.RuleNotServed("no"), C.PERMISSION_DENIED),
     (errors.RunOfAnotherRule("no"), C.PERMISSION_DENIED),
+    (errors.NotGranted("not yours"), C.PERMISSION_DENIED),
     (errors.LeaseExpired("late"), C.FAILED_PRECONDITION),
     (errors.AttemptFenced("newer"), C.FAILED_PRECONDITION),
     (errors.InDoubt("maybe"), C.FAILED_PRECONDITION),

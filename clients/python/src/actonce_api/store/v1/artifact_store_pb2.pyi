@@ -20,6 +20,36 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class Principal(_message.Message):
+    """Principal is the rule a call acts for, and the other rule whose data the
+    caller's grants let this call reach.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RULE_FIELD_NUMBER: _builtins.int
+    GRANTED_OWNER_FIELD_NUMBER: _builtins.int
+    rule: _builtins.str
+    """The rule whose run makes the call; a create records it as the owner."""
+    granted_owner: _builtins.str
+    """Another rule whose artifact or thread this call may reach: the caller
+    checked its grants for it. Empty: only the rule's own data.
+    """
+    def __init__(
+        self,
+        *,
+        rule: _builtins.str = ...,
+        granted_owner: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted_owner", b"granted_owner", "rule", b"rule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Principal: _TypeAlias = Principal  # noqa: Y015
+
+@_typing.final
 class StoredArtifact(_message.Message):
     """StoredArtifact is an artifact as the store holds it."""
 
@@ -30,6 +60,7 @@ class StoredArtifact(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     DATA_JSON_FIELD_NUMBER: _builtins.int
     ARCHIVED_FIELD_NUMBER: _builtins.int
+    OWNER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Caller-chosen id."""
     kind: _builtins.str
@@ -40,6 +71,10 @@ class StoredArtifact(_message.Message):
     """UTF-8 JSON text."""
     archived: _builtins.bool
     """Archived artifacts refuse patches and proposals."""
+    owner: _builtins.str
+    """The rule that owns it (whose run created it); empty when made before
+    owners were recorded.
+    """
     def __init__(
         self,
         *,
@@ -48,10 +83,11 @@ class StoredArtifact(_message.Message):
         version: _builtins.int = ...,
         data_json: _builtins.str = ...,
         archived: _builtins.bool = ...,
+        owner: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived", b"archived", "data_json", b"data_json", "id", b"id", "kind", b"kind", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived", b"archived", "data_json", b"data_json", "id", b"id", "kind", b"kind", "owner", b"owner", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -104,22 +140,28 @@ class CreateArtifactRequest(_message.Message):
     ARTIFACT_ID_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     DATA_JSON_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     artifact_id: _builtins.str
     """Caller-chosen id; refused with INVALID_STATE/ID_USED when taken."""
     kind: _builtins.str
     """Not empty."""
     data_json: _builtins.str
     """UTF-8 JSON text."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         artifact_id: _builtins.str = ...,
         kind: _builtins.str = ...,
         data_json: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "data_json", b"data_json", "kind", b"kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "data_json", b"data_json", "kind", b"kind", "principal", b"principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -156,16 +198,22 @@ class GetArtifactRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ARTIFACT_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     artifact_id: _builtins.str
     """The artifact's id."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         artifact_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "principal", b"principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -204,22 +252,28 @@ class PatchArtifactRequest(_message.Message):
     ARTIFACT_ID_FIELD_NUMBER: _builtins.int
     EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
     PATCH_JSON_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     artifact_id: _builtins.str
     """The artifact's id."""
     expected_version: _builtins.int
     """The version the patch was computed against; VERSION_CONFLICT otherwise."""
     patch_json: _builtins.str
     """RFC 6902 JSON Patch document: UTF-8 JSON text."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         artifact_id: _builtins.str = ...,
         expected_version: _builtins.int = ...,
         patch_json: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "expected_version", b"expected_version", "patch_json", b"patch_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "expected_version", b"expected_version", "patch_json", b"patch_json", "principal", b"principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -256,16 +310,22 @@ class ArchiveArtifactRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ARTIFACT_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     artifact_id: _builtins.str
     """The artifact's id."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         artifact_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "principal", b"principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -304,22 +364,28 @@ class ListArtifactsRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     """The kind to list."""
     page_size: _builtins.int
     """At most this many; 0 means the store's default (100)."""
     page_token: _builtins.str
     """From a previous response's next_page_token."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         kind: _builtins.str = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "page_size", b"page_size", "page_token", b"page_token", "principal", b"principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -367,6 +433,7 @@ class CreateProposalRequest(_message.Message):
     ARTIFACT_ID_FIELD_NUMBER: _builtins.int
     PATCH_JSON_FIELD_NUMBER: _builtins.int
     BASE_VERSION_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     proposal_id: _builtins.str
     """Caller-chosen id; refused with INVALID_STATE/ID_USED when taken."""
     kind: _builtins.str
@@ -379,6 +446,10 @@ class CreateProposalRequest(_message.Message):
     """For a proposed edit: the RFC 6902 patch."""
     base_version: _builtins.int
     """For a proposed edit: the version the patch was computed against."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
@@ -388,10 +459,11 @@ class CreateProposalRequest(_message.Message):
         artifact_id: _builtins.str = ...,
         patch_json: _builtins.str = ...,
         base_version: _builtins.int = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "base_version", b"base_version", "data_json", b"data_json", "kind", b"kind", "patch_json", b"patch_json", "proposal_id", b"proposal_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "base_version", b"base_version", "data_json", b"data_json", "kind", b"kind", "patch_json", b"patch_json", "principal", b"principal", "proposal_id", b"proposal_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -426,16 +498,22 @@ class GetProposalRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PROPOSAL_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     proposal_id: _builtins.str
     """The proposal's id."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         proposal_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["proposal_id", b"proposal_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "proposal_id", b"proposal_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -491,19 +569,25 @@ class CreateThreadRequest(_message.Message):
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     """Caller-chosen id; refused with INVALID_STATE/ID_USED when taken."""
     title: _builtins.str
     """Not empty."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
         title: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread_id", b"thread_id", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "thread_id", b"thread_id", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -542,6 +626,7 @@ class PostMessageRequest(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     REQUEST_TURN_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     message_id: _builtins.str
     """Caller-chosen id; refused with INVALID_STATE/ID_USED when taken."""
     thread_id: _builtins.str
@@ -552,6 +637,10 @@ class PostMessageRequest(_message.Message):
     """Not empty."""
     request_turn: _builtins.bool
     """Also record a turn request keyed by the message id, in the same transaction."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
@@ -560,10 +649,11 @@ class PostMessageRequest(_message.Message):
         kind: _builtins.str = ...,
         text: _builtins.str = ...,
         request_turn: _builtins.bool = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "message_id", b"message_id", "request_turn", b"request_turn", "text", b"text", "thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "message_id", b"message_id", "principal", b"principal", "request_turn", b"request_turn", "text", b"text", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -600,16 +690,22 @@ class ListMessagesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     """The thread; NOT_FOUND when it does not exist."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -646,16 +742,22 @@ class RequestTurnRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     message_id: _builtins.str
     """The message whose turn is asked; NOT_FOUND when it does not exist."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         message_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_id", b"message_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_id", b"message_id", "principal", b"principal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -690,16 +792,22 @@ class ListTurnRequestsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     THREAD_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     thread_id: _builtins.str
     """The thread."""
+    @_builtins.property
+    def principal(self) -> Global___Principal:
+        """The rule the call acts for (see the service's comment); unset: not checked."""
+
     def __init__(
         self,
         *,
         thread_id: _builtins.str = ...,
+        principal: Global___Principal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["thread_id", b"thread_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "thread_id", b"thread_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -728,3 +836,57 @@ class ListTurnRequestsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListTurnRequestsResponse: _TypeAlias = ListTurnRequestsResponse  # noqa: Y015
+
+@_typing.final
+class GetOwnerRequest(_message.Message):
+    """GetOwnerRequest names an artifact or a thread."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARTIFACT_ID_FIELD_NUMBER: _builtins.int
+    THREAD_ID_FIELD_NUMBER: _builtins.int
+    artifact_id: _builtins.str
+    """An artifact's id."""
+    thread_id: _builtins.str
+    """A thread's id."""
+    def __init__(
+        self,
+        *,
+        artifact_id: _builtins.str = ...,
+        thread_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "target", b"target", "thread_id", b"thread_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id", "target", b"target", "thread_id", b"thread_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_target: _TypeAlias = _typing.Literal["artifact_id", "thread_id"]  # noqa: Y015
+    _WhichOneofArgType_target: _TypeAlias = _typing.Literal["target", b"target"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_target) -> _WhichOneofReturnType_target | None: ...
+
+Global___GetOwnerRequest: _TypeAlias = GetOwnerRequest  # noqa: Y015
+
+@_typing.final
+class GetOwnerResponse(_message.Message):
+    """GetOwnerResponse names the target's owner; NOT_FOUND when it does not exist."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OWNER_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    owner: _builtins.str
+    """The rule that owns it; empty when made before owners were recorded."""
+    kind: _builtins.str
+    """An artifact's kind; empty for a thread."""
+    def __init__(
+        self,
+        *,
+        owner: _builtins.str = ...,
+        kind: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "owner", b"owner"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOwnerResponse: _TypeAlias = GetOwnerResponse  # noqa: Y015

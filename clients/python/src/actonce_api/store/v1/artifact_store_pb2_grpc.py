@@ -39,6 +39,15 @@ class ArtifactStoreServiceStub:
     lists in metadata["states"] every state that refused the write, comma
     separated: ID_USED (the id is taken), ARCHIVED, PROPOSAL_CLOSED, ...; a
     refusal whose only state is ID_USED means the write was already made.
+
+    Ownership: every artifact, proposal and thread belongs to the rule whose run
+    created it. A caller names the rule it acts for in each request's
+    `principal`; a create records principal.rule as the owner. Every other call
+    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
+    names the owner) unless the owner is principal.rule or
+    principal.granted_owner. A request without a principal, and data without an
+    owner (made before owners were recorded), are not checked: a store keeps
+    answering callers that predate ownership as before.
     """
 
     def __init__(self, channel):
@@ -107,6 +116,11 @@ class ArtifactStoreServiceStub:
                 request_serializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.ListTurnRequestsRequest.SerializeToString,
                 response_deserializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.ListTurnRequestsResponse.FromString,
                 _registered_method=True)
+        self.GetOwner = channel.unary_unary(
+                '/actonce.store.v1.ArtifactStoreService/GetOwner',
+                request_serializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.GetOwnerRequest.SerializeToString,
+                response_deserializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.GetOwnerResponse.FromString,
+                _registered_method=True)
 
 
 class ArtifactStoreServiceServicer:
@@ -122,6 +136,15 @@ class ArtifactStoreServiceServicer:
     lists in metadata["states"] every state that refused the write, comma
     separated: ID_USED (the id is taken), ARCHIVED, PROPOSAL_CLOSED, ...; a
     refusal whose only state is ID_USED means the write was already made.
+
+    Ownership: every artifact, proposal and thread belongs to the rule whose run
+    created it. A caller names the rule it acts for in each request's
+    `principal`; a create records principal.rule as the owner. Every other call
+    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
+    names the owner) unless the owner is principal.rule or
+    principal.granted_owner. A request without a principal, and data without an
+    owner (made before owners were recorded), are not checked: a store keeps
+    answering callers that predate ownership as before.
     """
 
     def CreateArtifact(self, request, context):
@@ -210,6 +233,15 @@ class ArtifactStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetOwner(self, request, context):
+        """GetOwner names the owner of an artifact or a thread, and an artifact's
+        kind, and nothing of its content: what a caller checks its grants against
+        before it acts. Not checked against the principal.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ArtifactStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -273,6 +305,11 @@ def add_ArtifactStoreServiceServicer_to_server(servicer, server):
                     request_deserializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.ListTurnRequestsRequest.FromString,
                     response_serializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.ListTurnRequestsResponse.SerializeToString,
             ),
+            'GetOwner': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOwner,
+                    request_deserializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.GetOwnerRequest.FromString,
+                    response_serializer=actonce_dot_store_dot_v1_dot_artifact__store__pb2.GetOwnerResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'actonce.store.v1.ArtifactStoreService', rpc_method_handlers)
@@ -294,6 +331,15 @@ class ArtifactStoreService:
     lists in metadata["states"] every state that refused the write, comma
     separated: ID_USED (the id is taken), ARCHIVED, PROPOSAL_CLOSED, ...; a
     refusal whose only state is ID_USED means the write was already made.
+
+    Ownership: every artifact, proposal and thread belongs to the rule whose run
+    created it. A caller names the rule it acts for in each request's
+    `principal`; a create records principal.rule as the owner. Every other call
+    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
+    names the owner) unless the owner is principal.rule or
+    principal.granted_owner. A request without a principal, and data without an
+    owner (made before owners were recorded), are not checked: a store keeps
+    answering callers that predate ownership as before.
     """
 
     @staticmethod
@@ -610,6 +656,33 @@ class ArtifactStoreService:
             '/actonce.store.v1.ArtifactStoreService/ListTurnRequests',
             actonce_dot_store_dot_v1_dot_artifact__store__pb2.ListTurnRequestsRequest.SerializeToString,
             actonce_dot_store_dot_v1_dot_artifact__store__pb2.ListTurnRequestsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOwner(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/actonce.store.v1.ArtifactStoreService/GetOwner',
+            actonce_dot_store_dot_v1_dot_artifact__store__pb2.GetOwnerRequest.SerializeToString,
+            actonce_dot_store_dot_v1_dot_artifact__store__pb2.GetOwnerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,15 @@ class ArtifactStoreServiceStub:
     lists in metadata["states"] every state that refused the write, comma
     separated: ID_USED (the id is taken), ARCHIVED, PROPOSAL_CLOSED, ...; a
     refusal whose only state is ID_USED means the write was already made.
+
+    Ownership: every artifact, proposal and thread belongs to the rule whose run
+    created it. A caller names the rule it acts for in each request's
+    `principal`; a create records principal.rule as the owner. Every other call
+    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
+    names the owner) unless the owner is principal.rule or
+    principal.granted_owner. A request without a principal, and data without an
+    owner (made before owners were recorded), are not checked: a store keeps
+    answering callers that predate ownership as before.
     """
 
     @_typing.overload
@@ -74,6 +83,11 @@ class ArtifactStoreServiceStub:
     """
     ListTurnRequests: _grpc.UnaryUnaryMultiCallable[_artifact_store_pb2.ListTurnRequestsRequest, _artifact_store_pb2.ListTurnRequestsResponse]
     """ListTurnRequests lists a thread's pending and taken turn requests."""
+    GetOwner: _grpc.UnaryUnaryMultiCallable[_artifact_store_pb2.GetOwnerRequest, _artifact_store_pb2.GetOwnerResponse]
+    """GetOwner names the owner of an artifact or a thread, and an artifact's
+    kind, and nothing of its content: what a caller checks its grants against
+    before it acts. Not checked against the principal.
+    """
 
 @_typing.type_check_only
 class ArtifactStoreServiceAsyncStub(ArtifactStoreServiceStub):
@@ -89,6 +103,15 @@ class ArtifactStoreServiceAsyncStub(ArtifactStoreServiceStub):
     lists in metadata["states"] every state that refused the write, comma
     separated: ID_USED (the id is taken), ARCHIVED, PROPOSAL_CLOSED, ...; a
     refusal whose only state is ID_USED means the write was already made.
+
+    Ownership: every artifact, proposal and thread belongs to the rule whose run
+    created it. A caller names the rule it acts for in each request's
+    `principal`; a create records principal.rule as the owner. Every other call
+    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
+    names the owner) unless the owner is principal.rule or
+    principal.granted_owner. A request without a principal, and data without an
+    owner (made before owners were recorded), are not checked: a store keeps
+    answering callers that predate ownership as before.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -120,6 +143,11 @@ class ArtifactStoreServiceAsyncStub(ArtifactStoreServiceStub):
     """
     ListTurnRequests: _aio.UnaryUnaryMultiCallable[_artifact_store_pb2.ListTurnRequestsRequest, _artifact_store_pb2.ListTurnRequestsResponse]  # type: ignore[assignment]
     """ListTurnRequests lists a thread's pending and taken turn requests."""
+    GetOwner: _aio.UnaryUnaryMultiCallable[_artifact_store_pb2.GetOwnerRequest, _artifact_store_pb2.GetOwnerResponse]  # type: ignore[assignment]
+    """GetOwner names the owner of an artifact or a thread, and an artifact's
+    kind, and nothing of its content: what a caller checks its grants against
+    before it acts. Not checked against the principal.
+    """
 
 class ArtifactStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     """ArtifactStoreService is the contract the sidecar speaks upstream: the
@@ -134,6 +162,15 @@ class ArtifactStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     lists in metadata["states"] every state that refused the write, comma
     separated: ID_USED (the id is taken), ARCHIVED, PROPOSAL_CLOSED, ...; a
     refusal whose only state is ID_USED means the write was already made.
+
+    Ownership: every artifact, proposal and thread belongs to the rule whose run
+    created it. A caller names the rule it acts for in each request's
+    `principal`; a create records principal.rule as the owner. Every other call
+    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
+    names the owner) unless the owner is principal.rule or
+    principal.granted_owner. A request without a principal, and data without an
+    owner (made before owners were recorded), are not checked: a store keeps
+    answering callers that predate ownership as before.
     """
 
     @_abc_1.abstractmethod
@@ -235,5 +272,16 @@ class ArtifactStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_artifact_store_pb2.ListTurnRequestsResponse, _abc.Awaitable[_artifact_store_pb2.ListTurnRequestsResponse]]:
         """ListTurnRequests lists a thread's pending and taken turn requests."""
+
+    @_abc_1.abstractmethod
+    def GetOwner(
+        self,
+        request: _artifact_store_pb2.GetOwnerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_artifact_store_pb2.GetOwnerResponse, _abc.Awaitable[_artifact_store_pb2.GetOwnerResponse]]:
+        """GetOwner names the owner of an artifact or a thread, and an artifact's
+        kind, and nothing of its content: what a caller checks its grants against
+        before it acts. Not checked against the principal.
+        """
 
 def add_ArtifactStoreServiceServicer_to_server(servicer: ArtifactStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
