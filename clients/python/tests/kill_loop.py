@@ -22,6 +22,8 @@ from forking import Forks, forking_worker
 from actonce_client import Client
 from actonce_client.testing import LocalSidecar
 
+WORKER_RULE = "billing-agent"  # every framework's worker's rule
+
 # The charges a run made: (customer, cents) each, of the customers its run id prefixes.
 Charged = Callable[[str], list[tuple[str, int]]]
 
@@ -59,7 +61,9 @@ def world_of(sidecar: LocalSidecar, folder: Path, worker_module: str) -> Iterato
 
 def new_job(world: World, scenario: str) -> Job:
     run_id = f"{scenario}-{uuid.uuid4().hex[:8]}"
-    setup = world.client.begin(f"setup-{run_id}", "setup")
+    # The thread belongs to the workers' rule, whose notices go to it: a thread is its
+    # creating rule's own.
+    setup = world.client.begin(f"setup-{run_id}", WORKER_RULE)
     thread = setup.create_thread(f"thread of {run_id}").id
     setup.end()
     folder = world.folder / run_id
