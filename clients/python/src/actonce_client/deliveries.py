@@ -12,10 +12,11 @@ tool calls' leases, and a heartbeat moves it while the agent thinks.
 **Durable model turns.** A model names its tool calls anew on every call, so a delivery
 that asked the model again would make new tool calls, and every write they make would
 be a new write. Each model response is recorded as a step of the delivery's attempt
-(tool ``model_turn``, keyed by its turn: which agent, and the turn's index in the run),
-and a later delivery that reaches the same turn replays the recorded response instead
-of asking again: the same tool calls, with the same ids, so the same writes, found
-once. A response is recorded before anything acts on it; one whose JSON form exceeds
+(tool ``model_turn``, keyed by which model and a digest of what it was asked:
+:mod:`actonce_client.model_turns`, docs/model-turns.md), and a later delivery that asks
+the same request replays the recorded response instead of asking again: the same tool
+calls, with the same ids, so the same writes, found once, whatever order parallel
+requests come in. A response is recorded before anything acts on it; one whose JSON form exceeds
 what the sidecar keeps (``MAX_RECORDED_BYTES``, the limit of a step's ``result_json``)
 is refused, :class:`ModelResponseTooLarge`, before it reaches the framework.
 
@@ -33,7 +34,7 @@ import asyncio
 import contextvars
 import json
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +44,7 @@ from actonce_client import inputs
 from actonce_client.aio import AsyncAttempt, AsyncClient
 from actonce_client.client import Attempt, Client, Effect, RawJSON
 from actonce_client.errors import ActonceError, FailureClass, InvalidInput
+from actonce_client.model_turns import ModelTurn
 
 T = TypeVar("T")
 
@@ -191,6 +193,10 @@ class Delivery:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _tools_running: int = field(default=0, repr=False)
     _tools_done: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    # The recorded answer each caller had for each request (ModelTurn: a node retry).
+    _answered: dict[tuple[Hashable, Hashable], Any] = field(default_factory=dict, repr=False)
+    # The models whose positional keys of an earlier client ended in this delivery.
+    _legacy_ended: set[str] = field(default_factory=set, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -202,37 +208,92 @@ class Delivery:
 
     # -- model turns --------------------------------------------------------------------
 
-    def turn(self, key: Mapping[str, Any], call: Callable[[], T], codec: Codec[T]) -> T:
-        """The model's response for the turn ``key``: recorded, or asked for and recorded."""
-        begun = self.attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE, dict(key))
+    def turn(self, turn: ModelTurn, call: Callable[[], T], codec: Codec[T]) -> T:
+        """The model's response to ``turn``'s request: the one this caller already had, or
+        the one recorded, or asked for and recorded (:class:`ModelTurn` says which)."""
+        mine = self._mine(turn)
+        if mine is not None:
+            return codec.decode(mine)
+        begun = self.attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE, dict(turn.key))
         self._counted()
         if begun.done:
-            return codec.decode(begun.result)
+            return codec.decode(self._keep(turn, begun.result))
+        earlier = self._legacy(turn)
         try:
-            text = recordable(codec.encode(call()))
+            text = recordable(earlier if earlier is not _NONE else codec.encode(call()))
         except Exception:
             # A model that did not answer, or an answer refused, acted on nothing.
             self.attempt.abort_step(begun.id, "the model's answer was not recorded")
             raise
         self.attempt.end_step(begun.id, RawJSON(text))
-        return codec.decode(json.loads(text))
+        return codec.decode(self._keep(turn, json.loads(text)))
 
-    async def aturn(
-        self, key: Mapping[str, Any], call: Callable[[], Awaitable[T]], codec: Codec[T]
-    ) -> T:
+    async def aturn(self, turn: ModelTurn, call: Callable[[], Awaitable[T]], codec: Codec[T]) -> T:
         """:meth:`turn`, awaited."""
+        mine = self._mine(turn)
+        if mine is not None:
+            return codec.decode(mine)
         attempt = self.async_attempt()
-        begun = await attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE, dict(key))
+        begun = await attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE, dict(turn.key))
         self._counted()
         if begun.done:
-            return codec.decode(begun.result)
+            return codec.decode(self._keep(turn, begun.result))
+        earlier = await self._alegacy(turn)
         try:
-            text = recordable(codec.encode(await call()))
+            text = recordable(earlier if earlier is not _NONE else codec.encode(await call()))
         except Exception:
             await attempt.abort_step(begun.id, "the model's answer was not recorded")
             raise
         await attempt.end_step(begun.id, RawJSON(text))
-        return codec.decode(json.loads(text))
+        return codec.decode(self._keep(turn, json.loads(text)))
+
+    def _mine(self, turn: ModelTurn) -> Any:
+        """The recorded answer this turn's caller already had for this request, or None."""
+        if turn.caller is None:
+            return None
+        with self._lock:
+            return self._answered.get((turn.caller, _frozen(turn.key)))
+
+    def _keep(self, turn: ModelTurn, recorded: Any) -> Any:
+        if turn.caller is not None:
+            with self._lock:
+                self._answered[(turn.caller, _frozen(turn.key))] = recorded
+        return recorded
+
+    def _legacy(self, turn: ModelTurn) -> Any:
+        """The answer an earlier client recorded for this turn under its positional key,
+        or _NONE. Looked for until the first position of a model found empty: the old
+        keys of a model are recorded in order, so none lies past it, and a run begun
+        after the upgrade pays one look per model and delivery."""
+        if not self._looks_for_legacy(turn):
+            return _NONE
+        assert turn.legacy is not None
+        begun = self.attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE, dict(turn.legacy))
+        if begun.done:
+            return begun.result
+        self.attempt.abort_step(begun.id, "no turn was recorded under this position")
+        self._no_legacy(turn)
+        return _NONE
+
+    async def _alegacy(self, turn: ModelTurn) -> Any:
+        if not self._looks_for_legacy(turn):
+            return _NONE
+        assert turn.legacy is not None
+        attempt = self.async_attempt()
+        begun = await attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE, dict(turn.legacy))
+        if begun.done:
+            return begun.result
+        await attempt.abort_step(begun.id, "no turn was recorded under this position")
+        self._no_legacy(turn)
+        return _NONE
+
+    def _looks_for_legacy(self, turn: ModelTurn) -> bool:
+        with self._lock:
+            return turn.legacy is not None and turn.family not in self._legacy_ended
+
+    def _no_legacy(self, turn: ModelTurn) -> None:
+        with self._lock:
+            self._legacy_ended.add(turn.family)
 
     def _counted(self) -> None:
         with self._lock:
@@ -334,6 +395,13 @@ class Delivery:
             found = self._aclients.pop(loop, None)
         if found is not None:
             await found.close()
+
+
+_NONE: Any = object()  # no answer recorded under a legacy key
+
+
+def _frozen(key: Mapping[str, Any]) -> Hashable:
+    return json.dumps(dict(key), sort_keys=True)
 
 
 def current() -> Delivery | None:

@@ -19,7 +19,8 @@ checkpoint the tool's task runs from (``runtime.execution_info.checkpoint_id``: 
 a tool, the config's ``checkpoint_id`` is None), and ends it when the tool returns. The
 tool call's id is stable across deliveries when the graph keeps the model's answer: a
 durable checkpointer, or, for a graph without one, :func:`durable_model`, which records
-each model response as a durable model turn of the delivery and replays it.
+each model response as a durable model turn of the delivery, keyed by what the model was asked
+(docs/model-turns.md), and replays it.
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
     BaseMessage,
+    ToolMessage,
     messages_from_dict,
     messages_to_dict,
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphInterrupt
@@ -67,6 +70,14 @@ from actonce_client.deliveries import (
     ParkedItem,
 )
 from actonce_client.errors import ActonceError, FailureClass
+from actonce_client.model_turns import (
+    Conversation,
+    ModelTurn,
+    ToolCallForm,
+    model_turn,
+    request_form,
+    tool_form,
+)
 from actonce_client.tool_calls import (
     AsyncToolCall,
     ToolAttempts,
@@ -285,21 +296,30 @@ def _as_message(found: Any) -> AIMessage:
 
 class DurableChatModel(BaseChatModel):
     """A chat model whose every call is a durable model turn of the delivery: keyed by
-    the model's ``turn_name`` and the turn's index in the run (the AI messages its input
-    holds), asked once, its answer recorded; a later delivery replays it, with the same
-    tool calls under the same ids. Made by :func:`durable_model`."""
+    the model's ``turn_name`` and a digest of its request (the messages and the tools
+    bound, in the neutral form of docs/model-turns.md), asked once, its answer recorded;
+    a later delivery replays it, with the same tool calls under the same ids. Within a
+    delivery, a LangGraph task that asks again what it was answered (its node run again
+    by a RetryPolicy) gets the same answer; other tasks asking the same (``Send``
+    branches) get turns of their own. Made by :func:`durable_model`."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     inner: Any
     turn_name: str = "model"
+    tools_offered: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
         return "actonce-durable"
 
-    def _key(self, messages: Sequence[BaseMessage]) -> dict[str, Any]:
-        return {"model": self.turn_name, "turn": sum(isinstance(m, AIMessage) for m in messages)}
+    def _key(self, messages: Sequence[BaseMessage]) -> ModelTurn:
+        request = request_form(conversation(messages), self.tools_offered)
+        # The task is the caller: a RetryPolicy runs a node again as the same task, under
+        # the same id; each Send branch is a task of its own.
+        caller = _task_id(ensure_config())
+        legacy = {"model": self.turn_name, "turn": sum(isinstance(m, AIMessage) for m in messages)}
+        return model_turn(self.turn_name, request, caller=caller, legacy=legacy)
 
     def _delivery(self) -> Delivery:
         found = _delivery_of(ensure_config())
@@ -367,7 +387,73 @@ class DurableChatModel(BaseChatModel):
         self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
         bound = self.inner.bind_tools(tools, tool_choice=tool_choice, **kwargs)
-        return DurableChatModel(inner=bound, turn_name=self.turn_name)
+        offered = [_tool_offered(tool) for tool in tools]
+        return DurableChatModel(inner=bound, turn_name=self.turn_name, tools_offered=offered)
+
+
+def _task_id(config: RunnableConfig) -> str | None:
+    """The id of the graph's task the calling code runs in, or None outside a graph."""
+    runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+    info = getattr(runtime, "execution_info", None)
+    return str(info.task_id) if info is not None and info.task_id else None
+
+
+def _tool_offered(tool: Any) -> dict[str, Any]:
+    """A bound tool in the neutral form: its name, description and JSON schema."""
+    try:
+        made = convert_to_openai_tool(tool)
+    except (TypeError, ValueError):
+        made = tool if isinstance(tool, dict) else {"name": repr(tool)}
+    function = made.get("function")
+    if isinstance(function, Mapping):
+        return tool_form(str(function.get("name", "")), function.get("description"),
+                         function.get("parameters"))  # fmt: skip
+    # A provider's own tool ({"type": "web_search", ...}): itself is what is offered.
+    return tool_form(str(made.get("name") or made.get("type") or ""), "", made)
+
+
+# LangGraph's key of the node's Runtime in the config (langgraph.runtime.get_runtime reads it).
+CONFIG_KEY_RUNTIME = "__pregel_runtime"
+
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def conversation(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """LangChain messages in the neutral form (docs/model-turns.md): an AI message's text
+    and tool calls (name and arguments), a tool message answering its call by position,
+    every other message its role (``human`` is ``user``), text and non-text blocks."""
+    made = Conversation()
+    for message in messages:
+        text, parts = _content(message.content)
+        if isinstance(message, AIMessage):
+            calls = [(c.get("id"), ToolCallForm(c["name"], c.get("args", {})))
+                     for c in message.tool_calls]  # fmt: skip
+            if calls:
+                made.call(calls, text)
+            else:
+                made.say("assistant", text)
+        elif isinstance(message, ToolMessage):
+            made.answer(message.tool_call_id, text, parts)
+        else:
+            role = getattr(message, "role", None) if message.type == "chat" else None
+            made.say(str(role or _ROLES.get(message.type, message.type)), text, parts)
+    return made.messages
+
+
+def _content(content: Any) -> tuple[str, list[Any]]:
+    """A message's text (its text blocks, joined) and its other blocks."""
+    if isinstance(content, str):
+        return content, []
+    text: list[str] = []
+    parts: list[Any] = []
+    for block in content or []:
+        if isinstance(block, str):
+            text.append(block)
+        elif isinstance(block, Mapping) and block.get("type") == "text":
+            text.append(str(block.get("text", "")))
+        else:
+            parts.append(block)
+    return "".join(text), parts
 
 
 def _chunk(message: AIMessage) -> ChatGenerationChunk:

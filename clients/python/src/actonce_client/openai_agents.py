@@ -13,12 +13,12 @@ retried (the ``openai-agents`` extra; docs/openai-agents.md).
 
 Each delivery of the queue's job is an attempt of its run (:func:`deliver`, or
 :func:`adeliver` in async code). Every model call of the delivery is a durable model
-turn: its response is recorded, keyed by the agent and the turn's index in the run, and
-a later delivery replays it instead of asking the model again, so its tool calls keep
-their ids (the SDK keeps nothing between turns). Each try of a tool call begins an
-attempt of the run scoped to the tool call's id (``ToolContext.tool_call_id``), named
-by the delivery: a newer delivery fences it, and it writes what its earlier tries
-wrote, once. A run with an item in doubt answers :class:`Parked`.
+turn: its response is recorded, keyed by the agent and a digest of what it was asked
+(docs/model-turns.md), and a later delivery replays it instead of asking the model
+again, so its tool calls keep their ids (the SDK keeps nothing between turns). Each
+try of a tool call begins an attempt of the run scoped to the tool call's id
+(``ToolContext.tool_call_id``), named by the delivery: a newer delivery fences it, and
+it writes what its earlier tries wrote, once. A run with an item in doubt answers :class:`Parked`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -67,6 +67,15 @@ from actonce_client.deliveries import (
     ParkedItem,
 )
 from actonce_client.errors import ActonceError
+from actonce_client.model_turns import (
+    Conversation,
+    ModelTurn,
+    ToolCallForm,
+    arguments_of,
+    model_turn,
+    request_form,
+    tool_form,
+)
 from actonce_client.tool_calls import (
     AsyncToolCall,
     ToolAttempts,
@@ -145,51 +154,137 @@ CODEC: Codec[ModelResponse] = Codec(_encode, _decode)
 
 @dataclass
 class _Turns:
-    """The model calls of one run in one delivery: the next turn's index in the run, and
-    the agent whose call comes next (the SDK names it to the input filter, not the model)."""
+    """The model calls of one run in one delivery: how the agent whose turn it is finds
+    its model, and how many calls the run made (an earlier client's positional key)."""
 
     delivery: Delivery
     resolve: Callable[[Agent[Any]], Model]
     next_index: int = 0
-    agent: Agent[Any] | None = None
 
-    def key(self) -> tuple[dict[str, Any], Model]:
-        if self.agent is None:
+    def turn(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[ModelTurn, Model]:
+        agent = _announced.get()
+        if agent is None:
             raise RuntimeError("a model call the run's input filter did not announce")
-        key = {"agent": self.agent.name, "turn": self.next_index}
+        asked = _GET_RESPONSE.bind(None, *args, **kwargs).arguments
+        request = request_form(conversation(asked["system_instructions"], asked["input"]),
+                               _tools_offered(asked["tools"], asked["handoffs"]))  # fmt: skip
+        legacy = {"agent": agent.name, "turn": self.next_index}
         self.next_index += 1
-        return key, self.resolve(self.agent)
+        # The asyncio task is the caller: the SDK retries a model call in the task that
+        # made it; an agent run as another's tool runs in a task of its own.
+        made = model_turn(agent.name, request, caller=asyncio.current_task(), legacy=legacy)
+        return made, self.resolve(agent)
 
+
+_GET_RESPONSE = inspect.signature(Model.get_response)
 
 _turns: contextvars.ContextVar[_Turns | None] = contextvars.ContextVar(
     "actonce_agents_turns", default=None
 )
+# The agent whose model call comes next in this task: the SDK names it to the input
+# filter, in the task that then calls the model, and not to the model. Agents run as
+# tools, in parallel, each announce their own in their own task.
+_announced: contextvars.ContextVar[Agent[Any] | None] = contextvars.ContextVar(
+    "actonce_agents_announced", default=None
+)
+
+
+def conversation(instructions: str | None, input: Any) -> list[dict[str, Any]]:
+    """The SDK's model input in the neutral form (docs/model-turns.md): the instructions
+    as a system message; each message item its role (``developer`` is ``system``) and
+    text; a ``function_call`` item a tool call (name and arguments) of the assistant
+    message before it, or of one of its own; a ``function_call_output`` the result of the
+    call it names, by position; reasoning items left out (what a model thought is not what
+    it was asked); any other item as it is, its ``id`` left out."""
+    made = Conversation()
+    if instructions is not None:
+        made.say("system", instructions)
+    if isinstance(input, str):
+        made.say("user", input)
+        return made.messages
+    for raw in input:
+        item = _plain_item(raw)
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "message":
+            role = str(item.get("role", "user"))
+            text, parts = _content(item.get("content"))
+            made.say("system" if role == "developer" else role, text, parts)
+        elif kind == "function_call":
+            call = ToolCallForm(str(item.get("name", "")), arguments_of(item.get("arguments")))
+            made.call([(item.get("call_id"), call)], join=True)
+        elif kind == "function_call_output":
+            text, parts = _content(item.get("output"))
+            made.answer(item.get("call_id"), text, parts)
+        elif kind != "reasoning":
+            made.say("item", "", [{k: v for k, v in item.items() if k != "id"}])
+    return made.messages
+
+
+def _plain_item(item: Any) -> dict[str, Any]:
+    if isinstance(item, Mapping):
+        return dict(item)
+    dump = getattr(item, "model_dump", None)
+    return dict(dump(mode="json", exclude_none=True)) if dump is not None else {"value": item}
+
+
+def _content(content: Any) -> tuple[str, list[Any]]:
+    """An item's text (its text parts, joined) and its other parts."""
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    text: list[str] = []
+    parts: list[Any] = []
+    for part in content:
+        plain = _plain_item(part)
+        if plain.get("type") in ("input_text", "output_text", "text"):
+            text.append(str(plain.get("text", "")))
+        else:
+            parts.append({k: v for k, v in plain.items() if k != "id"})
+    return "".join(text), parts
+
+
+def _tools_offered(tools: Any, handoffs: Any) -> list[dict[str, Any]]:
+    """The tools and handoffs the model is offered, in the neutral form: a handoff is the
+    tool the model calls to hand off."""
+    offered = []
+    for tool in tools or []:
+        if isinstance(tool, FunctionTool):
+            offered.append(tool_form(tool.name, tool.description, tool.params_json_schema))
+        else:
+            offered.append(tool_form(str(getattr(tool, "name", type(tool).__name__)), "", {}))
+    for handoff in handoffs or []:
+        offered.append(tool_form(handoff.tool_name, handoff.tool_description,
+                                 handoff.input_json_schema))  # fmt: skip
+    return offered
 
 
 class DurableModel(Model):
     """The run's model, every call a durable model turn of the delivery: the model of
     the agent whose turn it is (its own Model, or its name's from the run's provider),
-    asked once per turn, its response recorded; a later delivery replays it. Handoffs
-    included: the turn names its agent. Set as the run's ``RunConfig.model`` by
-    :func:`adeliver`."""
+    asked once per request (keyed by the agent's name and a digest of what it is asked:
+    docs/model-turns.md), its response recorded; a later delivery replays it. Handoffs
+    and agents run as tools included: each turn names its agent. Set as the run's
+    ``RunConfig.model`` by :func:`adeliver`."""
 
-    def _turn(self) -> _Turns:
+    def _turns(self) -> _Turns:
         turns = _turns.get()
         if turns is None:
             raise RuntimeError("a durable model call outside actonce's deliver()")
         return turns
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        turns = self._turn()
-        key, model = turns.key()
-        return await turns.delivery.aturn(key, lambda: model.get_response(*args, **kwargs), CODEC)
+        turns = self._turns()
+        turn, model = turns.turn(args, kwargs)
+        return await turns.delivery.aturn(turn, lambda: model.get_response(*args, **kwargs),
+                                          CODEC)  # fmt: skip
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[ResponseStreamEvent]:
         return self._stream(*args, **kwargs)
 
     async def _stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ResponseStreamEvent]:
-        turns = self._turn()
-        key, model = turns.key()
+        turns = self._turns()
+        turn, model = turns.turn(args, kwargs)
         held: list[ResponseStreamEvent] = []
 
         async def streamed() -> ModelResponse:
@@ -208,7 +303,7 @@ class DurableModel(Model):
             raise RuntimeError("the model's stream ended without a completed response")
 
         queue: asyncio.Queue[ResponseStreamEvent] = asyncio.Queue()
-        recording = asyncio.ensure_future(turns.delivery.aturn(key, streamed, CODEC))
+        recording = asyncio.ensure_future(turns.delivery.aturn(turn, streamed, CODEC))
         while not (recording.done() and queue.empty()):
             getting = asyncio.ensure_future(queue.get())
             await asyncio.wait({getting, recording}, return_when=asyncio.FIRST_COMPLETED)
@@ -246,11 +341,11 @@ def _resolver(config: RunConfig) -> Callable[[Agent[Any]], Model]:
     return resolve
 
 
-def _announcing(turns: _Turns, config: RunConfig) -> Callable[[CallModelData[Any]], Any]:
+def _announcing(config: RunConfig) -> Callable[[CallModelData[Any]], Any]:
     users = config.call_model_input_filter
 
     async def announce(data: CallModelData[Any]) -> ModelInputData:
-        turns.agent = data.agent
+        _announced.set(data.agent)
         if users is None:
             return data.model_data
         filtered = users(data)
@@ -284,7 +379,7 @@ async def _run(
     async with deliveries.adelivering(actonce.client, run_id, actonce.rule, options.lease) as d:
         turns = _Turns(d, _resolver(config), next_index=_offset(input))
         durable = replace(config, model=DurableModel(),
-                          call_model_input_filter=_announcing(turns, config))  # fmt: skip
+                          call_model_input_filter=_announcing(config))  # fmt: skip
         token = _turns.set(turns)
         try:
             if options.stream:

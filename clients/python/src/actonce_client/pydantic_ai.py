@@ -13,11 +13,11 @@
 
 Each delivery of the queue's job is an attempt of its run (:func:`deliver`, or
 :func:`adeliver` in async code). Its model is wrapped so that every request is a durable
-model turn: its response is recorded, keyed by the turn's index in the run (the model
-responses the request's history holds), and a later delivery replays it instead of
-asking again, so its tool calls keep their ids. Each try of a tool call begins an
-attempt of the run scoped to the tool call's id (``RunContext.tool_call_id``), named by
-the delivery: a newer delivery fences it. A run with an item in doubt answers
+model turn: its response is recorded, keyed by a digest of what the model was asked
+(docs/model-turns.md), and a later delivery replays it instead of asking again, so its
+tool calls keep their ids. Each try of a tool call begins an attempt of the run scoped
+to the tool call's id (``RunContext.tool_call_id``), named by the delivery: a newer
+delivery fences it. A run with an item in doubt answers
 :class:`Parked`.
 """
 
@@ -32,7 +32,17 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from pydantic_ai import Agent, ModelRetry, RunContext, Tool
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models import (
     CompletedStreamedResponse,
     ModelRequestParameters,
@@ -40,6 +50,7 @@ from pydantic_ai.models import (
 )
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
+from pydantic_core import to_jsonable_python
 
 from actonce_client import deliveries
 from actonce_client.client import Client
@@ -51,6 +62,15 @@ from actonce_client.deliveries import (
     ModelResponseTooLarge,
     Parked,
     ParkedItem,
+)
+from actonce_client.model_turns import (
+    Conversation,
+    ModelTurn,
+    ToolCallForm,
+    arguments_of,
+    model_turn,
+    request_form,
+    tool_form,
 )
 from actonce_client.tool_calls import (
     AsyncToolCall,
@@ -96,8 +116,11 @@ CODEC: Codec[ModelResponse] = Codec(_encode, _decode)
 
 class DurableModel(WrapperModel):
     """The agent's model with every request a durable model turn of the delivery: keyed by
-    ``name`` and the turn's index in the run, asked once, its response recorded; a later
-    delivery replays it. A streamed request is drained into its response before it is
+    ``name`` and a digest of the request (its messages and the tools offered, in the
+    neutral form of docs/model-turns.md), asked once, its response recorded; a later
+    delivery replays it. Within a delivery, a task that asks again what it was answered
+    gets the same answer; other tasks asking the same (agents run in parallel) get turns
+    of their own. A streamed request is drained into its response before it is
     recorded, and its parts are then streamed from the record: nothing acts on a part of
     it before the whole is durable."""
 
@@ -105,12 +128,19 @@ class DurableModel(WrapperModel):
         super().__init__(wrapped)
         self.turn_name = name
 
-    def _turn(self, messages: list[ModelMessage]) -> tuple[Delivery, dict[str, Any]]:
+    def _turn(
+        self, messages: list[ModelMessage], parameters: ModelRequestParameters
+    ) -> tuple[Delivery, ModelTurn]:
         delivery = deliveries.current()
         if delivery is None:
             raise RuntimeError("a durable model request outside actonce's deliver()")
-        index = sum(isinstance(m, ModelResponse) for m in messages)
-        return delivery, {"model": self.turn_name, "turn": index}
+        request = request_form(conversation(messages), _tools_offered(parameters))
+        legacy = {"model": self.turn_name,
+                  "turn": sum(isinstance(m, ModelResponse) for m in messages)}  # fmt: skip
+        # The asyncio task is the caller: an agent's run asks in its own task, and a
+        # request retried there is the same request; agents run in parallel, in their own.
+        turn = model_turn(self.turn_name, request, caller=asyncio.current_task(), legacy=legacy)
+        return delivery, turn
 
     async def request(
         self,
@@ -118,7 +148,7 @@ class DurableModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        delivery, key = self._turn(messages)
+        delivery, key = self._turn(messages, model_request_parameters)
 
         async def ask() -> ModelResponse:
             return await self.wrapped.request(messages, model_settings, model_request_parameters)
@@ -133,7 +163,7 @@ class DurableModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
-        delivery, key = self._turn(messages)
+        delivery, key = self._turn(messages, model_request_parameters)
 
         async def drained() -> ModelResponse:
             async with self.wrapped.request_stream(
@@ -147,6 +177,55 @@ class DurableModel(WrapperModel):
         yield CompletedStreamedResponse(
             response, model_request_parameters=model_request_parameters, replay_events=True
         )
+
+
+def conversation(messages: list[ModelMessage]) -> list[dict[str, Any]]:
+    """Pydantic AI's history in the neutral form (docs/model-turns.md): a request's
+    instructions and system prompts as system messages, its user prompts as user ones
+    (text, and any other content as its JSON), a tool's return or retry prompt as the
+    result of the call it names, by position (a retry prompt of no tool is the user's);
+    a response's text parts joined and its tool calls (name and arguments). Timestamps,
+    thinking and the parts a model is not sent are left out."""
+    made = Conversation()
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            text = "".join(p.content for p in message.parts if isinstance(p, TextPart))
+            calls = [(p.tool_call_id, ToolCallForm(p.tool_name, arguments_of(p.args or {})))
+                     for p in message.parts if isinstance(p, ToolCallPart)]  # fmt: skip
+            if calls:
+                made.call(calls, text)
+            else:
+                made.say("assistant", text)
+            continue
+        if message.instructions is not None:
+            made.say("system", message.instructions)
+        for part in message.parts:
+            _request_part(made, part)
+    return made.messages
+
+
+def _request_part(made: Conversation, part: Any) -> None:
+    if isinstance(part, SystemPromptPart):
+        made.say("system", part.content)
+    elif isinstance(part, UserPromptPart):
+        if isinstance(part.content, str):
+            made.say("user", part.content)
+        else:
+            text = "".join(c for c in part.content if isinstance(c, str))
+            others = [to_jsonable_python(c) for c in part.content if not isinstance(c, str)]
+            made.say("user", text, others)
+    elif isinstance(part, ToolReturnPart):
+        made.answer(part.tool_call_id, part.model_response_str())
+    elif isinstance(part, RetryPromptPart):
+        if part.tool_name is None:
+            made.say("user", part.model_response())
+        else:
+            made.answer(part.tool_call_id, part.model_response())
+
+
+def _tools_offered(parameters: ModelRequestParameters) -> list[dict[str, Any]]:
+    return [tool_form(t.name, t.description, t.parameters_json_schema)
+            for t in [*parameters.function_tools, *parameters.output_tools]]  # fmt: skip
 
 
 def _actonce_of(agent: Agent[Any, Any], given: Actonce | None) -> Actonce:
