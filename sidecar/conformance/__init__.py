@@ -19,6 +19,10 @@ store over gRPC and prints what holds:
 - threads: messages keep posting order (seq from 1), a message posted with its turn
   request and a turn request keyed by the message id are idempotent, a notice takes no turn;
 - listing: a kind's artifacts in id order, archived ones included, page by page;
+- owners: a create records its request's principal's rule as the owner (GetOwner names it);
+  every call whose principal is another rule, without that owner as its granted one, is
+  refused FORBIDDEN and changes nothing; a granted owner is reached; data made without a
+  principal has no owner and stays reachable;
 - with a token: a call without it is refused FORBIDDEN.
 
 Every id the kit writes starts with a prefix of its own run, so it can run against a store

@@ -20,6 +20,12 @@ from sidecar.conformance.ids import (
     used_thread_id,
 )
 from sidecar.conformance.kit import Broken, Store, answer_of
+from sidecar.conformance.owners import (
+    granted_owner_reached,
+    other_rule_refused,
+    owner_recorded,
+    unowned_reachable,
+)
 from sidecar.conformance.refusals import forbidden, not_found, validation_failed
 from sidecar.conformance.states import (
     archived_artifact,
@@ -54,6 +60,10 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("threads/turn-requests", turn_requests),
     ("threads/notice-takes-no-turn", notice_takes_no_turn),
     ("listing/pages", listing),
+    ("owners/recorded", owner_recorded),
+    ("owners/other-rule-refused", other_rule_refused),
+    ("owners/granted", granted_owner_reached),
+    ("owners/unowned-reachable", unowned_reachable),
 )
 
 
