@@ -34,9 +34,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import httpx2
@@ -46,9 +46,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from sidecar.core import leases
 from sidecar.core.actions import RunActions
-from sidecar.core.types import Outcome
-from sidecar.errors import ActonceError, FailureClass, InvalidArgument
+from sidecar.core.types import Outcome, StepPermit
+from sidecar.errors import ActonceError, FailureClass, InvalidArgument, LeaseExpired
 from sidecar.fronts.mcp.settings import SEPARATOR, UNLISTED, ToolSpec, Upstream
 from sidecar.rules import canonical
 from sidecar.rules.canonical import JsonValue
@@ -61,6 +62,17 @@ REPEAT_WAIT_MARGIN_SECONDS = 2.0
 # A call naming a tool an upstream did not list lists it again, at most this often: a
 # model's made-up names cannot make the gateway list the upstream on every call.
 RELIST_SECONDS = 5.0
+# An upstream's answer is read as it comes and refused past this many bytes, never held
+# whole: a result is recorded only within the ledger's bound on JSON (1 MiB in its
+# canonical form), and the wire's envelope and escapes take less than as much again.
+ANSWER_LIMIT_BYTES = 2 * canonical.MAX_JSON_BYTES
+
+# What an effects file's entry may disagree with in its upstream's listing; each makes the
+# tool unkeyed (sidecar.fronts.mcp.settings says how a tool declares a _meta key).
+KEY_ARGUMENT_NOT_IN_SCHEMA = "key_argument_not_in_schema"
+KEY_META_NOT_DECLARED = "key_meta_not_declared"
+TOOL_NOT_LISTED = "tool_not_listed"
+PROBLEMS = (KEY_ARGUMENT_NOT_IN_SCHEMA, KEY_META_NOT_DECLARED, TOOL_NOT_LISTED)
 
 
 class UpstreamUnavailable(ActonceError):
@@ -75,6 +87,17 @@ class UpstreamFailed(ActonceError):
 
     reason = "UPSTREAM_FAILED"
     failure_class = FailureClass.UNKNOWN
+
+
+class NotSentInTime(ActonceError):
+    """The call's deadline passed before it could be sent: it was not sent."""
+
+    reason = "UPSTREAM_NOT_SENT"
+    failure_class = FailureClass.RETRYABLE
+
+
+class AnswerTooLarge(httpx2.StreamError):
+    """An upstream's answer went past ANSWER_LIMIT_BYTES; it is read no further."""
 
 
 class UnknownTool(ActonceError):
@@ -94,6 +117,28 @@ class Called:
     step_id: str
 
 
+@dataclass(frozen=True)
+class EffectsFinding:
+    """An effects file's entry that its upstream's listing contradicts: the tool is called
+    unkeyed (a non-idempotent one goes in doubt, never sent again), and the operator is
+    told (a WARNING, the metric, the MCP front's readiness detail)."""
+
+    tool: str
+    problem: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.tool}: {self.detail}"
+
+
+# (upstream, its findings by problem, every problem counted): what the metric shows.
+FindingsReport = Callable[[str, Mapping[str, int]], None]
+
+
+def _no_report(_upstream: str, _counts: Mapping[str, int]) -> None:
+    return None
+
+
 class Gateway:
     """The upstreams' tools, listed and called through RunActions' steps."""
 
@@ -104,18 +149,47 @@ class Gateway:
         effects: Mapping[str, ToolSpec],
         *,
         timeout_seconds: float = 30.0,
+        report: FindingsReport = _no_report,
     ) -> None:
         self.actions = actions
         self.upstreams = {u.name: u for u in upstreams}
         self.effects = dict(effects)
         self.timeout_seconds = timeout_seconds
+        self.report = report
         # Each upstream's last successful listing: an upstream that is down stays listed.
         self._listed: dict[str, list[types.Tool]] = {}
         self._listed_at: dict[str, float] = {}
+        # What each upstream's last listing contradicts in the effects file.
+        self._findings: dict[str, list[EffectsFinding]] = {}
 
     def spec_of(self, listed: str) -> ToolSpec:
-        # The operator's file, or the strictest class: never the upstream's hint.
-        return self.effects.get(listed, UNLISTED)
+        # The operator's file, or the strictest class: never the upstream's hint. A key
+        # the upstream's listing does not take is no key: the tool is called unkeyed.
+        spec = self.effects.get(listed, UNLISTED)
+        if spec.keyed and any(f.tool == listed for f in self.findings()):
+            return replace(spec, key_argument="", key_meta="")
+        return spec
+
+    def findings(self) -> list[EffectsFinding]:
+        """What the upstreams' last listings contradict in the effects file."""
+        return [f for found in self._findings.values() for f in found]
+
+    async def readiness(self) -> list[str]:
+        """The readiness detail's lines: each effects-file entry an upstream's listing
+        contradicts (an upstream never listed is listed first)."""
+        for upstream in self.upstreams.values():
+            if upstream.name not in self._listed:
+                try:
+                    await self._list(upstream)
+                except Exception as exc:  # told as a line of its own, not a failure
+                    log.warning("mcp_upstream_unlisted", upstream=upstream.name, error=_cause(exc))
+        lines = [f.line() for f in self.findings()]
+        lines += [
+            f"{name}: never listed, so its effects file entries are unchecked"
+            for name in self.upstreams
+            if name not in self._listed
+        ]
+        return lines
 
     def owns(self, listed: str) -> bool:
         return listed.partition(SEPARATOR)[0] in self.upstreams and SEPARATOR in listed
@@ -127,15 +201,22 @@ class Gateway:
         return any(t.name == tool for t in self._listed.get(upstream, ()))
 
     @asynccontextmanager
-    async def _connect(self, upstream: Upstream) -> AsyncIterator[Client]:
+    async def _connect(
+        self, upstream: Upstream, *, seconds: float | None = None
+    ) -> AsyncIterator[_Connection]:
+        # The whole call is bounded by its caller (_Sending.run); httpx's own timeout
+        # bounds each read, and no read may outlast the whole.
         http = create_mcp_http_client(
-            headers=dict(upstream.headers),
-            timeout=httpx2.Timeout(self.timeout_seconds),
+            # Compressed, an answer's bytes on the wire would not bound what it decodes to.
+            headers={**upstream.headers, "accept-encoding": "identity"},
+            timeout=httpx2.Timeout(seconds if seconds is not None else self.timeout_seconds),
         )
+        answers = _AnswerBound(ANSWER_LIMIT_BYTES)
+        http.event_hooks = {"response": [answers.watch]}
         async with http:
             transport = streamable_http_client(upstream.url, http_client=http)
             async with Client(transport, cache=None) as client:
-                yield client
+                yield _Connection(client, answers)
 
     # -- tools/list ---------------------------------------------------------------
 
@@ -154,10 +235,28 @@ class Gateway:
 
     async def _list(self, upstream: Upstream) -> list[types.Tool]:
         self._listed_at[upstream.name] = time.monotonic()
-        async with self._connect(upstream) as client:
-            tools = list((await client.list_tools()).tools)
+        async with self._connect(upstream) as connection:
+            tools = list((await connection.client.list_tools()).tools)
         self._listed[upstream.name] = tools
+        self._check_effects(upstream, tools)
         return tools
+
+    def _check_effects(self, upstream: Upstream, tools: Sequence[types.Tool]) -> None:
+        """Compare the effects file's entries for ``upstream`` with its listing; report
+        what it contradicts, each finding logged once while it lasts."""
+        found = _contradictions(upstream, self.effects, {t.name: t for t in tools})
+        earlier = {(f.tool, f.problem) for f in self._findings.get(upstream.name, [])}
+        for finding in found:
+            if (finding.tool, finding.problem) not in earlier:
+                log.warning(
+                    "mcp_effects_file_contradicted",
+                    tool=finding.tool,
+                    problem=finding.problem,
+                    detail=finding.detail,
+                )
+        self._findings[upstream.name] = found
+        counts = {problem: sum(f.problem == problem for f in found) for problem in PROBLEMS}
+        self.report(upstream.name, counts)
 
     def _as_listed(self, upstream: Upstream, tool: types.Tool) -> types.Tool:
         name = f"{upstream.name}{SEPARATOR}{tool.name}"
@@ -176,7 +275,13 @@ class Gateway:
     async def call(
         self, attempt_id: str, listed: str, arguments: Mapping[str, Any], *, request_id: str = ""
     ) -> Called:
-        """Call ``listed`` once for the run: the bracket of a step around the upstream call."""
+        """Call ``listed`` once for the run: the bracket of a step around the upstream call.
+
+        BeginStep answers APPLIED for a step this call is to send (new, or a keyed or
+        idempotent one sent again under the same id, so with the same key), ALREADY_APPLIED
+        with the recorded result of one that ended (a repeat of its request identity, too:
+        it is not sent again), and refuses one that may have been sent without an answer
+        (``IN_DOUBT``); a repeat of a call still under way waits for it in the core."""
         upstream, tool = await self._route(listed)
         spec = self.spec_of(listed)
         arguments = _model_arguments(spec, arguments)
@@ -193,6 +298,30 @@ class Gateway:
             return Called(_recorded(step.result_json), step.outcome, step.id)
         sending = _Sending(self, attempt_id, upstream, tool, listed, spec, step.id)
         return await self.actions.to_the_end(attempt_id, sending.run(arguments))
+
+    async def permit(self, attempt_id: str, step_id: str, *, keyed: bool) -> StepPermit:
+        """The step's leave to send its call, and the call's one budget: the smaller of
+        the timeout and what is left of the attempt's lease, counted from before it was
+        asked for. Refused (the step aborted, never sent) once the lease has passed."""
+        started = time.monotonic()
+        seconds = self.timeout_seconds
+        ends = leases.deadline(self.actions.attempts.get(attempt_id))
+        if ends is not None:
+            seconds = min(seconds, (ends - leases.now()).total_seconds())
+        if seconds <= 0.0:
+            await self.actions.abort_step(
+                attempt_id=attempt_id,
+                step_id=step_id,
+                reason="not sent: the attempt's lease had passed",
+                request_id="",
+            )
+            raise LeaseExpired(
+                "the attempt's lease passed before the call was sent; nothing was sent: "
+                "begin a new attempt",
+                metadata={"step_id": step_id},
+            )
+        _ = keyed  # the ledger's permit (RunActions.permit_step) records keyed steps too
+        return StepPermit(step_id, seconds, started)
 
     async def _route(self, listed: str) -> tuple[Upstream, str]:
         """The upstream and its tool's name; refused when the upstream lists no such tool."""
@@ -226,8 +355,46 @@ class Gateway:
 
 
 @dataclass(frozen=True)
+class _Connection:
+    """A connected, initialized MCP client, and the bound on its answers' size."""
+
+    client: Client
+    answers: _AnswerBound
+
+
+@dataclass
+class _AnswerBound:
+    """Reads each answer of a connection as it comes, and stops it past ``limit`` bytes,
+    so that no answer is ever held whole beyond the limit (an httpx response hook)."""
+
+    limit: int
+    exceeded: bool = False
+
+    async def watch(self, response: httpx2.Response) -> None:
+        response.stream = _BoundedStream(response.stream, self)
+
+
+@dataclass
+class _BoundedStream(httpx2.AsyncByteStream):
+    inner: Any  # the transport's stream (an httpx2.AsyncByteStream)
+    bound: _AnswerBound
+    read: int = field(default=0)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            self.read += len(chunk)
+            if self.read > self.bound.limit:
+                self.bound.exceeded = True
+                raise AnswerTooLarge(f"the answer is larger than {self.bound.limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@dataclass(frozen=True)
 class _Sending:
-    """One begun step's call of its upstream tool, from the connection to its end."""
+    """One begun step's call of its upstream tool, from its permit to its end."""
 
     gateway: Gateway
     attempt_id: str
@@ -238,15 +405,26 @@ class _Sending:
     step_id: str
 
     async def run(self, arguments: dict[str, Any]) -> Called:
+        """Send the call under its permit, within the permit's one deadline: connect,
+        handshake, send and every byte of the answer. Past the deadline before it is sent,
+        it is not sent; past it after, it was sent and has no answer."""
+        permit = await self.gateway.permit(self.attempt_id, self.step_id, keyed=self.spec.keyed)
         sent = False
+        answers: _AnswerBound | None = None
         try:
-            async with self.gateway._connect(self.upstream) as client:
-                sent = True  # connected: from here on the call may reach the upstream
-                result = await client.call_tool(
+            async with (
+                asyncio.timeout(permit.left()),
+                self.gateway._connect(self.upstream, seconds=permit.seconds) as connection,
+            ):
+                answers = connection.answers
+                if permit.expired():  # a slow handshake, a scheduler, a freeze
+                    raise _Expired()
+                sent = True  # from here on the call may reach the upstream
+                result = await connection.client.call_tool(
                     self.tool, self._with_key(arguments), meta=self._key_meta()
                 )
         except BaseException as exc:
-            await self._failed(exc, sent=sent)
+            await self._failed(exc, sent=sent, permit=permit, answers=answers)
             raise  # _failed raised, or this task itself was cancelled (a drain)
         return await self._answered(result)
 
@@ -260,59 +438,80 @@ class _Sending:
             return None
         return cast(types.RequestParamsMeta, {self.spec.key_meta: self.step_id})
 
-    async def _failed(self, exc: BaseException, *, sent: bool) -> None:
+    async def _failed(
+        self,
+        exc: BaseException,
+        *,
+        sent: bool,
+        permit: StepPermit,
+        answers: _AnswerBound | None,
+    ) -> None:
         """Record how the call failed, then raise what the caller is told; return only
         when this task itself is cut off (a drain), which its caller re-raises."""
-        actions, cause = self.gateway.actions, _cause(exc)
+        cause, root = _cause(exc), _root(exc)
+        if isinstance(root, _Expired) or (isinstance(root, TimeoutError) and not sent):
+            cause = f"its deadline of {permit.seconds:.3f}s passed before it was sent"
+            await self._not_sent(cause)
+            raise NotSentInTime(
+                f"the call of {self.listed} was not sent to {self.upstream.name!r}: {cause}, "
+                "so nothing was sent; a retry is safe",
+                metadata={"step_id": self.step_id, "tool": self.listed},
+            ) from None
         if not sent or _never_connected(exc):
-            await actions.abort_step(
-                attempt_id=self.attempt_id,
-                step_id=self.step_id,
-                reason=_reason(f"not sent: {cause}"),
-                request_id="",
-            )
+            await self._not_sent(cause)
             if not _cancelled_from_outside():
                 raise self.gateway.unavailable(self.upstream, exc) from None
             return
-        await actions.fail_step(
+        if isinstance(root, TimeoutError):
+            cause = f"its deadline of {permit.seconds:.3f}s passed"
+        elif answers is not None and answers.exceeded:
+            cause = f"its answer was larger than {answers.limit} bytes"
+        await self._sent_without_answer(f"no answer came back ({cause})")
+
+    async def _not_sent(self, cause: str) -> None:
+        await self.gateway.actions.abort_step(
             attempt_id=self.attempt_id,
             step_id=self.step_id,
-            error=f"sent, and no answer came back: {cause}",
+            reason=_reason(f"not sent: {cause}"),
             request_id="",
         )
-        if not _cancelled_from_outside():
-            raise UpstreamFailed(
-                f"the call of {self.listed} was sent to {self.upstream.name!r} and no answer "
-                f"came back ({cause}); it may have acted. A retried run finds this step "
-                f"{_retry_finds(self.spec)}",
-                metadata={
-                    "step_id": self.step_id,
-                    "tool": self.listed,
-                    "upstream": self.upstream.name,
-                },
-            ) from None
 
-    async def _answered(self, result: Any) -> Called:
-        actions = self.gateway.actions
-        if not isinstance(result, types.CallToolResult):
-            await actions.fail_step(
+    async def _sent_without_answer(self, what: str) -> None:
+        """The call was sent, and what it did is unknown: the step is left begun (failed),
+        and the caller is told it may have acted, never that nothing was written."""
+        try:
+            await self.gateway.actions.fail_step(
                 attempt_id=self.attempt_id,
                 step_id=self.step_id,
-                error="answered with something other than a tool result",
+                error=f"sent, and {what}",
                 request_id="",
             )
-            raise UpstreamFailed(
-                f"{self.listed} answered with something other than a tool result",
-                metadata={"step_id": self.step_id, "tool": self.listed},
-            )
+        except ActonceError as error:
+            # Not recorded (the ledger failed, the attempt was fenced): the step is still
+            # begun and in doubt, and the caller must still hear that it may have acted.
+            log.warning("mcp_step_failure_not_recorded", step_id=self.step_id, error=str(error))
+        if _cancelled_from_outside():
+            return
+        raise UpstreamFailed(
+            f"the call of {self.listed} was sent to {self.upstream.name!r} and {what}; it "
+            f"may have acted. A retried run finds this step {_retry_finds(self.spec)}",
+            metadata={"step_id": self.step_id, "tool": self.listed, "upstream": self.upstream.name},
+        ) from None
+
+    async def _answered(self, result: Any) -> Called:
+        if not isinstance(result, types.CallToolResult):
+            await self._sent_without_answer("it answered something other than a tool result")
+            raise AssertionError("unreachable: _sent_without_answer raised")
         if result.is_error:
             await self._tool_error(result)
             return Called(result, None, self.step_id)
-        await actions.end_step(
-            attempt_id=self.attempt_id,
-            step_id=self.step_id,
-            result=JsonValue.of(_recordable(result), "result_json"),
-            request_id="",
+        try:
+            recorded = JsonValue.of(_recordable(result), "result_json")
+        except InvalidArgument as exc:  # acted on, and too large (or deep) to record
+            await self._sent_without_answer(f"its answer could not be recorded: {exc.message}")
+            raise AssertionError("unreachable: _sent_without_answer raised") from None
+        await self.gateway.actions.end_step(
+            attempt_id=self.attempt_id, step_id=self.step_id, result=recorded, request_id=""
         )
         return Called(result, Outcome.APPLIED, self.step_id)
 
@@ -334,6 +533,54 @@ class _Sending:
             error=f"the tool answered an error: {said}",
             request_id="",
         )
+
+
+class _Expired(Exception):
+    """The permit's deadline passed before the call was sent."""
+
+
+def _contradictions(
+    upstream: Upstream, effects: Mapping[str, ToolSpec], tools: Mapping[str, types.Tool]
+) -> list[EffectsFinding]:
+    """The effects file's entries for ``upstream`` that its listing ``tools`` contradicts."""
+    found: list[EffectsFinding] = []
+    prefix = f"{upstream.name}{SEPARATOR}"
+    for listed, spec in effects.items():
+        if not listed.startswith(prefix):
+            continue
+        tool = tools.get(listed.removeprefix(prefix))
+        if tool is None:
+            found.append(
+                EffectsFinding(
+                    listed,
+                    TOOL_NOT_LISTED,
+                    f"the effects file names it, and {upstream.name!r} lists no tool "
+                    f"{listed.removeprefix(prefix)!r}",
+                )
+            )
+            continue
+        properties = tool.input_schema.get("properties")
+        arguments = properties if isinstance(properties, Mapping) else {}
+        if spec.key_argument and spec.key_argument not in arguments:
+            found.append(
+                EffectsFinding(
+                    listed,
+                    KEY_ARGUMENT_NOT_IN_SCHEMA,
+                    f"the effects file's idempotency_key argument {spec.key_argument!r} is not "
+                    f"among the tool's inputSchema properties {sorted(arguments)}; it is "
+                    "called unkeyed",
+                )
+            )
+        if spec.key_meta and spec.key_meta not in (tool.meta or {}):
+            found.append(
+                EffectsFinding(
+                    listed,
+                    KEY_META_NOT_DECLARED,
+                    f"the effects file's idempotency_key _meta key {spec.key_meta!r} is not "
+                    "declared in the tool's listed _meta; it is called unkeyed",
+                )
+            )
+    return found
 
 
 def _retry_finds(spec: ToolSpec) -> str:

@@ -14,7 +14,19 @@ what the upstream did is known even when it, or the sidecar in front of it, is k
 - ``refund(customer)``: answers ``isError`` "card declined" every time;
 - ``send_mail(to)``: answers ``isError`` "mailbox full, nothing sent" to its first call
   per address, then sends;
+- ``charge_optional_key(customer, cents, idempotency_key="")``: charges once per key when
+  given one, and every time when not;
+- ``hang(customer)``: charges (``hang customer``), then never answers;
+- ``chatter(customer)``: charges (``chatter customer``), then sends a log notification every
+  10 ms, and never answers;
+- ``statement(customer, mib)``: charges (``statement customer``), then answers ``mib`` MiB;
 - ``balance(customer)``: reads.
+
+``charge_meta`` declares the ``_meta`` key it reads in its listed ``_meta``, as the effects
+file's ``{meta: KEY}`` needs (sidecar.fronts.mcp.settings). With ``--sse-ping SECONDS`` the
+server answers in SSE streams, each sending a keep-alive comment every SECONDS. With
+``--slow-handshake SECONDS``, while a file ``FILE.slow`` beside the log exists, every
+handshake (``initialize``, or 2026's ``server/discover``) is answered SECONDS late.
 
 Run as ``python -m tests.fronts.mcp.charges --port N --log FILE``.
 """
@@ -34,8 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from mcp.server import _streamable_http_modern
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from sse_starlette import EventSourceResponse
 
 META_KEY = "payments/idempotency_key"
 
@@ -76,11 +90,43 @@ def build(log: Path, charge_seconds: float, busy_first: int) -> MCPServer:
         """Charge a customer once per idempotency key."""
         return await charge_once("keyed", customer, cents, idempotency_key)
 
-    @server.tool()
+    @server.tool(meta={META_KEY: "the charge's idempotency key"})
     async def charge_meta(customer: str, cents: int, ctx: Context) -> dict[str, Any]:
         """Charge a customer once per idempotency key, given in _meta."""
         meta = ctx.request_context.meta or {}
         return await charge_once("meta", customer, cents, str(meta.get(META_KEY, "")))
+
+    @server.tool()
+    async def charge_optional_key(
+        customer: str, cents: int, idempotency_key: str = ""
+    ) -> dict[str, Any]:
+        """Charge a customer: once per idempotency key when given one."""
+        if idempotency_key:
+            return await charge_once("optkey", customer, cents, idempotency_key)
+        record(f"optkey - {customer} {cents}")
+        await asyncio.sleep(charge_seconds)
+        return {"charge_id": f"ch_{customer}_{cents}", "cents": cents}
+
+    @server.tool()
+    async def hang(customer: str) -> dict[str, Any]:
+        """Charge a customer, and never answer."""
+        record(f"hang {customer}")
+        await asyncio.Event().wait()
+        return {}
+
+    @server.tool()
+    async def chatter(customer: str, ctx: Context) -> dict[str, Any]:
+        """Charge a customer, then say so for ever."""
+        record(f"chatter {customer}")
+        while True:  # a notification every 10 ms: each read is quick, the call never ends
+            await ctx.info(f"still charging {customer}")
+            await asyncio.sleep(0.01)
+
+    @server.tool()
+    async def statement(customer: str, mib: int) -> dict[str, Any]:
+        """Charge for a statement, and answer it: ``mib`` MiB of text."""
+        record(f"statement {customer}")
+        return {"customer": customer, "lines": "x" * (mib << 20)}
 
     @server.tool()
     async def set_status(ticket: str, status: str) -> Any:
@@ -125,15 +171,52 @@ def read_lines(log: Path) -> list[str]:
         return []
 
 
+def _slow_handshake(app: Any, seconds: float, armed: Path) -> Any:
+    """``app``, answering each ``initialize`` ``seconds`` late while ``armed`` exists."""
+
+    def slow() -> bool:  # a stat of a local file: quick enough for a test's server
+        return armed.exists()
+
+    async def slowed(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not slow():
+            await app(scope, receive, send)
+            return
+        messages = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if not message.get("more_body"):
+                break
+        body = b"".join(m.get("body", b"") for m in messages)
+        if b'"initialize"' in body or b'"server/discover"' in body:
+            await asyncio.sleep(seconds)
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await app(scope, replay, send)
+
+    return slowed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log", type=Path, required=True)
     parser.add_argument("--charge-seconds", type=float, default=0.0)
     parser.add_argument("--busy-first", type=int, default=0)
+    parser.add_argument("--sse-ping", type=float, default=0.0)
+    parser.add_argument("--slow-handshake", type=float, default=0.0)
     args = parser.parse_args()
     server = build(args.log, args.charge_seconds, args.busy_first)
-    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    if args.sse_ping:
+        # The SDK's SSE responses send a keep-alive comment this often (15 s by default),
+        # on the protocol of 2025 and on that of 2026's single exchange alike.
+        EventSourceResponse.DEFAULT_PING_INTERVAL = args.sse_ping
+        _streamable_http_modern._SSE_PING_INTERVAL = args.sse_ping
+    app: Any = server.streamable_http_app(stateless_http=True, json_response=not args.sse_ping)
+    if args.slow_handshake:
+        app = _slow_handshake(app, args.slow_handshake, args.log.with_suffix(".slow"))
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_config=None, access_log=False)
 
 
@@ -145,6 +228,8 @@ class Charges:
     port: int
     charge_seconds: float = 0.0
     busy_first: int = 0
+    sse_ping: float = 0.0
+    slow_handshake: float = 0.0
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -154,7 +239,9 @@ class Charges:
     def start(self) -> Charges:
         args = [sys.executable, "-m", "tests.fronts.mcp.charges", "--port", str(self.port),
                 "--log", str(self.log), "--charge-seconds", str(self.charge_seconds),
-                "--busy-first", str(self.busy_first)]  # fmt: skip
+                "--busy-first", str(self.busy_first),
+                "--sse-ping", str(self.sse_ping),
+                "--slow-handshake", str(self.slow_handshake)]  # fmt: skip
         out = self.log.with_suffix(".out").open("ab")
         self.process = subprocess.Popen(args, stdout=out, stderr=out)
         deadline = time.monotonic() + 30

@@ -44,11 +44,17 @@ EFFECTS: dict[str, Any] = {
 
 
 def serve_gateway(
-    config: Config, tmp_path: Path, upstream_url: str, name: str, *extra: str
+    config: Config,
+    tmp_path: Path,
+    upstream_url: str,
+    name: str,
+    *extra: str,
+    effects_file: Mapping[str, Any] | None = None,
 ) -> tuple[ServerProcess, str]:
-    """``actonce serve`` with the MCP front and ``payments`` as its upstream; its base URL."""
-    effects = tmp_path / "effects.json"
-    effects.write_text(json.dumps(EFFECTS))
+    """``actonce serve`` with the MCP front and ``payments`` as its upstream, its tools'
+    effects ``effects_file`` (EFFECTS unless given); its base URL."""
+    effects = tmp_path / f"{name}.effects.json"
+    effects.write_text(json.dumps(EFFECTS if effects_file is None else effects_file))
     port = free_port()
     process = spawn_sidecar(
         config, tmp_path / f"{name}.log",
@@ -113,6 +119,31 @@ def call_in_background(base: str, attempt_id: str, name: str, arguments: dict[st
 
 def begin(base: str, run_id: str, checkpoint: str = "cp-0") -> str:
     return begin_over_http(base, run_id, rule="billing", checkpoint=checkpoint)
+
+
+def begin_with_lease(base: str, run_id: str, lease_deadline: str) -> str:
+    """An attempt whose lease ends at ``lease_deadline`` (RFC 3339)."""
+    body = {"run_id": run_id, "rule": "billing", "checkpoint": "cp-0"}
+    answer = httpx2.post(
+        f"{base}/attempts",
+        content=json.dumps({**body, "lease_deadline": lease_deadline}),
+        headers={"content-type": "application/json"},
+    )
+    answer.raise_for_status()
+    return str(answer.json()["attempt_id"])
+
+
+def end_attempt(base: str, attempt_id: str, *, timeout: float = 10.0) -> dict[str, Any]:
+    """``POST /attempts/{id}/end``: the counts; raises httpx's timeout when it does not
+    answer within ``timeout``."""
+    answer = httpx2.post(
+        f"{base}/attempts/{attempt_id}/end",
+        content=b"{}",
+        headers={"content-type": "application/json"},
+        timeout=timeout,
+    )
+    answer.raise_for_status()
+    return dict(answer.json())
 
 
 def ledger_events(config: Config, run_id: str) -> list[StoredEvent]:
