@@ -5,7 +5,8 @@ starts, when the test says so (tests/langgraph_worker.py does the same for LangG
 Its model is scripted as a real model answers (tests/scripted_agents_model.py): fresh
 tool-call ids on every call, parallel calls shuffled, texts worded anew. Scenarios:
 parallel calls, a tool's retries, a charge a person approves (resumed from the run's
-saved RunState), a handoff, async tools, and a streamed run.
+saved RunState), a handoff, two agents run at once as another's tools, async tools, and a
+streamed run.
 """
 
 from __future__ import annotations
@@ -117,16 +118,31 @@ def build(job: Job, client: Client, writes: Writes) -> Agent[Any]:
         """Charge the customer's card with no idempotency key."""
         return siblings.charge_unkeyed(call, customer, cents)
 
-    model = ScriptedModel(SCRIPTS[job.scenario], kill_at_call=job.kill_at_model)
+    model = ScriptedModel(SCRIPTS[job.scenario], scripts=BY_AGENT.get(job.scenario),
+                          kill_at_call=job.kill_at_model)  # fmt: skip
     tools: list[Tool] = [open_ticket, flaky_notice, charge_card, charge_approved,
                          open_ticket_async, charge_card_async, charge_unkeyed]  # fmt: skip
     billing = Agent(name="billing", instructions="Bill.", tools=tools, model=model)
+    if job.scenario == "agents":
+        return manager(model, tools)
     if job.scenario != "handoff":
         return billing
     return Agent(name="triage", instructions="Route.", handoffs=[billing], model=model,
                  tools=[open_ticket])  # fmt: skip
 
 
+def manager(model: ScriptedModel, tools: list[Tool]) -> Agent[Any]:
+    """Two agents on one model, run at once as the tools of a third: each model call of
+    theirs a turn of the delivery, in whichever order the two reach the model."""
+    billing = Agent(name="billing", instructions=AGENTS["billing"], tools=tools, model=model)
+    support = Agent(name="support", instructions=AGENTS["support"], tools=tools, model=model)
+    return Agent(name="manager", instructions=AGENTS["manager"], model=model, tools=[
+        billing.as_tool("ask_billing", "Ask the billing agent."),
+        support.as_tool("ask_support", "Ask the support agent."), tools[0],
+    ])  # fmt: skip
+
+
+AGENTS = {"manager": "Delegate.", "billing": "You charge cards.", "support": "You open tickets."}
 DISK, CARD = WORDINGS["Disk full"], WORDINGS["Card declined"]
 PARALLEL: list[Turn] = [
     [("open_ticket", {"title": DISK}), ("open_ticket", {"title": DISK}),
@@ -164,6 +180,20 @@ SCRIPTS: dict[str, list[Turn]] = {
          ("charge_unkeyed", {"customer": "cy", "cents": 300})],
         [],
     ],
+}  # fmt: skip
+
+
+SCRIPTS["agents"] = [[]]
+BY_AGENT: dict[str, dict[str, list[Turn]]] = {
+    "agents": {
+        AGENTS["manager"]: [
+            [("ask_billing", {"input": "Charge gus 800"}),
+             ("ask_support", {"input": "The disk is full"})],
+            [],
+        ],
+        AGENTS["billing"]: [[("charge_card", {"customer": "gus", "cents": 800})], []],
+        AGENTS["support"]: [[("open_ticket", {"title": DISK})], []],
+    },
 }  # fmt: skip
 
 

@@ -10,13 +10,15 @@ as a real model answers (tests/scripted_model.py).
 
 A scenario is a script, and how it runs: ``+nocp``, without a checkpointer (the model
 called through durable_model); ``async`` and ``astream``, with async tools, through
-``adeliver`` (ainvoke) and ``astream``.
+``adeliver`` (ainvoke) and ``astream``; ``fanout``, ``agents`` and ``noderetry``, a
+model several tasks ask at once, or one task twice (tests/langgraph_worker.py: several).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any, cast
 from card_processor import charge, charge_async
 from delivery import WORDINGS, Job, Siblings, TransientError, Writes
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -34,7 +36,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.pregel import Pregel
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, RetryPolicy, Send, interrupt
 from scripted_model import DONE, ScriptedChatModel, Turn
 
 from actonce_client import Client, Effect
@@ -150,7 +152,9 @@ def build(
     """The graph of the job's scenario (``saver``: its checkpointer, else a SQLite file's),
     and its scripted model."""
     script, _, how = job.scenario.partition("+")
-    model = ScriptedChatModel(script=SCRIPTS[script], kill_at_call=job.kill_at_model)
+    model = ScriptedChatModel(script=SCRIPTS.get(script, DONE_ONLY),
+                              scripts=BY_REQUEST.get(script, {}),
+                              kill_at_call=job.kill_at_model)  # fmt: skip
     tools = tools_of(job, client, writes)
     checkpointed = how != "nocp"
     if checkpointed and saver is None:
@@ -160,6 +164,8 @@ def build(
     chat: Any = model if checkpointed else durable_model(model)
     if script.startswith("create_agent"):
         return create_agent(chat, tools, checkpointer=saver), model
+    if script in BY_REQUEST or script == "noderetry":
+        return several(job, script, chat.bind_tools(tools), tools, saver), model
     bound = chat.bind_tools(tools)
 
     def call_model(state: MessagesState) -> dict[str, Any]:
@@ -182,6 +188,62 @@ def build(
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
     return graph.compile(checkpointer=saver), model
+
+
+def agent_loop(
+    job: Job, bound: Any, tools: list[BaseTool], system: str = "", hiccup: bool = False
+) -> Any:
+    """An agent as a graph of its own: its model, then its tools, until it answers.
+    ``hiccup``: the model's node fails once in the run after its model answered, and its
+    RetryPolicy runs it again; the redelivery of a run killed later does not fail."""
+    failed_once = Path(job.checkpoints).with_suffix(".hiccup")
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        asked = [SystemMessage(system), *state["messages"]] if system else state["messages"]
+        answer = bound.invoke(asked)
+        if hiccup and not failed_once.exists():
+            failed_once.touch()
+            raise TransientError("the connection reset after the model answered")
+        return {"messages": [answer]}
+
+    graph = StateGraph(MessagesState)
+    node_retry = RetryPolicy(retry_on=TransientError, initial_interval=0.01, jitter=False)
+    graph.add_node("model", call_model, retry_policy=node_retry)
+    graph.add_node(
+        "tools",
+        ToolNode(tools, handle_tool_errors=handle_tool_error),
+        retry_policy=retry_policy(transient=(ConnectionError,), initial_interval=0.01,
+                                  jitter=False),
+    )  # fmt: skip
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    return graph.compile()
+
+
+def several(
+    job: Job, script: str, bound: Any, tools: list[BaseTool],
+    saver: BaseCheckpointSaver[Any] | None,
+) -> Pregel[Any, Any, Any, Any]:  # fmt: skip
+    """The graphs whose model several tasks ask, or one task twice: ``fanout``, a branch
+    per customer (``Send``), in another order on each delivery; ``agents``, two agents at
+    once; ``noderetry``, an agent whose model's node fails once after its model answered."""
+    graph = StateGraph(MessagesState)
+    if script == "fanout":
+        graph.add_node("branch", agent_loop(job, bound, tools))
+        customers = list(FANOUT)
+        random.shuffle(customers)
+        graph.add_conditional_edges(START, lambda _: [
+            Send("branch", {"messages": [HumanMessage(ask)]}) for ask in customers
+        ])  # fmt: skip
+    elif script == "agents":
+        for name, system in AGENTS.items():
+            graph.add_node(name, agent_loop(job, bound, tools, system))
+            graph.add_edge(START, name)
+    else:
+        graph.add_node("agent", agent_loop(job, bound, tools, hiccup=True))
+        graph.add_edge(START, "agent")
+    return graph.compile(checkpointer=saver)
 
 
 DISK = WORDINGS["Disk full"]
@@ -227,6 +289,31 @@ SCRIPTS: dict[str, list[Turn]] = {
         DONE,
     ],
 }  # fmt: skip
+
+
+DONE_ONLY: list[Turn] = [DONE]
+# A branch per customer, each asked about its own: a ticket and a charge each.
+FANOUT: dict[str, list[Turn]] = {
+    f"help {customer}": [
+        [("open_ticket", {"title": f"Ticket for {customer}"}),
+         ("charge_card", {"customer": customer, "cents": cents})],
+        DONE,
+    ]
+    for customer, cents in (("ada", 100), ("bob", 200), ("cy", 300))
+}  # fmt: skip
+# Two agents at once, on one model: each its own system prompt, its own tools' calls.
+AGENTS = {"billing": "You charge cards.", "support": "You open tickets."}
+BY_REQUEST: dict[str, dict[str, list[Turn]]] = {
+    "fanout": FANOUT,
+    "agents": {
+        AGENTS["billing"]: [[("charge_card", {"customer": "gus", "cents": 800})], DONE],
+        AGENTS["support"]: [[("open_ticket", {"title": DISK})], DONE],
+    },
+}
+SCRIPTS["noderetry"] = [
+    [("open_ticket", {"title": DISK}), ("charge_card", {"customer": "fay", "cents": 600})],
+    DONE,
+]  # fmt: skip
 
 
 def warm() -> None:

@@ -34,9 +34,19 @@ ASYNC = _seen("Disk full", "eve", 400)
 AGENTS = {
     **SHARED_EXPECTED,
     "handoff": _seen("Card declined", "dee", 300),
+    "agents": Seen(
+        ("Disk full",), ("charged gus 800", "opened a ticket: Disk full"), (("gus", 800),)
+    ),
     "async": ASYNC,
     "streamed": SHARED_EXPECTED["parallel"],
 }
+# A branch per customer (Send), each a ticket and a charge of its own.
+FANOUT = Seen(
+    tuple(f"Ticket for {c}" for c in ("ada", "bob", "cy")),
+    tuple(sorted([f"charged {c} {n}" for c, n in (("ada", 100), ("bob", 200), ("cy", 300))]
+                 + [f"opened a ticket: Ticket for {c}" for c in ("ada", "bob", "cy")])),
+    (("ada", 100), ("bob", 200), ("cy", 300)),
+)  # fmt: skip
 LANGGRAPH = {
     **SHARED_EXPECTED,
     "create_agent": ONE_TICKET,
@@ -48,6 +58,12 @@ LANGGRAPH = {
     "create_agent+nocp": ONE_TICKET,
     "async+nocp": ASYNC,
     "astream+nocp": ASYNC,
+    # Durable model turns asked by several tasks at once, or by one task twice.
+    "fanout+nocp": FANOUT,
+    "agents+nocp": Seen(
+        ("Disk full",), ("charged gus 800", "opened a ticket: Disk full"), (("gus", 800),)
+    ),
+    "noderetry+nocp": _seen("Disk full", "fay", 600),
 }
 # Through the MCP gateway: a ticket, a keyed charge made twice by two tool calls, a charge
 # with no key, a notice (tests/mcp_worker.py).

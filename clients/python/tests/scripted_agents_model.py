@@ -37,21 +37,27 @@ def worded(args: dict[str, Any]) -> dict[str, Any]:
 
 
 class ScriptedModel(Model):
-    """``kill_at_call``: the process kills itself as its k-th call starts (0: never)."""
+    """``kill_at_call``: the process kills itself as its k-th call starts (0: never).
+    ``scripts``: the script of an agent by its instructions (agents run as tools of
+    another, one model for all); any other agent is answered from ``script``."""
 
-    def __init__(self, script: list[Turn], *, kill_at_call: int = 0) -> None:
+    def __init__(
+        self, script: list[Turn], *, scripts: dict[str, list[Turn]] | None = None,
+        kill_at_call: int = 0,
+    ) -> None:  # fmt: skip
         self.script = script
+        self.scripts = scripts or {}
         self.kill_at_call = kill_at_call
         self.calls = 0
 
-    def _turn(self, input: Any) -> list[Any]:
+    def _turn(self, instructions: Any, input: Any) -> list[Any]:
         self.calls += 1
         if self.calls == self.kill_at_call:
             os.kill(os.getpid(), signal.SIGKILL)
         items = input if isinstance(input, list) else []
         outputs = sum(1 for item in items if _type(item) == "function_call_output")
         made = 0
-        for calls in self.script:
+        for calls in self.scripts.get(str(instructions), self.script):
             if made == outputs:
                 return _output(calls)
             made += len(calls)
@@ -59,10 +65,11 @@ class ScriptedModel(Model):
 
     async def get_response(self, system_instructions: Any, input: Any, *args: Any,
                            **kwargs: Any) -> ModelResponse:  # fmt: skip
-        return ModelResponse(output=self._turn(input), usage=Usage(), response_id=None)
+        return ModelResponse(output=self._turn(system_instructions, input), usage=Usage(),
+                             response_id=None)  # fmt: skip
 
-    async def _stream(self, input: Any) -> AsyncIterator[ResponseStreamEvent]:
-        output = self._turn(input)
+    async def _stream(self, instructions: Any, input: Any) -> AsyncIterator[ResponseStreamEvent]:
+        output = self._turn(instructions, input)
         response = Response.model_construct(
             id=f"resp-{uuid.uuid4().hex}", object="response", created_at=0.0, model="scripted",
             output=output, parallel_tool_calls=True, tool_choice="auto", tools=[], usage=None,
@@ -73,7 +80,7 @@ class ScriptedModel(Model):
 
     def stream_response(self, system_instructions: Any, input: Any, *args: Any,
                         **kwargs: Any) -> AsyncIterator[ResponseStreamEvent]:  # fmt: skip
-        return self._stream(input)
+        return self._stream(system_instructions, input)
 
 
 def _type(item: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,16 +21,22 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+from pydantic import Field, PrivateAttr
 
 Turn = list[tuple[str, dict[str, Any]]]  # (tool, arguments) each; [] answers "done"
 
 
 class ScriptedChatModel(BaseChatModel):
-    """``kill_at_call``: the process kills itself as its k-th call starts (0: never)."""
+    """``kill_at_call``: the process kills itself as its k-th call starts (0: never).
+    ``scripts``: the script of a request whose message says one of its keys (an agent's
+    system prompt, a branch's question), the way a real model answers what it is asked;
+    any other request is answered from ``script``."""
 
     script: list[Turn]
+    scripts: dict[str, list[Turn]] = Field(default_factory=dict)
     kill_at_call: int = 0
     calls: int = 0
+    _counting: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
     def _llm_type(self) -> str:
@@ -42,11 +49,15 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        self.calls += 1
-        if self.calls == self.kill_at_call:
+        with self._counting:  # parallel branches ask at once
+            self.calls += 1
+            kill = self.calls == self.kill_at_call
+        if kill:
             os.kill(os.getpid(), signal.SIGKILL)
+        said = (str(m.content) for m in messages if not isinstance(m, AIMessage))
+        script = next((self.scripts[s] for s in said if s in self.scripts), self.script)
         answered = sum(isinstance(m, AIMessage) for m in messages)
-        return ChatResult(generations=[ChatGeneration(message=answer(self.script[answered]))])
+        return ChatResult(generations=[ChatGeneration(message=answer(script[answered]))])
 
     def bind_tools(
         self,

@@ -621,12 +621,16 @@ def _config(given: RunnableConfig | None, run_id: str, thread_id: str,
 def _actonce_of(app: Pregel[Any, Any, Any, Any], given: Actonce | None) -> Actonce:
     if given is not None:
         return given
-    for node in app.nodes.values():
-        bound = getattr(node, "bound", None)
-        if isinstance(bound, ToolNode):
-            for tool in bound.tools_by_name.values():
-                if isinstance(tool, _ActonceTool) and isinstance(tool.actonce, Actonce):
-                    return tool.actonce
+    # The graph's own nodes, then its subgraphs' (an agent as a node of a larger graph).
+    subgraphs = (sub for _, sub in app.get_subgraphs(recurse=True))
+    graphs = [app, *(sub for sub in subgraphs if isinstance(sub, Pregel))]
+    for graph in graphs:
+        for node in graph.nodes.values():
+            bound = getattr(node, "bound", None)
+            if isinstance(bound, ToolNode):
+                for tool in bound.tools_by_name.values():
+                    if isinstance(tool, _ActonceTool) and isinstance(tool.actonce, Actonce):
+                        return tool.actonce
     raise ValueError(
         "the graph has no actonce tool to take the rule and client from: pass actonce=, "
         "or call actonce.deliver()"
