@@ -23,7 +23,7 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
-from tests.harness import free_port
+from tests.harness import free_port, refusal
 from tests.helpers import postgres as pg
 from tests.server.processes import Served, start_cli, wait_for_status
 
@@ -140,7 +140,13 @@ def test_creates_repeated_after_their_deadline_land_once(stack: Stack) -> None:
     assert {artifact.id for artifact in held} == set(answers.values())
 
 
-def test_a_step_repeated_after_its_deadline_keeps_its_id(stack: Stack) -> None:
+def test_a_step_repeated_after_its_deadline_keeps_its_id_and_never_begins_twice(
+    stack: Stack,
+) -> None:
+    # A BeginStep repeated with its request identity is the step's whole call repeated: the
+    # caller gets the go-ahead once, or, when an earlier try began the step and the caller
+    # may have sent it meanwhile, learns that it is in doubt (naming the same step); never a
+    # second go-ahead for a non-idempotent step.
     rng = random.Random(7)
     tools = [f"pay-{n}" for n in range(12)]
     with grpc.insecure_channel(stack.sidecar_target) as channel:
@@ -148,6 +154,7 @@ def test_a_step_repeated_after_its_deadline_keeps_its_id(stack: Stack) -> None:
         begin = pb.BeginAttemptRequest(run_id="run-steps", rule="triage", checkpoint="c")
         first = stub.BeginAttempt(begin).attempt_id
         step_ids: dict[str, str] = {}
+        ended: set[str] = set()
         for tool in tools:
             request = pb.BeginStepRequest(
                 attempt_id=first,
@@ -156,7 +163,11 @@ def test_a_step_repeated_after_its_deadline_keeps_its_id(stack: Stack) -> None:
                 args_json="{}",
                 request_id=f"begin-{tool}",
             )
-            answer = _until_answered(stub.BeginStep, request, rng)
+            try:
+                answer = _until_answered(stub.BeginStep, request, rng)
+            except grpc.RpcError as error:
+                step_ids[tool] = _in_doubt_step(error)
+                continue
             assert answer.outcome == types_pb2.OUTCOME_APPLIED
             step_ids[tool] = answer.step_id
             end = pb.EndStepRequest(
@@ -164,17 +175,35 @@ def test_a_step_repeated_after_its_deadline_keeps_its_id(stack: Stack) -> None:
                 request_id=f"end-{tool}",
             )  # fmt: skip
             assert _until_answered(stub.EndStep, end, rng).outcome == types_pb2.OUTCOME_APPLIED
-        # The run's next attempt finds every step ended, none began and left in doubt.
+            ended.add(tool)
+            # The same identity again, once the step ended: its result, not a new go-ahead.
+            again = stub.BeginStep(request)
+            assert (again.outcome, again.result_json) == (
+                types_pb2.OUTCOME_ALREADY_APPLIED,
+                f'{{"paid":"{tool}"}}',
+            )
+        # The run's next attempt finds each step ended, or in doubt: none begun twice.
         second = stub.BeginAttempt(begin).attempt_id
         for tool in tools:
-            again = stub.BeginStep(
-                pb.BeginStepRequest(
-                    attempt_id=second, tool=tool,
-                    effect=types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE, args_json="{}",
-                )
+            retry = pb.BeginStepRequest(
+                attempt_id=second, tool=tool,
+                effect=types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE, args_json="{}",
             )  # fmt: skip
+            if tool not in ended:
+                with pytest.raises(grpc.RpcError) as caught:
+                    stub.BeginStep(retry)
+                assert _in_doubt_step(caught.value) == step_ids[tool]
+                continue
+            again = stub.BeginStep(retry)
             assert (again.step_id, again.outcome, again.result_json) == (
                 step_ids[tool],
                 types_pb2.OUTCOME_ALREADY_APPLIED,
                 f'{{"paid":"{tool}"}}',
             )
+
+
+def _in_doubt_step(error: grpc.RpcError) -> str:
+    """The step an IN_DOUBT refusal names; any other refusal fails the test."""
+    got = refusal(error)
+    assert got.reason == "IN_DOUBT", (got.reason, got.message)
+    return str(got.metadata["step_id"])
