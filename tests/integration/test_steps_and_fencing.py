@@ -155,3 +155,40 @@ def test_a_newer_attempt_fences_the_older_across_sidecars_sharing_the_ledger(
     finally:
         two.stop()
         one.stop()
+
+
+def test_a_begin_step_repeated_with_its_request_id_never_gives_a_second_go_ahead(
+    sidecar: RunningSidecar,
+) -> None:
+    attempt = sidecar.begin("run-r", checkpoint="c")
+    request = pb.BeginStepRequest(
+        attempt_id=attempt,
+        tool="charge_card",
+        effect=NON_IDEMPOTENT,
+        args_json='{"cents": 500}',
+        request_id="charge-1",
+    )
+    first = sidecar.stub.BeginStep(request)
+    assert first.outcome == types_pb2.OUTCOME_APPLIED  # the agent sends its charge now
+    # The caller repeats the call with its identity while the charge may be under way: it
+    # waits as long as its own deadline lets it, then learns the charge is in doubt.
+    with pytest.raises(grpc.RpcError) as caught:
+        sidecar.stub.BeginStep(request, timeout=1.0)
+    got = refusal(caught.value)
+    assert (got.reason, got.failure_class, got.metadata["step_id"]) == (
+        "IN_DOUBT",
+        "UNKNOWN",
+        first.step_id,
+    )
+    sidecar.stub.EndStep(
+        pb.EndStepRequest(attempt_id=attempt, step_id=first.step_id, result_json='{"ch": 1}')
+    )
+    # Once the step ended, the identity answers the step's result: nothing to send again.
+    again = sidecar.stub.BeginStep(request)
+    assert (again.step_id, again.outcome, json.loads(again.result_json)) == (
+        first.step_id,
+        types_pb2.OUTCOME_ALREADY_APPLIED,
+        {"ch": 1},
+    )
+    begins = [e for e in sidecar.audit("run-r") if e.event.phase == "step_begin"]
+    assert len(begins) == 1
