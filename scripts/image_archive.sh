@@ -25,15 +25,15 @@ step "saving $IMAGE as $ARCHIVE"
 buildah push --quiet "$IMAGE" "oci-archive:$ARCHIVE:actonce:$VERSION" >/dev/null
 
 # The README's own line, with a layout on disk for the registry it names.
-line=$(grep -o "skopeo copy oci-archive:/path/to/actonce/dist/[^ ]* docker://[^ \`]*" README.md | head -1)
+line=$(grep -o "skopeo copy oci-archive:/path/to/actonce/dist/[^ ]* docker://[^ \`]*" docs/install.md | head -1)
 if [ -z "$line" ]; then
-    echo "image-archive: the README says no 'skopeo copy oci-archive:...' line" >&2
+    echo "image-archive: docs/install.md says no 'skopeo copy oci-archive:...' line" >&2
     exit 1
 fi
 source=${line#skopeo copy oci-archive:/path/to/actonce/}
 source=${source%% *}
 if [ "$source" != "$ARCHIVE" ]; then
-    echo "image-archive: the README copies $source, make dist-image writes $ARCHIVE" >&2
+    echo "image-archive: docs/install.md copies $source, make dist-image writes $ARCHIVE" >&2
     exit 1
 fi
 work=$(mktemp -d)

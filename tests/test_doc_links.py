@@ -1,5 +1,7 @@
 """Every cross-reference in the README and the docs resolves: the file it names exists, and
-the section it names is a heading of that file (as GitHub anchors headings)."""
+the section it names is a heading of that file (as GitHub anchors headings). The site's build
+(`make docs`, strict) checks the same links as pages of the site; the anchors agree, since the
+site names headings by the same rule."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [
     ROOT / "README.md",
-    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs").rglob("*.md")),
     *sorted((ROOT / "clients").glob("*/README.md")),
 ]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
@@ -63,3 +65,14 @@ def test_the_anchor_rule_is_githubs() -> None:
         "steps-the-agents-own-tools-adr-111"
     )
     assert anchor("`actonce audit`") == "actonce-audit"
+
+
+def test_the_site_anchors_headings_by_the_same_rule() -> None:
+    # mkdocs.yml's toc slugify: a link written for the repository's pages works on the site.
+    from pymdownx.slugs import slugify  # type: ignore[import-untyped]  # (ships no types)
+
+    site = slugify(case="lower")
+    headings = [h for doc in DOCS for h in HEADING.findall(FENCE.sub("", doc.read_text()))]
+    rendered = [re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h).replace("`", "") for h in headings]
+    differ = [h for h, text in zip(headings, rendered, strict=True) if site(text, "-") != anchor(h)]
+    assert not differ, differ

@@ -1,20 +1,50 @@
-"""The README's example call runs against a live sidecar, so that it cannot rot."""
+"""The README is the front page: short, with the two commands, the port, the example call
+(run here against a live sidecar, so that it cannot rot), the demo and where to go next."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+import pytest
+
+from tests.docs.pages import README
 from tests.harness import RunningSidecar
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+TEXT = README.read_text()
 
 
-def test_the_readme_example_call_works(sidecar: RunningSidecar) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+def _section(heading: str) -> str:
+    found = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", TEXT, re.S | re.M)
+    assert found, f"the README has no section {heading!r}"
+    return found.group(1)
+
+
+def test_the_readme_is_a_front_page() -> None:
+    assert len(TEXT.splitlines()) < 250
+    headings = re.findall(r"^## (.*)$", TEXT, re.M)
+    for needed in ("Quick start", "An example call", "The demo", "Guarantees", "Not promised"):
+        assert needed in headings, needed
+    assert "Where to go next" in headings[-1]
+
+
+def test_the_quick_start_is_two_commands_and_says_how_to_change_the_port() -> None:
+    quick = _section("Quick start")
+    (block,) = re.findall(r"```sh\n(.*?)```", quick, re.S)
+    commands = [line.split("#")[0].strip() for line in block.splitlines()]
+    assert commands == ["make run", "make test"]
+    assert "ACTONCE_LISTEN" in quick and "--listen" in quick
+    assert "ACTONCE_TARGET" in quick
+
+
+def test_the_readme_example_call_works(
+    sidecar: RunningSidecar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", _section("An example call"), flags=re.DOTALL)
     assert blocks, "the README has no python example"
-    code = blocks[0].replace("127.0.0.1:50051", f"127.0.0.1:{sidecar.port}")
+    # The example reads the sidecar's address as an agent does, from ACTONCE_TARGET.
+    assert "127.0.0.1:50051" in blocks[0] and "ACTONCE_TARGET" in blocks[0]
+    monkeypatch.setenv("ACTONCE_TARGET", f"127.0.0.1:{sidecar.port}")
     namespace: dict[str, object] = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
     assert namespace["again"].id == namespace["ticket"].id  # type: ignore[attr-defined]
     assert len(sidecar.artifacts("ticket")) == 1

@@ -271,7 +271,7 @@ def test_every_example_dsn_names_its_sslmode() -> None:
         for p in (REPO / "deploy").rglob("*")
         if p.suffix in {".yaml", ".sql", ".tpl", ".md", ".txt"}
     ]
-    texts.append((REPO / "README.md").read_text())
+    texts += [p.read_text() for p in [REPO / "README.md", *(REPO / "docs").rglob("*.md")]]
     dsns = [m for text in texts for m in re.findall(r"postgres(?:ql)?://[^\s'\"`]+", text)]
     assert dsns, "no example DSN found"
     for dsn in dsns:
@@ -380,7 +380,7 @@ def test_traces_are_an_overlay_of_standard_otel_variables_sent_over_tls(
 def test_the_readme_names_the_kubernetes_versions_the_manifests_are_validated_for() -> None:
     from tests.deploy.render import kubernetes_versions
 
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "deploy.md").read_text()
     oldest, newest = kubernetes_versions()
     assert f"for Kubernetes {oldest} and {newest}" in readme
     assert f"Kubernetes {oldest.rpartition('.')[0]} or later" in readme

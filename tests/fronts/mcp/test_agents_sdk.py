@@ -1,5 +1,5 @@
 """The OpenAI Agents SDK's MCP client (MCPServerStreamableHttp), used without a model,
-configured by the README's own snippet, against a live ``actonce serve --mcp-listen``."""
+configured by the docs' own snippet (docs/mcp.md), against a live ``actonce serve --mcp-listen``."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from tests.fronts.mcp.conftest import StartCharges
 from tests.fronts.mcp.gateway_support import serve_gateway
 from tests.harness import free_port, sidecar_config, spawn_sidecar
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[3] / "docs" / "mcp.md"
 
 
 def readme_snippet(marker: str) -> str:
     found = re.search(
         rf"<!-- mcp: {marker} -->\n```python\n(.*?)```", README.read_text(), flags=re.DOTALL
     )
-    assert found, f"the README has no {marker} snippet"
+    assert found, f"docs/mcp.md has no {marker} snippet"
     return found.group(1)
 
 
