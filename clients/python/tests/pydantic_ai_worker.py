@@ -5,6 +5,7 @@ fresh tool-call ids on every call, parallel calls shuffled, texts worded anew.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -16,13 +17,20 @@ from typing import Any
 
 from card_processor import charge, charge_async
 from delivery import WORDINGS, Job, Siblings, Writes
-from pydantic_ai import Agent
+from pydantic_ai import Agent, Tool
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from actonce_client import Client, Effect
 from actonce_client.errors import ActonceError
-from actonce_client.pydantic_ai import Actonce, AsyncToolCall, Parked, ToolCall, deliver
+from actonce_client.pydantic_ai import (
+    Actonce,
+    AsyncToolCall,
+    DurableModel,
+    Parked,
+    ToolCall,
+    deliver,
+)
 
 RULE = "billing-agent"
 Turn = list[tuple[str, dict[str, Any]]]
@@ -31,16 +39,20 @@ Turn = list[tuple[str, dict[str, Any]]]
 class Script:
     """The model's answers, and how many times it was asked in this process."""
 
-    def __init__(self, turns: list[Turn], kill_at_call: int) -> None:
+    def __init__(
+        self, turns: list[Turn], kill_at_call: int, by_agent: dict[str, list[Turn]] | None = None
+    ) -> None:
         self.turns = turns
+        self.by_agent = by_agent or {}  # an agent's script, by its instructions
         self.kill_at_call = kill_at_call
         self.calls = 0
 
-    def _calls(self, messages: list[ModelMessage]) -> list[ToolCallPart]:
+    def _calls(self, messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart]:
         self.calls += 1
         if self.calls == self.kill_at_call:
             os.kill(os.getpid(), signal.SIGKILL)
-        calls = list(self.turns[sum(isinstance(m, ModelResponse) for m in messages)])
+        turns = self.by_agent.get(info.instructions or "", self.turns)
+        calls = list(turns[sum(isinstance(m, ModelResponse) for m in messages)])
         random.shuffle(calls)
         return [
             ToolCallPart(name, {k: random.choice(v) if isinstance(v, tuple) else v
@@ -50,11 +62,11 @@ class Script:
         ]  # fmt: skip
 
     def answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        calls = self._calls(messages)
+        calls = self._calls(messages, info)
         return ModelResponse(parts=list(calls) if calls else [TextPart("done")])
 
     async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
-        calls = self._calls(messages)
+        calls = self._calls(messages, info)
         if not calls:
             yield "done"
             return
@@ -126,10 +138,32 @@ def build(job: Job, client: Client, writes: Writes) -> tuple[Agent[None, str], S
         """Charge the customer's card with no idempotency key."""
         return siblings.charge_unkeyed(call, customer, cents)
 
-    script = Script(SCRIPTS[job.scenario], job.kill_at_model)
+    script = Script(SCRIPTS[job.scenario], job.kill_at_model, BY_AGENT.get(job.scenario))
     model = FunctionModel(script.answer, stream_function=script.stream)
     tools = [open_ticket, charge_card, open_ticket_async, charge_card_async, charge_unkeyed]
+    if job.scenario == "agents":
+        return delegating(model, tools), script
     return Agent(model, tools=tools, output_type=str), script
+
+
+def delegating(model: FunctionModel, tools: list[Tool[Any]]) -> Agent[None, str]:
+    """An agent whose tool runs two agents at once, on one model under one turn name:
+    each model request of theirs a turn of the delivery, whichever reaches it first."""
+    billing = Agent(DurableModel(model), tools=tools, output_type=str,
+                    instructions=AGENTS["billing"])  # fmt: skip
+    support = Agent(DurableModel(model), tools=tools, output_type=str,
+                    instructions=AGENTS["support"])  # fmt: skip
+
+    async def ask_both() -> str:
+        """Ask the billing and the support agents at once."""
+        # Which of the two reaches the model first is the scheduler's: another each time.
+        asks = [(billing, "Charge gus 800"), (support, DISK[0])]
+        random.shuffle(asks)
+        said = await asyncio.gather(*(agent.run(prompt) for agent, prompt in asks))
+        return "; ".join(sorted(r.output for r in said))
+
+    return Agent(model, tools=[Tool(ask_both), tools[0]], output_type=str,
+                 instructions=AGENTS["manager"])  # fmt: skip
 
 
 DISK = WORDINGS["Disk full"]
@@ -154,6 +188,17 @@ SCRIPTS: dict[str, list[Turn]] = {
         [],
     ],
 }  # fmt: skip
+
+
+AGENTS = {"manager": "Delegate.", "billing": "You charge cards.", "support": "You open tickets."}
+SCRIPTS["agents"] = [[]]
+BY_AGENT: dict[str, dict[str, list[Turn]]] = {
+    "agents": {
+        AGENTS["manager"]: [[("ask_both", {})], []],
+        AGENTS["billing"]: [[("charge_card", {"customer": "gus", "cents": 800})], []],
+        AGENTS["support"]: [[("open_ticket", {"title": DISK})], []],
+    },
+}
 
 
 def warm() -> None:

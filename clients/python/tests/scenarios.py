@@ -78,6 +78,7 @@ MCP_GATEWAY = {
 }
 PYDANTIC_AI = {
     "parallel": SHARED_EXPECTED["parallel"],
+    "agents": AGENTS["agents"],
     "streamed": SHARED_EXPECTED["parallel"],
     "async": ASYNC,
 }
