@@ -74,13 +74,19 @@ def _add_store(subcommands: Subcommands) -> None:
         "store", help="run the reference artifact store alone", epilog=tracing_settings.EPILOG
     )
     add_settings(store, commands.STORE)
-    store_commands = store.add_subparsers(dest="store_command", metavar="{check}")
+    store_commands = store.add_subparsers(dest="store_command", metavar="{check,assign-owners}")
     check = store_commands.add_parser(
         "check",
         help="run the store contract's behaviour against a store and print what holds; "
         "exit 0 when all of it does",
     )
     add_settings(check, commands.CHECK)
+    assign = store_commands.add_parser(
+        "assign-owners",
+        help="give the store's artifacts, proposals and threads made before owners were "
+        "recorded the rule the ledger says made them (docs/upgrading.md)",
+    )
+    add_settings(assign, commands.ASSIGN_OWNERS)
 
 
 _AUDIT_COMMANDS = {
@@ -281,6 +287,16 @@ def _store_check(values: dict[str, Any]) -> int:
     )
 
 
+def _assign_owners(values: dict[str, Any]) -> int:
+    _require_extras("store", values)
+    from sidecar.assembly.owners import run_assign_owners
+
+    try:
+        return run_assign_owners(values, sys.stdout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _require_extras(command: str, values: dict[str, Any]) -> None:
     """Stop with the install command when a feature asked for lacks its extra."""
     if command == "console":
@@ -381,6 +397,8 @@ def _demo(args: argparse.Namespace) -> None:
 def _store(args: argparse.Namespace) -> None:
     if args.store_command == "check":
         raise SystemExit(_store_check(resolve(args, commands.CHECK)))
+    if args.store_command == "assign-owners":
+        raise SystemExit(_assign_owners(resolve(args, commands.ASSIGN_OWNERS)))
     check_environment()
     values = resolve(args, commands.STORE)
     _require_extras("store", values)

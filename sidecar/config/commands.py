@@ -158,6 +158,20 @@ CHECK: dict[str, Setting] = {
     ),
 }
 
+# actonce store assign-owners: the ledger as `actonce audit` reads it, the store's database.
+ASSIGN_OWNERS: dict[str, Setting] = {
+    "--store-db": Setting(
+        "--store-db",
+        "ACTONCE_STORE_DB",
+        Path,
+        "the store's SQLite file: a sidecar's data folder's audit.db (its embedded store), or "
+        "store.db in the folder of `actonce store`",
+    ),
+    "--store-dsn": SERVE["--store-dsn"],
+    "--store-dsn-file": SERVE["--store-dsn-file"],
+    **AUDIT,
+}
+
 # What the agent beside the sidecar reads (its clients, and their test harness): a sidecar
 # and its agent may share one env file, so these are no typo of a setting here.
 CLIENT_VARIABLES = frozenset({"ACTONCE_TARGET", "ACTONCE_API_TOKEN", "ACTONCE_BIN"})
@@ -165,5 +179,5 @@ CLIENT_VARIABLES = frozenset({"ACTONCE_TARGET", "ACTONCE_API_TOKEN", "ACTONCE_BI
 
 def known_variables() -> frozenset[str]:
     """Every ACTONCE_* variable a command or the agent beside it reads."""
-    tables = (SERVE, STORE, CONSOLE, AUDIT, CHECK)
+    tables = (SERVE, STORE, CONSOLE, AUDIT, CHECK, ASSIGN_OWNERS)
     return frozenset(s.env for table in tables for s in table.values()) | CLIENT_VARIABLES
