@@ -17,6 +17,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from sidecar.console.sessions import CSRF, Sessions
 from sidecar.ops import auth, http_guard
 from sidecar.ops.auth import TokenFile
 
@@ -67,24 +68,18 @@ def same_token(given: str, token: str | None) -> bool:
 
 def csrf_token(request: Request) -> str:
     session = request.session
-    if "csrf" not in session:
-        session["csrf"] = secrets.token_urlsafe(32)
-    return str(session["csrf"])
-
-
-# Session keys: signed in with the operator's token, or with the API token.
-SIGNED_IN = "signed_in"
-
-
-API_SIGNED_IN = "api_signed_in"
+    if CSRF not in session:
+        session[CSRF] = secrets.token_urlsafe(32)
+    return str(session[CSRF])
 
 
 class AccessMiddleware:
     """Loopback reads freely; anyone else needs the token (header or signed-in session)."""
 
-    def __init__(self, app: Any, token: str | None) -> None:
+    def __init__(self, app: Any, token: str | None, sessions: Sessions) -> None:
         self.app = app
         self.token = token
+        self.sessions = sessions
 
     async def __call__(
         self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Any
@@ -118,10 +113,12 @@ class AccessMiddleware:
         header = request.headers.get("authorization", "")
         if header.startswith("Bearer ") and same_token(header[7:], self.token):
             return True
-        return bool(request.session.get(SIGNED_IN))
+        return self.sessions.operator(request.session)
 
 
-def api_token_gate(api_token: TokenFile | None, token: str | None) -> list[Middleware]:
+def api_token_gate(
+    api_token: TokenFile | None, token: str | None, sessions: Sessions
+) -> list[Middleware]:
     """With an API token, a gate before AccessMiddleware: both must let a request in.
 
     The gate lets in a request that carries the API token or the operator's, or whose
@@ -133,7 +130,7 @@ def api_token_gate(api_token: TokenFile | None, token: str | None) -> list[Middl
 
     def admit(scope: auth.Scope) -> bool:
         session = scope.get("session") or {}
-        if session.get(SIGNED_IN) or session.get(API_SIGNED_IN):
+        if sessions.operator(session) or sessions.api(session):
             return True
         given = auth.http_bearer(scope)
         return given is not None and same_token(given.decode("utf-8", "replace"), token)

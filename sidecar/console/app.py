@@ -9,7 +9,9 @@ again, the refusal shown and the fields kept, which the script puts in place. Ac
 
 - reading is open to clients on loopback (a port-forward arrives there); any
   other client needs the operator's token, as ``Authorization: Bearer`` or
-  through the sign-in form, and without a token nobody else gets in at all;
+  through the sign-in form, and without a token nobody else gets in at all; a session
+  signed in lasts 12 hours at most, ends when the token it signed in with is rotated,
+  and signs out (:mod:`~sidecar.console.sessions`);
 - resolving needs the token every time, typed into the form, and a form token
   bound to the browser's session (a request forged by another site has neither);
 - behind a sign-in proxy (``--operator-header``), the operator is who the proxy's header
@@ -33,6 +35,8 @@ the routes (:mod:`~sidecar.console.routes`) and the pages they render
 from __future__ import annotations
 
 import secrets
+import time
+from collections.abc import Callable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -42,6 +46,7 @@ from sidecar.console.access import AccessMiddleware, api_token_gate, console_pol
 from sidecar.console.chain import ChainWatch
 from sidecar.console.rendering import Pages
 from sidecar.console.routes import ConsoleRoutes
+from sidecar.console.sessions import MAX_SESSION_SECONDS, Sessions
 from sidecar.console.state import ConsoleState
 from sidecar.ledger.operator_queries import OperatorLedger
 from sidecar.ops import http_guard
@@ -61,10 +66,17 @@ def create_app(
     policy: http_guard.RequestPolicy | None = None,
     operator_header: str | None = None,
     api_token: TokenFile | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Starlette:
     state = ConsoleState(ledger, token, chain, operator_header=operator_header)
-    pages = Pages(state, trace_url_template=trace_url_template, api_token_set=api_token is not None)
-    routes = ConsoleRoutes(state, pages, api_token)
+    sessions = Sessions(token, api_token, clock=clock)
+    pages = Pages(
+        state,
+        sessions,
+        trace_url_template=trace_url_template,
+        api_token_set=api_token is not None,
+    )
+    routes = ConsoleRoutes(state, pages, api_token, sessions)
     middleware = [
         # Outermost first: the guard's layers, then the console's own.
         *http_guard.middleware(policy or console_policy()),
@@ -73,9 +85,11 @@ def create_app(
             secret_key=session_secret or secrets.token_urlsafe(32),
             session_cookie="actonce_console",
             same_site="strict",
+            # The cookie's life; the sign-in's own is kept in the session (sessions.py).
+            max_age=MAX_SESSION_SECONDS,
         ),
-        *api_token_gate(api_token, token),
-        Middleware(AccessMiddleware, token=token),
+        *api_token_gate(api_token, token, sessions),
+        Middleware(AccessMiddleware, token=token, sessions=sessions),
     ]
     app = Starlette(routes=routes.routes(), middleware=middleware)
     app.state.console = state

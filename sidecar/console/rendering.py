@@ -13,6 +13,7 @@ from starlette.templating import Jinja2Templates
 
 from sidecar.console import timeline
 from sidecar.console.access import csrf_token
+from sidecar.console.sessions import Sessions
 from sidecar.console.state import ConsoleState
 
 HERE = Path(__file__).parent
@@ -23,9 +24,15 @@ class Pages:
     the chain's verdict, the ledger's head and size, what is pending, who is signed in."""
 
     def __init__(
-        self, state: ConsoleState, *, trace_url_template: str | None, api_token_set: bool
+        self,
+        state: ConsoleState,
+        sessions: Sessions,
+        *,
+        trace_url_template: str | None,
+        api_token_set: bool,
     ) -> None:
         self.state = state
+        self.sessions = sessions
         self.api_token_set = api_token_set
         templates = Jinja2Templates(directory=str(HERE / "templates"))
         templates.env.globals["lanes"] = timeline.LANES
@@ -52,6 +59,8 @@ class Pages:
             "token_set": state.token is not None,
             "proxy_signs_in": state.operator_header is not None,
             "operator": state.operator(request),
+            "signed_in": self.sessions.operator(request.session)
+            or self.sessions.api(request.session),
         }
         return self.templates.TemplateResponse(
             request, name, {**base, **context}, status_code=status

@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sidecar.console import timeline
-from sidecar.console.access import API_SIGNED_IN, SIGNED_IN, same_token
+from sidecar.console.access import same_token
 from sidecar.console.forms import (
     UNREADABLE,
     int_param,
@@ -29,6 +29,7 @@ from sidecar.console.forms import (
     taken,
 )
 from sidecar.console.rendering import HERE, Pages
+from sidecar.console.sessions import CSRF, Sessions
 from sidecar.console.state import PAGE_SIZE, PENDING_SHOWN, RUN_PAGE_EVENTS, ConsoleState
 from sidecar.errors import InvalidArgument
 from sidecar.ledger.operator_queries import OUTCOMES, RunFilter, RunsPage
@@ -50,10 +51,13 @@ class _Refused(Exception):
 class ConsoleRoutes:
     """The handlers, over the state they share and the pages they render."""
 
-    def __init__(self, state: ConsoleState, pages: Pages, api_token: TokenFile | None) -> None:
+    def __init__(
+        self, state: ConsoleState, pages: Pages, api_token: TokenFile | None, sessions: Sessions
+    ) -> None:
         self.state = state
         self.pages = pages
         self.api_token = api_token
+        self.sessions = sessions
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -62,6 +66,7 @@ class ConsoleRoutes:
             Route("/pending", self.pending_page),
             Route("/pending/{item_id}/resolve", self.resolve, methods=["POST"]),
             Route("/sign-in", self.sign_in, methods=["GET", "POST"]),
+            Route("/sign-out", self.sign_out, methods=["POST"]),
             Route("/api/runs", self.runs),
             Route("/api/runs/{run_id:path}", self.run),
             Route("/api/pending", self.pending_page),
@@ -242,10 +247,25 @@ class ConsoleRoutes:
         api = api_token is not None and api_token.matches(given.encode())
         if expected and hmac.compare_digest(csrf, expected) and (operator or api):
             # Signed in with the API token, a session passes that token's gate alone.
-            request.session[SIGNED_IN if operator else API_SIGNED_IN] = True
+            self.sessions.sign_in(request.session, operator=operator)
             return taken("/")
         nor = ", nor the API token" if api_token is not None else ""
         return self.pages.sign_in(request, f"That is not the operator's token{nor}.", 403)
+
+    async def sign_out(self, request: Request) -> Response:
+        """End this browser's session: with the form token, as every POST here, so that
+        another site cannot sign its visitor out."""
+        fields = await posted_fields(request)
+        expected = str(request.session.get(CSRF, ""))
+        csrf = (fields or {}).get("csrf", "")
+        if not expected or not hmac.compare_digest(csrf, expected):
+            message = "The form expired or came from elsewhere: reload the page and try again."
+            return JSONResponse(
+                {"reason": "FORM_EXPIRED", "failure_class": "REFUSED", "message": message},
+                status_code=403,
+            )
+        self.sessions.sign_out(request.session)
+        return taken("/sign-in")
 
 
 def _decision_of(fields: dict[str, str]) -> tuple[Decision, str, str]:

@@ -172,6 +172,15 @@ class TokenFile:
         # The caller may already hold a token the file got since it was last looked at.
         return self._follow(now) and self._accepts(presented, now)
 
+    def fingerprint(self, key: bytes) -> str:
+        """The token now in force, as an HMAC under ``key``: what a console session signed
+        in with it keeps, so that a rotation ends the session (and the cookie, which a
+        browser's owner can read, gives away nothing to guess the token from)."""
+        now = self._clock()
+        if now >= self._next_check:
+            self._follow(now)
+        return hmac.new(key, self._token, "sha256").hexdigest()
+
     def _accepts(self, presented: bytes, now: float) -> bool:
         if hmac.compare_digest(presented, self._token):
             return True

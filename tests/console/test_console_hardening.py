@@ -160,7 +160,7 @@ def test_a_post_that_is_not_json_is_refused_on_every_route_and_changes_nothing(
         if isinstance(route, Route) and "POST" in (route.methods or ())
     }
     # Each POST route, in the order a person takes them: signed in first.
-    order = ["/sign-in", "/pending/{item_id}/resolve"]
+    order = ["/sign-in", "/pending/{item_id}/resolve", "/sign-out"]
     assert posts == set(order), "a new POST route: add it here"
     try:
         with TestClient(
@@ -170,10 +170,12 @@ def test_a_post_that_is_not_json_is_refused_on_every_route_and_changes_nothing(
             bodies = {
                 "/sign-in": {"token": TOKEN, "csrf": csrf},
                 "/pending/{item_id}/resolve": {**DECISION, "by": "dana", "csrf": csrf},
+                "/sign-out": {"csrf": csrf},
             }
             for route in order:
                 path = route.replace("{item_id}", step_id)
                 fields = bodies[route]
+                recorded = decisions(config.audit_path)
                 for media_type, body in {
                     **blind_bodies(fields),
                     "": json.dumps(fields).encode(),
@@ -190,11 +192,12 @@ def test_a_post_that_is_not_json_is_refused_on_every_route_and_changes_nothing(
                     assert remote.get("/api/pending").status_code == (
                         401 if route == "/sign-in" else 200
                     )
-                    assert decisions(config.audit_path) == []
+                    assert decisions(config.audit_path) == recorded
                 # The same fields as JSON are taken: the refusals above were the type's alone.
                 answer = remote.post(path, json=fields)
                 assert answer.status_code == 200, answer.text
-                assert remote.get("/api/pending").status_code == 200
+                signed_out = route == "/sign-out"
+                assert remote.get("/api/pending").status_code == (401 if signed_out else 200)
             [decision] = decisions(config.audit_path)
             assert decision["by"] == "dana"
     finally:
