@@ -141,7 +141,9 @@ def parse_grants(text: str, *, yaml_allowed: bool = True) -> Grants:
         return Grants()
     if not isinstance(loaded, Mapping) or set(loaded) - {"grants"}:
         raise GrantsError('expected a map with one key, "grants": a list of grants')
-    entries = loaded.get("grants") or []
+    entries = loaded.get("grants")
+    if entries is None:  # "grants:" with nothing under it
+        entries = []
     if not isinstance(entries, list):
         raise GrantsError('"grants" must be a list of grants')
     return Grants(tuple(_grant(i, entry) for i, entry in enumerate(entries)))
