@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Saves the image scripts/image_test.sh built and checked as an OCI archive (make dist-image),
-# then does with the archive what the README's Install says: `skopeo copy` out of it (into an
+# then does with the archive what docs/install.md says: `skopeo copy` out of it (into an
 # OCI layout on disk here, where a user names their registry), and the copy must be the image
 # that was built, down to its configuration's digest.
 #
@@ -24,7 +24,7 @@ fi
 step "saving $IMAGE as $ARCHIVE"
 buildah push --quiet "$IMAGE" "oci-archive:$ARCHIVE:actonce:$VERSION" >/dev/null
 
-# The README's own line, with a layout on disk for the registry it names.
+# docs/install.md's own line, with a layout on disk for the registry it names.
 line=$(grep -o "skopeo copy oci-archive:/path/to/actonce/dist/[^ ]* docker://[^ \`]*" docs/install.md | head -1)
 if [ -z "$line" ]; then
     echo "image-archive: docs/install.md says no 'skopeo copy oci-archive:...' line" >&2
