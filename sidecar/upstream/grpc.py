@@ -107,6 +107,11 @@ def refusal_from(error: grpc.aio.AioRpcError, vocabulary: RefusalVocabulary) -> 
     return None
 
 
+def _unimplemented(error: StoreUnavailable) -> bool:
+    cause = error.__cause__
+    return isinstance(cause, grpc.aio.AioRpcError) and cause.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
 @asynccontextmanager
 async def _map_errors(operation: str, vocabulary: RefusalVocabulary) -> AsyncIterator[None]:
     try:
@@ -140,6 +145,7 @@ class GrpcStoreClient:
         self._stub = spb_grpc.ArtifactStoreServiceStub(channel)
         self.timeout_seconds = timeout_seconds
         self._metadata = tuple(metadata)
+        self._said_no_owners = False
         # One vocabulary per client: its bound is on the distinct codes that this store
         # has sent, so that one hostile store cannot use up another's.
         self._vocabulary = RefusalVocabulary()
@@ -255,7 +261,22 @@ class GrpcStoreClient:
             request = spb.GetOwnerRequest(thread_id=op.target_id)
         else:
             request = spb.GetOwnerRequest(artifact_id=op.target_id)
-        response = await self._call(self._stub.GetOwner, request, timeout)
+        try:
+            response = await self._call(self._stub.GetOwner, request, timeout)
+        except StoreUnavailable as error:
+            if not _unimplemented(error):
+                raise
+            # A store written before owners were recorded has no GetOwner: it records none,
+            # so its data is unowned, reachable as it always was. Said once: every call of
+            # the sidecar's is then without the boundary that owners give.
+            if not self._said_no_owners:
+                self._said_no_owners = True
+                log.warning(
+                    "store_records_no_owners",
+                    hint="the store does not implement GetOwner; every rule reaches all of "
+                    "its data (actonce store check's owners/ checks say what it lacks)",
+                )
+            return Owner("")
         return Owner(response.owner, response.kind)
 
     async def close(self) -> None:
