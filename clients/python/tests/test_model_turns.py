@@ -333,3 +333,90 @@ def test_a_run_begun_after_the_upgrade_looks_for_a_positional_key_once_per_model
                     {"customers": ["ada", "bob"], "answers": []})  # fmt: skip
     assert sorted(model.calls) == ["ada", "bob"]
     assert len(out["answers"]) == 2
+
+
+# -- the Agents SDK and Pydantic AI -----------------------------------------------------
+
+
+def test_an_agents_sdk_run_recorded_under_the_positional_key_replays(client: Client) -> None:
+    from agents import Agent, ModelResponse, Usage, set_tracing_disabled
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+    from scripted_agents_model import ScriptedModel
+
+    from actonce_client import openai_agents as on_agents
+
+    set_tracing_disabled(True)
+    actonce = on_agents.Actonce(client, rule=RULE)
+    run_id = f"agents-upgraded-{uuid.uuid4().hex}"
+    said = ResponseOutputText(type="output_text", text="recorded", annotations=[])
+    recorded = ModelResponse(output=[ResponseOutputMessage(
+        id="msg_old", type="message", role="assistant", status="completed", content=[said],
+    )], usage=Usage(), response_id=None)  # fmt: skip
+    with delivering(client, run_id, RULE, Lease()) as earlier:
+        begun = earlier.attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE,
+                                           {"agent": "billing", "turn": 0})  # fmt: skip
+        earlier.attempt.end_step(begun.id, on_agents.CODEC.encode(recorded))
+    for _ in range(2):
+        model = ScriptedModel([[]])
+        result = on_agents.deliver(Agent(name="billing", model=model), run_id, "go",
+                                   actonce=actonce)  # fmt: skip
+        assert model.calls == 0
+        assert getattr(result, "final_output", None) == "recorded"
+
+
+def pydantic_model(calls: list[str]) -> Any:
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append("asked")
+        return ModelResponse(parts=[TextPart(f"fresh {uuid.uuid4().hex}")])
+
+    return FunctionModel(answer)
+
+
+def test_a_pydantic_ai_run_recorded_under_the_positional_key_replays(client: Client) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+
+    from actonce_client import pydantic_ai as on_pydantic
+
+    actonce = on_pydantic.Actonce(client, rule=RULE)
+    run_id = f"pydantic-upgraded-{uuid.uuid4().hex}"
+    with delivering(client, run_id, RULE, Lease()) as earlier:
+        begun = earlier.attempt.begin_step(MODEL_TURN, Effect.IDEMPOTENT_WRITE,
+                                           {"model": "model", "turn": 0})  # fmt: skip
+        recorded = ModelResponse(parts=[TextPart("recorded")])
+        earlier.attempt.end_step(begun.id, on_pydantic.CODEC.encode(recorded))
+    for _ in range(2):
+        calls: list[str] = []
+        agent = Agent(pydantic_model(calls), output_type=str)
+        result = on_pydantic.deliver(agent, run_id, "go", actonce=actonce)
+        assert calls == []
+        assert result.output == "recorded"
+
+
+def test_pydantic_ai_agents_asking_the_same_at_once_get_two_turns_and_both_replay(
+    client: Client,
+) -> None:
+    import asyncio
+
+    from pydantic_ai import Agent
+
+    from actonce_client.deliveries import adelivering
+    from actonce_client.pydantic_ai import DurableModel
+
+    run_id = f"pydantic-twins-{uuid.uuid4().hex}"
+
+    async def both(calls: list[str]) -> list[str]:
+        agent = Agent(DurableModel(pydantic_model(calls)), output_type=str)
+        async with adelivering(client, run_id, RULE, Lease()):
+            said = await asyncio.gather(agent.run("same"), agent.run("same"))
+        return sorted(r.output for r in said)
+
+    first: list[str] = []
+    answers = asyncio.run(both(first))
+    assert len(first) == 2 and len(set(answers)) == 2  # two requests, two answers
+    replayed: list[str] = []
+    assert asyncio.run(both(replayed)) == answers
+    assert replayed == []

@@ -34,6 +34,7 @@ import asyncio
 import contextvars
 import json
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -193,8 +194,12 @@ class Delivery:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _tools_running: int = field(default=0, repr=False)
     _tools_done: threading.Condition = field(default_factory=threading.Condition, repr=False)
-    # The recorded answer each caller had for each request (ModelTurn: a node retry).
-    _answered: dict[tuple[Hashable, Hashable], Any] = field(default_factory=dict, repr=False)
+    # The recorded answer each caller had for each request (ModelTurn: a node retry): a
+    # caller named by a string (a LangGraph task's id) for the delivery, a task while it lives.
+    _answered: dict[str, dict[Hashable, Any]] = field(default_factory=dict, repr=False)
+    _answered_by_task: weakref.WeakKeyDictionary[Any, dict[Hashable, Any]] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False
+    )
     # The models whose positional keys of an earlier client ended in this delivery.
     _legacy_ended: set[str] = field(default_factory=set, repr=False)
 
@@ -252,13 +257,17 @@ class Delivery:
         if turn.caller is None:
             return None
         with self._lock:
-            return self._answered.get((turn.caller, _frozen(turn.key)))
+            return self._callers(turn.caller).get(turn.caller, {}).get(_frozen(turn.key))
 
     def _keep(self, turn: ModelTurn, recorded: Any) -> Any:
         if turn.caller is not None:
             with self._lock:
-                self._answered[(turn.caller, _frozen(turn.key))] = recorded
+                callers = self._callers(turn.caller)
+                callers.setdefault(turn.caller, {})[_frozen(turn.key)] = recorded
         return recorded
+
+    def _callers(self, caller: Hashable) -> Any:
+        return self._answered if isinstance(caller, str) else self._answered_by_task
 
     def _legacy(self, turn: ModelTurn) -> Any:
         """The answer an earlier client recorded for this turn under its positional key,

@@ -158,15 +158,18 @@ class ModelTurn:
     are told apart by who asks them, not by when. Within one delivery, a caller that asks
     a request it already had answered gets that answer again, without a step: it is the
     same caller going over the same ground (a LangGraph node run again by its
-    RetryPolicy, which keeps the task and its id; a model call retried in the same
-    task), and a run must not act on two answers to one request. A request from another
-    caller (another ``Send`` branch, another agent run in its own task) is a request of
-    its own: the sidecar counts the step's occurrences per key within the delivery's
-    attempt, so two identical requests get two recorded turns, occurrence 0 and 1, in the
-    order they reach the sidecar. A redelivery may hand them out the other way round:
-    equal requests are interchangeable, since a turn's answer depends on nothing but what
-    was asked. Order in time would not do: parallel branches of a fast model may not
-    overlap, and a retry may run beside another branch.
+    RetryPolicy keeps its task and the task's id), and a run must not act on two answers
+    to one request, since the redelivery replays the first. A request from another
+    caller (another ``Send`` branch, another agent run at once) is a request of its own:
+    the sidecar counts the step's occurrences per key within the delivery's attempt, so
+    two identical requests get two recorded turns, occurrence 0 and 1, in the order they
+    reach the sidecar. A redelivery may hand them out the other way round: equal requests
+    are interchangeable, since a turn's answer depends on nothing but what was asked.
+    Order in time would not do: parallel branches of a fast model may not overlap, and a
+    retry may run beside another branch. The Agents SDK and Pydantic AI have no unit that
+    runs again after its model answered: their caller is the asyncio task the framework
+    asks the model in (a run's, a request's), so equal requests there are turns of their
+    own.
     """
 
     key: Mapping[str, Any]
