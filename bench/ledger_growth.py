@@ -10,7 +10,7 @@ what ``audit export`` (and ``audit prune``) writes for the same events is printe
     .venv/bin/python -m bench.ledger_growth --runs 1000
     .venv/bin/python -m bench.ledger_growth --runs 1000 --dsn postgresql://...
 
-The figures in the README's "Keeping the ledger's size" come from this script.
+The figures in docs/ledger.md's "Keeping the ledger's size" come from this script.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ ID_SCHEME = ids.SCHEME_VERSION
 ATTEMPT_IDLE_TTL_SECONDS = 3600.0
 # Bounds on live attempts that fit the Kubernetes manifest's 256 MiB limit, with
 # room for the process itself (about 60 MiB idle) and a flood of calls in flight
-# (bench/attempt_flood.py measures it; the README has its figures).
+# (bench/attempt_flood.py measures it; docs/guarantees.md has its figures).
 ATTEMPT_MAX_COUNT = 10_000
 ATTEMPT_MAX_MIB = 48
 # The HTTP fronts (the MCP front, the console). A body well above the largest field (a

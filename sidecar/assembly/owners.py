@@ -3,9 +3,11 @@ ledger says made it.
 
 A reference store upgraded to its schema 2 records the owner of everything made from then on;
 the artifacts, proposals and threads already there have none, and stay reachable by every
-rule (as they were) until they get one. The ledger knows who made each: a create's outcome
-event (Create, a proposal, CreateThread; applied, or already applied by an earlier attempt of
-the same run) names its derived id and the rule of its run. This command reads every such
+rule (as they were) until they get one. The ledger knows who made each: a create's events
+(Create, a proposal, CreateThread: its intent, and its outcome when one was recorded) name its
+derived id and the rule of its run. A derived id is drawn from its run's id, and a run belongs
+to one rule, so a record holding that id was made by that rule, whatever became of the
+outcome's event (a write whose outcome was lost landed all the same). This command reads every such
 event and sets that rule as the owner of the record with that id, where it has none. An owner
 already set is never changed, so the command can run again, and beside serving sidecars:
 what they make meanwhile has its owner already.
@@ -17,7 +19,9 @@ could not place.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,14 +37,13 @@ _TABLE_OF = {
     "edit_proposal": "proposals",
     "thread": "threads",
 }
-# Outcomes that say the record exists: made now, or by an earlier attempt of the same run.
-_MADE = frozenset({"OUTCOME_APPLIED", "OUTCOME_ALREADY_APPLIED"})
 
 
 @dataclass(frozen=True)
 class Assigned:
     """What one run of the command did: owners set now, records that had one already, and
-    creates the ledger names whose record the store does not hold."""
+    creates the ledger names whose record the store does not hold (writes that failed, or
+    data of another store)."""
 
     assigned: int
     kept: int
@@ -54,8 +57,7 @@ def creators(events: Iterable[AuditEvent]) -> dict[tuple[str, str], str]:
         table = _TABLE_OF.get(event.write_type)
         if (
             table is not None
-            and event.phase == Phase.OUTCOME
-            and event.outcome in _MADE
+            and event.phase in (Phase.INTENT, Phase.OUTCOME)
             and event.derived_id
             and event.rule
         ):
@@ -106,7 +108,8 @@ def run_assign_owners(values: Mapping[str, Any], out: TextIO) -> int:
         backend.close()
     print(
         f"{done.assigned} owners assigned, {done.kept} records had one already, "
-        f"{done.missing} creates in the ledger have no record in this store",
+        f"{done.missing} creates in the ledger have no record in this store (writes that "
+        "failed, or data of another store)",
         file=out,
     )
     return 0
@@ -124,4 +127,10 @@ def _open_store(values: Mapping[str, Any]) -> StoreBackend:
         raise ValueError("name the store: --store-db FILE or --store-dsn DSN")
     if not Path(path).is_file():
         raise ValueError(f"--store-db {path}: no such file")
+    # Opening a file makes the store's tables where there are none: a ledger's file of its
+    # own, named by mistake, would get them. A store's file has a schema version.
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+    if not version:
+        raise ValueError(f"--store-db {path}: holds no store's tables")
     return SqliteStoreBackend(Path(path))

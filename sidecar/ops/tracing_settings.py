@@ -16,7 +16,7 @@ ASKING = (
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_TRACES_EXPORTER",
 )
-# What `actonce serve --help` and the README list: the variables read, by the SDK's own
+# What `actonce serve --help` and docs/traces.md list: the variables read, by the SDK's own
 # reading of the environment, once traces are asked for.
 READ = (
     *ASKING,

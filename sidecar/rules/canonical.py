@@ -20,7 +20,7 @@ import rfc8785
 
 from sidecar.errors import InvalidArgument
 
-# Documented limits (README, "Limits"). The transport's own limit is set well
+# Documented limits (docs/limits.md). The transport's own limit is set well
 # above these so that an oversized payload gets this clear error instead.
 MAX_JSON_BYTES = 1 << 20  # 1 MiB of UTF-8 JSON text per field
 MAX_JSON_DEPTH = 64  # nested arrays/objects

@@ -133,3 +133,10 @@ def test_unowned_data_is_reachable_until_its_owners_are_assigned_from_the_ledger
     finally:
         after.stop()
     assert _assign(data_dir).startswith("0 owners assigned, 2 records had one already")
+    # The ledger's own file, named as the store's by mistake, is refused and left as it was.
+    wrong = run_cli(
+        "store", "assign-owners", "--store-db", str(data_dir / "audit.db"),
+        "--audit-db", str(data_dir / "audit.db"),
+    )  # fmt: skip
+    assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+    assert "holds no store's tables" in wrong.stderr
