@@ -14,12 +14,13 @@ import json
 import operator
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -29,6 +30,9 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.tool import ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import RetryPolicy, Send
 from pydantic import Field
@@ -36,7 +40,7 @@ from pydantic import Field
 from actonce_client import Client, Effect, model_turns
 from actonce_client import langgraph as on_langgraph
 from actonce_client.deliveries import MODEL_TURN, Lease, delivering
-from actonce_client.langgraph import Actonce, deliver, durable_model
+from actonce_client.langgraph import Actonce, DurableChatModel, deliver, durable_model
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,6 +158,26 @@ def test_pydantic_ai_messages_are_keyed_without_their_ids_or_timestamps() -> Non
     assert model_turns.request_form(first, []) == vector["request"]
 
 
+def test_the_tools_offered_are_part_of_what_was_asked_however_they_were_bound() -> None:
+    @tool
+    def open_ticket(title: str) -> str:
+        """Open a ticket."""
+        return title
+
+    @tool
+    def charge_card(customer: str) -> str:
+        """Charge a card."""
+        return customer
+
+    asked = [HumanMessage("The disk is full")]
+    ticket = durable_model(Answering()).bind_tools([open_ticket])
+    charge = durable_model(Answering()).bind_tools([charge_card])
+    assert isinstance(ticket, DurableChatModel) and isinstance(charge, DurableChatModel)
+    assert ticket._key(asked).key != charge._key(asked).key
+    bound_first = durable_model(Answering().bind_tools([open_ticket]))
+    assert bound_first._key(asked).key == ticket._key(asked).key
+
+
 # -- LangGraph deliveries against a real sidecar ----------------------------------------
 
 
@@ -166,6 +190,11 @@ class Answering(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "answering"
+
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
         self,

@@ -47,7 +47,7 @@ from langchain_core.messages import (
     messages_to_dict,
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool, InjectedToolArg, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -469,7 +469,11 @@ def durable_model(model: Any, *, name: str = "model") -> DurableChatModel:
     """``model`` (a chat model, or one with its tools bound) with every call a durable model
     turn of the delivery: the way for a graph without a checkpointer to keep its tool
     calls' ids across deliveries. ``name`` tells two models of one graph apart."""
-    return DurableChatModel(inner=model, turn_name=name)
+    # A model given with its tools already bound offers them: they are part of what is asked.
+    bound = getattr(model, "kwargs", None) if isinstance(model, RunnableBinding) else None
+    tools = (bound or {}).get("tools") or []
+    offered = [_tool_offered(tool) for tool in tools]
+    return DurableChatModel(inner=model, turn_name=name, tools_offered=offered)
 
 
 # -- MCP tools --------------------------------------------------------------------------

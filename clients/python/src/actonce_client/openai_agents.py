@@ -165,7 +165,7 @@ class _Turns:
         agent = _announced.get()
         if agent is None:
             raise RuntimeError("a model call the run's input filter did not announce")
-        asked = _GET_RESPONSE.bind(None, *args, **kwargs).arguments
+        asked = _asked(args, kwargs)
         request = request_form(conversation(asked["system_instructions"], asked["input"]),
                                _tools_offered(asked["tools"], asked["handoffs"]))  # fmt: skip
         legacy = {"agent": agent.name, "turn": self.next_index}
@@ -176,7 +176,16 @@ class _Turns:
         return made, self.resolve(agent)
 
 
-_GET_RESPONSE = inspect.signature(Model.get_response)
+# What Model.get_response and stream_response take first, in order, as the SDK passes them.
+_ASKED = ("system_instructions", "input", "model_settings", "tools", "output_schema", "handoffs")
+
+
+def _asked(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A model call's arguments by name, however the SDK passed them."""
+    found = dict(zip(_ASKED, args, strict=False))
+    found.update((k, v) for k, v in kwargs.items() if k in _ASKED)
+    return {name: found.get(name) for name in _ASKED}
+
 
 _turns: contextvars.ContextVar[_Turns | None] = contextvars.ContextVar(
     "actonce_agents_turns", default=None
