@@ -46,10 +46,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from sidecar.core import leases
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, StepPermit
-from sidecar.errors import ActonceError, FailureClass, InvalidArgument, LeaseExpired
+from sidecar.errors import ActonceError, FailureClass, InvalidArgument
 from sidecar.fronts.mcp.settings import SEPARATOR, UNLISTED, ToolSpec, Upstream
 from sidecar.rules import canonical
 from sidecar.rules.canonical import JsonValue
@@ -302,26 +301,15 @@ class Gateway:
     async def permit(self, attempt_id: str, step_id: str, *, keyed: bool) -> StepPermit:
         """The step's leave to send its call, and the call's one budget: the smaller of
         the timeout and what is left of the attempt's lease, counted from before it was
-        asked for. Refused (the step aborted, never sent) once the lease has passed."""
-        started = time.monotonic()
-        seconds = self.timeout_seconds
-        ends = leases.deadline(self.actions.attempts.get(attempt_id))
-        if ends is not None:
-            seconds = min(seconds, (ends - leases.now()).total_seconds())
-        if seconds <= 0.0:
-            await self.actions.abort_step(
-                attempt_id=attempt_id,
-                step_id=step_id,
-                reason="not sent: the attempt's lease had passed",
-                request_id="",
-            )
-            raise LeaseExpired(
-                "the attempt's lease passed before the call was sent; nothing was sent: "
-                "begin a new attempt",
-                metadata={"step_id": step_id},
-            )
-        _ = keyed  # the ledger's permit (RunActions.permit_step) records keyed steps too
-        return StepPermit(step_id, seconds, started)
+        asked for. A non-idempotent or keyed step's permit is the ledger's, granted against
+        fencing, the lease by the ledger's clock and operators' decisions; refused, the step
+        is aborted (never sent) and the refusal raised (sidecar.core.steps)."""
+        return await self.actions.permit_step(
+            attempt_id=attempt_id,
+            step_id=step_id,
+            timeout_seconds=self.timeout_seconds,
+            keyed=keyed,
+        )
 
     async def _route(self, listed: str) -> tuple[Upstream, str]:
         """The upstream and its tool's name; refused when the upstream lists no such tool."""

@@ -6,6 +6,8 @@ what the upstream did is known even when it, or the sidecar in front of it, is k
 
 - ``charge(customer, cents)``: charges (``charge customer cents``), then takes
   ``--charge-seconds`` to answer;
+- ``charge_late(customer, cents)``: takes ``--charge-seconds``, then charges (``late customer
+  cents``) and answers: a processor on which a person sees nothing while the call is under way;
 - ``charge_keyed(customer, cents, idempotency_key)`` and ``charge_meta(customer, cents)``
   (its key in ``_meta["payments/idempotency_key"]``): charge once per key, as Stripe
   does, and answer the first charge again for a key seen before;
@@ -84,6 +86,13 @@ def build(log: Path, charge_seconds: float, busy_first: int) -> MCPServer:
         n = sum(1 for line in read_lines(log) if line == f"charge {customer} {cents}")
         await asyncio.sleep(charge_seconds)
         return {"charge_id": f"ch_{customer}_{cents}_{n}", "cents": cents}
+
+    @server.tool()
+    async def charge_late(customer: str, cents: int) -> dict[str, Any]:
+        """Charge a customer at the end of a slow call, as a processor that answers late."""
+        await asyncio.sleep(charge_seconds)
+        record(f"late {customer} {cents}")
+        return {"charge_id": f"ch_late_{customer}_{cents}", "cents": cents}
 
     @server.tool()
     async def charge_keyed(customer: str, cents: int, idempotency_key: str) -> dict[str, Any]:
