@@ -32,7 +32,11 @@ _written: list[float] = []
 _original_write = AnyIOStream.write
 
 
-async def _timed_write(self: AnyIOStream, buffer: bytes, timeout: float | None = None) -> None:
+async def _timed_write(
+    self: AnyIOStream,
+    buffer: bytes,
+    timeout: float | None = None,  # noqa: ASYNC109  (httpcore's own signature)
+) -> None:
     if b'"tools/call"' in buffer or b"tools/call" in buffer:
         _written.append(time.perf_counter())
     await _original_write(self, buffer, timeout)
