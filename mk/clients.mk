@@ -9,6 +9,11 @@
 #   make gen-clients         regenerate every client's stubs from protos/
 #   make check-gen-clients   fail when regenerating would change the committed stubs
 #   make test-clients        all of the below; part of `make test`
+#   make test-ts-agents      the TypeScript kill grid (clients/typescript/test/agents/grid.ts):
+#                            each framework's worker killed after every write and as every
+#                            model call starts, and its table; `make test` runs every third
+#                            kill inside the TypeScript client's suite (on the `node` 22 of its
+#                            devDependencies, which the AI SDK 7 needs)
 #   make grid                the agent frameworks' scenario grid (clients/python/tests/grid.py):
 #                            every framework and scenario killed after every write and as every
 #                            model call starts, and its table; `make test` runs every row in
@@ -23,7 +28,7 @@ TS_CLIENT := clients/typescript
 TS_CLIENT_STAMP := $(TS_CLIENT)/node_modules/.installed
 
 .PHONY: gen-clients check-gen-clients test-clients test-clients-python test-clients-go \
-	test-clients-typescript test-clients-java test-clients-crosslang grid grid-quick
+	test-clients-typescript test-clients-java test-clients-crosslang grid grid-quick test-ts-agents
 
 $(CLIENTS_PY_STAMP): $(STAMP) clients/python/pyproject.toml
 	$(PY) -m pip install --quiet -c constraints.txt -e './clients/python[test]'
@@ -58,6 +63,9 @@ test-clients-go: $(STAMP)
 
 test-clients-typescript: $(STAMP) $(TS_CLIENT_STAMP)
 	cd $(TS_CLIENT) && npm test --silent
+
+test-ts-agents: $(STAMP) $(TS_CLIENT_STAMP)
+	cd $(TS_CLIENT) && npm run --silent grid
 
 test-clients-java: $(STAMP)
 	cd clients/java && mvn -q -B test

@@ -10,7 +10,7 @@
  * first answer back.
  */
 import {
-  type CallOptions,
+  type CallOptions as GrpcCallOptions,
   type ChannelCredentials,
   type ClientUnaryCall,
   credentials as grpcCredentials,
@@ -159,7 +159,20 @@ export interface Counts {
   failed: number;
 }
 
-export interface WriteOptions {
+/** One call's own bounds: its deadline, and a signal that cancels it. */
+export interface CallOptions {
+  /** The call's deadline in milliseconds (default: the client's timeoutMs). */
+  timeoutMs?: number;
+  /**
+   * Cancels the call when it aborts. A call cancelled before it was sent rejects at once; one
+   * cancelled in flight rejects with CANCELLED of class UNKNOWN (the caller's own doing, said
+   * nothing of the sidecar): a write's outcome is then unknown, and repeating it with its
+   * request_id gets the first answer, if any.
+   */
+  signal?: AbortSignal;
+}
+
+export interface WriteOptions extends CallOptions {
   /** The call's request_id (default: a fresh one, see newRequestId). Repeat a call
    * with its first try's (ActonceError.requestId), in the same attempt, after an
    * error that left its outcome unknown, to get the first answer back. */
@@ -187,7 +200,7 @@ type Callback<Res> = (error: ServiceError | null, response: Res) => void;
 type Unary<Req, Res> = (
   request: Req,
   metadata: Metadata,
-  options: Partial<CallOptions>,
+  options: Partial<GrpcCallOptions>,
   callback: Callback<Res>,
 ) => ClientUnaryCall;
 
@@ -207,15 +220,19 @@ export class Client {
   }
 
   /** Start one try of a run from its last checkpoint. */
-  async begin(run: Run): Promise<Attempt> {
-    const response = await this.call(this.#rpc.beginAttempt, {
-      runId: run.runId,
-      rule: run.rule,
-      checkpoint: run.checkpoint ?? "",
-      leaseDeadline: run.leaseDeadline,
-      scope: run.scope ?? "",
-      deliveryAttemptId: run.deliveryAttemptId ?? "",
-    });
+  async begin(run: Run, options: CallOptions = {}): Promise<Attempt> {
+    const response = await this.call(
+      this.#rpc.beginAttempt,
+      {
+        runId: run.runId,
+        rule: run.rule,
+        checkpoint: run.checkpoint ?? "",
+        leaseDeadline: run.leaseDeadline,
+        scope: run.scope ?? "",
+        deliveryAttemptId: run.deliveryAttemptId ?? "",
+      },
+      options,
+    );
     // A sidecar from before scheme versions answers none: it derives version 1.
     const idScheme = { version: response.idSchemeVersion || 1, scope: run.scope ?? "" };
     return new Attempt(this, response.attemptId, run, idScheme);
@@ -232,21 +249,36 @@ export class Client {
    * grpc-js's callback escapes: there it would crash the process, or leave the
    * promise unsettled.
    */
-  call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+  call<Req, Res>(method: Unary<Req, Res>, request: Req, options: CallOptions = {}): Promise<Res> {
     const given = (request as { requestId?: unknown }).requestId;
     const requestId = typeof given === "string" ? given : "";
+    const { signal } = options;
+    if (signal?.aborted) {
+      // Never sent: nothing of it can have landed, yet the caller said stop.
+      return Promise.reject(
+        new ActonceError("cancelled before it was sent", status.CANCELLED, "CANCELLED", "UNKNOWN", {}, [], requestId),
+      );
+    }
     const metadata = new Metadata();
     if (this.#token !== undefined) metadata.set("authorization", `Bearer ${this.#token.value()}`);
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
     return new Promise((resolve, reject) => {
-      method.call(this.#rpc, request, metadata, { deadline: Date.now() + this.timeoutMs }, (error, response) => {
+      let cancelled = false;
+      const call = method.call(this.#rpc, request, metadata, { deadline: Date.now() + timeoutMs }, (error, response) => {
+        signal?.removeEventListener("abort", cancel);
         try {
-          // A CANCELLED after close() is the caller's own doing; any other is not.
-          if (error) reject(fromServiceError(error, requestId, this.#closed));
+          // A CANCELLED after close() or the caller's signal is the caller's own doing; any other is not.
+          if (error) reject(fromServiceError(error, requestId, this.#closed || cancelled));
           else resolve(response);
         } catch (unexpected) {
           reject(new ActonceError(String(unexpected), status.UNKNOWN, "UNKNOWN", "UNKNOWN", {}, [], requestId));
         }
       });
+      const cancel = (): void => {
+        cancelled = true;
+        call.cancel();
+      };
+      signal?.addEventListener("abort", cancel, { once: true });
     });
   }
 
@@ -270,73 +302,93 @@ export class Attempt {
 
   /** Make an artifact of kind holding data, or propose it. */
   async create(kind: string, data: unknown, options: ProposeOptions = {}): Promise<Write> {
-    const r = await this.client.call(this.client.rpc.create, {
-      attemptId: this.id,
-      kind,
-      dataJson: jsonText(data),
-      propose: options.propose ?? false,
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.create,
+      {
+        attemptId: this.id,
+        kind,
+        dataJson: jsonText(data),
+        propose: options.propose ?? false,
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     return { id: r.id, outcome: outcome(r.outcome), version: r.version };
   }
 
   /** Set value at the JSON Pointer path of an artifact, or propose it; skipped when already there. */
   async edit(artifactId: string, path: string, value: unknown, options: ProposeOptions = {}): Promise<Write> {
     const propose = options.propose ?? false;
-    const r = await this.client.call(this.client.rpc.edit, {
-      attemptId: this.id,
-      artifactId,
-      path,
-      valueJson: jsonText(value),
-      propose,
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.edit,
+      {
+        attemptId: this.id,
+        artifactId,
+        path,
+        valueJson: jsonText(value),
+        propose,
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     return { id: propose ? r.proposalId : artifactId, outcome: outcome(r.outcome), version: r.version };
   }
 
   /** Post a notice: it starts and steers no turn. */
   async notice(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
-    const r = await this.client.call(this.client.rpc.notice, {
-      attemptId: this.id,
-      threadId,
-      text,
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.notice,
+      {
+        attemptId: this.id,
+        threadId,
+        text,
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
   }
 
   /** Post a message that asks for the thread's turn (rules on the send allowlist only). */
   async send(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
-    const r = await this.client.call(this.client.rpc.send, {
-      attemptId: this.id,
-      threadId,
-      text,
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.send,
+      {
+        attemptId: this.id,
+        threadId,
+        text,
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     return { id: r.messageId, outcome: outcome(r.outcome), version: 0 };
   }
 
   /** Make a conversation thread. */
   async createThread(title: string, options: WriteOptions = {}): Promise<Write> {
-    const r = await this.client.call(this.client.rpc.createThread, {
-      attemptId: this.id,
-      title,
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.createThread,
+      {
+        attemptId: this.id,
+        title,
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     return { id: r.threadId, outcome: outcome(r.outcome), version: 0 };
   }
 
   /** An artifact as the store holds it now. */
-  async readArtifact(artifactId: string): Promise<Artifact> {
-    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, artifactId });
+  async readArtifact(artifactId: string, options: CallOptions = {}): Promise<Artifact> {
+    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, artifactId }, options);
     if (r.artifact === undefined) throw new Error(`the sidecar answered no artifact for ${artifactId}`);
     const { id, kind, version, dataJson, archived } = r.artifact;
     return { id, kind, version, dataJson, data: JSON.parse(dataJson), archived };
   }
 
   /** A thread's messages, oldest first. */
-  async readThread(threadId: string): Promise<Message[]> {
-    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, threadId });
+  async readThread(threadId: string, options: CallOptions = {}): Promise<Message[]> {
+    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, threadId }, options);
     return r.messages.map(({ id, kind, text }) => ({ id, kind, text }));
   }
 
@@ -345,13 +397,17 @@ export class Attempt {
    * call that began earlier and never ended is refused with IN_DOUBT (UNKNOWN).
    */
   async beginStep(tool: string, effect: Effect, args: unknown, options: WriteOptions = {}): Promise<Step> {
-    const r = await this.client.call(this.client.rpc.beginStep, {
-      attemptId: this.id,
-      tool,
-      effect: EFFECTS[effect],
-      argsJson: jsonText(args),
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.beginStep,
+      {
+        attemptId: this.id,
+        tool,
+        effect: EFFECTS[effect],
+        argsJson: jsonText(args),
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     const stepOutcome = outcome(r.outcome);
     return {
       id: r.stepId,
@@ -363,12 +419,16 @@ export class Attempt {
 
   /** Record the result of a step begun with beginStep. */
   async endStep(stepId: string, result: unknown, options: WriteOptions = {}): Promise<Outcome> {
-    const r = await this.client.call(this.client.rpc.endStep, {
-      attemptId: this.id,
-      stepId,
-      resultJson: jsonText(result),
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.endStep,
+      {
+        attemptId: this.id,
+        stepId,
+        resultJson: jsonText(result),
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     return outcome(r.outcome);
   }
 
@@ -379,27 +439,37 @@ export class Attempt {
    * aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED).
    */
   async abortStep(stepId: string, reason = "", options: WriteOptions = {}): Promise<Outcome> {
-    const r = await this.client.call(this.client.rpc.abortStep, {
-      attemptId: this.id,
-      stepId,
-      reason,
-      requestId: newRequestIdUnless(options),
-    });
+    const r = await this.client.call(
+      this.client.rpc.abortStep,
+      {
+        attemptId: this.id,
+        stepId,
+        reason,
+        requestId: newRequestIdUnless(options),
+      },
+      options,
+    );
     return outcome(r.outcome);
   }
 
   /** Move the attempt's lease deadline; resolves to the one in force. */
-  async extendLease(deadline: Date): Promise<Date> {
-    const r = await this.client.call(this.client.rpc.extendLease, { attemptId: this.id, leaseDeadline: deadline });
+  async extendLease(deadline: Date, options: CallOptions = {}): Promise<Date> {
+    const r = await this.client.call(
+      this.client.rpc.extendLease,
+      { attemptId: this.id, leaseDeadline: deadline },
+      options,
+    );
     if (r.leaseDeadline === undefined) throw new Error("the sidecar answered no lease deadline");
     return r.leaseDeadline;
   }
 
   /** Close the attempt; resolves to its writes by outcome. */
-  async end(): Promise<Counts> {
-    const { applied, alreadyApplied, skipped, failed } = await this.client.call(this.client.rpc.endAttempt, {
-      attemptId: this.id,
-    });
+  async end(options: CallOptions = {}): Promise<Counts> {
+    const { applied, alreadyApplied, skipped, failed } = await this.client.call(
+      this.client.rpc.endAttempt,
+      { attemptId: this.id },
+      options,
+    );
     return { applied, alreadyApplied, skipped, failed };
   }
 }

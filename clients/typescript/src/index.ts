@@ -2,6 +2,7 @@
 export {
   type Artifact,
   Attempt,
+  type CallOptions,
   Client,
   type ClientOptions,
   type Counts,
@@ -21,3 +22,31 @@ export {
 export { ActonceError, type FailureClass, type FieldViolation } from "./errors.js";
 export * as ids from "./ids.js";
 export { API_TOKEN_ENV, API_TOKEN_FILE_ENV } from "./token.js";
+export {
+  actonceCause,
+  type Codec,
+  currentDelivery,
+  deliver,
+  type DeliverOptions,
+  Delivery,
+  endQuietly,
+  everyDefault,
+  Heartbeat,
+  isRetryable,
+  type Lease,
+  MAX_RECORDED_BYTES,
+  MODEL_TURN,
+  ModelResponseTooLarge,
+  notSent,
+  Parked,
+  type ParkedItem,
+  parkedItem,
+  recordable,
+  refusedMessage,
+  runToolCall,
+  type StepOptions,
+  ToolCall,
+  type ToolRunOptions,
+  TOOLS_SETTLE_MS,
+} from "./deliveries.js";
+export { turnIndex, turnKey } from "./turns.js";

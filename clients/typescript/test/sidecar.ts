@@ -21,10 +21,12 @@ export const REPO_DIR = resolve(PACKAGE_DIR, "..", "..");
 
 export interface Sidecar {
   target: string;
+  /** Its data folder: the ledger (audit.db) and the embedded store. */
+  dataDir: string;
   stop(): Promise<void>;
 }
 
-function actonceBinary(): string {
+export function actonceBinary(): string {
   return process.env["ACTONCE_BIN"] || join(REPO_DIR, ".venv", "bin", "actonce");
 }
 
@@ -98,5 +100,5 @@ export async function startSidecar(...flags: string[]): Promise<Sidecar> {
     await stop();
     throw new Error(`${(error as Error).message}\n${output}`);
   }
-  return { target, stop };
+  return { target, dataDir, stop };
 }

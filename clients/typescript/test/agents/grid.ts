@@ -1,0 +1,281 @@
+/**
+ * The TypeScript kill grid: every framework's scenario run by a worker process killed with
+ * SIGKILL after every write and as every model call starts, each job delivered again until
+ * done; a table of kills, duplicates, losses and runs parked.
+ *
+ *     node build/test/agents/grid.js            every kill (make test-ts-agents)
+ *     node build/test/agents/grid.js --quick    every third kill (inside make test)
+ *
+ * Real parts: `actonce serve`, a card processor over HTTP, the framework's real runner
+ * with a model scripted as a real one answers (fresh tool-call ids on every call, parallel
+ * calls shuffled, texts reworded). A run that parks on a charge in doubt is resolved as a
+ * person would (`actonce audit resolve`, from what the card processor shows) and delivered
+ * again. Exits 1 when any run duplicated or lost a write.
+ */
+import { execFile, spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { fileURLToPath } from "node:url";
+
+import { Client } from "../../src/index.js";
+import { actonceBinary, type Sidecar, startSidecar } from "../sidecar.js";
+import type { Job, Result } from "./ai-sdk-worker.js";
+import { canonical, CardProcessor } from "./scripted.js";
+
+/** The rule every worker runs under: the thread a run posts to is the rule's own. */
+export const RULE = "billing-agent";
+const HERE = fileURLToPath(new URL(".", import.meta.url));
+
+/** What one run must leave: ticket titles, notice texts, charges (customer, cents). */
+export interface Seen {
+  tickets: string[];
+  notices: string[];
+  charges: [string, number][];
+}
+
+function expect(tickets: string[], notices: string[], charges: [string, number][]): Seen {
+  return { tickets: [...tickets].sort(), notices: [...notices].sort(), charges: [...charges].sort() };
+}
+
+const PARALLEL = expect(
+  ["Disk full", "Disk full"],
+  ["charged ada 500", "opened a ticket: Disk full", "opened a ticket: Disk full"],
+  [["ada", 500]],
+);
+
+/** A framework's row: its worker module and its scenarios with what each leaves. */
+export interface Framework {
+  name: string;
+  worker: string;
+  scenarios: Record<string, Seen>;
+}
+
+export const GRID: Framework[] = [
+  {
+    name: "AI SDK",
+    worker: "ai-sdk-worker.js",
+    scenarios: {
+      generate: PARALLEL,
+      stream: PARALLEL,
+      agent: PARALLEL,
+      retry: expect([], ["charged bob 700", "looking into it"], [["bob", 700]]),
+      unkeyed: expect(["Refund later"], ["charged cy 900", "opened a ticket: Refund later"], [["cy", 900]]),
+    },
+  },
+];
+
+export interface World {
+  sidecar: Sidecar;
+  client: Client;
+  processor: CardProcessor;
+  folder: string;
+}
+
+/** Where a run is killed: after its `write`-th write, or as its `modelCall`-th model call starts. */
+export interface Kill {
+  write?: number;
+  modelCall?: number;
+}
+
+/** One delivery in a process of its own; undefined when it killed itself. */
+export async function deliverOnce(framework: Framework, job: Job): Promise<Result | undefined> {
+  rmSync(job.result, { force: true });
+  const child = spawn(process.execPath, ["--no-warnings", join(HERE, framework.worker), JSON.stringify(job)], {
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((done) =>
+    child.once("exit", (c, s) => done([c, s])),
+  );
+  if (signal === "SIGKILL") return undefined;
+  if (code !== 0 || !existsSync(job.result)) throw new Error(`the delivery ended with ${code ?? signal}`);
+  return JSON.parse(readFileSync(job.result, "utf8")) as Result;
+}
+
+async function newJob(world: World, scenario: string): Promise<Job> {
+  const runId = `${scenario}-${randomUUID().slice(0, 8)}`;
+  const setup = await world.client.begin({ runId: `setup-${runId}`, rule: RULE });
+  const threadId = (await setup.createThread(`thread of ${runId}`)).id;
+  await setup.end();
+  return {
+    scenario,
+    runId,
+    target: world.sidecar.target,
+    processor: world.processor.url,
+    threadId,
+    result: join(world.folder, `${runId}.json`),
+  };
+}
+
+const audit = (world: World, ...args: string[]) =>
+  promisify(execFile)(actonceBinary(), ["audit", ...args, "--audit-db", join(world.sidecar.dataDir, "audit.db")]);
+
+/** Decide each parked item as a person would: the card processor shows whether the run's
+ * charge with no idempotency key (one per run in the grid) was made. */
+export async function resolveParked(world: World, job: Job, items: string[]): Promise<void> {
+  for (const id of items) {
+    const made = world.processor.charges.find((c) => c.customer.startsWith(`${job.runId}-`) && c.key === null);
+    const decision = made ? ["--ran", "--result-json", JSON.stringify(made.id)] : ["--did-not-run"];
+    await audit(world, "resolve", id, ...decision, "--by", "grid@example.com", "--reason", "the processor says");
+  }
+}
+
+/** Every delivery of a run until it is done; with `kill`, its first is killed there. */
+export async function runToEnd(
+  framework: Framework,
+  world: World,
+  job: Job,
+  kill?: Kill,
+): Promise<{ results: Result[]; parked: boolean }> {
+  if (kill !== undefined) {
+    const killed = await deliverOnce(framework, { ...job, killAt: kill.write ?? 0, killAtModel: kill.modelCall ?? 0 });
+    if (killed !== undefined) throw new Error(`not killed at ${JSON.stringify(kill)}: ${JSON.stringify(killed)}`);
+  }
+  const results: Result[] = [];
+  let parked = false;
+  for (let i = 0; i < 4; i++) {
+    const result = await deliverOnce(framework, job);
+    if (result === undefined) throw new Error("a delivery killed itself unasked");
+    results.push(result);
+    if (result.parked.length === 0) break;
+    parked = true;
+    await resolveParked(world, job, result.parked);
+  }
+  return { results, parked };
+}
+
+export function seen(world: World, job: Job): Seen {
+  const store = existsSync(join(world.sidecar.dataDir, "store.db")) ? "store.db" : "audit.db";
+  // node:sqlite is Node 22's; the grid runs under Node 22 with the AI SDK.
+  const { DatabaseSync } = sqlite;
+  const db = new DatabaseSync(join(world.sidecar.dataDir, store), { readOnly: true });
+  try {
+    const tickets = db
+      .prepare(
+        "SELECT json_extract(data_json, '$.title') AS t FROM artifacts WHERE kind = 'ticket'" +
+          " AND json_extract(data_json, '$.run') = ?",
+      )
+      .all(job.runId)
+      .map((row: { t: string }) => canonical(row.t));
+    const notices = db
+      .prepare("SELECT text AS t FROM messages WHERE thread_id = ?")
+      .all(job.threadId)
+      .map((row: { t: string }) => canonical(row.t));
+    return expect(tickets, notices, world.processor.chargedFor(job.runId));
+  } finally {
+    db.close();
+  }
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const sqlite: any = await import("node:sqlite" as string);
+
+export class Tally {
+  kills = 0;
+  duplicates = 0;
+  losses = 0;
+  parked = 0;
+  readonly failures: string[] = [];
+
+  add(kill: Kill | undefined, expected: Seen, found: Seen, state: string, parked: boolean): void {
+    if (kill !== undefined) this.kills++;
+    if (parked) this.parked++;
+    const parts = (s: Seen): string[][] => [s.tickets, s.notices, s.charges.map((c) => c.join(" "))];
+    const same = JSON.stringify(parts(found)) === JSON.stringify(parts(expected));
+    if (same && state === "done") return;
+    const more = parts(found).some((f, i) => hasMore(f, parts(expected)[i]!));
+    const fewer = parts(found).some((f, i) => hasMore(parts(expected)[i]!, f));
+    if (more) this.duplicates++;
+    if (fewer || !more) this.losses++;
+    this.failures.push(`${JSON.stringify(kill)}: ${state}: ${JSON.stringify(found)} != ${JSON.stringify(expected)}`);
+  }
+}
+
+function hasMore(a: string[], b: string[]): boolean {
+  return a.some((x) => a.filter((y) => y === x).length > b.filter((y) => y === x).length);
+}
+
+/** The kills of a run whose clean delivery made `result`: after each write, as each model call starts. */
+export function killsOf(result: Result): Kill[] {
+  const kills: Kill[] = [];
+  for (let k = 1; k <= result.writes; k++) kills.push({ write: k });
+  for (let m = 1; m <= result.modelCalls; m++) kills.push({ modelCall: m });
+  return kills;
+}
+
+/** Run `scenario` once cleanly, then once per kill (every `every`-th), each delivered again until done. */
+export async function tallyEveryKill(framework: Framework, world: World, scenario: string, every = 1): Promise<Tally> {
+  const expected = framework.scenarios[scenario]!;
+  const tally = new Tally();
+  const clean = await newJob(world, scenario);
+  const { results, parked } = await runToEnd(framework, world, clean);
+  tally.add(undefined, expected, seen(world, clean), results.at(-1)!.state, parked);
+  const kills = killsOf(results[0]!);
+  if (kills.length === 0) throw new Error(`${scenario} makes no write`);
+  for (const kill of kills.filter((_, i) => i % every === 0)) {
+    const job = await newJob(world, scenario);
+    const run = await runToEnd(framework, world, job, kill);
+    tally.add(kill, expected, seen(world, job), run.results.at(-1)!.state, run.parked);
+  }
+  return tally;
+}
+
+export async function withWorld<T>(body: (world: World) => Promise<T>): Promise<T> {
+  const sidecar = await startSidecar();
+  const processor = await new CardProcessor().start();
+  const client = new Client(sidecar.target);
+  const folder = mkdtempSync(join(tmpdir(), "actonce-ts-grid-"));
+  try {
+    return await body({ sidecar, client, processor, folder });
+  } finally {
+    client.close();
+    await processor.stop();
+    await sidecar.stop();
+    rmSync(folder, { recursive: true, force: true });
+  }
+}
+
+export type Row = [string, string, Tally];
+
+export async function runGrid(every: number, only = "", log = (_: string) => {}): Promise<Row[]> {
+  return withWorld(async (world) => {
+    const rows: Row[] = [];
+    for (const framework of GRID) {
+      if (only && !framework.name.toLowerCase().includes(only.toLowerCase())) continue;
+      for (const scenario of Object.keys(framework.scenarios)) {
+        const started = Date.now();
+        const tally = await tallyEveryKill(framework, world, scenario, every);
+        rows.push([framework.name, scenario, tally]);
+        log(`  ${framework.name} / ${scenario}: ${tally.kills} kills in ${((Date.now() - started) / 1000).toFixed(1)}s`);
+      }
+    }
+    return rows;
+  });
+}
+
+export function table(rows: Row[]): string {
+  const lines = ["| framework | scenario | kills | duplicates | losses | parked |", "| --- | --- | ---: | ---: | ---: | ---: |"];
+  const total = new Tally();
+  for (const [name, scenario, t] of rows) {
+    lines.push(`| ${name} | ${scenario} | ${t.kills} | ${t.duplicates} | ${t.losses} | ${t.parked} |`);
+    total.kills += t.kills;
+    total.duplicates += t.duplicates;
+    total.losses += t.losses;
+    total.parked += t.parked;
+  }
+  lines.push(`| all | ${rows.length} scenarios | ${total.kills} | ${total.duplicates} | ${total.losses} | ${total.parked} |`);
+  return lines.join("\n");
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const quick = process.argv.includes("--quick");
+  const onlyAt = process.argv.indexOf("--only");
+  const only = onlyAt > 0 ? (process.argv[onlyAt + 1] ?? "") : "";
+  const rows = await runGrid(quick ? 3 : 1, only, (line) => process.stderr.write(`${line}\n`));
+  console.log(table(rows));
+  const failures = rows.flatMap(([name, scenario, t]) => t.failures.map((f) => `${name} / ${scenario}: ${f}`));
+  for (const failure of failures) console.log(failure);
+  process.exitCode = failures.length > 0 ? 1 : 0;
+}
