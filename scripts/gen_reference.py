@@ -70,6 +70,54 @@ CLIENT_VARIABLE_HELP = {
 }
 
 
+def _setting_sections() -> list[tuple[str, str, dict[str, Any]]]:
+    """Each table of settings in sidecar.config.commands, with the command that reads it:
+    the command whose parser has exactly its flags as settings (several commands: their
+    common parent), in the parser's order. A table no command reads fails the generator."""
+    from sidecar.cli import build_parser
+    from sidecar.config import commands
+    from sidecar.config.setting import Setting
+
+    tables = {
+        name: value
+        for name, value in vars(commands).items()
+        if not name.startswith("_")  # a private table is a part of public ones
+        and isinstance(value, dict)
+        and value
+        and all(isinstance(v, Setting) for v in value.values())
+    }
+    parsers = list(_commands(build_parser(), "actonce", ""))
+    sections: list[tuple[int, str, str, dict[str, Any]]] = []
+    for name, settings in tables.items():
+        readers = [
+            (index, path, help)
+            for index, (path, help, parser) in enumerate(parsers)
+            if _setting_flags(parser) == set(settings)
+        ]
+        if not readers:
+            raise SystemExit(f"gen_reference: no command reads commands.{name}")
+        index, path, help = readers[0]
+        if len(readers) > 1:
+            words = [p.split() for _, p, _ in readers]
+            common = [w[0] for w in zip(*words, strict=False) if len(set(w)) == 1]
+            path = " ".join(common)
+            help = f"every `{path}` subcommand"
+        sections.append((index, path, help, settings))
+    return [
+        (path, help, settings) for _, path, help, settings in sorted(sections, key=lambda s: s[0])
+    ]
+
+
+def _setting_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """The flags of a parser that are settings: their help names their variable."""
+    return {
+        option
+        for action in parser._actions
+        if action.help and "[env ACTONCE_" in action.help
+        for option in action.option_strings
+    }
+
+
 def settings_page() -> str:
     from sidecar.config import commands
     from sidecar.ops import tracing_settings
@@ -86,14 +134,7 @@ def settings_page() -> str:
         "command with one line on stderr and exit code 2. The [command line](cli.md) lists "
         "the same flags command by command, with the arguments that are not settings.\n\n"
     )
-    sections = [
-        ("actonce serve", "the sidecar", commands.SERVE),
-        ("actonce console", "the operator's web console", commands.CONSOLE),
-        ("actonce store", "the reference artifact store alone", commands.STORE),
-        ("actonce store check", "the store contract's checks, against any store", commands.CHECK),
-        ("actonce audit", "every `audit` subcommand: the ledger to read", commands.AUDIT),
-    ]
-    for command, what, settings in sections:
+    for command, what, settings in _setting_sections():
         out.append(f"## `{command}`\n\n{what[0].upper()}{what[1:]}.\n\n")
         rows = []
         for flag, s in settings.items():

@@ -3,13 +3,17 @@ snippets they mark as runnable."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
+REFERENCE = DOCS / "reference"
 
 # A fenced block right under one of these comments is a snippet a test runs:
 #   <!-- runnable -->          Python run here (tests/docs/test_snippets.py) against a live
@@ -50,3 +54,21 @@ def snippet(kind: str, name: str) -> str:
     """The code of the one snippet marked ``<!-- kind: name -->`` on any page."""
     (found,) = [s.code for s in snippets() if (s.kind, s.name) == (kind, name)]
     return found
+
+
+def reference_page(name: str) -> str:
+    """A generated reference page's committed text."""
+    return (REFERENCE / name).read_text()
+
+
+def reference_generator() -> ModuleType:
+    """scripts/gen_reference.py, a script rather than a package: loaded from its file."""
+    if "gen_reference" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "gen_reference", ROOT / "scripts" / "gen_reference.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gen_reference"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["gen_reference"]
