@@ -334,6 +334,38 @@ def test_a_node_run_again_by_its_retry_policy_gets_the_answer_its_model_gave(
     assert replayed["messages"][-1].tool_calls == out["messages"][-1].tool_calls
 
 
+def test_an_agent_subgraph_run_again_by_its_nodes_retry_policy_gets_the_same_answer(
+    client: Client,
+) -> None:
+    """The subgraph's own tasks are named anew when its node runs again: the node's task,
+    outermost, is the one that asks again."""
+    chat = durable_model(model := Answering())
+    hiccups = [1]
+
+    def ask(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [chat.invoke(state["messages"])]}
+
+    def act(state: MessagesState) -> dict[str, Any]:
+        if hiccups:
+            hiccups.pop()
+            raise TransientError("the tool's connection reset after the model answered")
+        return {}
+
+    agent = StateGraph(MessagesState)
+    agent.add_node("model", ask)
+    agent.add_node("act", act)
+    agent.add_edge(START, "model")
+    agent.add_edge("model", "act")
+    graph = StateGraph(MessagesState)
+    policy = RetryPolicy(retry_on=TransientError, initial_interval=0.01, jitter=False)
+    graph.add_node("agent", agent.compile(), retry_policy=policy)
+    graph.add_edge(START, "agent")
+    run_id = f"subgraph-retry-{uuid.uuid4().hex}"
+    out = delivered(client, graph.compile(), run_id, {"messages": [HumanMessage("ada")]})
+    assert model.calls == ["ada"]
+    assert len({m.tool_calls[0]["id"] for m in out["messages"] if isinstance(m, AIMessage)}) == 1
+
+
 def test_a_run_recorded_under_the_positional_key_replays_after_the_upgrade(
     client: Client,
 ) -> None:

@@ -301,7 +301,7 @@ class DurableChatModel(BaseChatModel):
     a later delivery replays it, with the same tool calls under the same ids. Within a
     delivery, a LangGraph task that asks again what it was answered (its node run again
     by a RetryPolicy) gets the same answer; other tasks asking the same (``Send``
-    branches) get turns of their own. Made by :func:`durable_model`."""
+    branches) get turns of their own (:func:`_caller`). Made by :func:`durable_model`."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -315,9 +315,7 @@ class DurableChatModel(BaseChatModel):
 
     def _key(self, messages: Sequence[BaseMessage]) -> ModelTurn:
         request = request_form(conversation(messages), self.tools_offered)
-        # The task is the caller: a RetryPolicy runs a node again as the same task, under
-        # the same id; each Send branch is a task of its own.
-        caller = _task_id(ensure_config())
+        caller = _caller(ensure_config())
         legacy = {"model": self.turn_name, "turn": sum(isinstance(m, AIMessage) for m in messages)}
         return model_turn(self.turn_name, request, caller=caller, legacy=legacy)
 
@@ -391,9 +389,22 @@ class DurableChatModel(BaseChatModel):
         return DurableChatModel(inner=bound, turn_name=self.turn_name, tools_offered=offered)
 
 
-def _task_id(config: RunnableConfig) -> str | None:
-    """The id of the graph's task the calling code runs in, or None outside a graph."""
-    runtime = (config.get("configurable") or {}).get(CONFIG_KEY_RUNTIME)
+def _caller(config: RunnableConfig) -> str | None:
+    """Who asks, in the graph that deliver() runs: its task the calling code runs in (for
+    code in a subgraph, the task of the graph's node that holds the subgraph), or None
+    outside a graph.
+
+    A RetryPolicy runs a node again as the same task, under the same id, and each
+    ``Send`` branch is a task of its own. A subgraph's own tasks are named anew when the
+    node that holds it runs again, so they cannot say that a request is asked again: the
+    outermost task can, at the price that two tasks inside one subgraph asking exactly the
+    same request at once share one answer."""
+    configurable = config.get("configurable") or {}
+    namespace = str(configurable.get("checkpoint_ns") or "")
+    outermost = namespace.split("|", 1)[0]
+    if outermost:
+        return outermost
+    runtime = configurable.get(CONFIG_KEY_RUNTIME)
     info = getattr(runtime, "execution_info", None)
     return str(info.task_id) if info is not None and info.task_id else None
 
