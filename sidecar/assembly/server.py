@@ -408,7 +408,11 @@ def _mcp_listener(
         ]
         effects = load_effects(config.tool_effects) if config.tool_effects else {}
         gateway = Gateway(
-            actions, upstreams, effects, timeout_seconds=config.mcp_upstream_timeout_seconds
+            actions,
+            upstreams,
+            effects,
+            timeout_seconds=config.mcp_upstream_timeout_seconds,
+            report=metrics.effects_findings,
         )
     front = McpFront(
         actions,

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import gzip
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 
@@ -156,6 +156,18 @@ class Metrics:
         self.draining = self._gauge(
             "draining", "1 once SIGTERM was received and the sidecar takes no new calls."
         )
+        self.gateway_effects_findings = self._gauge(
+            "gateway_effects_findings",
+            "Entries of the MCP gateway's effects file that their upstream's last listing "
+            "contradicts, by upstream and problem (key_argument_not_in_schema, "
+            "key_meta_not_declared, tool_not_listed): each such tool is called unkeyed.",
+            ["upstream", "problem"],
+        )
+
+    def effects_findings(self, upstream: str, counts: Mapping[str, int]) -> None:
+        """The gateway's findings in ``upstream``'s last listing, each problem counted."""
+        for problem, count in counts.items():
+            self.gateway_effects_findings.labels(upstream=upstream, problem=problem).set(count)
 
     def _counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(name, documentation, labels, namespace=NAMESPACE, registry=self.registry)

@@ -9,7 +9,10 @@ Routes (all on ``--mcp-listen``):
 - ``/mcp/attempts/{attempt_id}``, for clients that cannot set headers;
 - ``POST /attempts`` ``{"run_id", "rule", "checkpoint", "lease_deadline"?, "scope"?,
   "delivery_attempt_id"?}`` -> ``{"attempt_id"}`` (BeginAttempt's fields), and
-  ``POST /attempts/{attempt_id}/end`` -> the counts.
+  ``POST /attempts/{attempt_id}/end`` -> the counts;
+- ``GET /readiness`` -> ``{"detail": [line, ...]}``: the readiness detail, a line for each
+  thing the operator should fix that does not stop the front serving (an effects file's
+  entry that its upstream's listing contradicts, sidecar.fronts.mcp.gateway).
 
 The harness binds the attempt, never the model: no tool takes an attempt id.
 
@@ -138,6 +141,7 @@ class McpFront:
                 Route("/mcp/attempts/{attempt_id}", endpoint=mcp_app, methods=["POST"]),
                 Route("/attempts", endpoint=self._begin_attempt, methods=["POST"]),
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
+                Route("/readiness", endpoint=self._readiness, methods=["GET"]),
             ],
             # Outermost first: the guard's layers, then the API token on every route when
             # one is configured (sidecar.ops.auth).
@@ -246,6 +250,11 @@ class McpFront:
         except ActonceError as error:
             return _http_error(error)
         return JSONResponse(tools.as_json(_END.response, _END.answer(counts)))
+
+    async def _readiness(self, _request: Request) -> Response:
+        """The readiness detail: what the operator should fix while the front serves."""
+        detail = await self.gateway.readiness() if self.gateway is not None else []
+        return JSONResponse({"detail": detail})
 
 
 _BEGIN = operations.BY_RPC["BeginAttempt"]

@@ -234,7 +234,9 @@ class Gateway:
 
     async def _list(self, upstream: Upstream) -> list[types.Tool]:
         self._listed_at[upstream.name] = time.monotonic()
-        async with self._connect(upstream) as connection:
+        # Bounded as a whole, as a call is: a listing that streams and never ends must not
+        # hold tools/list, a call's route or the readiness detail.
+        async with asyncio.timeout(self.timeout_seconds), self._connect(upstream) as connection:
             tools = list((await connection.client.list_tools()).tools)
         self._listed[upstream.name] = tools
         self._check_effects(upstream, tools)

@@ -47,6 +47,13 @@ class ToolSpec:
     argument, or a ``_meta`` key); the gateway fills it from the step id, which is
     the same on every attempt. ``errors_mean_nothing_happened``: the tool's error
     answers (``isError``) say it did not act.
+
+    A key is checked against the upstream's listing of the tool: an argument must be one
+    of its ``inputSchema.properties``, and a ``_meta`` key must be declared by the tool,
+    as a key of the ``_meta`` object of its listing (``"_meta": {"payments/idempotency_key":
+    "..."}``), since MCP has no other place for a tool to say which ``_meta`` keys it reads.
+    A key the listing does not take would reach no one: the tool is then called unkeyed,
+    and reported (sidecar.fronts.mcp.gateway).
     """
 
     effect: ToolEffect = ToolEffect.NON_IDEMPOTENT_WRITE
@@ -82,7 +89,8 @@ def load_effects(path: Path) -> dict[str, ToolSpec]:
     """The operator's effects file: a JSON or YAML map from ``NAME__tool`` to either a
     ``ToolEffect`` value name (``TOOL_EFFECT_NON_IDEMPOTENT_WRITE``, ...) or an object:
     ``{"effect": ..., "idempotency_key": {"argument": NAME} or {"meta": KEY},
-    "errors_mean_nothing_happened": true}``."""
+    "errors_mean_nothing_happened": true}``. The file is read here alone; what it says
+    is checked against each upstream's listing when the gateway lists it (ToolSpec)."""
     text = path.read_text(encoding="utf-8")
     loaded: Any
     if path.suffix.lower() == ".json":

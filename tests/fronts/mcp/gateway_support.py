@@ -19,6 +19,7 @@ from mcp_types import RequestParamsMeta
 from sidecar.config import Config
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import StoredEvent
+from tests.fronts.mcp.charges import Charges
 from tests.fronts.mcp.clients import ATTEMPT_HEADER, begin_over_http
 from tests.harness import ServerProcess, free_port, spawn_sidecar
 from tests.server.processes import run_cli
@@ -115,6 +116,24 @@ def call_in_background(base: str, attempt_id: str, name: str, arguments: dict[st
     thread = Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def kill_mid_call(
+    sidecar: ServerProcess,
+    base: str,
+    attempt: str,
+    upstream: Charges,
+    tool: str,
+    args: dict[str, Any],
+    acted: str,
+) -> None:
+    """Call ``tool``; once the upstream has acted (a line ``acted`` in its log), SIGKILL the
+    sidecar under the call."""
+    held = call_in_background(base, attempt, tool, args)
+    upstream.wait_for(acted)
+    sidecar.process.kill()
+    sidecar.process.wait(10)
+    held.join(30)
 
 
 def begin(base: str, run_id: str, checkpoint: str = "cp-0") -> str:
