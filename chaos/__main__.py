@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from chaos import pg
-from chaos.report import failures, fault_table, summary_markdown, table, totals
+from chaos.report import failures, fault_table, summary_markdown, table, time_table, totals
 from chaos.runner import SeedResult, run_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,8 @@ def _progress(done: SeedResult) -> None:
     mark = "ok" if done.ok else "FAILED"
     print(
         f"[{done.backend}] seed {done.seed:>4} {done.topology:<10} "
-        f"kills {done.sidecar_kills}/{done.store_kills} "
+        f"kills {done.sidecar_kills}/{done.store_kills} freezes {done.freezes} "
+        f"charges {done.gateway_charges} decided {done.decisions} "
         f"faults {sum(done.caller_faults.values()):>3} attempts {done.attempts:>3} "
         f"acks {done.acks:>3} {done.seconds:5.1f}s {mark}",
         flush=True,
@@ -104,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print()
     print(fault_table(rows))
+    print()
+    print(time_table(rows))
     failed = failures(everything, limit=200 if args.seed is not None else 20)
     if failed:
         print()

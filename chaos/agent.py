@@ -17,6 +17,12 @@ it, and is then repeated with the same ``request_id`` until it is answered, as A
 every gRPC retry policy tell a caller to do; a write that failed on the sidecar's side may be
 repeated the same way; and an attempt may get a twin, a second attempt of the same run begun
 while the first still works, as when a queue hands a run on before its lease really ended.
+
+A gateway charge (``OpKind.GATEWAY``) is a tools/call through the sidecar's MCP front, made
+with the MCP SDK's client; a caller that gives up on it repeats it with its request identity.
+A charge that may have acted (``UPSTREAM_FAILED``, ``UNKNOWN``) is delivered again, and one
+in doubt waits, when the seed has an operator, for the operator's decision
+(chaos.operator), and is then delivered again; without one it is left for a person.
 """
 
 from __future__ import annotations
@@ -35,16 +41,25 @@ import grpc
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import types_pb2
 from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from chaos.gateway import Answer, Unanswered, call_charge
+from chaos.operator import Operator
 from chaos.plan import Effect, Op, OpKind, RunPlan, Segment, render_json
-from chaos.processes import Killer
+from chaos.processes import Killer, clock
+from chaos.upstream import charge_id
 
 SERVICE = "actonce.v1.RunActionsService"
 # How long the agent waits for one answer: far above any healthy call, so that only a
 # stuck sidecar runs into it.
 CALL_TIMEOUT_SECONDS = 15.0
+# A gateway charge's answer may wait out a freeze, a slow handshake and a slow upstream.
+GATEWAY_TIMEOUT_SECONDS = 30.0
+# How long a charge in doubt waits for the operator: its call's deadline, the silence after
+# which a frozen or killed sidecar's call may be decided, and the operator's rounds.
+DECISION_WAIT_SECONDS = 90.0
 
 APPLIED = "OUTCOME_APPLIED"
 ALREADY_APPLIED = "OUTCOME_ALREADY_APPLIED"
@@ -75,6 +90,7 @@ class CallerFault(enum.StrEnum):
     TWIN = "twin"  # two calls at once with one request_id
     REPEAT = "repeat"  # a repeat with the same request_id after a failure the sidecar answered
     OVERLAP = "overlap"  # a second attempt of the run begun while the first still works
+    GIVE_UP = "give_up"  # a gateway charge given up on, then repeated with its identity
 
 
 # The faults one write call can meet before it is repeated.
@@ -217,6 +233,17 @@ class Execution:
     effect: Effect
 
 
+@dataclass(frozen=True)
+class GatewayAnswer:
+    """A gateway charge the sidecar answered as done."""
+
+    run_id: str
+    attempt_id: str
+    step_id: str
+    outcome: str
+    charge_id: str
+
+
 @dataclass
 class RunResult:
     """What happened to one run."""
@@ -229,6 +256,12 @@ class RunResult:
     checkpoints_lost: int = 0
     acks: list[Ack] = field(default_factory=list)
     executions: list[Execution] = field(default_factory=list)
+    gateway_answers: list[GatewayAnswer] = field(default_factory=list)
+    # The gateway charge's step id, as its answers and refusals named it.
+    gateway_step: str = ""
+    # What the gateway charge went through, by the harness's clock, for a failing seed's
+    # reader: each call's answer or failure, each decision waited for.
+    trail: list[str] = field(default_factory=list)
     failures: Counter[str] = field(default_factory=Counter)
     caller_faults: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
@@ -242,6 +275,18 @@ def expected_result(op: Op) -> Any:
 
 def _outcome(value: int) -> str:
     return types_pb2.Outcome.Name(types_pb2.Outcome.ValueType(value))
+
+
+def _outcome_value(name: str) -> int:
+    """An outcome's number from its name; 0 (unspecified) for a name the API lacks."""
+    try:
+        return int(types_pb2.Outcome.Value(name))
+    except ValueError:
+        return 0
+
+
+def _charges_upstream(segment: Segment) -> bool:
+    return any(op.kind is OpKind.GATEWAY for op in segment.ops())
 
 
 class Agent:
@@ -258,8 +303,12 @@ class Agent:
         caller_fault_rate: float = 0.0,
         max_attempts: int = 300,
         deadline_seconds: float = 240.0,
+        gateway: str = "",
+        operator: Operator | None = None,
     ) -> None:
         self.plan = plan
+        self.gateway = gateway  # the sidecar's MCP front, http://HOST:PORT
+        self.operator = operator
         self.killer = killer
         self.seed = seed
         self.lost_checkpoint_rate = lost_checkpoint_rate
@@ -268,6 +317,7 @@ class Agent:
         self.max_attempts = max_attempts
         self.deadline_seconds = deadline_seconds
         self.result = RunResult(plan.run_id)
+        self._decisions_seen = 0
         self._lock = threading.Lock()
         self._begin = api.method("BeginAttempt", pb.BeginAttemptResponse)
         self._end = api.method("EndAttempt", pb.EndAttemptResponse)
@@ -316,11 +366,22 @@ class Agent:
             except AttemptFailed as failed:
                 failure = failed.failure
                 self.result.failures[failure.reason or failure.code] += 1
+                charging = _charges_upstream(segment)
                 if failure.reason == "IN_DOUBT":
                     # ADR-111: never re-run automatically; the run settles for an operator.
-                    self.result.in_doubt_step = failure.metadata.get("step_id", "?")
+                    step_id = failure.metadata.get("step_id", "?")
+                    if charging and self.operator is not None:
+                        if self._decided(step_id):
+                            continue  # the operator decided: the queue delivers it again
+                        return self.result
+                    self.result.in_doubt_step = step_id
+                    if self.operator is not None:
+                        self.operator.unwatch(self.plan.run_id)
                     return self.result
-                if not failure.retryable:
+                # A charge that may have acted: the run is delivered again, and finds it
+                # in doubt.
+                may_have_acted = charging and failure.failure_class == "UNKNOWN"
+                if not failure.retryable and not may_have_acted:
                     self._violation(f"attempt {self.result.attempts} got {failure}")
                     return self.result
                 failures_in_a_row += 1
@@ -339,17 +400,43 @@ class Agent:
             ids = known
             segment_no += 1
         self.result.finished = True
+        if self.operator is not None:
+            self.operator.unwatch(self.plan.run_id)
         return self.result
+
+    def _decided(self, step_id: str) -> bool:
+        """Wait for the operator's next decision on the run's charge; a violation when none
+        comes (the step never became decidable)."""
+        assert self.operator is not None
+        self.result.gateway_step = self.result.gateway_step or step_id
+        since = self._decisions_seen
+        self._trail(f"in doubt: waiting for the operator on {step_id}")
+        decision = self.operator.wait_decided(self.plan.run_id, since, DECISION_WAIT_SECONDS)
+        if decision is not None:
+            self._trail(f"decided {decision.decision} (the upstream showed {decision.counted})")
+        if decision is None:
+            self.result.in_doubt_step = step_id
+            self._violation(
+                f"charge {step_id} in doubt was not listed as decidable within "
+                f"{DECISION_WAIT_SECONDS:g} s"
+            )
+            self.operator.unwatch(self.plan.run_id)
+            return False
+        self._decisions_seen += 1
+        return True
 
     # -- one attempt ------------------------------------------------------------
 
     def _attempt(self, segment: Segment, known: dict[int, str], rng: random.Random) -> None:
-        attempt = self._call(
-            self._begin,
-            pb.BeginAttemptRequest(
-                run_id=self.plan.run_id, rule=self.plan.rule, checkpoint=segment.checkpoint
-            ),
-        ).attempt_id
+        request = pb.BeginAttemptRequest(
+            run_id=self.plan.run_id, rule=self.plan.rule, checkpoint=segment.checkpoint
+        )
+        if segment.lease_seconds:
+            # The queue's lease, by the harness's clock: the ledger's on this host.
+            lease = Timestamp()
+            lease.FromNanoseconds(int((time.time() + segment.lease_seconds) * 1e9))
+            request.lease_deadline.CopyFrom(lease)
+        attempt = self._call(self._begin, request).attempt_id
         for phase in segment.phases:
             self._phase(attempt, phase, known, rng)
             if rng.random() < 0.3:
@@ -364,8 +451,10 @@ class Agent:
             self._attempt(segment, known, rng)
         except AttemptFailed as failed:
             failure = failed.failure
-            # Fenced, or in doubt about a step the other attempt began: both as they should be.
-            if not failure.retryable and failure.reason != "IN_DOUBT":
+            # Fenced, in doubt about a step the other attempt began, or a gateway charge that
+            # may have acted: each as it should be.
+            may_have_acted = _charges_upstream(segment) and failure.failure_class == "UNKNOWN"
+            if not failure.retryable and failure.reason != "IN_DOUBT" and not may_have_acted:
                 self._violation(f"a twin attempt got {failure}")
 
     def _phase(
@@ -485,8 +574,94 @@ class Agent:
             rpc = "Notice" if op.kind is OpKind.NOTICE else "Send"
             self._ack(attempt, op, rpc, posted.message_id, posted.outcome)
             return {}
+        if op.kind is OpKind.GATEWAY:
+            self._charge(attempt, op, rng, request_id)
+            return {}
         self._step(attempt, op, rng, request_id)
         return {}
+
+    def _charge(self, attempt: str, op: Op, rng: random.Random, request_id: str) -> None:
+        """The gateway charge: a tools/call through the MCP front, maybe given up on and
+        repeated with its request identity, maybe sent twice at once with it."""
+        self.killer.before_step(self.plan.run_id)
+        if self.operator is not None:
+            self.operator.watch(self.plan.run_id)
+        in_header = rng.random() < 0.5
+        if rng.random() < self.caller_fault_rate:
+            fault = rng.choice((CallerFault.GIVE_UP, CallerFault.TWIN))
+            self._count(fault)
+            if fault is CallerFault.TWIN:
+                twin = threading.Thread(
+                    target=self._charge_once,
+                    args=(attempt, op, request_id, in_header, GATEWAY_TIMEOUT_SECONDS, True),
+                )
+                twin.start()
+                try:
+                    self._charge_once(attempt, op, request_id, in_header, GATEWAY_TIMEOUT_SECONDS)
+                finally:
+                    twin.join()
+                return
+            try:
+                self._charge_once(attempt, op, request_id, in_header, rng.uniform(0.2, 1.5))
+                return
+            except AttemptFailed as failed:
+                if failed.failure.reason:
+                    raise  # answered: a repeat would be answered the same
+            self._charge_once(attempt, op, request_id, in_header, GATEWAY_TIMEOUT_SECONDS)
+            return
+        # Without a request identity as often as with one: a plain call, made once.
+        identity = request_id if rng.random() < 0.5 else ""
+        self._charge_once(attempt, op, identity, in_header, GATEWAY_TIMEOUT_SECONDS)
+
+    def _charge_once(
+        self,
+        attempt: str,
+        op: Op,
+        request_id: str,
+        in_header: bool,
+        timeout: float,
+        quiet: bool = False,
+    ) -> None:
+        """One call of the charge; AttemptFailed unless it was answered as done (``quiet``:
+        a twin's failure is its own, the other call's answer the attempt's)."""
+        self.killer.before_call()
+        self._trail(f"{attempt[-6:]} {request_id or '-'} calls, for up to {timeout:.1f}s")
+        try:
+            answer = call_charge(
+                self.gateway, attempt, op.tool, op.args,
+                timeout=timeout, request_id=request_id, in_header=in_header,
+            )  # fmt: skip
+        except Unanswered as gone:
+            self._trail(f"{attempt[-6:]} {request_id or '-'} unanswered in {timeout:.1f}s: {gone}")
+            if quiet:
+                return
+            raise AttemptFailed(Failure("UNAVAILABLE", "", "", str(gone), {})) from None
+        said = answer.reason or answer.outcome
+        self._trail(f"{attempt[-6:]} {request_id or '-'} {said} {answer.charge_id}".strip())
+        self._answered(attempt, op, answer, quiet)
+
+    def _answered(self, attempt: str, op: Op, answer: Answer, quiet: bool) -> None:
+        step_id = answer.step_id or answer.metadata.get("step_id", "")
+        if step_id:
+            with self._lock:
+                self.result.gateway_step = self.result.gateway_step or step_id
+        if answer.error:
+            if not answer.reason:
+                self._violation(f"op {op.index}: a gateway error without a reason")
+            if quiet:
+                return
+            failure = Failure(
+                "GATEWAY", answer.reason, answer.failure_class, answer.message, answer.metadata
+            )
+            raise AttemptFailed(failure)
+        self._expect(op, _outcome_value(answer.outcome), (APPLIED, ALREADY_APPLIED))
+        first = charge_id(str(op.args["customer"]), 1)
+        if answer.charge_id != first:
+            self._violation(f"op {op.index}: the charge answered {answer.charge_id}, not {first}")
+        with self._lock:
+            self.result.gateway_answers.append(
+                GatewayAnswer(self.plan.run_id, attempt, step_id, answer.outcome, answer.charge_id)
+            )
 
     def _step(self, attempt: str, op: Op, rng: random.Random, request_id: str) -> None:
         if op.effect is Effect.NON_IDEMPOTENT_WRITE:
@@ -675,6 +850,10 @@ class Agent:
         )
         with self._lock:
             self.result.acks.append(ack)
+
+    def _trail(self, text: str) -> None:
+        with self._lock:
+            self.result.trail.append(f"{clock()} {text}")
 
     def _violation(self, text: str) -> None:
         with self._lock:

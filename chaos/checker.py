@@ -15,6 +15,14 @@ Findings:
 - a violation: everything else the contract forbids (an acknowledged write without its
   audit outcome, an outcome that says applied for something the store lacks, an object in
   the store with no audited intent, a broken hash chain, an unexpected answer).
+
+A gateway charge is held against what the payments upstream counted in its own file
+(:class:`GatewayRecord`): each logical charge made at most once upstream (more is a
+duplicate); a finished run's charge made exactly once, and never listed as pending after;
+one left in doubt listed by ``actonce audit pending``; each operator's decision consistent
+with the upstream's count (``ran`` with one charge); and, in the ledger, no decision while a
+permitted call may still be under way: none before the permit's deadline unless that call's
+end was recorded first, and no step end from a call permitted before a ``did_not_run``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +40,9 @@ import jsonpointer
 import psycopg
 
 from chaos.agent import ALREADY_APPLIED, APPLIED, RunResult
-from chaos.plan import Effect, Op, OpKind, RunPlan, SeedPlan
-from sidecar.ledger.base import LedgerReader, StoredEvent
+from chaos.operator import DID_NOT_RUN, RAN, Decision, Listing
+from chaos.plan import GATEWAY_TOOL, Effect, Op, OpKind, RunPlan, SeedPlan
+from sidecar.ledger.base import LedgerReader, Phase, StoredEvent
 from sidecar.ledger.inspect import verify
 from sidecar.rules import canonical, ids
 
@@ -92,6 +102,17 @@ def read_postgres_store(dsn: str) -> StoreSnapshot:
         return _snapshot(
             {name: list(conn.execute(sql.format(p="store_")).fetchall()) for name, sql in _QUERIES}
         )
+
+
+@dataclass
+class GatewayRecord:
+    """What the gateway's seeds leave beside the store and the ledger."""
+
+    charged: Counter[str]  # customer -> charges, as the upstream's file says
+    decisions: list[Decision]  # what the operator decided, and what it saw then
+    left: Listing  # `actonce audit pending --json` once every process stopped
+    problems: list[str] = field(default_factory=list)
+    refused: int = 0
 
 
 @dataclass
@@ -269,8 +290,10 @@ def check(
     results: dict[str, RunResult],
     store: StoreSnapshot,
     reader: LedgerReader,
+    gateway: GatewayRecord | None = None,
 ) -> Findings:
-    """Hold the store and the ledger against the plan and the agent's acknowledgements."""
+    """Hold the store and the ledger against the plan and the agent's acknowledgements, and
+    a seed's gateway charges against what the upstream counted."""
     found = Findings()
     for result in results.values():
         for text in result.violations:
@@ -341,6 +364,9 @@ def check(
 
     events = list(reader.events())
     _check_ledger(found, plan, results, store, events, want)
+    if gateway is not None:
+        _check_gateway(found, plan, results, events, want, gateway)
+    _check_decisions(found, events)
     verdict = verify(reader)
     if not verdict.intact:
         found.violation(f"ledger chain broken at event {verdict.first_bad}: {verdict.problem}")
@@ -358,7 +384,12 @@ def _check_ledger(
     outcomes: dict[tuple[str, str], list[StoredEvent]] = defaultdict(list)
     intents: dict[str, list[StoredEvent]] = defaultdict(list)
     step_ends: set[tuple[str, str]] = set()
-    ended_steps: set[str] = set()
+    # A step ends when its call's end is recorded, or when an operator decides it ran.
+    ended_steps: set[str] = {
+        s.event.derived_id
+        for s in events
+        if s.event.phase == Phase.DECISION and s.event.detail.get("decision") == RAN
+    }
     first_end: dict[str, int] = {}
     last_in_doubt: dict[str, int] = {}
     for stored in events:
@@ -479,9 +510,11 @@ def _check_ledger(
                 # refusal after the step's recorded end is wrong.
                 found.violation(f"step {step_id} ({tool}) refused IN_DOUBT though it ended")
             continue
-        # A run in doubt got as far as its last step: every other step ended before it.
+        # A run in doubt got as far as its last step but its gateway charge, which comes
+        # after it: every other step ended before it.
         run = results[run_id]
-        if (run.finished or run.in_doubt_step) and step_id not in ended_steps:
+        settled = run.finished or (run.in_doubt_step and tool != GATEWAY_TOOL)
+        if settled and step_id not in ended_steps:
             found.lost(f"step {step_id} ({tool}) of a finished run has no recorded end")
 
 
@@ -513,3 +546,116 @@ def _audited(
             for o in outcomes.get((attempt_id, derived), [])
         )
     return any(o.event.outcome == outcome for o in outcomes.get((attempt_id, id_), []))
+
+
+def _check_gateway(
+    found: Findings,
+    plan: SeedPlan,
+    results: dict[str, RunResult],
+    events: list[StoredEvent],
+    want: _Expected,
+    record: GatewayRecord,
+) -> None:
+    for problem in record.problems:
+        found.violation(problem)
+    if record.left.code not in (0, 3):
+        found.violation(f"`actonce audit pending` failed after the seed: {record.left.error}")
+    listed = {str(item.get("id", "")) for item in record.left.items}
+    if bool(record.left.items) != (record.left.code == 3):
+        found.violation(f"`actonce audit pending` exited {record.left.code} listing "
+                        f"{len(record.left.items)} item(s)")  # fmt: skip
+    step_of = {run: step for step, (tool, _e, run) in want.steps.items() if tool == GATEWAY_TOOL}
+    for run in plan.runs:
+        for op in run.ops():
+            if op.kind is not OpKind.GATEWAY:
+                continue
+            customer, step_id = str(op.args["customer"]), step_of[run.run_id]
+            charged = record.charged[customer]
+            result = results[run.run_id]
+            if charged > 1:
+                found.duplicate(
+                    f"the upstream charged {customer} {charged} times for one logical charge "
+                    f"(step {step_id})",
+                    charged - 1,
+                )
+            for decision in (d for d in record.decisions if d.run_id == run.run_id):
+                if decision.step_id != step_id:
+                    found.violation(f"the operator decided {decision.step_id} for the charge "
+                                    f"{step_id} of {run.run_id}")  # fmt: skip
+                if decision.decision == RAN and charged != 1:
+                    found.violation(
+                        f"charge {step_id} was decided ran (the upstream showed "
+                        f"{decision.counted}) and the upstream counted {charged}"
+                    )
+            if result.finished:
+                if charged == 0:
+                    found.lost(f"run {run.run_id} finished and the upstream never charged "
+                               f"{customer} (step {step_id})")  # fmt: skip
+                if step_id in listed:
+                    found.violation(f"the charge {step_id} of a finished run is listed by "
+                                    "`actonce audit pending`")  # fmt: skip
+            elif result.in_doubt_step == step_id and step_id not in listed:
+                found.violation(
+                    f"the charge {step_id} left in doubt (the upstream counted {charged}) is "
+                    "not listed by `actonce audit pending`"
+                )
+
+
+def _when(text: object) -> datetime | None:
+    """A time as the ledger writes it (naive means UTC); None when unreadable."""
+    try:
+        stamp = datetime.fromisoformat(str(text))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
+
+
+# The ledger's leave to send a step's call (sidecar.ledger.permits), by its phase's name.
+_STEP_PERMIT = "step_permit"
+# What ends a permitted call, recorded by the attempt that holds the permit.
+_CALL_ENDS = frozenset({Phase.STEP_END, Phase.STEP_FAILED, Phase.STEP_ABORT})
+
+
+def _check_decisions(found: Findings, events: list[StoredEvent]) -> None:
+    """No operator's decision while a permitted call may be under way, by the ledger's own
+    records and clock (design: "A send permit")."""
+    by_step: defaultdict[str, list[StoredEvent]] = defaultdict(list)
+    for stored in events:
+        by_step[stored.event.derived_id].append(stored)
+    for step_id, history in by_step.items():
+        for decision in (s for s in history if s.event.phase == Phase.DECISION):
+            decided_at = _when(decision.ts)
+            for permit in (s for s in history if s.event.phase == _STEP_PERMIT):
+                if permit.seq > decision.seq:
+                    began = [s for s in history if s.event.phase == Phase.STEP_BEGIN
+                             and s.event.attempt_id == permit.event.attempt_id]  # fmt: skip
+                    if began and began[0].seq < decision.seq:
+                        found.violation(
+                            f"ledger #{permit.seq}: a permit for {step_id} to attempt "
+                            f"{permit.event.attempt_id}, which began it before the decision "
+                            f"#{decision.seq}"
+                        )
+                    continue
+                ends = [
+                    s
+                    for s in history
+                    if s.event.phase in _CALL_ENDS
+                    and s.event.attempt_id == permit.event.attempt_id
+                    and s.seq > permit.seq
+                ]
+                if any(end.seq < decision.seq for end in ends):
+                    continue  # the call ended before anyone decided
+                deadline = _when(permit.event.detail.get("deadline", ""))
+                if decided_at is not None and deadline is not None and decided_at < deadline:
+                    found.violation(
+                        f"ledger #{decision.seq}: {step_id} decided at {decision.ts}, while the "
+                        f"call permitted at #{permit.seq} could be under way until {deadline}"
+                    )
+                if decision.event.detail.get("decision") == DID_NOT_RUN:
+                    for end in ends:
+                        if end.event.phase == Phase.STEP_END:
+                            found.violation(
+                                f"ledger #{end.seq}: the call of {step_id} permitted at "
+                                f"#{permit.seq} ended after it was decided did_not_run at "
+                                f"#{decision.seq}: it was under way when decided"
+                            )

@@ -21,6 +21,16 @@ The seed also decides how often the agent behaves as a caller that gives up
 (``caller_fault_rate``): a call with a short deadline, a call cancelled or its connection
 reset mid-way, each repeated with its ``request_id`` until answered, and a second attempt of
 the run begun while the first still works, as when a queue's lease runs out early.
+
+And it decides what time does (drawn from a generator of its own, so that the writes and
+kills above stay what they were): some runs end with a charge made through the sidecar's
+MCP gateway to a payments upstream (chaos.upstream) whose answer may take longer than the
+attempt's lease or the gateway's upstream timeout, in a segment of its own under a lease;
+the sidecar may be frozen (SIGSTOP, then SIGCONT) at call counts or while that charge is
+under way, for less or more than the time after which a silent sidecar's calls become
+decidable; an operator may watch ``actonce audit pending`` and decide what it lists from
+what the upstream counted; and on PostgreSQL that operator's clock, or the sidecar's, may
+disagree with the ledger's by minutes (faketime).
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ class OpKind(enum.StrEnum):
     NOTICE = "notice"
     SEND = "send"
     STEP = "step"
+    # A charge through the sidecar's MCP gateway (chaos.upstream), not the agent's own step.
+    GATEWAY = "gateway"
 
 
 class Effect(enum.IntEnum):
@@ -85,6 +97,8 @@ class Segment:
 
     checkpoint: str
     phases: tuple[tuple[Op, ...], ...]
+    # Each attempt of this segment begins with a lease this long (0: none).
+    lease_seconds: float = 0.0
 
     def ops(self) -> Iterator[Op]:
         for phase in self.phases:
@@ -112,6 +126,10 @@ class Kill:
     A kill with ``at_step`` (a run id) waits instead for that run's first call of its
     non-idempotent step: random call counts seldom land in the few milliseconds between a
     step's begin and end, which is where a step is left in doubt.
+
+    With ``action`` FREEZE the process (its whole process group) is stopped with SIGSTOP
+    instead, and continued with SIGCONT ``down_ms`` later: the kernel holds it, its
+    connections stay open, its heartbeat stops, and it wakes with its memory as it was.
     """
 
     at_call: int
@@ -119,6 +137,31 @@ class Kill:
     delay_ms: float
     down_ms: float
     at_step: str = ""
+    action: str = "kill"
+
+
+KILL = "kill"
+FREEZE = "freeze"
+
+
+@dataclass(frozen=True)
+class TimeFaults:
+    """A seed's faults of time, beside its kills and caller faults."""
+
+    # The gateway's --mcp-upstream-timeout, in seconds.
+    upstream_timeout: float = 3.0
+    # The lease of an attempt of a gateway charge's segment (0: no lease).
+    lease_seconds: float = 0.0
+    # Some MCP handshakes with the upstream are held this long, at this rate.
+    slow_handshake: float = 0.0
+    slow_handshake_rate: float = 0.0
+    # An operator watches `actonce audit pending` and decides the gateway charges it lists.
+    operator: bool = False
+    # faketime offsets, applied on PostgreSQL only (a SQLite file's clock is its writer's
+    # host's, so a skewed process beside it would be another host's clock on one file):
+    # the operator's `actonce audit` and the sidecar's.
+    operator_skew: str = ""
+    sidecar_skew: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,6 +182,13 @@ class SeedPlan:
     # Chance that a write call meets a caller fault (agent.CallerFault), and that an attempt
     # gets a concurrent twin attempt of its run.
     caller_fault_rate: float = 0.0
+    # What time does (see the module's docstring); all off in a plan without a gateway
+    # charge but the freezes.
+    time: TimeFaults = field(default_factory=TimeFaults)
+
+    @property
+    def gateway(self) -> bool:
+        return any(op.kind is OpKind.GATEWAY for run in self.runs for op in run.ops())
 
 
 _KINDS = ("ticket", "incident", "note")
@@ -165,6 +215,8 @@ _TOOLS = (
 # Only ever the last write of a run: a kill between its BeginStep and EndStep leaves it in
 # doubt, and a run in doubt is settled by an operator, not by a retry.
 _CHARGE = ("charge_card", Effect.NON_IDEMPOTENT_WRITE)
+# The gateway's charge (chaos.upstream.TOOL), listed by the sidecar as NAME__charge.
+GATEWAY_TOOL = "payments__charge"
 
 
 def _json_value(rng: random.Random, depth: int = 0) -> Any:
@@ -386,15 +438,88 @@ def make_plan(
         charges = any(op.effect is Effect.NON_IDEMPOTENT_WRITE for op in run.ops())
         if charges and max_kills and rng.random() < 0.5:
             kills.append(Kill(0, "sidecar", rng.uniform(0.0, 15.0), 0.0, at_step=run.run_id))
+    # Time's faults draw from a generator of their own: the plan above stays the seed's.
+    timing = random.Random(f"{seed}/time")
+    faults = _time_faults(timing)
+    runs = tuple(_with_gateway_charge(run, seed, n, timing, faults) for n, run in enumerate(runs))
+    if max_kills:
+        kills += _freezes(timing, runs, horizon)
     return SeedPlan(
         seed=seed,
         topology=chosen,
         runs=runs,
         kills=tuple(kills),
         lost_checkpoint_rate=0.15,
-        writes=writes,
+        writes=sum(1 for run in runs for _ in run.ops()),
         caller_fault_rate=fault_rate if caller_faults else 0.0,
+        time=faults,
     )
+
+
+# A frozen sidecar's steps may be decided once it has been silent this long
+# (sidecar.ledger.liveness.STALE_SECONDS): a long freeze outlasts it, a short one does not.
+_SILENT_SECONDS = 10.0
+
+
+def _time_faults(rng: random.Random) -> TimeFaults:
+    return TimeFaults(
+        # A lease must outlast a store call's deadline (5 s) to write at all; with the
+        # longest timeout, the lease left bounds the call instead.
+        upstream_timeout=rng.choice((2.0, 3.0, 8.0)),
+        lease_seconds=rng.choice((0.0, 6.5, 8.0)),
+        slow_handshake=round(rng.uniform(1.0, 4.0), 3),
+        slow_handshake_rate=rng.choice((0.0, 0.15, 0.3)),
+        operator=rng.random() < 0.75,
+        operator_skew="+15m" if rng.random() < 0.5 else "",
+        sidecar_skew="-10m" if rng.random() < 0.3 else "",
+    )
+
+
+def _with_gateway_charge(
+    run: RunPlan, seed: int, number: int, rng: random.Random, faults: TimeFaults
+) -> RunPlan:
+    """Half the runs end with a gateway charge, in a segment of its own under the lease: a
+    charge to a customer no other run charges, whose answer is quick or slower than the
+    lease or the upstream timeout."""
+    if rng.random() >= 0.5:
+        return run
+    slow = rng.random() < 0.35
+    # Slow: past the call's deadline, which the upstream timeout or the lease bounds.
+    bound = min(faults.upstream_timeout, faults.lease_seconds or faults.upstream_timeout)
+    seconds = bound + rng.uniform(0.3, 2.0) if slow else rng.uniform(0.0, 0.2)
+    charge = Op(
+        index=sum(1 for _ in run.ops()),
+        kind=OpKind.GATEWAY,
+        tool=GATEWAY_TOOL,
+        effect=Effect.NON_IDEMPOTENT_WRITE,
+        args={"customer": f"c{seed}-{number}", "cents": 100 + number, "seconds": round(seconds, 3)},
+    )
+    segment = Segment("cp-charge", ((charge,),), lease_seconds=faults.lease_seconds)
+    return RunPlan(run.run_id, run.rule, (*run.segments, segment))
+
+
+def _freezes(rng: random.Random, runs: tuple[RunPlan, ...], horizon: int) -> list[Kill]:
+    """Short freezes of the sidecar at call counts, and, for half the gateway charges, a
+    freeze while that charge is under way, shorter or longer than the silence after which
+    its call may be decided."""
+    freezes = [
+        Kill(rng.randint(1, horizon), "sidecar", rng.uniform(0.0, 12.0),
+             rng.uniform(200.0, 2500.0), action=FREEZE)
+        for _ in range(rng.choice((0, 0, 1, 2)))
+    ]  # fmt: skip
+    for run in runs:
+        if any(op.kind is OpKind.GATEWAY for op in run.ops()) and rng.random() < 0.5:
+            long = rng.random() < 0.4
+            seconds = (
+                rng.uniform(_SILENT_SECONDS + 0.5, _SILENT_SECONDS + 3)
+                if long
+                else (rng.uniform(0.3, 3.0))
+            )
+            delay = rng.uniform(0.0, 300.0)
+            freezes.append(
+                Kill(0, "sidecar", delay, seconds * 1000, at_step=run.run_id, action=FREEZE)
+            )
+    return freezes
 
 
 def render_json(value: Any, rng: random.Random) -> str:

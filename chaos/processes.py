@@ -4,12 +4,18 @@ A :class:`Service` is one of those processes on a fixed port, so that a restart 
 where the others look for it. :class:`Killer` is the harness's hand: the agent tells it before
 each call, and when a call count in the seed's kill schedule comes up it sends SIGKILL to the
 sidecar or the store, waits out the seed's downtime and starts the process again, as a
-kubelet would. Kills are handled one at a time, in schedule order.
+kubelet would; or it freezes the process with SIGSTOP and wakes it with SIGCONT. Kills and
+freezes are handled one at a time, in schedule order.
+
+Each process runs in a process group of its own, and every signal goes to the whole group:
+under a prefix such as ``faketime``, which forks the sidecar as its child, a signal to the
+wrapper alone would leave the sidecar serving, or running while "frozen".
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import socket
@@ -21,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.plan import Kill
+from chaos.plan import FREEZE, Kill
 from tests.helpers.env import scrubbed_env
 from tests.helpers.health import ANY_ANSWER, NeverAnswered, wait_for_health
 
@@ -29,8 +35,9 @@ from tests.helpers.health import ANY_ANSWER, NeverAnswered, wait_for_health
 # holds one while its server is down between a kill and a restart; and each seed has a block
 # of its own, so that a seed running beside it cannot take a port whose server is down.
 _PORT_BASE = 20000
-_PORT_BLOCKS = 5000
-_BLOCK = 2
+_PORT_BLOCKS = 2000
+# The sidecar's gRPC port, the store's, the sidecar's MCP front's and the upstream's.
+_BLOCK = 4
 
 
 class HarnessError(Exception):
@@ -38,17 +45,27 @@ class HarnessError(Exception):
     the sidecar."""
 
 
-def seed_ports(seed: int, salt: int) -> tuple[int, int]:
-    """Two free loopback ports for ``seed``, from its own block.
+@dataclass(frozen=True)
+class Ports:
+    """A seed's block of loopback ports."""
+
+    sidecar: int
+    store: int
+    mcp: int
+    upstream: int
+
+
+def seed_ports(seed: int, salt: int) -> Ports:
+    """Free loopback ports for ``seed``, from its own block.
 
     ``salt`` is drawn once per harness invocation, so that two invocations running the same
     seeds at once (a quick run beside a long one) get different blocks.
     """
     for step in range(_PORT_BLOCKS):
         block = (seed + salt + step * 7919) % _PORT_BLOCKS
-        ports = (_PORT_BASE + block * _BLOCK, _PORT_BASE + block * _BLOCK + 1)
+        ports = [_PORT_BASE + block * _BLOCK + n for n in range(_BLOCK)]
         if all(_free(port) for port in ports):
-            return ports
+            return Ports(*ports)
     raise HarnessError("no free ports")
 
 
@@ -102,8 +119,22 @@ class Service:
             process = self.process
             if process is None or process.poll() is not None:
                 return False
-            process.send_signal(signal.SIGKILL)
+            _signal_group(process, signal.SIGKILL)
         process.wait(10)
+        return True
+
+    def freeze(self, seconds: float) -> bool:
+        """SIGSTOP the process group, SIGCONT it ``seconds`` later; False when it was not
+        running. Held under the lock, so that no restart or stop comes in between."""
+        with self._lock:
+            process = self.process
+            if process is None or process.poll() is not None:
+                return False
+            _signal_group(process, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)
+            finally:
+                _signal_group(process, signal.SIGCONT)
         return True
 
     def stop(self, grace: float = 10.0) -> None:
@@ -112,15 +143,46 @@ class Service:
             process = self.process
         if process is None or process.poll() is not None:
             return
-        process.send_signal(signal.SIGTERM)
+        _signal_group(process, signal.SIGCONT)  # a frozen process cannot drain
+        _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + grace
         try:
             process.wait(grace)
         except subprocess.TimeoutExpired:
-            process.kill()
+            _signal_group(process, signal.SIGKILL)
             process.wait(10)
+        # A wrapper may exit at once on SIGTERM while the sidecar it forked drains: the drain
+        # is waited for as the process's own would be, then the group goes.
+        while group_members(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _signal_group(process, signal.SIGKILL)
+        while group_members(process.pid) and time.monotonic() < deadline + 10:
+            time.sleep(0.05)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+
+def group_members(pgid: int) -> dict[int, str]:
+    """The live processes of a process group and their states (R, S, T, ...), from /proc;
+    a zombie, which its parent has yet to reap, is not one."""
+    members: dict[int, str] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members[int(stat.parent.name)] = fields[0]
+    return members
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    # Started with start_new_session: the group's id is the process's.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signum)
 
 
 def sidecar_command(
@@ -131,9 +193,11 @@ def sidecar_command(
     audit_dsn: str | None = None,
     store_dsn: str | None = None,
     extra: Sequence[str] = (),
+    prefix: Sequence[str] = (),
 ) -> list[str]:
-    """``actonce serve`` as the harness runs it."""
+    """``actonce serve`` as the harness runs it, under ``prefix`` (faketime) if given."""
     command = [
+        *prefix,
         sys.executable,
         "-m",
         "sidecar.cli",
@@ -178,18 +242,22 @@ def store_command(port: int, data_dir: Path, *, dsn: str | None = None) -> list[
 
 @dataclass(frozen=True)
 class KillRecord:
-    """A kill the harness made: at which call, of which process, and whether it was up."""
+    """A kill (or freeze) the harness made: at which call, of which process, and whether it
+    was up."""
 
     at_call: int
     target: str
     was_running: bool
+    action: str = "kill"
+    seconds: float = 0.0
+    started: str = ""  # when, by the harness's clock (HH:MM:SS.mmm)
 
 
 class Killer:
     """Kills and restarts services at the seed's call counts, one kill at a time."""
 
     def __init__(self, kills: Sequence[Kill], services: dict[str, Service]) -> None:
-        self._pending = [k for k in kills if not k.at_step]
+        self._pending = sorted((k for k in kills if not k.at_step), key=lambda k: k.at_call)
         self._step_kills = [k for k in kills if k.at_step]
         self._services = services
         self._lock = threading.Lock()
@@ -199,6 +267,7 @@ class Killer:
         self.error: HarnessError | None = None
         self._thread = threading.Thread(target=self._work, name="killer", daemon=True)
         self._thread.start()
+        self._freezing: list[threading.Thread] = []
 
     @property
     def calls(self) -> int:
@@ -212,21 +281,41 @@ class Killer:
                 self._queue.put(self._pending.pop(0))
 
     def before_step(self, run_id: str) -> None:
-        """The run is about to begin its non-idempotent step; a kill waiting for it starts."""
+        """The run is about to begin its non-idempotent step; a kill waiting for it starts.
+        A freeze waiting for it starts at once, beside whatever kill is under way: queued
+        behind a kill's restart, it would come after the step."""
         with self._lock:
             for kill in [k for k in self._step_kills if k.at_step == run_id]:
                 self._step_kills.remove(kill)
-                self._queue.put(kill)
+                if kill.action == FREEZE:
+                    freezing = threading.Thread(target=self._freeze, args=(kill,), daemon=True)
+                    self._freezing.append(freezing)
+                    freezing.start()
+                else:
+                    self._queue.put(kill)
+
+    def _freeze(self, kill: Kill) -> None:
+        time.sleep(kill.delay_ms / 1000)
+        started = clock()
+        # The service's lock orders it with a kill's: a process down is not frozen.
+        was_frozen = self._services[kill.target].freeze(kill.down_ms / 1000)
+        self.done.append(
+            KillRecord(kill.at_call, kill.target, was_frozen, FREEZE, kill.down_ms / 1000, started)
+        )
 
     def _work(self) -> None:
         while True:
             kill = self._queue.get()
             if kill is None:
                 return
+            if kill.action == FREEZE:
+                self._freeze(kill)
+                continue
             time.sleep(kill.delay_ms / 1000)
             service = self._services[kill.target]
+            started = clock()
             was_running = service.kill()
-            self.done.append(KillRecord(kill.at_call, kill.target, was_running))
+            self.done.append(KillRecord(kill.at_call, kill.target, was_running, started=started))
             time.sleep(kill.down_ms / 1000)
             try:
                 _restart(service)
@@ -241,10 +330,18 @@ class Killer:
             self._step_kills.clear()
         self._queue.put(None)
         self._thread.join(120)
+        for freezing in self._freezing:
+            freezing.join(60)
         for service in self._services.values():
             if not service.alive() and self.error is None:
                 with contextlib.suppress(HarnessError):
                     _restart(service)
+
+
+def clock() -> str:
+    """The harness's time of day, to the millisecond, for a reader of a seed's records."""
+    now = time.time()
+    return f"{time.strftime('%H:%M:%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d}"
 
 
 def _restart(service: Service) -> None:

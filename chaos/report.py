@@ -43,6 +43,14 @@ class Totals:
     duplicates: int
     losses: int
     seconds: float
+    # Faults of time (runner.SeedResult's).
+    freezes: int = 0
+    long_freezes: int = 0
+    gateway_charges: int = 0
+    slow_charges: int = 0
+    decisions: int = 0
+    refused_decisions: int = 0
+    skewed: int = 0
 
     def row(self) -> tuple[str, ...]:
         return (
@@ -78,6 +86,13 @@ def totals(backend: str, results: Sequence[SeedResult], seconds: float) -> Total
         duplicates=sum(r.duplicates for r in results),
         losses=sum(r.losses for r in results),
         seconds=seconds,
+        freezes=sum(r.freezes for r in results),
+        long_freezes=sum(r.long_freezes for r in results),
+        gateway_charges=sum(r.gateway_charges for r in results),
+        slow_charges=sum(r.slow_charges for r in results),
+        decisions=sum(r.decisions for r in results),
+        refused_decisions=sum(r.refused_decisions for r in results),
+        skewed=sum(r.skewed for r in results),
     )
 
 
@@ -101,6 +116,37 @@ def fault_table(rows: Sequence[Totals]) -> str:
         counts = [str(t.caller_faults.get(kind, 0)) for kind in FAULT_KINDS]
         cells.append((t.backend, str(t.sidecar_kills), str(t.store_kills), *counts))
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    rule = "| " + " | ".join("-" * w for w in widths) + " |"
+    return "\n".join([line(cells[0]), rule, *(line(row) for row in cells[1:])])
+
+
+TIME_HEADER = (
+    "backend",
+    "freezes (long)",
+    "gateway charges (slow)",
+    "decisions (refused)",
+    "seeds with a skewed clock",
+)
+
+
+def time_table(rows: Sequence[Totals]) -> str:
+    """Faults of time per backend: freezes, gateway charges, the operator's decisions."""
+    cells: list[tuple[str, ...]] = [TIME_HEADER]
+    for t in rows:
+        cells.append(
+            (
+                t.backend,
+                f"{t.freezes} ({t.long_freezes})",
+                f"{t.gateway_charges} ({t.slow_charges})",
+                f"{t.decisions} ({t.refused_decisions})",
+                str(t.skewed),
+            )
+        )
+    widths = [max(len(row[i]) for row in cells) for i in range(len(TIME_HEADER))]
 
     def line(row: Sequence[str]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
@@ -156,6 +202,17 @@ def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], comm
         "",
         fault_table(rows),
         "",
+        "Faults of time: freezes of the sidecar's process group (SIGSTOP, then SIGCONT "
+        "0.2 to 3 s later, or, while a gateway charge is under way, 0.3 to 3 s or longer than "
+        "the 10 s after which a silent sidecar's calls may be decided); gateway charges "
+        "through the sidecar's MCP front to a payments upstream made with the MCP SDK, the "
+        "slow ones answering after the call's deadline (the upstream timeout or the lease); "
+        "the operator's `actonce audit resolve` decisions, and the ones the ledger refused; "
+        "and, on PostgreSQL, seeds whose operator (15 minutes fast) or sidecar (10 minutes "
+        "slow) ran under faketime.",
+        "",
+        time_table(rows),
+        "",
         "The checker holds the store against a model of what it must hold: every write the "
         "plan makes, with the ids the derived-id specification gives them, edits applied as "
         "they set values (a member of a nested object, an element of an array). Every answer "
@@ -164,7 +221,11 @@ def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], comm
         "A duplicate is an object in the store more times than the plan makes it, or a "
         "non-idempotent tool run twice; a loss is a planned or acknowledged write missing "
         "from the store, an edit's value not in place, a sent message without its turn "
-        "request, or a finished run's step without its recorded end.",
+        "request, or a finished run's step without its recorded end. A gateway charge is "
+        "held against what the upstream counted in its own file: at most one charge per "
+        "logical charge; a finished run's charge made once; one in doubt listed by `actonce "
+        "audit pending`; every decision consistent with the upstream's count, and none taken, "
+        "by the ledger's own records and clock, while a permitted call could be under way.",
     ]
     failed = failures(results)
     if failed:

@@ -3,7 +3,11 @@
 A seed gets fresh databases and folders, starts the store (as a process of its own, or inside
 the sidecar) and the sidecar, runs its runs' agents while the killer works through the kill
 schedule, stops every process with SIGTERM, and hands the store's database and the ledger to
-the checker. What a seed leaves behind is deleted unless it failed or ``keep`` is set.
+the checker. A seed with a gateway charge also starts the payments upstream (chaos.upstream),
+serves the sidecar's MCP front in front of it, and may have an operator (chaos.operator);
+after the sidecar stops, ``actonce audit pending`` lists what is left for a person, and the
+upstream's file says what it charged. What a seed leaves behind is deleted unless it failed
+or ``keep`` is set.
 """
 
 from __future__ import annotations
@@ -21,8 +25,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from chaos.agent import Agent, Api, RunResult
-from chaos.checker import Findings, StoreSnapshot, check, read_postgres_store, read_sqlite_store
-from chaos.plan import SeedPlan, make_plan
+from chaos.checker import (
+    Findings,
+    GatewayRecord,
+    StoreSnapshot,
+    check,
+    read_postgres_store,
+    read_sqlite_store,
+)
+from chaos.operator import Operator, pending
+from chaos.plan import FREEZE, GATEWAY_TOOL, OpKind, SeedPlan, make_plan
 from chaos.processes import (
     HarnessError,
     Killer,
@@ -32,6 +44,7 @@ from chaos.processes import (
     sidecar_command,
     store_command,
 )
+from chaos.upstream import NAME, Upstream
 from sidecar.config import embedded_store_file
 from sidecar.ledger.base import LedgerReader
 from sidecar.ledger.postgres import PostgresLedgerReader
@@ -54,6 +67,17 @@ class SeedResult:
     store_kills: int = 0
     checkpoints_lost: int = 0
     in_doubt: int = 0
+    # Faults of time: freezes of the sidecar (SIGSTOP, SIGCONT), those longer than the
+    # silence after which its calls may be decided, gateway charges and the slow ones among
+    # them, the operator's decisions and the ones the ledger refused, and whether a clock
+    # was skewed (PostgreSQL only).
+    freezes: int = 0
+    long_freezes: int = 0
+    gateway_charges: int = 0
+    slow_charges: int = 0
+    decisions: int = 0
+    refused_decisions: int = 0
+    skewed: int = 0
     # Caller faults by kind (agent.CallerFault), beside the process kills.
     caller_faults: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
@@ -89,6 +113,7 @@ def run_seed(
     seed_dir.mkdir(parents=True)
     result.workdir = str(seed_dir)
     databases: list[str] = []
+    played: Played | None = None
     try:
         if backend == "postgres":
             if pg_server is None:
@@ -97,6 +122,8 @@ def run_seed(
                 fresh_database("chaos_ledger", server=pg_server),
                 fresh_database("chaos_store", server=pg_server),
             ]
+            operator_skewed = plan.gateway and plan.time.operator and plan.time.operator_skew
+            result.skewed = int(bool(plan.time.sidecar_skew or operator_skewed))
         played = play(plan, seed_dir, databases, port_salt=port_salt)
         _tally(result, played)
         findings = played.check()
@@ -108,9 +135,17 @@ def run_seed(
     except Exception:  # a bug of the harness: reported with the seed, never swallowed
         result.error = traceback.format_exc()
     result.seconds = time.monotonic() - started
-    if not result.ok:
-        # What to replay: the plan is a function of the seed, written out for reading.
+    if not result.ok or keep:
+        # What to replay: the plan is a function of the seed, written out for reading; and
+        # what each run went through, failures by reason included.
         (seed_dir / "plan.json").write_text(json.dumps(asdict(plan), indent=1, default=str))
+        if played is not None:
+            (seed_dir / "runs.json").write_text(
+                json.dumps([_said(r) for r in played.results.values()], indent=1, default=str)
+            )
+            (seed_dir / "kills.json").write_text(
+                json.dumps([asdict(k) for k in played.kills], indent=1, default=str)
+            )
     if result.ok and not keep:
         shutil.rmtree(seed_dir, ignore_errors=True)
         for dsn in databases:
@@ -119,6 +154,21 @@ def run_seed(
     elif databases:
         result.violations.append(f"kept databases: {' '.join(databases)}")
     return result
+
+
+def _said(run: RunResult) -> dict[str, object]:
+    """A run's result for a reader (asdict would count a Counter's items as its keys)."""
+    return {
+        "run_id": run.run_id,
+        "finished": run.finished,
+        "in_doubt_step": run.in_doubt_step,
+        "attempts": run.attempts,
+        "failures": dict(run.failures),
+        "caller_faults": dict(run.caller_faults),
+        "gateway_step": run.gateway_step,
+        "gateway_trail": run.trail,
+        "violations": run.violations,
+    }
 
 
 @dataclass
@@ -131,6 +181,7 @@ class Played:
     seed_dir: Path
     ledger_dsn: str | None = None
     store_dsn: str | None = None
+    gateway: GatewayRecord | None = None
 
     @property
     def store_path(self) -> Path:
@@ -158,7 +209,7 @@ class Played:
         """The checker's verdict on the store and the ledger as they are now."""
         reader = self.ledger()
         try:
-            return check(self.plan, self.results, self.snapshot(), reader)
+            return check(self.plan, self.results, self.snapshot(), reader, self.gateway)
         finally:
             reader.close()
 
@@ -167,6 +218,17 @@ def _folder_of_two_files(folder: Path) -> None:
     """A data folder as the release before made it: the store's file beside the ledger's."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     (folder / "store.db").touch(mode=0o600)
+
+
+def _skew(offset: str) -> tuple[str, ...]:
+    """The prefix that runs a command with its clock ``offset`` off (faketime), or none."""
+    return ("faketime", "-f", offset) if offset else ()
+
+
+def _ledger_flags(seed_dir: Path, ledger_dsn: str | None) -> list[str]:
+    if ledger_dsn is not None:
+        return ["--audit-dsn", ledger_dsn]
+    return ["--audit-db", str(seed_dir / "sidecar" / "audit.db")]
 
 
 def play(
@@ -181,26 +243,72 @@ def play(
     store_dsn = databases[1] if databases else None
     services: dict[str, Service] = {}
     store_target: str | None = None
-    sidecar_port, store_port = seed_ports(plan.seed, port_salt)
+    ports = seed_ports(plan.seed, port_salt)
     if plan.topology == "twofiles" and not databases:
         _folder_of_two_files(seed_dir / "sidecar")
     if plan.topology == "standalone":
-        store = Service("store", [], store_port, seed_dir / "store.log")
+        store = Service("store", [], ports.store, seed_dir / "store.log")
         store.command = store_command(store.port, seed_dir / "store", dsn=store_dsn)
         services["store"] = store
         store_target = store.target
-    sidecar = Service("sidecar", [], sidecar_port, seed_dir / "sidecar.log", needs_serving=False)
+    upstream: Upstream | None = None
+    extra: list[str] = []
+    if plan.gateway:
+        upstream = Upstream(
+            seed_dir / "upstream.log",
+            ports.upstream,
+            slow_handshake=plan.time.slow_handshake,
+            slow_handshake_rate=plan.time.slow_handshake_rate,
+            seed=plan.seed,
+        )
+        effects = seed_dir / "effects.json"
+        effects.write_text(json.dumps({GATEWAY_TOOL: "TOOL_EFFECT_NON_IDEMPOTENT_WRITE"}))
+        extra = [
+            "--mcp-listen", f"127.0.0.1:{ports.mcp}",
+            "--mcp-upstream", f"{NAME}={upstream.url}",
+            "--tool-effects", str(effects),
+            "--mcp-upstream-timeout", str(plan.time.upstream_timeout),
+        ]  # fmt: skip
+    # Skewed clocks only beside a PostgreSQL ledger, whose clock is the server's.
+    skewed = ledger_dsn is not None
+    if (
+        skewed
+        and (plan.time.sidecar_skew or plan.time.operator_skew)
+        and not shutil.which("faketime")
+    ):
+        raise HarnessError("faketime is missing: `make faketime` installs it")
+    sidecar = Service("sidecar", [], ports.sidecar, seed_dir / "sidecar.log", needs_serving=False)
     sidecar.command = sidecar_command(
         sidecar.port,
         seed_dir / "sidecar",
         store_target=store_target,
         audit_dsn=ledger_dsn,
         store_dsn=None if store_target else store_dsn,
+        extra=extra,
+        prefix=_skew(plan.time.sidecar_skew) if skewed else (),
     )
     services["sidecar"] = sidecar
+    ledger = _ledger_flags(seed_dir, ledger_dsn)
+    operator: Operator | None = None
+    agents: list[Agent] = []
+    killer: Killer | None = None
     try:
+        if upstream is not None:
+            try:
+                upstream.start()
+            except RuntimeError as exc:
+                raise HarnessError(str(exc)) from None
         for service in services.values():
             service.start()
+        if upstream is not None and plan.time.operator:
+            charges = {
+                run.run_id: (str(op.args["customer"]), int(op.args["cents"]))
+                for run in plan.runs
+                for op in run.ops()
+                if op.kind is OpKind.GATEWAY
+            }
+            prefix = _skew(plan.time.operator_skew) if skewed else ()
+            operator = Operator(ledger, upstream, charges, prefix=prefix)
         killer = Killer(plan.kills, services)
         api = Api(sidecar.target)
         agents = [
@@ -211,6 +319,8 @@ def play(
                 seed=plan.seed,
                 lost_checkpoint_rate=plan.lost_checkpoint_rate,
                 caller_fault_rate=plan.caller_fault_rate,
+                gateway=f"http://127.0.0.1:{ports.mcp}",
+                operator=operator,
             )
             for run in plan.runs
         ]
@@ -224,16 +334,33 @@ def play(
         if killer.error is not None:
             raise killer.error
     finally:
+        if operator is not None:
+            operator.close()
         # SIGTERM: the sidecar drains and closes its ledger, as in a rolling restart.
         for service in reversed(services.values()):
             service.stop()
+    record: GatewayRecord | None = None
+    if upstream is not None:
+        try:
+            # What is left for a person, listed with the ledger's own clock and nothing
+            # running: every step in doubt, none that is done.
+            record = GatewayRecord(
+                charged=upstream.charges(),
+                decisions=list(operator.decisions) if operator is not None else [],
+                left=pending(ledger),
+                problems=list(operator.problems) if operator is not None else [],
+                refused=operator.refused if operator is not None else 0,
+            )
+        finally:
+            upstream.stop()
     return Played(
         plan=plan,
         results={agent.plan.run_id: agent.result for agent in agents},
-        kills=list(killer.done),
+        kills=list(killer.done) if killer is not None else [],
         seed_dir=seed_dir,
         ledger_dsn=ledger_dsn,
         store_dsn=store_dsn,
+        gateway=record,
     )
 
 
@@ -245,8 +372,19 @@ def _tally(result: SeedResult, played: Played) -> None:
         result.in_doubt += bool(run.in_doubt_step)
         for kind, count in run.caller_faults.items():
             result.caller_faults[kind] = result.caller_faults.get(kind, 0) + count
-    result.sidecar_kills = sum(1 for k in played.kills if k.target == "sidecar" and k.was_running)
-    result.store_kills = sum(1 for k in played.kills if k.target == "store" and k.was_running)
+    kills = [k for k in played.kills if k.action != FREEZE]
+    result.sidecar_kills = sum(1 for k in kills if k.target == "sidecar" and k.was_running)
+    result.store_kills = sum(1 for k in kills if k.target == "store" and k.was_running)
+    freezes = [k for k in played.kills if k.action == FREEZE and k.was_running]
+    result.freezes = len(freezes)
+    result.long_freezes = sum(1 for k in freezes if k.seconds > 10.0)
+    charges = [op for run in played.plan.runs for op in run.ops() if op.kind is OpKind.GATEWAY]
+    result.gateway_charges = len(charges)
+    limit = min(played.plan.time.upstream_timeout, played.plan.time.lease_seconds or 1e9)
+    result.slow_charges = sum(1 for op in charges if float(op.args["seconds"]) > limit)
+    if played.gateway is not None:
+        result.decisions = len(played.gateway.decisions)
+        result.refused_decisions = played.gateway.refused
 
 
 def run_seeds(

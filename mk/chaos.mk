@@ -2,6 +2,8 @@
 #   make test-chaos   quick mode: a few seeds per backend, and lint and types of chaos/
 #   make chaos        long mode: CHAOS_SEEDS seeds on SQLite and on PostgreSQL
 #   make fuzz         atheris on the JSON and JSON Pointer parsing
+# Both chaos modes run some processes with a clock minutes off under Debian's faketime, which
+# `make faketime` (mk/ledger.mk) installs with apt-get where it is missing.
 CHAOS_SEEDS ?= 200
 CHAOS_JOBS ?= 4
 
@@ -14,10 +16,10 @@ lint-chaos: $(STAMP)
 	$(VENV)/bin/ruff format --check chaos
 	$(VENV)/bin/mypy chaos
 
-test-chaos: lint-chaos
+test-chaos: lint-chaos faketime
 	$(PY) -m chaos --quick --out chaos/out/quick
 
-chaos: $(STAMP)
+chaos: $(STAMP) faketime
 	$(PY) -m chaos --seeds $(CHAOS_SEEDS) --backend both --jobs $(CHAOS_JOBS)
 
 # Coverage-guided fuzzing (atheris) of the JSON and JSON Pointer parsing, FUZZ_SECONDS per target.

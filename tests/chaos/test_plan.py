@@ -6,7 +6,7 @@ import json
 import random
 from collections import Counter
 
-from chaos.plan import OpKind, make_plan, render_json
+from chaos.plan import FREEZE, OpKind, make_plan, render_json
 from sidecar.rules import canonical
 
 
@@ -60,3 +60,49 @@ def test_json_is_spelled_differently_but_means_the_same() -> None:
     assert {canonical.json_digest(json.loads(s)) for s in spellings} == {
         canonical.json_digest(value)
     }
+
+
+def test_plans_hold_the_faults_of_time() -> None:
+    plans = [make_plan(seed) for seed in range(60)]
+    freezes = [k for p in plans for k in p.kills if k.action == FREEZE]
+    # Freezes at call counts, and while a gateway charge is under way, some of them longer
+    # than the silence after which a frozen sidecar's calls may be decided.
+    assert any(not k.at_step for k in freezes) and any(k.at_step for k in freezes)
+    assert any(k.at_step and k.down_ms > 10_000 for k in freezes)
+    assert any(k.at_step and k.down_ms < 10_000 for k in freezes)
+    charges = [op for p in plans for run in p.runs for op in run.ops() if op.kind is OpKind.GATEWAY]
+    assert any(op.args["seconds"] < 0.5 for op in charges)
+    assert any(
+        op.args["seconds"] > min(p.time.upstream_timeout, p.time.lease_seconds or 1e9)
+        for p in plans
+        for run in p.runs
+        for op in run.ops()
+        if op.kind is OpKind.GATEWAY
+    )
+    gateway = [p for p in plans if p.gateway]
+    assert any(p.time.operator for p in gateway) and not all(p.time.operator for p in gateway)
+    assert any(p.time.operator_skew for p in gateway) and any(p.time.sidecar_skew for p in plans)
+
+
+def test_a_gateway_charge_is_its_runs_last_segment_under_the_lease_and_its_own() -> None:
+    customers = Counter[str]()
+    for seed in range(60):
+        plan = make_plan(seed)
+        for run in plan.runs:
+            for segment in run.segments:
+                if any(op.kind is OpKind.GATEWAY for op in segment.ops()):
+                    assert segment is run.segments[-1]
+                    assert segment.lease_seconds == plan.time.lease_seconds
+                    (charge,) = segment.ops()
+                    customers[charge.args["customer"]] += 1
+    # One logical charge per customer: the upstream's count is that charge's.
+    assert customers and set(customers.values()) == {1}
+
+
+def test_time_faults_leave_a_seeds_writes_and_kills_as_they_were() -> None:
+    # Drawn from a generator of their own: the plan without them is the seed's plan as it
+    # was, so that earlier figures and failing seeds still replay.
+    plan = make_plan(7)
+    kills = [k for k in plan.kills if k.action != FREEZE]
+    assert [k.at_call for k in kills] == [2, 3, 8, 9]  # as before time's faults came
+    assert next(iter(plan.runs[0].ops())).kind is OpKind.THREAD
