@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
@@ -15,6 +16,7 @@ from sidecar.console import timeline
 from sidecar.console.access import csrf_token
 from sidecar.console.sessions import Sessions
 from sidecar.console.state import ConsoleState
+from sidecar.ops.terminal import escaped
 
 HERE = Path(__file__).parent
 
@@ -40,6 +42,10 @@ class Pages:
         templates.env.globals["trace_url"] = (
             partial(trace_url, trace_url_template) if trace_url_template else None
         )
+        # Every value a page shows passes here before HTML escaping: run ids, rules, tools
+        # and reasons are callers', and a control character shows as its escape (\x1b).
+        # Newlines and tabs stay, for the recorded results the pages lay out.
+        templates.env.finalize = _shown
         templates.env.filters["clock"] = _clock
         templates.env.filters["short"] = _short
         templates.env.filters["bytes"] = _bytes
@@ -78,6 +84,12 @@ class Pages:
 def trace_url(template: str, trace_id: str) -> str:
     """The trace viewer's page of ``trace_id``: the template with ``{trace_id}`` filled in."""
     return template.replace("{trace_id}", quote(trace_id, safe=""))
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, Markup):
+        return value  # built by the templates themselves
+    return escaped(value, keep="\n\t") if isinstance(value, str) else value
 
 
 def _clock(ts: str) -> str:

@@ -19,7 +19,7 @@ from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
 from sidecar.errors import ActonceError, AuditPersistenceFailed, InvalidArgument, RuleNotServed
 from sidecar.ledger.base import LedgerError, Phase
-from sidecar.rules import canonical, ids
+from sidecar.rules import canonical, ids, names
 
 
 class Lifecycle:
@@ -83,8 +83,7 @@ class Lifecycle:
         return attempt
 
     def _validate(self, run_id: str, rule: str, checkpoint: str, scope: str) -> None:
-        canonical.require_name(run_id, "run_id")
-        canonical.require_name(rule, "rule")
+        names.require_run(run_id, rule)
         if self.settings.rules is not None and rule not in self.settings.rules:
             raise RuleNotServed(f"rule {rule!r} is not one this sidecar serves (--rules)")
         if scope:

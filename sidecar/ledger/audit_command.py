@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from sidecar import defaults
 from sidecar.errors import InvalidArgument
 from sidecar.ledger import inspect
 from sidecar.ledger.base import LedgerError, LedgerReader
 from sidecar.ledger.pending import PendingItem
+from sidecar.ops.terminal import EscapingWriter, escaped
 
 if TYPE_CHECKING:
     from sidecar.ledger.operator import OperatorLedger
@@ -58,10 +59,12 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
     try:
+        # Run ids, rules, tools, reasons: callers chose them; each line is escaped.
+        lines = cast(TextIO, EscapingWriter(sys.stdout))
         if command == "list":
-            inspect.list_runs(reader, sys.stdout)
+            inspect.list_runs(reader, lines)
         elif command == "show":
-            if not inspect.show_run(reader, run_id, sys.stdout):
+            if not inspect.show_run(reader, run_id, lines):
                 print(
                     f"actonce: error: the ledger holds no event of run {run_id!r}", file=sys.stderr
                 )
@@ -72,8 +75,8 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
             verdict = inspect.verify(reader, _progress, values.get("with_export") or ())
             if not verdict.intact:
                 print(
-                    f"ledger TAMPERED: first bad event #{verdict.first_bad}: {verdict.problem} "
-                    f"({verdict.checked} events before it are intact)"
+                    f"ledger TAMPERED: first bad event #{verdict.first_bad}: "
+                    f"{escaped(verdict.problem)} ({verdict.checked} events before it are intact)"
                 )
                 return 1
             print(f"ledger intact: {verdict.checked} events, hash chain verified{_span(verdict)}")
@@ -157,7 +160,7 @@ def run_prune(values: dict[str, Any]) -> int:
             f"kept events #{result.cut + 1} to #{result.requested}, older than --before, because:"
         )
         for hold in result.holds:
-            print(f"    #{hold.seq}: {hold.why}")
+            print(f"    #{hold.seq}: {escaped(hold.why)}")
     return PENDING_FOUND if result.held_by_pending else 0
 
 
@@ -190,11 +193,14 @@ def _print_item(item: PendingItem, values: dict[str, Any], *, why: str, kind: st
         line = {**item.as_json(), "kind": kind, "why": why}
         print(json.dumps(line, sort_keys=True, separators=(",", ":")))
         return
+    # Every field as the ledger holds it, escaped: a run id or a rule with a terminal's
+    # escape sequence in it must not erase this line, nor write anywhere else.
     what = f"step {item.tool}" if item.tool else f"{item.rpc} {item.write_type}"
-    print(
+    text = (
         f"{item.ts}  {kind}  run={item.run_id} rule={item.rule} attempt={item.attempt_id} "
-        f"what={what!r} id={item.id} digest={item.digest or '-'}\n    why: {why}"
+        f"what={what!r} id={item.id} digest={item.digest or '-'}"
     )
+    print(f"{escaped(text)}\n    why: {escaped(why)}")
 
 
 def run_migrate(values: dict[str, Any]) -> int:
@@ -265,8 +271,10 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
             print(f"actonce: refused: {exc}", file=sys.stderr)
             return 1
         print(
-            f"recorded as event #{stored.seq}: {values['item_id']} "
-            f"{stored.event.detail['decision']} (run {stored.event.run_id})"
+            escaped(
+                f"recorded as event #{stored.seq}: {values['item_id']} "
+                f"{stored.event.detail['decision']} (run {stored.event.run_id})"
+            )
         )
         return 0
     except LedgerError as exc:
