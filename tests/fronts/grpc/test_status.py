@@ -31,6 +31,7 @@ CODES: list[tuple[ActonceError, grpc.StatusCode]] = [
     (errors.NotGranted("not yours"), C.PERMISSION_DENIED),
     (errors.LeaseExpired("late"), C.FAILED_PRECONDITION),
     (errors.AttemptFenced("newer"), C.FAILED_PRECONDITION),
+    (errors.StepDecided("decided"), C.FAILED_PRECONDITION),
     (errors.InDoubt("maybe"), C.FAILED_PRECONDITION),
     (errors.UnknownStep("which"), C.FAILED_PRECONDITION),
     (errors.StepEnded("ended"), C.FAILED_PRECONDITION),

@@ -33,8 +33,9 @@ from tests.fronts.mcp.gateway_support import (
     pending,
     serve_gateway,
 )
-from tests.harness import scrubbed_env, sidecar_config
+from tests.harness import sidecar_config
 from tests.helpers import postgres as pg
+from tests.helpers.env import scrubbed_env
 
 LATE = "payments__charge_late"
 CUSTOMER = {"customer": "ann", "cents": 500}
