@@ -11,22 +11,44 @@ core's repeat rule holds (sidecar.core.requests, sidecar.core.steps):
 - a non-idempotent step that began earlier and never ended is in doubt: an
   ``UNKNOWN`` error, and the upstream is not called;
 - a call that repeats one still under way in its attempt (the client timed out and
-  called again) waits for it and gets its answer.
+  called again), with or without the same request identity, waits for it and gets its
+  answer; one that repeats an ended call's request identity gets its recorded result,
+  and one that repeats a call sent without an answer is in doubt (a keyed or idempotent
+  one is sent again under the same id, so with the same key). None is sent twice.
 
 A tool's effect is the operator's word (the effects file), never the upstream's:
 a tool the file does not name is a non-idempotent write, whatever its
 annotations hint. A tool that takes an idempotency key (the effects file names
 its argument or ``_meta`` key) gets the step id there, the same on every
-attempt, and is sent again with it instead of going in doubt.
+attempt, and is sent again with it instead of going in doubt. The key is checked
+against the upstream's listing: one the tool's listing does not take (an argument not
+among its ``inputSchema.properties``, a ``_meta`` key it does not declare) would reach no
+one, so the tool is called unkeyed, and the operator is told at each listing that finds it
+(a WARNING naming the tool and the key, ``actonce_gateway_effects_findings``, a line of the
+MCP front's readiness detail), as of an entry naming a tool the upstream does not list.
+
+A call is sent only under its send permit (``RunActions.permit_step``), asked once the
+step has begun and before anything is sent: for a non-idempotent or keyed step, the
+ledger records it, refused once the attempt is fenced, its lease has passed by the
+ledger's clock, or an operator decided the step; refused, the step is aborted, the call
+never sent. The permit fixes the call's one deadline: the smaller of
+``--mcp-upstream-timeout`` and what is left of the lease, measured by this process's
+monotonic clock from before the permit was asked for. It bounds the whole call, not each
+read: connecting, the handshake, sending, and every byte of the answer (a stream of
+keep-alives or notifications does not extend it). Past it before the call is sent (a slow
+handshake, a scheduler, a process frozen and woken), the call is not sent: the step is
+aborted and the caller told ``UPSTREAM_NOT_SENT`` (``RETRYABLE``). The answer is read as
+it comes and refused past ``ANSWER_LIMIT_BYTES``, never held whole.
 
 A call either was not sent or was: a failure before it was sent (the upstream
-refused the connection, the handshake failed) aborts the step and is
-``UPSTREAM_UNAVAILABLE`` (``RETRYABLE``); one after (a reset, a timeout, the
-upstream killed mid-call) leaves the step begun and is ``UPSTREAM_FAILED``
-(``UNKNOWN``). Once sent, the call runs to its end in a task of its own, whoever
-gives up on it. An upstream's error answer (``isError``) is an error, never a
-result: the step does not end, unless the effects file says the tool's errors
-mean nothing happened (then it is aborted).
+refused the connection, the handshake failed, the deadline passed first) aborts the
+step and is ``UPSTREAM_UNAVAILABLE`` or ``UPSTREAM_NOT_SENT`` (``RETRYABLE``); one after
+(a reset, the deadline, an answer too large to read or to record, the upstream killed
+mid-call) leaves the step begun (failed) and is ``UPSTREAM_FAILED`` (``UNKNOWN``), never
+"nothing was written". Once sent, the call runs to its end, or to its deadline, in a task
+of its own, whoever gives up on it; so does EndAttempt's wait for it. An upstream's error
+answer (``isError``) is an error, never a result: the step does not end, unless the
+effects file says the tool's errors mean nothing happened (then it is aborted).
 """
 
 from __future__ import annotations
