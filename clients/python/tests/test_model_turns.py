@@ -108,8 +108,20 @@ def test_a_tool_result_names_its_call_by_position_whatever_the_order_of_results(
         ToolMessage("lost", tool_call_id="nowhere"),
     ]
     made = on_langgraph.conversation(asked)
-    assert [(m["content"], m["call"]) for m in made[2:]] == [("from b", 1), ("from a", 0),
-                                                            ("lost", None)]  # fmt: skip
+    assert made[2:] == [{"role": "tool", "call": 1}, {"role": "tool", "call": 0},
+                        {"role": "tool", "call": None}]  # fmt: skip
+
+
+def test_what_a_tool_result_says_is_not_part_of_what_was_asked() -> None:
+    """A redelivery hears a write it made as ALREADY_APPLIED, an upstream words its answer
+    anew: the model's turn after it is the one recorded, not a new question."""
+
+    def asked(result: str) -> list[BaseMessage]:
+        return [*asked_langchain("call_1")[:-1], ToolMessage(result, tool_call_id="call_1")]
+
+    first = on_langgraph.conversation(asked('{"id": "tkt_1", "outcome": "APPLIED"}'))
+    again = on_langgraph.conversation(asked('{"id": "tkt_1", "outcome": "ALREADY_APPLIED"}'))
+    assert model_turns.request_digest(first) == model_turns.request_digest(again)
 
 
 def test_agents_sdk_items_are_keyed_without_their_ids() -> None:

@@ -444,7 +444,7 @@ def conversation(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
             else:
                 made.say("assistant", text)
         elif isinstance(message, ToolMessage):
-            made.answer(message.tool_call_id, text, parts)
+            made.answer(message.tool_call_id)
         else:
             role = getattr(message, "role", None) if message.type == "chat" else None
             made.say(str(role or _ROLES.get(message.type, message.type)), text, parts)

@@ -9,14 +9,14 @@ redelivery gives each request the answer recorded for that same request, whateve
 order in which parallel branches reach the model, and however many requests either
 delivery makes.
 
-The neutral form keeps what a model reads and drops what a model invents anew on every
-call: a tool call is its name and arguments, never its id, and a tool's result names the
-call it answers by that call's position among the request's tool calls.
+The neutral form keeps what the run asks and drops what is named or heard anew on every
+delivery: a tool call is its name and arguments, never its id, and a tool's result is the
+position of the call it answers among the request's tool calls, not what it says.
 
-    {"messages": [{"role": "system" | "user" | "assistant" | "tool" | ..., "content": "...",
+    {"messages": [{"role": "system" | "user" | "assistant" | ..., "content": "...",
                    "tool_calls": [{"name": "...", "arguments": <JSON>}],   # assistant
-                   "call": <int or null>,                                 # tool
-                   "parts": [<JSON>, ...]}],                               # not text
+                   "parts": [<JSON>, ...]},                                # not text
+                  {"role": "tool", "call": <int or null>}],
      "tools": [{"name": "...", "description": "...", "parameters": <JSON>}]}  # by name
 
 Equal requests in one delivery are told apart by who asks (see :class:`ModelTurn`).
@@ -79,15 +79,20 @@ class Conversation:
                 self._calls.setdefault(call_id, []).append(self._made)
             self._made += 1
 
-    def answer(self, call_id: str | None, content: str, parts: Sequence[Any] = ()) -> None:
+    def answer(self, call_id: str | None) -> None:
         """A tool's result, for the call its framework names ``call_id``: the first call
-        of that id not answered yet, by its position; null when no call has that id."""
+        of that id not answered yet, by its position; null when no call has that id.
+
+        What the result says is not part of it. It is the world's answer, not the run's
+        question, and a redelivery may legitimately hear it otherwise: the write it made
+        is ``ALREADY_APPLIED`` now, a clock moved, an upstream words its answer anew. A
+        request keyed by it would miss its recorded turn, the model would be asked again,
+        and its new tool calls would act a second time (the grid's MCP row did: a charge
+        made twice). The turn the model took with that result is what a redelivery must
+        replay, so a result is only the call it answers."""
         waiting = self._calls.get(call_id or "") or []
         position = waiting.pop(0) if waiting else None
-        message: dict[str, Any] = {"role": "tool", "content": content, "call": position}
-        if parts:
-            message["parts"] = [plain(p) for p in parts]
-        self.messages.append(message)
+        self.messages.append({"role": "tool", "call": position})
 
 
 def arguments_of(text_or_value: Any) -> Any:

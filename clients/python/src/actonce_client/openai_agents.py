@@ -222,8 +222,7 @@ def conversation(instructions: str | None, input: Any) -> list[dict[str, Any]]:
             call = ToolCallForm(str(item.get("name", "")), arguments_of(item.get("arguments")))
             made.call([(item.get("call_id"), call)], join=True)
         elif kind == "function_call_output":
-            text, parts = _content(item.get("output"))
-            made.answer(item.get("call_id"), text, parts)
+            made.answer(item.get("call_id"))
         elif kind != "reasoning":
             made.say("item", "", [{k: v for k, v in item.items() if k != "id"}])
     return made.messages

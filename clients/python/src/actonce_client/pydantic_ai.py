@@ -215,12 +215,12 @@ def _request_part(made: Conversation, part: Any) -> None:
             others = [to_jsonable_python(c) for c in part.content if not isinstance(c, str)]
             made.say("user", text, others)
     elif isinstance(part, ToolReturnPart):
-        made.answer(part.tool_call_id, part.model_response_str())
+        made.answer(part.tool_call_id)
     elif isinstance(part, RetryPromptPart):
         if part.tool_name is None:
             made.say("user", part.model_response())
         else:
-            made.answer(part.tool_call_id, part.model_response())
+            made.answer(part.tool_call_id)
 
 
 def _tools_offered(parameters: ModelRequestParameters) -> list[dict[str, Any]]:
