@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from sidecar.ledger.base import AuditEvent, LedgerError, Phase, StoredEvent
+from sidecar.ledger.liveness import STALE_SECONDS
 
 # The detail keys a permit carries: what the sidecar asks, what the ledger grants.
 ASKED_SECONDS = "asked_seconds"  # the caller's budget for the whole call
@@ -109,14 +110,15 @@ def still_under_way(permit: StoredEvent, now: datetime, alive: set[str]) -> str:
     if deadline is None or deadline > now:
         when = deadline.isoformat() if deadline is not None else "unknown"
         return (
-            f"its call was permitted in attempt {permit.event.attempt_id} and may still be "
-            f"under way: it can be decided once its end is recorded, or after its deadline "
-            f"{when} (by the ledger's clock) once its sidecar {sidecar or '?'} is silent"
+            f"its call is in flight: permitted in attempt {permit.event.attempt_id}, it may "
+            f"still be under way. It can be decided once its end is recorded, or after its "
+            f"deadline {when} (by the ledger's clock) once its sidecar {sidecar or '?'} is "
+            f"silent (within {STALE_SECONDS:g} s of its last heartbeat)"
         )
     if sidecar and sidecar in alive:
         return (
-            f"its call's deadline {deadline.isoformat()} has passed, but its sidecar {sidecar} "
-            "is still beating and may yet record how the call ended: it can be decided once "
-            "the sidecar records it or stops"
+            f"its call is in flight: its deadline {deadline.isoformat()} has passed, but its "
+            f"sidecar {sidecar} is still beating and may yet record how the call ended. It can "
+            "be decided once the sidecar records it or stops"
         )
     return ""
