@@ -11,6 +11,7 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from chaos import pg
@@ -18,7 +19,11 @@ from chaos.report import failures, fault_table, summary_markdown, table, time_ta
 from chaos.runner import SeedResult, run_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK_SEEDS = {"sqlite": range(0, 4), "postgres": range(0, 2)}
+# Seeds whose plans hold every kind of fault, time's included, yet no freeze longer than the
+# silence after which a frozen sidecar's calls may be decided (the long mode has those):
+# gateway charges slower than the upstream timeout, decided by an operator, freezes while a
+# charge is under way, and on PostgreSQL an operator 15 minutes fast and a sidecar 10 slow.
+QUICK_SEEDS = {"sqlite": (0, 3, 10, 36), "postgres": (34, 20)}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     everything: list[SeedResult] = []
     for backend in backends:
         if args.quick:
-            seeds: range = QUICK_SEEDS[backend]
+            seeds: Sequence[int] = QUICK_SEEDS[backend]
         elif args.seed is not None:
             seeds = range(args.seed, args.seed + 1)
         else:

@@ -27,6 +27,7 @@ in doubt waits, when the seed has an operator, for the operator's decision
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import random
@@ -57,6 +58,9 @@ SERVICE = "actonce.v1.RunActionsService"
 CALL_TIMEOUT_SECONDS = 15.0
 # A gateway charge's answer may wait out a freeze, a slow handshake and a slow upstream.
 GATEWAY_TIMEOUT_SECONDS = 30.0
+# How often a gateway charge's caller gives up and repeats it, or sends it twice, with its
+# request identity.
+CHARGE_FAULT_RATE = 0.5
 # How long a charge in doubt waits for the operator: its call's deadline, the silence after
 # which a frozen or killed sidecar's call may be decided, and the operator's rounds.
 DECISION_WAIT_SECONDS = 90.0
@@ -437,10 +441,18 @@ class Agent:
             lease.FromNanoseconds(int((time.time() + segment.lease_seconds) * 1e9))
             request.lease_deadline.CopyFrom(lease)
         attempt = self._call(self._begin, request).attempt_id
-        for phase in segment.phases:
-            self._phase(attempt, phase, known, rng)
-            if rng.random() < 0.3:
-                self._read_back(attempt, known, rng)
+        try:
+            for phase in segment.phases:
+                self._phase(attempt, phase, known, rng)
+                if rng.random() < 0.3:
+                    self._read_back(attempt, known, rng)
+        except AttemptFailed as failed:
+            if failed.failure.reason == "IN_DOUBT" and _charges_upstream(segment):
+                # The worker parks the run for a person and lets its attempt go: a live
+                # attempt on a live sidecar keeps its step in flight, listed for nobody.
+                with contextlib.suppress(AttemptFailed):
+                    self._call(self._end, pb.EndAttemptRequest(attempt_id=attempt))
+            raise
         self._call(self._end, pb.EndAttemptRequest(attempt_id=attempt))
 
     def _twin(self, segment: Segment, known: dict[int, str], rng: random.Random) -> None:
@@ -587,9 +599,16 @@ class Agent:
         if self.operator is not None:
             self.operator.watch(self.plan.run_id)
         in_header = rng.random() < 0.5
-        if rng.random() < self.caller_fault_rate:
+        # Far more often than a write: a charge is made once or twice a seed, and a repeat of
+        # its request identity is where a charge was found made twice.
+        if rng.random() < CHARGE_FAULT_RATE:
             fault = rng.choice((CallerFault.GIVE_UP, CallerFault.TWIN))
             self._count(fault)
+            if fault is CallerFault.TWIN and rng.random() < 0.5:
+                # Repeated once answered: the recorded answer, never a second charge.
+                self._charge_once(attempt, op, request_id, in_header, GATEWAY_TIMEOUT_SECONDS)
+                self._charge_once(attempt, op, request_id, in_header, GATEWAY_TIMEOUT_SECONDS)
+                return
             if fault is CallerFault.TWIN:
                 twin = threading.Thread(
                     target=self._charge_once,

@@ -22,7 +22,8 @@ duplicate); a finished run's charge made exactly once, and never listed as pendi
 one left in doubt listed by ``actonce audit pending``; each operator's decision consistent
 with the upstream's count (``ran`` with one charge); and, in the ledger, no decision while a
 permitted call may still be under way: none before the permit's deadline unless that call's
-end was recorded first, and no step end from a call permitted before a ``did_not_run``.
+end was recorded first, and no step end, after a ``did_not_run``, from an attempt that began
+the step before it.
 """
 
 from __future__ import annotations
@@ -625,6 +626,25 @@ def _check_decisions(found: Findings, events: list[StoredEvent]) -> None:
     for step_id, history in by_step.items():
         for decision in (s for s in history if s.event.phase == Phase.DECISION):
             decided_at = _when(decision.ts)
+            if decision.event.detail.get("decision") == DID_NOT_RUN:
+                # Permits or none: an attempt that began the step before the decision and
+                # recorded its end after it was under way when decided.
+                began_before = {
+                    s.event.attempt_id
+                    for s in history
+                    if s.event.phase == Phase.STEP_BEGIN and s.seq < decision.seq
+                }
+                for end in history:
+                    if (
+                        end.event.phase == Phase.STEP_END
+                        and end.seq > decision.seq
+                        and end.event.attempt_id in began_before
+                    ):
+                        found.violation(
+                            f"ledger #{end.seq}: attempt {end.event.attempt_id} ended {step_id} "
+                            f"after it was decided did_not_run at #{decision.seq}: its call was "
+                            "under way when decided"
+                        )
             for permit in (s for s in history if s.event.phase == _STEP_PERMIT):
                 if permit.seq > decision.seq:
                     began = [s for s in history if s.event.phase == Phase.STEP_BEGIN
@@ -651,11 +671,3 @@ def _check_decisions(found: Findings, events: list[StoredEvent]) -> None:
                         f"ledger #{decision.seq}: {step_id} decided at {decision.ts}, while the "
                         f"call permitted at #{permit.seq} could be under way until {deadline}"
                     )
-                if decision.event.detail.get("decision") == DID_NOT_RUN:
-                    for end in ends:
-                        if end.event.phase == Phase.STEP_END:
-                            found.violation(
-                                f"ledger #{end.seq}: the call of {step_id} permitted at "
-                                f"#{permit.seq} ended after it was decided did_not_run at "
-                                f"#{decision.seq}: it was under way when decided"
-                            )

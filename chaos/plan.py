@@ -467,7 +467,7 @@ def _time_faults(rng: random.Random) -> TimeFaults:
         # longest timeout, the lease left bounds the call instead.
         upstream_timeout=rng.choice((2.0, 3.0, 8.0)),
         lease_seconds=rng.choice((0.0, 6.5, 8.0)),
-        slow_handshake=round(rng.uniform(1.0, 4.0), 3),
+        slow_handshake=round(rng.uniform(2.0, 8.0), 3),
         slow_handshake_rate=rng.choice((0.0, 0.15, 0.3)),
         operator=rng.random() < 0.75,
         operator_skew="+15m" if rng.random() < 0.5 else "",
@@ -510,10 +510,11 @@ def _freezes(rng: random.Random, runs: tuple[RunPlan, ...], horizon: int) -> lis
     for run in runs:
         if any(op.kind is OpKind.GATEWAY for op in run.ops()) and rng.random() < 0.5:
             long = rng.random() < 0.4
+            # A long one leaves the operator a few seconds to decide while it lasts.
             seconds = (
-                rng.uniform(_SILENT_SECONDS + 0.5, _SILENT_SECONDS + 3)
+                rng.uniform(_SILENT_SECONDS + 2, _SILENT_SECONDS + 6)
                 if long
-                else (rng.uniform(0.3, 3.0))
+                else rng.uniform(0.3, 3.0)
             )
             delay = rng.uniform(0.0, 300.0)
             freezes.append(
