@@ -33,7 +33,14 @@ import {
   runToolCall,
   type ToolCall,
 } from "./deliveries.js";
-import { turnKey } from "./turns.js";
+import {
+  answeredCalls,
+  type NeutralMessage,
+  type NeutralRequest,
+  type NeutralTool,
+  parsedArguments,
+  turnKey,
+} from "./turns.js";
 
 type WrapGenerate = NonNullable<LanguageModelMiddleware["wrapGenerate"]>;
 type WrapStream = NonNullable<LanguageModelMiddleware["wrapStream"]>;
@@ -76,7 +83,61 @@ function deliveryOf(): Delivery {
 }
 
 function keyOf(name: string, params: CallParams): Record<string, unknown> {
-  return turnKey(name, params.prompt);
+  return { ...turnKey(name, neutralRequest(params)) };
+}
+
+type PromptMessage = CallParams["prompt"][number];
+type Sourced = NeutralMessage & { callIds?: string[]; callId?: string };
+
+/**
+ * An AI SDK call's request in the neutral form of docs/model-turns.md: the prompt's
+ * messages (each tool result a `tool` message of its own, answering its call by position),
+ * and the tools offered.
+ */
+export function neutralRequest(params: Pick<CallParams, "prompt" | "tools">): NeutralRequest {
+  const messages: Sourced[] = params.prompt.flatMap((message: PromptMessage): Sourced[] => {
+    switch (message.role) {
+      case "system":
+        return [{ role: "system", content: message.content }];
+      case "user": {
+        const content = message.content.map((p) => (p.type === "text" ? p.text : "")).join("");
+        const parts = message.content.filter((p) => p.type !== "text").map(withoutOptions);
+        return [parts.length > 0 ? { role: "user", content, parts } : { role: "user", content }];
+      }
+      case "assistant": {
+        // Reasoning and a provider's own parts are what the model thought, not what it is asked.
+        const content = message.content.map((p) => (p.type === "text" ? p.text : "")).join("");
+        const calls = message.content.filter((p) => p.type === "tool-call");
+        if (calls.length === 0) return [{ role: "assistant", content }];
+        return [
+          {
+            role: "assistant",
+            content,
+            tool_calls: calls.map((c) => ({ name: c.toolName, arguments: parsedArguments(c.input) })),
+            callIds: calls.map((c) => c.toolCallId),
+          },
+        ];
+      }
+      case "tool":
+        return message.content.flatMap((part): Sourced[] =>
+          // What a result says is left out of the key: only the call it answers.
+          part.type === "tool-result" ? [{ role: "tool", callId: part.toolCallId }] : [],
+        );
+      default:
+        return [];
+    }
+  });
+  const tools: NeutralTool[] = (params.tools ?? []).map((t) =>
+    t.type === "function"
+      ? { name: t.name, description: t.description ?? "", parameters: t.inputSchema ?? {} }
+      : { name: t.name, description: "", parameters: {} },
+  );
+  return { messages: answeredCalls(messages), tools };
+}
+
+function withoutOptions(part: object): unknown {
+  const { providerOptions: _, ...rest } = part as { providerOptions?: unknown };
+  return rest;
 }
 
 /**

@@ -49,4 +49,16 @@ export {
   type ToolRunOptions,
   TOOLS_SETTLE_MS,
 } from "./deliveries.js";
-export { turnIndex, turnKey } from "./turns.js";
+export {
+  answeredCalls,
+  canonicalRequest,
+  type NeutralMessage,
+  type NeutralRequest,
+  type NeutralTool,
+  type NeutralToolCall,
+  neutralValue,
+  parsedArguments,
+  requestDigest,
+  TURN_FORM,
+  turnKey,
+} from "./turns.js";

@@ -36,7 +36,7 @@ function withoutBinVariable(): NodeJS.ProcessEnv {
   return env;
 }
 
-function freePort(): Promise<number> {
+export function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const probe = createServer();
     probe.once("error", reject);

@@ -7,8 +7,13 @@ import { generateText, stepCountIs, streamText } from "ai";
 import { z } from "zod";
 
 import { ActonceError, Client, rawJson } from "../../src/index.js";
-import { Actonce, durableModel, Parked } from "../../src/ai-sdk.js";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { Actonce, durableModel, neutralRequest, Parked } from "../../src/ai-sdk.js";
+import { REPO_DIR } from "../sidecar.js";
 import { type Sidecar, startSidecar } from "../sidecar.js";
+import { requestDigest } from "../../src/index.js";
 import { scriptedModel, type Turn } from "./scripted.js";
 
 let sidecar: Sidecar;
@@ -194,4 +199,30 @@ describe("the AI SDK, durable", () => {
       /outside a delivery/,
     );
   });
+});
+
+test("an AI SDK prompt's key is the shared form's: a tool call by name and arguments, a result by the call it answers", () => {
+  const { vectors } = JSON.parse(readFileSync(join(REPO_DIR, "docs", "model-turn-vectors.json"), "utf8")) as {
+    vectors: { name: string; digest: string }[];
+  };
+  const expected = vectors.find((v) => v.name === "tool result")!.digest;
+  const prompt = (id: string, said: string) => [
+    { role: "system" as const, content: "Bill." },
+    { role: "user" as const, content: [{ type: "text" as const, text: "The disk is full" }] },
+    {
+      role: "assistant" as const,
+      content: [
+        { type: "reasoning" as const, text: "a ticket, then" },
+        { type: "tool-call" as const, toolCallId: id, toolName: "open_ticket", input: { title: "Disk full", cents: 1 } },
+      ],
+    },
+    {
+      role: "tool" as const,
+      content: [{ type: "tool-result" as const, toolCallId: id, toolName: "open_ticket", output: { type: "text" as const, value: said } }],
+    },
+  ];
+  // The model names its calls anew on every call: the key does not change with their ids,
+  // nor with what a result says (a redelivery hears a write as already applied).
+  assert.equal(requestDigest(neutralRequest({ prompt: prompt("call_1", "tkt_1") })), expected);
+  assert.equal(requestDigest(neutralRequest({ prompt: prompt("call_2", "ALREADY_APPLIED tkt_1") })), expected);
 });
