@@ -10,6 +10,11 @@ what the kustomize Component (deploy/kubernetes/components/sidecar) adds, field 
   your agent's env:       {{- include "actonce.agentEnv" . | nindent 12 }}
   its volumeMounts:       {{- include "actonce.agentVolumeMounts" . | nindent 12 }}
   a template of its own:  {{ include "actonce.configMap" . }}
+  and one more:           {{ include "actonce.networkPolicy" . }}
+
+actonce.networkPolicy is the kustomize base's NetworkPolicy (deploy/kubernetes/base): the
+pods that carry the sidecar take connections on the metrics port from Prometheus alone, and
+nothing else from any other pod. Rendered unless `networkPolicy.enabled` is false.
 */}}
 
 {{- define "actonce.podLabels" -}}
@@ -31,6 +36,41 @@ data:
   {{- range $name, $value := .Values.actonce.settings }}
   {{ $name }}: {{ $value | toString | quote }}
   {{- end }}
+{{- end -}}
+
+{{- define "actonce.networkPolicy" -}}
+{{- $v := .Values.actonce -}}
+{{- if $v.networkPolicy.enabled }}
+# Who reaches the pods that carry the sidecar. The agent API is on loopback, out of every
+# network's reach; the probes' port needs no rule (an isolated pod still takes connections
+# from its own node, where the kubelet probes from). Ingress only: the pod's egress is the
+# agent's too, which only you know. Anything else that must reach your agent: a rule in
+# networkPolicy.extraIngress.
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ $v.networkPolicy.name | default (printf "%s-actonce" .Release.Name) }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "actonce.podLabels" . | nindent 6 }}
+  policyTypes:
+    - Ingress
+  ingress:
+    - from:
+        - namespaceSelector:
+            matchLabels:
+              kubernetes.io/metadata.name: {{ $v.networkPolicy.prometheus.namespace }}
+          podSelector:
+            matchLabels:
+              {{- toYaml $v.networkPolicy.prometheus.podLabels | nindent 14 }}
+      ports:
+        - port: {{ $v.metricsPort }}
+          protocol: TCP
+    {{- with $v.networkPolicy.extraIngress }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "actonce.sidecar" -}}
