@@ -233,7 +233,17 @@ def test_the_chart_adds_the_same_sidecar_as_the_component(
     # Two renderings of one sidecar: a field changed in one and not the other fails here.
     component_pod = pod_of(find(by_component, "Deployment", "support-agent"))
     chart_pod = pod_of(find(by_chart, "Deployment", "agent"))
-    assert container(chart_pod, "actonce") == container(component_pod, "actonce")
+    # Each names its settings' ConfigMap its own way (a hash, the release): all else is one.
+    component_sidecar, chart_sidecar = (
+        container(component_pod, "actonce"),
+        container(chart_pod, "actonce"),
+    )
+    assert settings_of(by_chart)["metadata"]["name"] == "agent-actonce"
+    assert settings_of(by_component)["metadata"]["name"].startswith("actonce-")
+    for sidecar, objects in ((component_sidecar, by_component), (chart_sidecar, by_chart)):
+        (source,) = sidecar.pop("envFrom")
+        assert source["configMapRef"]["name"] == settings_of(objects)["metadata"]["name"]
+    assert chart_sidecar == component_sidecar
 
     def ours(pod: Object) -> list[Object]:
         return sorted(
@@ -242,10 +252,14 @@ def test_the_chart_adds_the_same_sidecar_as_the_component(
         )
 
     assert ours(chart_pod) == ours(component_pod)
-    assert find(by_chart, "ConfigMap", "actonce")["data"] == {
-        name: str(value)
-        for name, value in find(by_component, "ConfigMap", "actonce")["data"].items()
+    assert settings_of(by_chart)["data"] == {
+        name: str(value) for name, value in settings_of(by_component)["data"].items()
     }
+
+
+def settings_of(objects: list[Object]) -> Object:
+    (found,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    return found
 
 
 def test_the_chart_without_a_ledger_secret_keeps_the_ledger_in_the_pod(tmp_path: Path) -> None:

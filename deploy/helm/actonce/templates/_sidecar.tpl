@@ -25,13 +25,20 @@ actonce/sidecar: "true"
 prometheus.io/scrape: "true"
 prometheus.io/port: {{ .Values.actonce.metricsPort | quote }}
 prometheus.io/path: /metrics
+{{- /* A changed setting changes the pod template: the pods roll and read it. */}}
+checksum/actonce-settings: {{ include "actonce.configMap" . | sha256sum }}
+{{- end -}}
+
+{{- /* The settings' ConfigMap: the release's own unless configMapName names another. */}}
+{{- define "actonce.configMapName" -}}
+{{- .Values.actonce.configMapName | default (printf "%s-actonce" .Release.Name) -}}
 {{- end -}}
 
 {{- define "actonce.configMap" -}}
 apiVersion: v1
 kind: ConfigMap
 metadata:
-  name: {{ .Values.actonce.configMapName }}
+  name: {{ include "actonce.configMapName" . }}
 data:
   {{- range $name, $value := .Values.actonce.settings }}
   {{ $name }}: {{ $value | toString | quote }}
@@ -81,7 +88,7 @@ spec:
   restartPolicy: Always
   envFrom:
     - configMapRef:
-        name: {{ $v.configMapName }}
+        name: {{ include "actonce.configMapName" . }}
   env:
     - name: POD_IP
       valueFrom:
