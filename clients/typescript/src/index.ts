@@ -59,6 +59,6 @@ export {
   neutralValue,
   parsedArguments,
   requestDigest,
-  TURN_FORM,
+  KEY_FORM,
   turnKey,
 } from "./turns.js";

@@ -11,8 +11,8 @@
  * instead, from the tool call the request is made for: `actonce-attempt-id` (the delivery)
  * and `actonce-scope` (the tool call's id), so one connection serves every tool call. An
  * error the front answers (an `isError` result naming its reason and class) is thrown as an
- * `ActonceError`, and the delivery notes an item in doubt (`Parked`), except a refusal,
- * which goes back to the model as the tool's result. An upstream tool's own error answer is
+ * `ActonceError` and ends the delivery (one in doubt parks it, `Parked`), except a
+ * refusal, which goes back to the model as the tool's result. An upstream tool's own error answer is
  * the upstream's, returned as it is.
  */
 import { AsyncLocalStorage } from "node:async_hooks";
@@ -62,7 +62,8 @@ export interface McpCaller<R> {
 /**
  * Call an MCP tool of the front in the tool call `toolCallId`'s scope of the current
  * delivery. A front's refusal is returned (the model can correct the call); any other error
- * of the front is thrown as an `ActonceError`, and one in doubt parks the delivery.
+ * of the front is thrown as an `ActonceError` and ends the delivery (`Delivery.fail`): one in
+ * doubt parks it.
  */
 export async function callTool<R>(
   client: McpCaller<R>,
@@ -77,7 +78,8 @@ export async function callTool<R>(
   const result = await inScope(delivery.attempt.id, toolCallId, () => client.callTool(params));
   const error = frontError(result);
   if (error === undefined || error.refused) return result;
-  delivery.saw(error);
+  // Not the model's to correct: it ends the delivery, whatever the framework does with it.
+  delivery.fail(error);
   throw error;
 }
 

@@ -16,7 +16,7 @@ import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
 
 /** The version of the key's form (docs/model-turns.md). */
-export const TURN_FORM = 1;
+export const KEY_FORM = 1;
 
 /** A tool call in the neutral form: its name and arguments, never its id. */
 export interface NeutralToolCall {
@@ -102,7 +102,7 @@ export function requestDigest(request: NeutralRequest): string {
 
 /** The key a turn of the model named `name` is recorded under, for `request`. */
 export function turnKey(name: string, request: NeutralRequest): { form: number; model: string; request: string } {
-  return { form: TURN_FORM, model: name, request: requestDigest(request) };
+  return { form: KEY_FORM, model: name, request: requestDigest(request) };
 }
 
 /**
