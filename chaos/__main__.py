@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # silence after which a frozen sidecar's calls may be decided (the long mode has those):
 # gateway charges slower than the upstream timeout, decided by an operator, freezes while a
 # charge is under way, and on PostgreSQL an operator 15 minutes fast and a sidecar 10 slow.
-QUICK_SEEDS = {"sqlite": (0, 3, 10, 36), "postgres": (34, 20)}
+QUICK_SEEDS = {"sqlite": (0, 3, 36, 256), "postgres": (114, 341)}
 
 
 def _parser() -> argparse.ArgumentParser:
