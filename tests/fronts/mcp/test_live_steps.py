@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
-from sidecar.ledger import liveness
+from sidecar.config import Config
+from sidecar.ledger import liveness, permits
 from sidecar.ledger.base import Phase
 from tests.conftest import MakeConfig
 from tests.console.scenario import start_console
@@ -76,13 +78,18 @@ def test_a_step_in_flight_is_not_pending_nor_decidable_until_its_sidecar_dies(
         finally:
             console.stop()
         assert shown["pending"] == [] and [i["id"] for i in shown["in_flight"]] == [step_id]
-        # Killed: decidable within the bound, and no sooner than its last beat allows.
+        # Killed: decidable once its sidecar is silent and its call's deadline (the permit's,
+        # by the ledger's clock) has passed, whichever comes later; within that bound, and
+        # not before it: a call whose sidecar died may still be acting upstream until then.
+        deadline = _permit_deadline(config, step_id)
         sidecar.process.kill()
         sidecar.process.wait(10)
         killed = time.monotonic()
+        bound = max(liveness.STALE_SECONDS, (deadline - datetime.now(UTC)).total_seconds())
         while pending(config)[0] != 3:
-            assert time.monotonic() - killed < liveness.STALE_SECONDS + 3, "never decidable"
+            assert time.monotonic() - killed < bound + 3, "never decidable"
             time.sleep(0.25)
+        assert datetime.now(UTC) >= deadline
         code, items = pending(config)
         assert code == 3 and [i["id"] for i in items] == [step_id]
         decided = run_cli(
@@ -102,3 +109,14 @@ def test_a_step_in_flight_is_not_pending_nor_decidable_until_its_sidecar_dies(
         upstream.kill()
         if other is not None:
             other.stop()
+
+
+def _permit_deadline(config: Config, step_id: str) -> datetime:
+    """When the step's permitted call is over at the latest, by the ledger's clock."""
+    for stored in ledger_events(config, "run-live"):
+        event = stored.event
+        if event.phase == Phase.STEP_PERMIT and event.derived_id == step_id:
+            deadline = permits.parse_time(str(event.detail[permits.DEADLINE]))
+            assert deadline is not None
+            return deadline
+    raise AssertionError(f"no permit for {step_id}")
