@@ -35,6 +35,14 @@ from sidecar.upstream.base import GetOwner, StoreClient
 
 __all__ = ["ARTIFACT", "THREAD", "Access", "Owners", "Reach", "Target"]
 
+# What a refused call would have done, as its message says it.
+_DOING = {
+    Access.READ: "read it",
+    Access.EDIT: "edit it",
+    Access.PROPOSE: "propose an edit of it",
+    Access.POST: "post into it",
+}
+
 # Owned targets whose owner is kept: each entry is a few hundred bytes.
 OWNERS_KEPT = 10_000
 
@@ -126,7 +134,7 @@ class Reach:
     ) -> NotGranted:
         error = NotGranted(
             f"{target.field} {target.id} belongs to rule {owner.owner!r}; rule "
-            f"{attempt.rule!r} has no grant to {access.value} it (the operator's grants "
+            f"{attempt.rule!r} has no grant to {_DOING[access]} (the operator's grants "
             f"would need: {missing})",
             metadata={
                 target.field: target.id,

@@ -6,7 +6,9 @@ import json
 import random
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -15,7 +17,9 @@ from actonce_api.store.v1 import artifact_store_pb2 as spb
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import types_pb2
 
-from tests.harness import RunningSidecar, refusal
+from sidecar.rules.grants import parse_grants
+from tests.conftest import MakeConfig
+from tests.harness import RunningSidecar, refusal, start_sidecar
 
 APPLIED = types_pb2.OUTCOME_APPLIED
 ALREADY = types_pb2.OUTCOME_ALREADY_APPLIED
@@ -92,8 +96,9 @@ def _call(sc: RunningSidecar, attempt: str, rpc: str, request: Any) -> tuple[str
     return ident, answer.outcome
 
 
-def _setup(sc: RunningSidecar) -> tuple[str, str]:
-    setup = sc.begin("setup-run", rule="pager")
+def _setup(sc: RunningSidecar, rule: str = "pager") -> tuple[str, str]:
+    """A thread and an artifact made by a run of ``rule``: its runs reach them."""
+    setup = sc.begin("setup-run", rule=rule)
     thread = sc.stub.CreateThread(pb.CreateThreadRequest(attempt_id=setup, title="ops")).thread_id
     artifact = _create(sc, setup, {"owner": None}).id
     return thread, artifact
@@ -134,7 +139,7 @@ def test_a_retried_attempt_makes_the_same_writes_with_the_same_ids(
 def test_two_identical_writes_in_one_attempt_make_two_distinct_objects(
     sidecar: RunningSidecar,
 ) -> None:
-    thread, _ = _setup(sidecar)
+    thread, _ = _setup(sidecar, rule="triage")
     attempt = sidecar.begin("run-twice")
     a = _create(sidecar, attempt, {"same": True})
     b = _create(sidecar, attempt, {"same": True})
@@ -227,7 +232,7 @@ def test_an_edit_of_an_archived_artifact_is_refused_before_it_is_tried(
 def test_no_read_back_a_notice_is_posted_once_by_the_stores_refusal(
     sidecar: RunningSidecar,
 ) -> None:
-    thread, _ = _setup(sidecar)
+    thread, _ = _setup(sidecar, rule="triage")
     ids = set()
     for _ in range(3):
         attempt = sidecar.begin("run-n", checkpoint="c")
@@ -292,9 +297,22 @@ def test_an_edit_made_by_proposal_derives_its_proposal_id(sidecar: RunningSideca
     assert stored.version == 1  # a proposal changes nothing until accepted
 
 
+@pytest.fixture
+def posting_sidecar(make_config: MakeConfig, tmp_path: Path) -> Iterator[RunningSidecar]:
+    """Send allowed to pager, and triage granted posting into pager's threads."""
+    grants = parse_grants('{"grants": [{"rule": "triage", "owner": "pager", "threads": ["post"]}]}')
+    config = make_config(tmp_path / "data", send_allowlist=frozenset({"pager"}), grants=grants)
+    running = start_sidecar(config)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 def test_notices_by_default_send_only_for_a_rule_on_the_allowlist(
-    sidecar: RunningSidecar,
+    posting_sidecar: RunningSidecar,
 ) -> None:
+    sidecar = posting_sidecar
     thread, _ = _setup(sidecar)
     notice = sidecar.stub.Notice(
         pb.NoticeRequest(attempt_id=sidecar.begin(rule="triage"), thread_id=thread, text="fyi")
