@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chaos import pg
-from chaos.report import failures, fault_table, summary_markdown, table, time_table, totals
+from chaos.report import (
+    Totals,
+    failures,
+    fault_table,
+    summary_markdown,
+    table,
+    time_table,
+    totals,
+)
 from chaos.runner import SeedResult, run_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     workdir = out / "seeds"
-    rows = []
+    command = ("python -m chaos " + shlex.join(argv if argv is not None else sys.argv[1:])).strip()
+    rows: list[Totals] = []
     everything: list[SeedResult] = []
     for backend in backends:
         if args.quick:
@@ -92,18 +101,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         started = time.monotonic()
         results: list[SeedResult] = []
-        results.extend(
-            run_seeds(
-                seeds,
-                backend,
-                workdir,
-                jobs=1 if args.seed is not None else args.jobs,
-                pg_server=server,
-                topology=args.topology,
-                keep=args.keep or args.seed is not None,
-                progress=_progress,
-            )
-        )
+        for done in run_seeds(
+            seeds,
+            backend,
+            workdir,
+            jobs=1 if args.seed is not None else args.jobs,
+            pg_server=server,
+            topology=args.topology,
+            keep=args.keep or args.seed is not None,
+            progress=_progress,
+        ):
+            results.append(done)
+            if len(results) % 10 == 0:
+                # A long run cut short still leaves the summary of the seeds it finished.
+                so_far = [*rows, totals(backend, results, time.monotonic() - started)]
+                partial = f"{command} (cut short: {len(results)} of {len(seeds)} seeds)"
+                (out / "summary.md").write_text(
+                    summary_markdown(so_far, [*everything, *results], partial)
+                )
         rows.append(totals(backend, results, time.monotonic() - started))
         everything.extend(results)
     print()
@@ -116,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print()
         print(failed)
-    command = "python -m chaos " + shlex.join(argv if argv is not None else sys.argv[1:])
-    (out / "summary.md").write_text(summary_markdown(rows, everything, command.strip()))
+    (out / "summary.md").write_text(summary_markdown(rows, everything, command))
     print(f"\nsummary written to {out / 'summary.md'}")
     return 1 if failed else 0
 
