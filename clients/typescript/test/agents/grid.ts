@@ -14,14 +14,15 @@
  */
 import { execFile, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { fileURLToPath } from "node:url";
 
 import { Client } from "../../src/index.js";
-import { actonceBinary, type Sidecar, startSidecar } from "../sidecar.js";
+import { actonceBinary, freePort, REPO_DIR, type Sidecar, startSidecar } from "../sidecar.js";
 import type { Job, Result } from "./ai-sdk-worker.js";
 import { canonical, CardProcessor } from "./scripted.js";
 
@@ -46,11 +47,12 @@ const PARALLEL = expect(
   [["ada", 500]],
 );
 
-/** A framework's row: its worker module and its scenarios with what each leaves. */
+/** A framework's row: its worker module, its scenarios with what each leaves, its world. */
 export interface Framework {
   name: string;
   worker: string;
   scenarios: Record<string, Seen>;
+  world: <T>(body: (world: World) => Promise<T>) => Promise<T>;
 }
 
 export const GRID: Framework[] = [
@@ -64,14 +66,38 @@ export const GRID: Framework[] = [
       retry: expect([], ["charged bob 700", "looking into it"], [["bob", 700]]),
       unkeyed: expect(["Refund later"], ["charged cy 900", "opened a ticket: Refund later"], [["cy", 900]]),
     },
+    world: withCardWorld,
+  },
+  {
+    // Every write through the MCP front and gateway: a ticket and a notice (the sidecar's own
+    // tools), a keyed charge made twice by two tool calls, a charge with no key.
+    name: "AI SDK, MCP gateway",
+    worker: "mcp-worker.js",
+    scenarios: {
+      mcp: expect(
+        ["Disk full"],
+        ["opened a ticket: Disk full"],
+        [
+          ["ada", 500],
+          ["ada", 500],
+          ["bob", 700],
+        ],
+      ),
+    },
+    world: withGatewayWorld,
   },
 ];
 
 export interface World {
   sidecar: Sidecar;
   client: Client;
-  processor: CardProcessor;
   folder: string;
+  /** Where the worker's charges go: the card processor, or the MCP front. */
+  processor: string;
+  /** The charges of the run's customers: (customer without the run's prefix, cents). */
+  charged(runId: string): [string, number][];
+  /** The id of the run's charge with no idempotency key, if it was made (one per run). */
+  unkeyedCharge(runId: string): string | undefined;
 }
 
 /** Where a run is killed: after its `write`-th write, or as its `modelCall`-th model call starts. */
@@ -103,7 +129,7 @@ async function newJob(world: World, scenario: string): Promise<Job> {
     scenario,
     runId,
     target: world.sidecar.target,
-    processor: world.processor.url,
+    processor: world.processor,
     threadId,
     result: join(world.folder, `${runId}.json`),
   };
@@ -116,8 +142,8 @@ const audit = (world: World, ...args: string[]) =>
  * charge with no idempotency key (one per run in the grid) was made. */
 export async function resolveParked(world: World, job: Job, items: string[]): Promise<void> {
   for (const id of items) {
-    const made = world.processor.charges.find((c) => c.customer.startsWith(`${job.runId}-`) && c.key === null);
-    const decision = made ? ["--ran", "--result-json", JSON.stringify(made.id)] : ["--did-not-run"];
+    const made = world.unkeyedCharge(job.runId);
+    const decision = made ? ["--ran", "--result-json", JSON.stringify(made)] : ["--did-not-run"];
     await audit(world, "resolve", id, ...decision, "--by", "grid@example.com", "--reason", "the processor says");
   }
 }
@@ -163,7 +189,7 @@ export function seen(world: World, job: Job): Seen {
       .prepare("SELECT text AS t FROM messages WHERE thread_id = ?")
       .all(job.threadId)
       .map((row: { t: string }) => canonical(row.t));
-    return expect(tickets, notices, world.processor.chargedFor(job.runId));
+    return expect(tickets, notices, world.charged(job.runId));
   } finally {
     db.close();
   }
@@ -205,6 +231,9 @@ export function killsOf(result: Result): Kill[] {
   return kills;
 }
 
+/** Runs of a scenario made at once. */
+const CONCURRENT_RUNS = 3;
+
 /** Run `scenario` once cleanly, then once per kill (every `every`-th), each delivered again until done. */
 export async function tallyEveryKill(framework: Framework, world: World, scenario: string, every = 1): Promise<Tally> {
   const expected = framework.scenarios[scenario]!;
@@ -214,45 +243,137 @@ export async function tallyEveryKill(framework: Framework, world: World, scenari
   tally.add(undefined, expected, seen(world, clean), results.at(-1)!.state, parked);
   const kills = killsOf(results[0]!);
   if (kills.length === 0) throw new Error(`${scenario} makes no write`);
-  for (const kill of kills.filter((_, i) => i % every === 0)) {
-    const job = await newJob(world, scenario);
-    const run = await runToEnd(framework, world, job, kill);
-    tally.add(kill, expected, seen(world, job), run.results.at(-1)!.state, run.parked);
-  }
+  // Runs of one scenario are apart (each its own run id and thread): a few at once, since
+  // a worker process spends most of its life starting up and waiting on the sidecar.
+  const chosen = kills.filter((_, i) => i % every === 0);
+  const next = async (): Promise<void> => {
+    for (let kill = chosen.shift(); kill !== undefined; kill = chosen.shift()) {
+      const job = await newJob(world, scenario);
+      const run = await runToEnd(framework, world, job, kill);
+      tally.add(kill, expected, seen(world, job), run.results.at(-1)!.state, run.parked);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENT_RUNS }, next));
   return tally;
 }
 
-export async function withWorld<T>(body: (world: World) => Promise<T>): Promise<T> {
-  const sidecar = await startSidecar();
-  const processor = await new CardProcessor().start();
+async function withSidecar<T>(flags: string[], world: Omit<World, "sidecar" | "client" | "folder">, body: (world: World) => Promise<T>): Promise<T> {
+  const sidecar = await startSidecar(...flags);
   const client = new Client(sidecar.target);
   const folder = mkdtempSync(join(tmpdir(), "actonce-ts-grid-"));
   try {
-    return await body({ sidecar, client, processor, folder });
+    return await body({ ...world, sidecar, client, folder });
   } finally {
     client.close();
-    await processor.stop();
     await sidecar.stop();
     rmSync(folder, { recursive: true, force: true });
   }
 }
 
+/** A sidecar and a card processor over HTTP. */
+export async function withCardWorld<T>(body: (world: World) => Promise<T>): Promise<T> {
+  const processor = await new CardProcessor().start();
+  try {
+    return await withSidecar(
+      [],
+      {
+        processor: processor.url,
+        charged: (runId) => processor.chargedFor(runId),
+        unkeyedCharge: (runId) => processor.charges.find((c) => c.customer.startsWith(`${runId}-`) && c.key === null)?.id,
+      },
+      body,
+    );
+  } finally {
+    await processor.stop();
+  }
+}
+
+/** What the operator's effects file says of the payments tools (as the Python grid's MCP row). */
+const EFFECTS = {
+  payments__charge: "TOOL_EFFECT_NON_IDEMPOTENT_WRITE",
+  payments__charge_keyed: {
+    effect: "TOOL_EFFECT_NON_IDEMPOTENT_WRITE",
+    idempotency_key: { argument: "idempotency_key" },
+  },
+};
+
+/**
+ * A sidecar whose MCP gateway fronts the gateway tests' payments MCP server
+ * (tests/fronts/mcp/charges.py, a process of its own that logs each charge it makes).
+ */
+export async function withGatewayWorld<T>(body: (world: World) => Promise<T>): Promise<T> {
+  const folder = mkdtempSync(join(tmpdir(), "actonce-ts-payments-"));
+  const log = join(folder, "payments.log");
+  const port = await freePort();
+  const python = process.env["ACTONCE_PYTHON"] || join(REPO_DIR, ".venv", "bin", "python");
+  const payments = spawn(python, ["-m", "tests.fronts.mcp.charges", "--port", String(port), "--log", log], {
+    cwd: REPO_DIR,
+    stdio: "ignore",
+  });
+  const exited = new Promise<void>((done) => payments.once("exit", () => done()));
+  try {
+    await listening(port, payments);
+    writeFileSync(join(folder, "effects.json"), JSON.stringify(EFFECTS));
+    const front = await freePort();
+    const flags = ["--mcp-listen", `127.0.0.1:${front}`, "--mcp-upstream", `payments=http://127.0.0.1:${port}/mcp`,
+                   "--tool-effects", join(folder, "effects.json")]; // prettier-ignore
+    const lines = () => (existsSync(log) ? readFileSync(log, "utf8").split("\n").filter((l) => l) : []);
+    // "charge CUSTOMER CENTS" for a charge with no key; "keyed KEY CUSTOMER CENTS" for a keyed one.
+    const made = (runId: string) =>
+      lines()
+        .map((line) => line.split(" "))
+        .map((w) => (w[0] === "charge" ? [w[1]!, w[2]!] : w[0] === "keyed" ? [w[2]!, w[3]!] : undefined))
+        .filter((c): c is [string, string] => c !== undefined && c[0].startsWith(`${runId}-`))
+        .map(([c, n]): [string, number] => [c.slice(runId.length + 1), Number(n)]);
+    return await withSidecar(
+      flags,
+      {
+        processor: `http://127.0.0.1:${front}/mcp`,
+        charged: made,
+        unkeyedCharge: (runId) =>
+          lines().some((line) => line.startsWith(`charge ${runId}-`)) ? `charged by hand for ${runId}` : undefined,
+      },
+      body,
+    );
+  } finally {
+    payments.kill("SIGKILL");
+    await exited;
+    rmSync(folder, { recursive: true, force: true });
+  }
+}
+
+async function listening(port: number, child: ReturnType<typeof spawn>): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    if (child.exitCode !== null) throw new Error("the payments MCP server exited");
+    const open = await new Promise<boolean>((done) => {
+      const probe = connect(port, "127.0.0.1", () => {
+        probe.destroy();
+        done(true);
+      });
+      probe.once("error", () => done(false));
+    });
+    if (open) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("the payments MCP server did not start");
+}
+
 export type Row = [string, string, Tally];
 
 export async function runGrid(every: number, only = "", log = (_: string) => {}): Promise<Row[]> {
-  return withWorld(async (world) => {
-    const rows: Row[] = [];
-    for (const framework of GRID) {
-      if (only && !framework.name.toLowerCase().includes(only.toLowerCase())) continue;
+  const rows: Row[] = [];
+  for (const framework of GRID) {
+    if (only && !framework.name.toLowerCase().includes(only.toLowerCase())) continue;
+    await framework.world(async (world) => {
       for (const scenario of Object.keys(framework.scenarios)) {
         const started = Date.now();
         const tally = await tallyEveryKill(framework, world, scenario, every);
         rows.push([framework.name, scenario, tally]);
         log(`  ${framework.name} / ${scenario}: ${tally.kills} kills in ${((Date.now() - started) / 1000).toFixed(1)}s`);
       }
-    }
-    return rows;
-  });
+    });
+  }
+  return rows;
 }
 
 export function table(rows: Row[]): string {
