@@ -3,7 +3,8 @@
 One store, two `actonce serve` processes: the owners' sidecar serves `payments` and `kb`, the
 chat sidecar serves `chat` (and, in the grants tests, reads `--grants`). The store is one
 `actonce store` process on SQLite that both reach with `--store-target`, or one PostgreSQL
-database that both embed with `--store-dsn`; the ledger is one they share.
+database that both embed with `--store-dsn`; the ledger is one they share. A third way: one
+sidecar serving all three rules on the default data folder of one file.
 
 A prompt-injected chat agent knows the payments run's thread and invoice ids (derived ids
 hold no secret: docs/derived-ids.md). Through its own tools, over gRPC and over MCP, it
@@ -77,13 +78,23 @@ class Deployment:
 Deploy = Callable[..., Deployment]
 
 
-@pytest.fixture(params=["store-target", "postgres"])
+@pytest.fixture(params=["store-target", "postgres", "one-sidecar"])
 def deploy(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deploy]:
     made: list[str] = []
     running: list[ServerProcess] = []
     stores: list[Served] = []
 
     def start(*chat_flags: str) -> Deployment:
+        if request.param == "one-sidecar":
+            # One sidecar serving every rule, on the default data folder of one file (a write
+            # and its audit in one commit): the boundary is the rule, not the process.
+            port = free_port()
+            every = ("--rules", "payments,kb,chat", "--mcp-listen", f"127.0.0.1:{port}")
+            folder = sidecar_config(tmp_path / "one")
+            process = spawn_sidecar(folder, tmp_path / "one.log", *every, *chat_flags)
+            running.append(process)
+            one = Sidecar(process, port)
+            return Deployment(one, one, {"audit_db": folder.audit_path})
         if request.param == "postgres":
             store_dsn, audit_dsn = pg.fresh_database("owners"), pg.fresh_database("ledger")
             made.extend((store_dsn, audit_dsn))
