@@ -23,18 +23,27 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml README.md ./
+COPY requirements/image.txt ./requirements/
 COPY sidecar ./sidecar
+# sidecar/inject/component links here: `actonce inject` adds the Component's own sidecar.
+COPY deploy/kubernetes/components/sidecar ./deploy/kubernetes/components/sidecar
 # The generated stubs (actonce_api): one copy, kept beside the Python client, packaged from there.
 COPY clients/python/src/actonce_api ./clients/python/src/actonce_api
 
-# constraints.txt pins every dependency to the versions the tests ran with. A network that
-# re-signs TLS can hand its CA in as the optional build secret `ca-bundle`; a secret mount is
-# never written into a layer.
+# requirements/image.txt names every package the image holds (the dependencies of
+# '.[all]' and the build backend) at the versions the tests ran with, each with the hashes of
+# its files: pip installs nothing else (--require-hashes), and a file that is not the one
+# pinned is refused. The sidecar itself is then built from this source with that backend,
+# and nothing more is fetched (--no-deps, --no-build-isolation); `pip check` says every
+# dependency is there. A network that re-signs TLS can hand its CA in as the optional build
+# secret `ca-bundle`; a secret mount is never written into a layer.
 RUN --mount=type=secret,id=ca-bundle,required=false \
     if [ -s /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
     && python3 -m venv /opt/actonce \
-    && /opt/actonce/bin/pip install -c constraints.txt '.[all]' \
+    && /opt/actonce/bin/pip install --require-hashes --no-deps -r requirements/image.txt \
+    && /opt/actonce/bin/pip install --no-deps --no-build-isolation '.[all]' \
+    && /opt/actonce/bin/pip check \
     && /opt/actonce/bin/pip uninstall -y pip setuptools
 
 FROM debian:bookworm-slim

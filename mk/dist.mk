@@ -23,17 +23,54 @@ dist: dist-packages dist-image
 dist-packages: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR)
 
 # Rebuilt whenever asked: a wheel's inputs are most of the tree.
-.PHONY: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR)
+.PHONY: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR) pin-hashes
+
+# A wheel is the same bytes however often one commit is built: every file in it is dated the
+# commit's time (SOURCE_DATE_EPOCH, which the build backend honours), not the build's, and
+# the backend is the one version requirements/build.txt pins by its hashes, installed with
+# --require-hashes into a virtualenv of its own, where the wheels build without isolation
+# (an isolated build would fetch the backend again, unhashed).
+COMMIT_TIME := $(shell git log -1 --format=%ct 2>/dev/null)
+BUILD_VENV := $(VENV)/wheel-build
+BUILD_STAMP := $(BUILD_VENV)/.installed
+WHEEL_BUILD := SOURCE_DATE_EPOCH=$(COMMIT_TIME) $(BUILD_VENV)/bin/python -m pip wheel --quiet \
+	--disable-pip-version-check --no-deps --no-build-isolation
+
+$(BUILD_STAMP): requirements/build.txt | $(STAMP)
+	rm -rf $(BUILD_VENV) && $(PY) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		--require-hashes --no-deps -r requirements/build.txt
+	touch $(BUILD_STAMP)
 
 # setuptools builds in build/ of the source folder and keeps what it finds there: a module
 # deleted since the last build would ship again, so each wheel starts from none.
-$(SIDECAR_WHEEL): $(STAMP)
+$(SIDECAR_WHEEL): $(BUILD_STAMP)
+	test -n "$(COMMIT_TIME)" || { echo "a wheel is dated by its commit: no git commit here"; exit 1; }
 	mkdir -p $(DIST) && rm -f $(DIST)/actonce-*.whl && rm -rf build
-	$(PIP_WHEEL) --wheel-dir $(DIST) .
+	$(WHEEL_BUILD) --wheel-dir $(DIST) .
 
-$(CLIENT_WHEEL): $(STAMP)
+$(CLIENT_WHEEL): $(BUILD_STAMP)
+	test -n "$(COMMIT_TIME)" || { echo "a wheel is dated by its commit: no git commit here"; exit 1; }
 	mkdir -p $(DIST) && rm -f $(DIST)/actonce_client-*.whl && rm -rf clients/python/build
-	$(PIP_WHEEL) --wheel-dir $(DIST) ./clients/python
+	$(WHEEL_BUILD) --wheel-dir $(DIST) ./clients/python
+
+# The hashed pins (requirements/): what the image installs (the dependencies of '.[all]' and
+# the build backend) and what the wheels build with, at the versions constraints.txt names,
+# each with the hashes of its files. Run after changing a dependency or constraints.txt;
+# pip-tools runs from a virtualenv of its own.
+PIN_TOOLS := $(VENV)/pin-tools
+PIP_COMPILE := $(PIN_TOOLS)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	--strip-extras --no-emit-index-url --no-emit-find-links --build-deps-for wheel
+
+pin-hashes: | $(STAMP)
+	test -x $(PIN_TOOLS)/bin/pip-compile || { $(PY) -m venv $(PIN_TOOLS) \
+		&& $(PIN_TOOLS)/bin/pip install --quiet pip-tools; }
+	$(PIP_COMPILE) --extra all -c constraints.txt --output-file requirements/image.txt \
+		pyproject.toml
+	# The sidecar itself is built from the source beside it, not installed from a pin.
+	sed -i -e '/^# WARNING: pip install will require/,/^actonce @ /d' \
+		-e '/^    # via actonce (pyproject.toml)$$/d' requirements/image.txt
+	$(PIP_COMPILE) --only-build-deps --output-file requirements/build.txt pyproject.toml
 
 $(TS_TARBALL): $(TS_CLIENT_STAMP)
 	mkdir -p $(DIST) && rm -f $(DIST)/actonce-client-*.tgz
