@@ -1,5 +1,5 @@
 """The ``actonce`` command: ``serve`` (the sidecar), ``store`` (the reference store alone),
-``audit``, ``console`` and ``demo``.
+``audit``, ``console``, ``inject`` (the admission webhook) and ``demo``.
 
 Every flag has an ``ACTONCE_*`` environment variable; a flag given on the
 command line wins. A malformed setting stops start-up with one line on
@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         "console", help="serve the operator's web console over a ledger"
     )
     add_settings(console, commands.CONSOLE)
+    inject = subcommands.add_parser(
+        "inject",
+        help="serve the admission webhook that adds the sidecar to pods annotated "
+        'actonce.dev/inject: "true"',
+    )
+    add_settings(inject, commands.INJECT)
     demo = subcommands.add_parser(
         "demo", help="see a run killed mid-way and retried land each write once"
     )
@@ -394,6 +400,25 @@ def _demo(args: argparse.Namespace) -> None:
     raise SystemExit(run_demo(args.data_dir or DATA_DIR))
 
 
+def _inject(args: argparse.Namespace) -> None:
+    check_environment()
+    values = resolve(args, commands.INJECT)
+    if values["tls_cert"] is None or values["tls_key"] is None:
+        raise ConfigError(
+            "--tls-cert and --tls-key are required: the API server calls a webhook over "
+            "TLS alone (cert-manager, or a self-generated certificate: docs/deploy-inject.md)"
+        )
+    logs.configure(values["log_level"], values["log_format"])
+    from sidecar.inject.server import serve_inject
+    from sidecar.inject.template import TemplateError, load
+
+    try:
+        template = load()
+    except TemplateError as exc:
+        raise ConfigError(str(exc)) from exc
+    serve_inject(values["listen"], template, values["tls_cert"], values["tls_key"], values["image"])
+
+
 def _store(args: argparse.Namespace) -> None:
     if args.store_command == "check":
         raise SystemExit(_store_check(resolve(args, commands.CHECK)))
@@ -426,6 +451,7 @@ def _store(args: argparse.Namespace) -> None:
 
 _COMMANDS = {"serve": _serve, "audit": _audit, "console": _console, "demo": _demo}
 _COMMANDS["store"] = _store
+_COMMANDS["inject"] = _inject
 
 
 def main(argv: Sequence[str] | None = None) -> None:

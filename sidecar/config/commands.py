@@ -1,6 +1,7 @@
 """The settings of the commands besides ``serve``: the reference store, its conformance
-check, the audit commands and the console. Each reuses ``serve``'s setting where it reads
-the same thing (the ledger, the log, a store's TLS), so that one environment serves both."""
+check, the audit commands, the console and the injection webhook. Each reuses ``serve``'s
+setting where it reads the same thing (the ledger, the log, a store's TLS), so that one
+environment serves both."""
 
 from __future__ import annotations
 
@@ -172,6 +173,39 @@ ASSIGN_OWNERS: dict[str, Setting] = {
     **AUDIT,
 }
 
+# actonce inject: the admission webhook that adds the sidecar to annotated pods.
+INJECT: dict[str, Setting] = {
+    "--listen": Setting(
+        "--listen",
+        "ACTONCE_INJECT_LISTEN",
+        values.host_port,
+        "HOST:PORT the webhook serves HTTPS on (the Service's target port)",
+        "127.0.0.1:8443",
+    ),
+    "--tls-cert": Setting(
+        "--tls-cert",
+        "ACTONCE_INJECT_TLS_CERT",
+        values.readable_file,
+        "PEM file of the webhook's certificate, for the name the API server calls (the "
+        "Service's DNS name); read again when it changes (required: the API server calls "
+        "webhooks over TLS alone)",
+    ),
+    "--tls-key": Setting(
+        "--tls-key",
+        "ACTONCE_INJECT_TLS_KEY",
+        values.readable_file,
+        "PEM file of the key of --tls-cert (required)",
+    ),
+    "--image": Setting(
+        "--image",
+        "ACTONCE_INJECT_IMAGE",
+        str,
+        "the image of the sidecar the webhook adds (default the kustomize Component's); "
+        "the webhook's own image, as its manifests set it",
+    ),
+    **_LOG,
+}
+
 # What the agent beside the sidecar reads (its clients, and their test harness): a sidecar
 # and its agent may share one env file, so these are no typo of a setting here.
 CLIENT_VARIABLES = frozenset({"ACTONCE_TARGET", "ACTONCE_API_TOKEN", "ACTONCE_BIN"})
@@ -179,5 +213,5 @@ CLIENT_VARIABLES = frozenset({"ACTONCE_TARGET", "ACTONCE_API_TOKEN", "ACTONCE_BI
 
 def known_variables() -> frozenset[str]:
     """Every ACTONCE_* variable a command or the agent beside it reads."""
-    tables = (SERVE, STORE, CONSOLE, AUDIT, CHECK, ASSIGN_OWNERS)
+    tables = (SERVE, STORE, CONSOLE, AUDIT, CHECK, ASSIGN_OWNERS, INJECT)
     return frozenset(s.env for table in tables for s in table.values()) | CLIENT_VARIABLES
