@@ -66,9 +66,9 @@ def test_two_builds_of_one_commit_are_the_same_wheels(tmp_path: Path) -> None:
     for wheel in first:
         with zipfile.ZipFile(wheel) as archive:
             for info in archive.infolist():
-                dated = calendar.timegm((*info.date_time, 0, 0, 0))
+                stamped = calendar.timegm((*info.date_time, 0, 0, 0))
                 # Zip keeps even seconds; and a time before 1980 is 1980's first.
-                assert abs(dated - committed) <= 2 or info.date_time[0] == 1980, info
+                assert abs(stamped - committed) <= 2 or info.date_time[0] == 1980, info
 
 
 def _pins(path: Path) -> dict[str, tuple[str, list[str]]]:
