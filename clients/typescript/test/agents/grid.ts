@@ -69,6 +69,13 @@ export const GRID: Framework[] = [
     world: withCardWorld,
   },
   {
+    // Mastra's agent on the AI SDK's durable model, its tools Mastra tools.
+    name: "Mastra",
+    worker: "mastra-worker.js",
+    scenarios: { "mastra-generate": PARALLEL },
+    world: withCardWorld,
+  },
+  {
     // Every write through the MCP front and gateway: a ticket and a notice (the sidecar's own
     // tools), a keyed charge made twice by two tool calls, a charge with no key.
     name: "AI SDK, MCP gateway",
