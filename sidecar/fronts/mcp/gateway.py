@@ -423,6 +423,7 @@ class _Sending:
         permit = await self.gateway.permit(self.attempt_id, self.step_id, keyed=self.spec.keyed)
         sent = False
         answers: _AnswerBound | None = None
+        result: Any = _NO_ANSWER
         try:
             async with (
                 asyncio.timeout(permit.left()),
@@ -435,9 +436,16 @@ class _Sending:
                 result = await connection.client.call_tool(
                     self.tool, self._with_key(arguments), meta=self._key_meta()
                 )
+        except Exception as exc:
+            if result is _NO_ANSWER:
+                await self._failed(exc, sent=sent, permit=permit, answers=answers)
+                raise  # not reached: _failed raised
+            # Answered, and only closing the connection failed (or ran past the deadline):
+            # the answer stands.
+            log.info("mcp_upstream_close_failed", upstream=self.upstream.name, error=_cause(exc))
         except BaseException as exc:
             await self._failed(exc, sent=sent, permit=permit, answers=answers)
-            raise  # _failed raised, or this task itself was cancelled (a drain)
+            raise  # this task itself was cancelled (a drain)
         return await self._answered(result)
 
     def _with_key(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -545,6 +553,9 @@ class _Sending:
             error=f"the tool answered an error: {said}",
             request_id="",
         )
+
+
+_NO_ANSWER: Any = object()
 
 
 class _Expired(Exception):

@@ -69,6 +69,7 @@ ROUTES = [
     ("POST", "/mcp"),
     ("GET", "/mcp"),
     ("POST", "/mcp/attempts/att_x"),
+    ("GET", "/readiness"),
     ("GET", "/no-such-route"),
 ]
 
