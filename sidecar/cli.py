@@ -155,7 +155,14 @@ def _migrate_arguments(sub: argparse.ArgumentParser) -> None:
         "--writer-role",
         metavar="NAME",
         help="an existing role the sidecars connect as: granted only what they need "
-        "(append events, fence, bind runs, decide), never to UPDATE or DELETE an event",
+        "(append events, fence and bind runs of their rule), never to decide, nor to UPDATE "
+        "or DELETE an event",
+    )
+    sub.add_argument(
+        "--operator-role",
+        metavar="NAME",
+        help="an existing role people decide as (audit resolve, the console): its members "
+        "alone may append a decision; it must not be, nor contain, the writer role",
     )
 
 
@@ -185,7 +192,12 @@ def _add_decision(sub: argparse.ArgumentParser) -> None:
     ]:
         decision.add_argument(flag, dest="decision", action="store_const", const=value, help=text)
     sub.add_argument("--result-json", help="with --ran: the result the tool gave, as JSON")
-    sub.add_argument("--by", required=True, help="who decides (recorded in the ledger)")
+    sub.add_argument(
+        "--by",
+        help="a name noted beside who decides, which the ledger authenticates: the "
+        "PostgreSQL role, or the --operator-key's id (without a key, on SQLite, the "
+        "decision is recorded unsigned under this name)",
+    )
     sub.add_argument("--reason", required=True, help="why (recorded in the ledger)")
 
 
@@ -207,7 +219,7 @@ _AUDIT_VALUES: tuple[str, ...] = (
     "by",
     "reason",
 )
-_AUDIT_VALUES += ("with_export", "before", "export", "writer_role")
+_AUDIT_VALUES += ("with_export", "before", "export", "writer_role", "operator_role")
 
 
 def _fail(message: str) -> NoReturn:

@@ -23,6 +23,14 @@ AUDIT: dict[str, Setting] = {
     ),
     "--audit-dsn": SERVE["--audit-dsn"],
     "--audit-dsn-file": SERVE["--audit-dsn-file"],
+    # Held by operators only, never by a sidecar: its decisions are what a sidecar obeys.
+    "--operator-key": Setting(
+        "--operator-key",
+        "ACTONCE_OPERATOR_KEY",
+        values.readable_file,
+        "file holding an operator's key (32+ bytes, mode 600) that a SQLite ledger's "
+        "decisions are signed with (resolve, the console) and checked against (verify)",
+    ),
 }
 
 _LOG = {"--log-level": SERVE["--log-level"], "--log-format": SERVE["--log-format"]}

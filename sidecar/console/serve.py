@@ -54,7 +54,10 @@ def run_console(values: dict[str, Any]) -> int:
         return 2
     audit_db = values.get("audit_db") or defaults.DATA_DIR / "audit.db"
     try:
-        ledger = open_operator_ledger(audit_db, values.get("audit_dsn"))
+        # On SQLite the console signs each decision with the operator key, as the CLI does.
+        ledger = open_operator_ledger(
+            audit_db, values.get("audit_dsn"), operator_key=values.get("operator_key")
+        )
     except LedgerError as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from sidecar import defaults
 from sidecar.errors import InvalidArgument
 from sidecar.ledger import inspect
 from sidecar.ledger.base import LedgerError, LedgerReader
+from sidecar.ledger.operator_keys import SignatureCheck, load_key
 from sidecar.ledger.pending import PendingItem
 from sidecar.ops.terminal import EscapingWriter, escaped
 
@@ -72,20 +73,65 @@ def run_audit(command: str, values: dict[str, Any], run_id: str = "") -> int:
         elif command == "export":
             inspect.export(reader, sys.stdout, _progress)
         elif command == "verify":
-            verdict = inspect.verify(reader, _progress, values.get("with_export") or ())
-            if not verdict.intact:
-                print(
-                    f"ledger TAMPERED: first bad event #{verdict.first_bad}: "
-                    f"{escaped(verdict.problem)} ({verdict.checked} events before it are intact)"
-                )
-                return 1
-            print(f"ledger intact: {verdict.checked} events, hash chain verified{_span(verdict)}")
+            return _verify(reader, values)
         return 0
     except Exception as exc:  # a ledger that cannot be read is not a traceback for the operator
         print(f"actonce: error: cannot read the ledger: {exc}", file=sys.stderr)
         return 2
     finally:
         reader.close()
+
+
+def _verify(reader: LedgerReader, values: dict[str, Any]) -> int:
+    """``verify``: the hash chain, then who made each decision (an operator role's member
+    on PostgreSQL, an operator key's signature on SQLite)."""
+    key_file = values.get("operator_key")
+    signatures = SignatureCheck(load_key(Path(key_file)) if key_file else None)
+    verdict = inspect.verify(
+        reader, _progress, values.get("with_export") or (), decisions=signatures.take
+    )
+    if not verdict.intact:
+        print(
+            f"ledger TAMPERED: first bad event #{verdict.first_bad}: "
+            f"{escaped(verdict.problem)} ({verdict.checked} events before it are intact)"
+        )
+        return 1
+    print(f"ledger intact: {verdict.checked} events, hash chain verified{_span(verdict)}")
+    if values.get("audit_dsn"):
+        return _verify_authors(str(values["audit_dsn"]))
+    return _verify_signatures(signatures)
+
+
+def _verify_signatures(check: SignatureCheck) -> int:
+    found = check.result()
+    for seq, why in found.forged:
+        print(f"decision NOT AN OPERATOR'S: event #{seq}: {escaped(why)}")
+    said = [f"{found.verified} signed with the operator key given"]
+    if found.unchecked:
+        said.append(f"{found.unchecked} signed with other keys (give their file to check them)")
+    if found.before_signing:
+        said.append(f"{found.before_signing} unsigned, recorded before decisions were signed")
+    if found.verified or found.unchecked or found.before_signing or found.forged:
+        print("decisions: " + "; ".join(said))
+    return 1 if found.forged else 0
+
+
+def _verify_authors(dsn: str) -> int:
+    from sidecar.ledger.pgschema import decision_authors
+
+    found = decision_authors(dsn)
+    if found is None:
+        print("decisions: this ledger records no authors yet (run `actonce audit migrate`)")
+        return 0
+    for seq, author in found.not_operators:
+        print(
+            f"decision NOT AN OPERATOR'S: event #{seq} was appended by role "
+            f"{escaped(author)}, which is not an operator role's member"
+        )
+    if found.checked or found.unrecorded or found.not_operators:
+        note = f", {found.unrecorded} from before authors were recorded" if found.unrecorded else ""
+        print(f"decisions: {found.checked} appended by operator roles{note}")
+    return 1 if found.not_operators else 0
 
 
 def _span(verdict: inspect.Verdict) -> str:
@@ -208,6 +254,7 @@ def run_migrate(values: dict[str, Any]) -> int:
     and grant ``--writer-role`` what a sidecar needs. A SQLite file needs none: the sidecar
     that opens it brings it up to date."""
     dsn, role = values.get("audit_dsn"), values.get("writer_role")
+    operator = values.get("operator_role")
     if not dsn:
         print(
             "actonce: error: migrate is for a PostgreSQL ledger (--audit-dsn or "
@@ -219,7 +266,7 @@ def run_migrate(values: dict[str, Any]) -> int:
     from sidecar.ledger.pgschema import migrate
 
     try:
-        state = migrate(str(dsn), writer_role=role)
+        state = migrate(str(dsn), writer_role=role, operator_role=operator)
     except LedgerError as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
@@ -227,9 +274,11 @@ def run_migrate(values: dict[str, Any]) -> int:
     print(f"ledger schema at version {state.version} ({was}), owned by role {state.role}")
     if role:
         print(
-            f"role {role} may append events, fence, bind runs and decide; it may not update "
-            "or delete an event, nor write a checkpoint"
+            f"role {role} may append events, and fence and bind runs of the rule they have; "
+            "it may not decide, update or delete an event, nor write a checkpoint"
         )
+    if operator:
+        print(f"role {operator} may decide (audit resolve, the console); it may not fence or bind")
     return 0
 
 
@@ -243,6 +292,7 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
             values.get("audit_db") or defaults.DATA_DIR / "audit.db",
             values.get("audit_dsn"),
             read_only=command == "pending",
+            operator_key=values.get("operator_key") if command == "resolve" else None,
         )
     except LedgerError as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
@@ -258,11 +308,20 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
                 print(f"actonce: error: {exc}", file=sys.stderr)  # names --result-json
                 return 2
             result_json = form.decode("utf-8")
+        typed = str(values.get("by") or "")
         try:
+            # Who decides is who the ledger authenticated; a typed --by is a note beside it.
+            by = ledger.operator() or typed
+            if not by:
+                raise DecisionRefused(
+                    "a decision on a SQLite ledger is signed with an operator key: give "
+                    "--operator-key FILE (a key the serving sidecar does not hold)"
+                )
             stored = ledger.resolve(
                 str(values["item_id"]),
                 Decision(values["decision"]),
-                by=str(values.get("by") or ""),
+                by=by,
+                by_note=typed,
                 reason=str(values.get("reason") or ""),
                 result_json=result_json,
                 digest=canonical.digest(result_json.encode("utf-8")) if result_json else "",
@@ -273,9 +332,16 @@ def run_operator(command: str, values: dict[str, Any]) -> int:
         print(
             escaped(
                 f"recorded as event #{stored.seq}: {values['item_id']} "
-                f"{stored.event.detail['decision']} (run {stored.event.run_id})"
+                f"{stored.event.detail['decision']} by {stored.event.detail['by']} "
+                f"(run {stored.event.run_id})"
             )
         )
+        if not ledger.operator():
+            print(
+                "actonce: warning: recorded unsigned, by a name that was typed: give "
+                "--operator-key FILE, or `audit verify` reports it once decisions are signed",
+                file=sys.stderr,
+            )
         return 0
     except LedgerError as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)

@@ -28,6 +28,9 @@ _EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
 PROGRESS_EVERY = 5000
 
 Progress = Callable[[int, int], None]
+# Shown each event of the chain, in order, once it is known to fit: who made each decision
+# is checked this way, in the one pass (sidecar.ledger.operator_keys).
+Seen = Callable[[StoredEvent], None]
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class _Chain:
     checked: int = 0
     # The checkpoints' hashes by number: an event walked at a checkpoint must have it.
     marks: dict[int, str] = field(default_factory=dict)
+    seen: Seen | None = None
 
     def take(self, stored: StoredEvent) -> tuple[int, str] | None:
         """The first bad event and why, if ``stored`` does not follow the chain so far."""
@@ -91,11 +95,17 @@ class _Chain:
         self.prev = stored.hash
         self.expected += 1
         self.checked += 1
+        if self.seen is not None:
+            self.seen(stored)
         return None
 
 
 def verify(
-    reader: LedgerReader, progress: Progress | None = None, exports: Sequence[Path] = ()
+    reader: LedgerReader,
+    progress: Progress | None = None,
+    exports: Sequence[Path] = (),
+    *,
+    decisions: Seen | None = None,
 ) -> Verdict:
     """Walk the chain: every event the ledger holds, and the exports before it; name the
     first event that does not fit.
@@ -116,6 +126,8 @@ def verify(
     them first, and the ledger must go on exactly where they end: the exports and
     the ledger verify as one chain. Exports that hold no event (prunes that found
     nothing to remove) vouch for nothing and are checked as such.
+
+    ``decisions`` is shown every event walked, in order, once it fits the chain.
     """
     with reader.snapshot():
         marks = reader.checkpoints()
@@ -125,11 +137,13 @@ def verify(
             return forged
         after, prev = (marks[-1].seq, marks[-1].hash) if marks else (0, GENESIS_HASH)
         by_seq = {mark.seq: mark.hash for mark in marks}
-        walked = _walk_exports(exports, by_seq) if exports else None
+        walked = _walk_exports(exports, by_seq, decisions) if exports else None
         if isinstance(walked, Verdict):
             return walked
         if walked is None:
-            return _walk_ledger(reader, after, prev, by_seq, progress, bool(exports))
+            return _walk_ledger(
+                reader, after, prev, by_seq, progress, bool(exports), seen=decisions
+            )
         chain, first = walked
         if (chain.expected - 1, chain.prev) != (after, prev):
             where = f"after event {after}" if after else "at the first event (never pruned)"
@@ -142,7 +156,15 @@ def verify(
                 after=first,
             )
         return _walk_ledger(
-            reader, after, prev, by_seq, progress, False, exported=chain.checked, first=first
+            reader,
+            after,
+            prev,
+            by_seq,
+            progress,
+            False,
+            exported=chain.checked,
+            first=first,
+            seen=decisions,
         )
 
 
@@ -182,13 +204,14 @@ def _walk_ledger(
     *,
     exported: int = 0,
     first: int | None = None,
+    seen: Seen | None = None,
 ) -> Verdict:
     """Walk every event the ledger holds: from the checkpoint, or from the oldest event
     left at or before it, which links to an event a prune removed."""
     low = reader.first_seq()
     leftover = after - low + 1 if low is not None and low <= after else 0
-    chain = _Chain(low, None, marks=marks) if low is not None and leftover else None
-    chain = chain or _Chain(after + 1, prev, marks=marks)
+    chain = _Chain(low, None, marks=marks, seen=seen) if low is not None and leftover else None
+    chain = chain or _Chain(after + 1, prev, marks=marks, seen=seen)
     begin = after if first is None else first
     # What the head says is there, for the progress: counting the rows would read them all
     # a second time.
@@ -223,7 +246,7 @@ def _walk_ledger(
 
 
 def _walk_exports(
-    exports: Sequence[Path], marks: dict[int, str]
+    exports: Sequence[Path], marks: dict[int, str], seen: Seen | None = None
 ) -> tuple[_Chain, int] | Verdict | None:
     """Walk the exports in the order of their first events: the chain they make and
     the event it follows, the verdict naming the first event that does not fit, or None
@@ -240,7 +263,8 @@ def _walk_exports(
     after = begin.seq - 1
     # An export from the first event links to the genesis hash; a later one to its
     # predecessor's hash, which only an earlier export (or trust) vouches for.
-    chain = _Chain(begin.seq, GENESIS_HASH if begin.seq == 1 else begin.prev_hash, marks=marks)
+    start = GENESIS_HASH if begin.seq == 1 else begin.prev_hash
+    chain = _Chain(begin.seq, start, marks=marks, seen=seen)
     for _start, path in starts:
         try:
             for stored in _read_export(path):

@@ -4,6 +4,13 @@ The queries are written once, in :mod:`sidecar.ledger.operator_queries`; each ba
 here supplies their primitives: run a statement, and hold the chain's head locked for a
 transaction that appends. :func:`open_operator_ledger` picks the backend a command or
 the console was given.
+
+Each backend also says who decides, as it authenticates them: on PostgreSQL the role the
+operator connected as (the ledger's trigger refuses a decision from any role but an
+operator's, sidecar.ledger.pgschema); on SQLite, which has no roles, the operator key the
+decision is signed with (sidecar.ledger.operator_keys). A SQLite decision made without a
+key is recorded unsigned, as before keys, and ``audit verify`` reports it once the ledger's
+decisions are signed.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sidecar.ledger.base import LedgerError
+from sidecar.ledger.base import AuditEvent, LedgerError
 from sidecar.ledger.liveness import POSTGRES_CLOCK, SQLITE_CLOCK
+from sidecar.ledger.operator_keys import OperatorKey, load_key
 from sidecar.ledger.operator_queries import (
     OUTCOMES,
     InFlight,
@@ -26,6 +34,7 @@ from sidecar.ledger.operator_queries import (
     RunRow,
     RunsPage,
 )
+from sidecar.ledger.pending import DecisionRefused
 from sidecar.ledger.schema import EventClock
 from sidecar.ledger.sql import POSTGRES, SQLITE, Queries, ledger_clock
 
@@ -50,12 +59,20 @@ class SqliteOperatorLedger(OperatorLedger):
     _queries = Queries(SQLITE)
     _clock = SQLITE_CLOCK
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout_ms: int = 5000,
+        read_only: bool = False,
+        operator_key: OperatorKey | None = None,
+    ) -> None:
         from sidecar.ledger.sqlite import connect
 
         if not path.exists():
             raise LedgerError(f"no ledger at {path}")
         self.path = path
+        self._key = operator_key
         try:
             if read_only:
                 self._conn = sqlite3.connect(
@@ -81,6 +98,18 @@ class SqliteOperatorLedger(OperatorLedger):
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         self._conn.executemany(sql, rows)
+
+    def operator(self) -> str:
+        # Without a key nobody is authenticated: "" (the decision goes unsigned).
+        return "" if self._key is None else self._key.id
+
+    def signs(self) -> bool:
+        """Whether decisions are signed: an operator key was given."""
+        return self._key is not None
+
+    def _attest(self, event: AuditEvent, seq: int, head: str) -> AuditEvent:
+        # Unsigned without a key: `audit verify` reports it once decisions are signed.
+        return event if self._key is None else self._key.sign(event, seq, head)
 
     @contextlib.contextmanager
     def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
@@ -158,8 +187,16 @@ class PostgresOperatorLedger(OperatorLedger):
                 raise LedgerError(f"ledger could not be read: {exc}") from exc
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
-        with self._conn.cursor() as cur:
-            cur.executemany(sql, rows)
+        try:
+            with self._conn.cursor() as cur:
+                cur.executemany(sql, rows)
+        except self._psycopg.errors.InsufficientPrivilege as exc:
+            # The ledger's trigger: this role is no operator's (sidecar.ledger.pgschema).
+            raise DecisionRefused(str(exc).strip().splitlines()[0]) from None
+
+    def operator(self) -> str:
+        rows = self._fetch("SELECT current_user")
+        return str(rows[0][0])
 
     @contextlib.contextmanager
     def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
@@ -184,15 +221,21 @@ class PostgresOperatorLedger(OperatorLedger):
 
 
 def open_operator_ledger(
-    audit_db: Path | None, audit_dsn: str | None, *, read_only: bool = False
+    audit_db: Path | None,
+    audit_dsn: str | None,
+    *,
+    read_only: bool = False,
+    operator_key: Path | None = None,
 ) -> OperatorLedger:
     """The ledger the settings name: PostgreSQL when given a DSN, else the SQLite file.
 
     ``read_only`` for counting and listing alone: nothing is created or written,
-    not even the schema's indexes.
+    not even the schema's indexes. ``operator_key``: the file of the key a SQLite ledger's
+    decisions are signed with (PostgreSQL authenticates its operators by their role).
     """
     if audit_dsn:
         return PostgresOperatorLedger(audit_dsn, read_only=read_only)
     if audit_db is None:
         raise LedgerError("no ledger named: give --audit-db PATH or --audit-dsn DSN")
-    return SqliteOperatorLedger(audit_db, read_only=read_only)
+    key = load_key(operator_key) if operator_key is not None else None
+    return SqliteOperatorLedger(audit_db, read_only=read_only, operator_key=key)

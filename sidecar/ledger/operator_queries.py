@@ -21,7 +21,14 @@ from datetime import UTC, datetime
 from typing import Any, Unpack
 
 from sidecar.ledger import permits
-from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase, RunSummary, StoredEvent
+from sidecar.ledger.base import (
+    GENESIS_HASH,
+    AuditEvent,
+    LedgerError,
+    Phase,
+    RunSummary,
+    StoredEvent,
+)
 from sidecar.ledger.liveness import (
     AttemptLife,
     Clock,
@@ -301,11 +308,22 @@ SELECT b.derived_id FROM audit_events b
         with self._locked_head() as (seq, head, clock):
             events = self.events_for(item_id)
             self._refuse_in_flight(events)
-            event = decision_event(events, item_id, decision, **note)
+            event = self._attest(decision_event(events, item_id, decision, **note), seq + 1, head)
             batch = chain([event], seq, head, {}, clock=clock)
             self._execute_many(self._queries.insert_event, batch.rows)
             self._execute_many(self._queries.set_head, [(batch.seq, batch.head)])
         return self.event(batch.seq)
+
+    def operator(self) -> str:
+        """Who this ledger's decisions are recorded as deciding: the operator as the
+        backend authenticates them, or "" when it authenticates none (a SQLite ledger
+        opened without an operator key)."""
+        raise NotImplementedError
+
+    def _attest(self, event: AuditEvent, seq: int, head: str) -> AuditEvent:
+        """The decision ``event``, to be appended as event ``seq`` after the hash ``head``,
+        as the backend makes it an operator's (sidecar.ledger.operator): signed, on SQLite."""
+        return event
 
     def _refuse_in_flight(self, events: Sequence[StoredEvent]) -> None:
         item = pending_item(events)

@@ -88,9 +88,14 @@ class RecordedDecision:
     by: str
     reason: str
     result_json: str
+    by_note: str = ""  # the name the operator typed, beside who the ledger authenticated
 
     def describe(self) -> str:
-        return f"event #{self.seq}: {self.decision.value} by {self.by} at {self.ts} ({self.reason})"
+        noted = f", noted as {self.by_note}" if self.by_note else ""
+        return (
+            f"event #{self.seq}: {self.decision.value} by {self.by}{noted} at {self.ts} "
+            f"({self.reason})"
+        )
 
 
 class DecisionRefused(Exception):
@@ -114,6 +119,7 @@ def decision_of(stored: StoredEvent) -> RecordedDecision:
         by=str(detail.get("by", "")),
         reason=str(detail.get("reason", "")),
         result_json=str(detail.get("result_json", "")),
+        by_note=str(detail.get("by_note", "")),
     )
 
 
@@ -277,12 +283,16 @@ def _item(kind: Kind, stored: StoredEvent, why: str) -> PendingItem:
 class DecisionNote(TypedDict):
     """Who decides and why, and what a step that ran returned: a decision's keywords."""
 
+    # The operator as authenticated: the PostgreSQL role, the operator key's id, the
+    # console's sign-in. Never a name the operator merely typed: that is ``by_note``.
     by: str
     reason: str
     result_json: NotRequired[str]
     digest: NotRequired[str]
     # The header a sign-in proxy named ``by`` in; unset when the name was typed.
     by_header: NotRequired[str]
+    # A name the operator gave (``audit resolve --by``), recorded beside ``by`` as a note.
+    by_note: NotRequired[str]
 
 
 def decision_event(
@@ -295,6 +305,7 @@ def decision_event(
     result_json: str = "",
     digest: str = "",
     by_header: str = "",
+    by_note: str = "",
 ) -> AuditEvent:
     """The audit event recording ``decision`` on ``item_id``, given the id's events.
 
@@ -312,6 +323,8 @@ def decision_event(
     }
     if by_header:
         detail["by_header"] = by_header
+    if by_note and by_note != by:
+        detail["by_note"] = by_note
     if item.tool:
         detail["tool"] = item.tool
     if result_json:
@@ -342,8 +355,10 @@ def _decidable_item(
     result_json: str,
 ) -> PendingItem:
     """The pending item ``decision`` may settle; DecisionRefused naming why not."""
-    if not by.strip() or not reason.strip():
-        raise DecisionRefused("a decision needs --by NAME and --reason TEXT")
+    if not by.strip():
+        raise DecisionRefused("a decision needs an authenticated operator")
+    if not reason.strip():
+        raise DecisionRefused("a decision needs --reason TEXT")
     if not events:
         raise DecisionRefused(f"no step or write with id {item_id} in the ledger")
     item = pending_item(events)

@@ -1,11 +1,17 @@
-"""The PostgreSQL ledger's schema: its version, its migration as the owner, the writer's grants.
+"""The PostgreSQL ledger's schema: its version, its migration as the owner, the roles' grants.
 
-Two roles keep the fleet's audit out of any one pod's reach. The **owner** creates and
+Three roles keep the fleet's audit out of any one pod's reach. The **owner** creates and
 upgrades the tables (``actonce audit migrate``) and prunes (``actonce audit prune``). Every
 sidecar runs as a **writer**, which ``actonce audit migrate --writer-role NAME`` grants only
-what a sidecar and ``actonce audit resolve`` need (:data:`WRITER_GRANTS`): it appends events
-but can neither UPDATE nor DELETE one, and never writes a checkpoint, so that it can neither
-rewrite the audit nor make a forged checkpoint hide part of it.
+what a sidecar needs (:data:`WRITER_GRANTS`): it appends events but can neither UPDATE nor
+DELETE one, and never writes a checkpoint, so that it can neither rewrite the audit nor make
+a forged checkpoint hide part of it. It fences and binds runs only through functions that
+check the run's rule (:data:`GUARDS`): no run moves to another rule. People decide as an
+**operator** (``--operator-role NAME``, :data:`OPERATOR_GRANTS`): a trigger refuses a
+decision event from any role that is not a member of an operator role (or the owner), and
+stamps every event with the role that inserted it (``author``), which ``audit verify``
+checks for each decision. A pod's writer DSN can then neither decide nor fence or bind a
+run of another rule than the one the run already has.
 
 A sidecar reads the schema's version first and runs no DDL when it is current, so a writer
 starts on a migrated ledger. On one that is missing or older it creates what is missing, as
@@ -21,18 +27,22 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from sidecar.ledger.base import GENESIS_HASH, LedgerError
+from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase
 from sidecar.ledger.schema import (
     ADDED_COLUMNS,
     RECORD_VERSION,
-    SCHEMA_VERSION,
     checkpoints_table,
     run_rules_table,
     schema_table,
     tables,
 )
-from sidecar.ledger.sql import POSTGRES, present_columns
+from sidecar.ledger.sql import POSTGRES, phase, present_columns
 from sidecar.ops import pgbounds
+
+# The PostgreSQL ledger's version: the shared schema's (sidecar.ledger.schema), then 3: every
+# event's author, the operator roles, the decision trigger and the fencing functions. A
+# SQLite ledger has no roles and stays at the shared version.
+SCHEMA_VERSION = 3
 
 SCHEMA = (
     tables("BIGINT")
@@ -50,20 +60,109 @@ INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT
 )
 
 # What a sidecar's role needs, table by table, and nothing more. Appending takes the head
-# FOR UPDATE (which needs UPDATE on it) and moves it; BeginAttempt upserts the fencing rows
-# and binds the run's rule; decisions append like any event. No UPDATE or DELETE of events,
-# and checkpoints only read: pruning is the owner's.
+# FOR UPDATE (which needs UPDATE on it) and moves it. The fencing rows and the runs' rules
+# are written only through GUARDS. No UPDATE or DELETE of events, no decision (the trigger
+# refuses it), and checkpoints only read: pruning is the owner's.
 WRITER_GRANTS = (
     ("audit_events", "SELECT, INSERT"),
     ("audit_head", "SELECT, UPDATE"),
-    ("audit_runs", "SELECT, INSERT, UPDATE"),
-    ("audit_scopes", "SELECT, INSERT, UPDATE"),
-    ("audit_run_rules", "SELECT, INSERT"),
+    ("audit_runs", "SELECT"),
+    ("audit_scopes", "SELECT"),
+    ("audit_run_rules", "SELECT"),
     ("audit_checkpoints", "SELECT"),
     ("audit_schema", "SELECT"),
     # Each sidecar's heartbeat (sidecar.ledger.liveness): renewed, and removed at close.
     ("audit_sidecars", "SELECT, INSERT, UPDATE, DELETE"),
 )
+
+# What `audit pending`, `audit resolve` and the console need: read everything, and append a
+# decision (the head moves with it). Nothing that fences, binds or beats.
+OPERATOR_GRANTS = (
+    ("audit_events", "SELECT, INSERT"),
+    ("audit_head", "SELECT, UPDATE"),
+    ("audit_runs", "SELECT"),
+    ("audit_scopes", "SELECT"),
+    ("audit_run_rules", "SELECT"),
+    ("audit_checkpoints", "SELECT"),
+    ("audit_schema", "SELECT"),
+    ("audit_sidecars", "SELECT"),
+)
+
+# The functions a writer fences and binds through, by signature (sidecar.ledger.sql).
+GUARDS = (
+    "audit_bind_run(TEXT, TEXT)",
+    "audit_fence_run(TEXT, TEXT, TEXT)",
+    "audit_fence_scope(TEXT, TEXT, TEXT, TEXT)",
+)
+
+# The roles an operator's decision is recorded under, and what checks and stamps it. Each
+# function that runs as the owner (SECURITY DEFINER) has its search_path pinned to the
+# ledger's schema, so that no role can put a table of its own in front of the ledger's.
+# The trigger's function runs as the role that inserts: current_user is who appends.
+_ROLES_DDL = f"""
+ALTER TABLE audit_events ADD COLUMN IF NOT EXISTS author TEXT;
+CREATE TABLE IF NOT EXISTS audit_operator_roles (
+    role TEXT PRIMARY KEY
+);
+CREATE OR REPLACE FUNCTION audit_is_operator(who TEXT) RETURNS BOOLEAN
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = {{schema}}, pg_temp AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_roles w WHERE w.rolname = who AND (
+            pg_has_role(w.oid, (SELECT relowner FROM pg_class
+                                 WHERE oid = 'audit_events'::regclass), 'MEMBER')
+            OR EXISTS (SELECT 1 FROM audit_operator_roles o JOIN pg_roles r ON r.rolname = o.role
+                        WHERE pg_has_role(w.oid, r.oid, 'MEMBER'))))
+$$;
+CREATE OR REPLACE FUNCTION audit_events_authored() RETURNS trigger
+LANGUAGE plpgsql SET search_path = {{schema}}, pg_temp AS $$
+BEGIN
+    NEW.author := current_user;
+    IF NEW.phase = {phase(Phase.DECISION)} AND NOT audit_is_operator(current_user::TEXT) THEN
+        RAISE EXCEPTION 'role % may not record a decision: only an operator role may '
+            '(actonce audit migrate --operator-role NAME)', current_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS audit_events_authored ON audit_events;
+CREATE TRIGGER audit_events_authored BEFORE INSERT ON audit_events
+    FOR EACH ROW EXECUTE FUNCTION audit_events_authored();
+CREATE OR REPLACE FUNCTION audit_bind_run(run TEXT, claimed TEXT) RETURNS VOID
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = {{schema}}, pg_temp AS $$
+DECLARE
+    bound TEXT;
+BEGIN
+    -- The run's rule as bound, or, for a run begun before runs were bound, as its first
+    -- begin says (sidecar.ledger.sql: Queries.run_rules).
+    bound := COALESCE(
+        (SELECT rule FROM audit_run_rules WHERE run_id = run),
+        (SELECT rule FROM audit_events WHERE run_id = run
+            AND phase = {phase(Phase.ATTEMPT_BEGIN)} ORDER BY seq LIMIT 1));
+    IF bound IS NULL THEN
+        INSERT INTO audit_run_rules (run_id, rule) VALUES (run, claimed) ON CONFLICT DO NOTHING;
+        bound := (SELECT rule FROM audit_run_rules WHERE run_id = run);
+    END IF;
+    IF bound <> claimed THEN
+        RAISE EXCEPTION 'run % belongs to rule %, not %', run, bound, claimed
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+CREATE OR REPLACE FUNCTION audit_fence_run(run TEXT, attempt TEXT, claimed TEXT) RETURNS VOID
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = {{schema}}, pg_temp AS $$
+BEGIN
+    PERFORM audit_bind_run(run, claimed);
+    INSERT INTO audit_runs (run_id, attempt_id) VALUES (run, attempt)
+        ON CONFLICT (run_id) DO UPDATE SET attempt_id = excluded.attempt_id;
+END $$;
+CREATE OR REPLACE FUNCTION audit_fence_scope(run TEXT, scoped TEXT, attempt TEXT, claimed TEXT)
+RETURNS VOID
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = {{schema}}, pg_temp AS $$
+BEGIN
+    PERFORM audit_bind_run(run, claimed);
+    INSERT INTO audit_scopes (run_id, scope, attempt_id) VALUES (run, scoped, attempt)
+        ON CONFLICT (run_id, scope) DO UPDATE SET attempt_id = excluded.attempt_id;
+END $$;
+"""
 
 # Serializes schema changes: CREATE TABLE IF NOT EXISTS is not atomic in PostgreSQL.
 _SCHEMA_LOCK = 7263001
@@ -121,6 +220,12 @@ def _create(conn: psycopg.Connection[Any]) -> None:
     for name, statement, _ in ADDED_COLUMNS:
         if name not in present:
             conn.execute(statement)
+    schema = _schema_name(conn)
+    conn.execute(_ROLES_DDL.replace("{schema}", sql.Identifier(schema).as_string(conn)))
+    # A writer runs the guards and the trigger's check, never what they guard; nobody else
+    # runs the guards at all.
+    for guard in GUARDS:
+        conn.execute(f"REVOKE ALL ON FUNCTION {guard} FROM PUBLIC")
     conn.execute(RECORD_VERSION.replace("?", "%s"), (SCHEMA_VERSION,))
 
 
@@ -149,15 +254,34 @@ def ensure_schema(dsn: str) -> SchemaState:
         raise LedgerError(f"cannot open the PostgreSQL ledger: {one_line(exc)}") from exc
 
 
-def migrate(dsn: str, *, writer_role: str | None = None) -> SchemaState:
-    """``actonce audit migrate``: create or upgrade the schema as the owner, and grant
-    ``writer_role`` exactly :data:`WRITER_GRANTS` (whatever it held before)."""
+def migrate(
+    dsn: str, *, writer_role: str | None = None, operator_role: str | None = None
+) -> SchemaState:
+    """``actonce audit migrate``: create or upgrade the schema as the owner, grant
+    ``writer_role`` exactly :data:`WRITER_GRANTS` and :data:`GUARDS`, and ``operator_role``
+    exactly :data:`OPERATOR_GRANTS` and the right to decide (whatever each held before).
+
+    LedgerError when the writer role is, or is a member of, an operator role: its pods
+    would decide."""
     try:
         with connect(dsn) as conn:
             before = schema_version(conn)
             _create(conn)
+            if operator_role:
+                _grant(conn, operator_role, OPERATOR_GRANTS)
+                conn.execute(
+                    "INSERT INTO audit_operator_roles (role) VALUES (%s) ON CONFLICT DO NOTHING",
+                    (operator_role,),
+                )
             if writer_role:
-                _grant_writer(conn, writer_role)
+                _grant(conn, writer_role, WRITER_GRANTS)
+                for guard in GUARDS:
+                    conn.execute(
+                        sql.SQL(f"GRANT EXECUTE ON FUNCTION {guard} TO {{}}").format(
+                            sql.Identifier(writer_role)
+                        )
+                    )
+                _refuse_deciding_writer(conn, writer_role)
             conn.commit()
             state = _state(conn, SCHEMA_VERSION)
             return SchemaState(state.version, state.role, state.owner, migrated_from=before)
@@ -165,15 +289,58 @@ def migrate(dsn: str, *, writer_role: str | None = None) -> SchemaState:
         raise LedgerError(f"the migration failed: {one_line(exc)}") from exc
 
 
-def _grant_writer(conn: psycopg.Connection[Any], role: str) -> None:
+def _schema_name(conn: psycopg.Connection[Any]) -> str:
+    found = conn.execute("SELECT current_schema()").fetchone()
+    assert found is not None
+    return str(found[0])
+
+
+def _refuse_deciding_writer(conn: psycopg.Connection[Any], role: str) -> None:
+    """LedgerError when ``role``, a writer, may record decisions: it is an operator."""
+    found = conn.execute("SELECT audit_is_operator(%s)", (role,)).fetchone()
+    if found is not None and found[0]:
+        raise LedgerError(
+            f"role {role} is a member of an operator role or of the ledger's owner: a writer "
+            "must not be able to decide; give the sidecars a role of their own"
+        )
+
+
+def _grant(conn: psycopg.Connection[Any], role: str, grants: tuple[tuple[str, str], ...]) -> None:
     name = sql.Identifier(role)
-    schema = conn.execute("SELECT current_schema()").fetchone()
-    assert schema is not None
-    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema[0]), name))
-    for table, privileges in WRITER_GRANTS:
+    schema = sql.Identifier(_schema_name(conn))
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, name))
+    for table, privileges in grants:
         target = sql.Identifier(table)
         conn.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(target, name))
         conn.execute(sql.SQL(f"GRANT {privileges} ON {{}} TO {{}}").format(target, name))
+
+
+@dataclass(frozen=True)
+class Authorship:
+    """Who recorded a ledger's decisions, as ``audit verify`` reports it."""
+
+    checked: int  # decisions whose author was recorded, and is an operator
+    unrecorded: int  # decisions appended before authors were recorded (version 3)
+    not_operators: list[tuple[int, str]]  # (seq, author) of decisions no operator made
+
+
+def decision_authors(dsn: str) -> Authorship | None:
+    """Each decision's recorded author checked against the operator roles; None for a
+    ledger that records no authors (not yet migrated to version 3)."""
+    try:
+        with connect(dsn) as conn:
+            version = schema_version(conn)
+            if version is None or version < SCHEMA_VERSION:
+                return None
+            rows = conn.execute(
+                "SELECT seq, author, author IS NOT NULL AND audit_is_operator(author) "
+                f"FROM audit_events WHERE phase = {phase(Phase.DECISION)} ORDER BY seq"
+            ).fetchall()
+    except psycopg.Error as exc:
+        raise LedgerError(f"cannot read the decisions' authors: {one_line(exc)}") from exc
+    unrecorded = sum(1 for _seq, author, _ok in rows if author is None)
+    bad = [(int(seq), str(author)) for seq, author, ok in rows if author is not None and not ok]
+    return Authorship(len(rows) - unrecorded - len(bad), unrecorded, bad)
 
 
 def one_line(exc: BaseException) -> str:

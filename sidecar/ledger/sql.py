@@ -69,6 +69,9 @@ class Dialect:
     # ledger stamps its events with. SQLite has none apart from its writer's: a ledger file
     # lives on one host, whose clock each process writing it reads.
     clock: str = "NULL"
+    # Fencing rows and runs' rules are written through the ledger's functions, which check
+    # the run's rule (sidecar.ledger.pgschema.GUARDS): a writer role may not write them.
+    guarded: bool = False
 
 
 # SQLite's BEGIN IMMEDIATE already holds the whole file for the writer.
@@ -88,6 +91,7 @@ POSTGRES = Dialect(
     "WHERE table_schema = current_schema() AND table_name = 'audit_events'",
     array_parameter=True,
     clock="clock_timestamp()",
+    guarded=True,
 )
 
 # A run's summary, as `audit runs` and the console's runs page show it.
@@ -147,6 +151,10 @@ class Queries:
             "INSERT INTO audit_scopes (run_id, scope, attempt_id) VALUES (?, ?, ?) "
             "ON CONFLICT (run_id, scope) DO UPDATE SET attempt_id = excluded.attempt_id"
         )
+        if dialect.guarded:  # the same rows, each with the rule its begin claims
+            self.bind_run = self.sql("SELECT audit_bind_run(?, ?)")
+            self.begin_run = self.sql("SELECT audit_fence_run(?, ?, ?)")
+            self.begin_scope = self.sql("SELECT audit_fence_scope(?, ?, ?, ?)")
         self.events_for = self.events_of(1)
         self.first_attempt = self.sql(
             f"SELECT {COLUMNS} FROM audit_events WHERE run_id = ? AND scope = ? "
@@ -242,12 +250,17 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
     events, refused = _permits(db, sql, events, clock)
     newest = newest_attempts(keys, unscoped, scoped)
     batch = chain(events, seq, prev, newest, run_rules=run_rules, clock=clock, not_granted=refused)
+    begun: Sequence[tuple[str, ...]] = batch.begun
+    begun_scoped: Sequence[tuple[str, ...]] = batch.begun_scoped
+    if sql.dialect.guarded:  # chain() left each begun run's rule in run_rules
+        begun = [(*row, run_rules[row[0]]) for row in begun]
+        begun_scoped = [(*row, run_rules[row[0]]) for row in begun_scoped]
     if batch.bound:
         db.executemany(sql.bind_run, batch.bound)
-    if batch.begun:
-        db.executemany(sql.begin_run, batch.begun)
-    if batch.begun_scoped:
-        db.executemany(sql.begin_scope, batch.begun_scoped)
+    if begun:
+        db.executemany(sql.begin_run, begun)
+    if begun_scoped:
+        db.executemany(sql.begin_scope, begun_scoped)
     if batch.rows:
         db.executemany(sql.insert_event, batch.rows)
         db.execute(sql.set_head, (batch.seq, batch.head))

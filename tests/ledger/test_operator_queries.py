@@ -126,7 +126,7 @@ def test_a_decision_settles_an_item_once_and_the_chain_stays_intact(ledgers: Led
             ledger.resolve("art_y", Decision.RAN, by="al", reason="r", result_json="{}")
         with pytest.raises(DecisionRefused, match="is a step"):
             ledger.resolve("stp_x", Decision.LANDED, by="al", reason="r")
-        with pytest.raises(DecisionRefused, match="--by"):
+        with pytest.raises(DecisionRefused, match="authenticated operator"):
             ledger.resolve("stp_x", Decision.DID_NOT_RUN, by="", reason="r")
         stored = ledger.resolve("stp_x", Decision.DID_NOT_RUN, by="al", reason="no charge")
         assert stored.event.phase == "decision" and stored.event.run_id == "run-b"

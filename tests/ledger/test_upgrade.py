@@ -19,8 +19,7 @@ import psycopg
 import pytest
 
 from sidecar.ledger.audit_command import open_reader
-from sidecar.ledger.pgschema import connect, schema_version
-from sidecar.ledger.schema import SCHEMA_VERSION
+from sidecar.ledger.pgschema import SCHEMA_VERSION, connect, schema_version
 from tests.harness import refusal, sidecar_config, start_sidecar
 from tests.helpers import postgres as pg
 from tests.ledger.support import LedgerPlace

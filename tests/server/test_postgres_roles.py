@@ -1,9 +1,11 @@
 """Least privilege on a PostgreSQL ledger, on the real server.
 
 `actonce audit migrate` creates the schema as the owner and grants a writer role what a
-sidecar needs: the writer appends, fences, binds runs and decides (through `audit resolve`),
-and is refused any UPDATE or DELETE of an event and any checkpoint. A sidecar started on a
-ledger it cannot use says why in one line and exits 2.
+sidecar needs: the writer appends, and fences and binds runs of their own rule through the
+ledger's functions; it is refused any UPDATE or DELETE of an event, any checkpoint, any
+decision, and any fence or bind written around the functions. Decisions are an operator
+role's alone, and `audit verify` names a decision whose author is no operator. A sidecar
+started on a ledger it cannot use says why in one line and exits 2.
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
 from sidecar.cli import main
+from sidecar.ledger.base import AuditEvent, Phase
 from tests.harness import free_port, refusal, sidecar_config, spawn_sidecar
 from tests.helpers import postgres as pg
 from tests.helpers.env import scrubbed_env
 from tests.ledger.support import LedgerPlace
-from tests.ledger.test_retention import finished_run  # events as the sidecar writes them
+from tests.ledger.test_retention import (  # events as the sidecar writes them
+    begin,
+    finished_run,
+    step_in_doubt,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,8 @@ class Roles:
     owner: str  # the DSN of the ledger's owner (the server's superuser here)
     writer: str  # the same database as the writer role
     role: str
+    operator: str  # the same database as the operator role
+    operator_role: str
 
 
 def _role_dsn(dsn: str, role: str) -> str:
@@ -61,22 +70,26 @@ def _audit(*args: str) -> tuple[int, str, str]:
 def roles() -> Iterator[Roles]:
     owner = pg.fresh_database("roles")
     role = f"writer_{secrets.token_hex(4)}"
+    operator = f"operator_{secrets.token_hex(4)}"
     with psycopg.connect(owner, autocommit=True) as conn:
         conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'CREATE ROLE "{operator}" LOGIN')
         # As PostgreSQL 15 does by default: only the owner creates in the schema.
         conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
     try:
-        yield Roles(owner, _role_dsn(owner, role), role)
+        yield Roles(owner, _role_dsn(owner, role), role, _role_dsn(owner, operator), operator)
     finally:
         pg.drop_database(owner)
         with psycopg.connect(pg.server_dsn(), autocommit=True) as conn:
             conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+            conn.execute(f'DROP ROLE IF EXISTS "{operator}"')
 
 
 def _migrate(roles: Roles) -> None:
-    code, out, err = _audit("migrate", "--writer-role", roles.role, "--audit-dsn", roles.owner)
+    code, out, err = _audit("migrate", "--writer-role", roles.role, "--operator-role",
+                            roles.operator_role, "--audit-dsn", roles.owner)  # fmt: skip
     assert code == 0, err
-    assert "schema at version" in out and roles.role in out
+    assert "schema at version" in out and roles.role in out and roles.operator_role in out
 
 
 def test_the_writer_role_may_append_but_never_update_or_delete_an_event(
@@ -103,6 +116,86 @@ def test_the_writer_role_may_append_but_never_update_or_delete_an_event(
     assert code == 2 and "permission denied" in err, err
     with psycopg.connect(roles.owner, autocommit=True) as conn:
         assert conn.execute("SELECT COUNT(*) FROM audit_events").fetchone() == (4,)
+
+
+def _decision_row(seq: int) -> str:
+    """A decision on the payments charge, as a holder of the writer DSN would insert it."""
+    return (
+        "INSERT INTO audit_events (seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, "
+        "write_type, derived_id, request_id, occurrence, digest, outcome, reason, "
+        "failure_class, detail, prev_hash, hash) VALUES "
+        f"({seq}, 'now', 'pay-1', 'p1', 'Resolve', 'decision', 'triage', '', 'step', "
+        "'stp_charge', '', 0, '', '', '', '', "
+        '\'{"decision":"did_not_run","by":"alice@corp"}\', \'x\', \'y\')'
+    )
+
+
+def test_the_writer_dsn_can_neither_decide_nor_fence_nor_bind_another_rules_run(
+    roles: Roles,
+) -> None:
+    _migrate(roles)
+    # The payments pod's run, its charge in doubt, as its sidecar wrote it (as the writer).
+    LedgerPlace(None, roles.writer).append(
+        begin("pay-1", "p1"), step_in_doubt("pay-1", "p1", "stp_charge")
+    )
+    # Holding only a pod's writer DSN, another rule's in-doubt charge cannot be decided...
+    decide = ("resolve", "stp_charge", "--did-not-run", "--by", "alice@corp", "--reason", "x")
+    code, _out, err = _audit(*decide, "--audit-dsn", roles.writer)
+    assert code == 1 and f"role {roles.role} may not record a decision" in err, err
+    with psycopg.connect(roles.writer, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="may not record"):
+            conn.execute(_decision_row(3))  # ...nor by hand
+        # ...nor its run fenced or moved to another rule, around the functions...
+        for statement in (
+            "UPDATE audit_runs SET attempt_id = 'mine' WHERE run_id = 'pay-1'",
+            "INSERT INTO audit_runs (run_id, attempt_id) VALUES ('pay-2', 'mine')",
+            "INSERT INTO audit_scopes (run_id, scope, attempt_id) VALUES ('pay-1', 's', 'm')",
+            "UPDATE audit_run_rules SET rule = 'chat' WHERE run_id = 'pay-1'",
+            "INSERT INTO audit_run_rules (run_id, rule) VALUES ('pay-2', 'chat')",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+        # ...or through them, under a rule the run does not have.
+        for call in (
+            "SELECT audit_fence_run('pay-1', 'mine', 'chat')",
+            "SELECT audit_fence_scope('pay-1', 's', 'mine', 'chat')",
+            "SELECT audit_bind_run('pay-1', 'chat')",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="belongs to rule"):
+                conn.execute(call)
+        assert conn.execute("SELECT attempt_id FROM audit_runs").fetchall() == [("p1",)]
+        assert conn.execute("SELECT run_id, rule FROM audit_run_rules").fetchall() == [
+            ("pay-1", "triage")
+        ]
+        assert conn.execute("SELECT COUNT(*) FROM audit_scopes").fetchone() == (0,)
+    # The sidecar's own scoped begin still fences its scope, as the writer.
+    scoped = AuditEvent("pay-1", "p2", "BeginAttempt", Phase.ATTEMPT_BEGIN, rule="triage",
+                        scope="tool-1")  # fmt: skip
+    LedgerPlace(None, roles.writer).append(scoped)
+    with psycopg.connect(roles.owner, autocommit=True) as conn:
+        assert conn.execute("SELECT run_id, scope, attempt_id FROM audit_scopes").fetchall() == [
+            ("pay-1", "tool-1", "p2")
+        ]
+    # The operator decides; verify names who did.
+    code, out, err = _audit(*decide, "--audit-dsn", roles.operator)
+    assert code == 0 and f"by {roles.operator_role}" in out, err
+    code, out, _err = _audit("verify", "--audit-dsn", roles.writer)
+    assert code == 0 and "decisions: 1 appended by operator roles" in out, out
+    # A decision row whose author is no operator (the trigger bypassed by the owner):
+    # the chain is intact, and verify still says no operator made it.
+    with psycopg.connect(roles.owner, autocommit=True) as conn:
+        conn.execute("UPDATE audit_events SET author = %s WHERE phase = 'decision'", (roles.role,))
+    code, out, _err = _audit("verify", "--audit-dsn", roles.owner)
+    assert code == 1 and "ledger intact" in out, out
+    assert f"was appended by role {roles.role}, which is not an operator" in out
+
+
+def test_migrate_refuses_a_writer_role_that_may_decide(roles: Roles) -> None:
+    with psycopg.connect(roles.owner, autocommit=True) as conn:
+        conn.execute(f'GRANT "{roles.operator_role}" TO "{roles.role}"')
+    code, _out, err = _audit("migrate", "--writer-role", roles.role, "--operator-role",
+                             roles.operator_role, "--audit-dsn", roles.owner)  # fmt: skip
+    assert code == 2 and "a writer must not be able to decide" in err, err
 
 
 def test_a_sidecar_runs_fully_as_the_writer_role(roles: Roles, tmp_path: Path) -> None:
@@ -132,11 +225,14 @@ def test_a_sidecar_runs_fully_as_the_writer_role(roles: Roles, tmp_path: Path) -
                 stub.BeginStep(pb.BeginStepRequest(attempt_id=second, tool="charge",
                                                    args_json="{}", effect=step.effect))  # fmt: skip
             assert refusal(doubt.value).reason == "IN_DOUBT"
-            # A person decides, as the writer role too.
-            code, out, err = _audit("resolve", began.step_id, "--ran", "--result-json",
-                                    '{"charge":"ch_1"}', "--by", "dana", "--reason", "PSP says so",
-                                    "--audit-dsn", roles.writer)  # fmt: skip
+            # A person decides, as the operator role: the writer role may not.
+            decide = ("resolve", began.step_id, "--ran", "--result-json", '{"charge":"ch_1"}',
+                      "--by", "dana", "--reason", "PSP says so")  # fmt: skip
+            code, _out, err = _audit(*decide, "--audit-dsn", roles.writer)
+            assert code == 1 and "may not record a decision" in err, err
+            code, out, err = _audit(*decide, "--audit-dsn", roles.operator)
             assert code == 0, err
+            assert f"by {roles.operator_role}" in out
             replay = stub.BeginStep(pb.BeginStepRequest(attempt_id=second, tool="charge",
                                                         args_json="{}", effect=step.effect))  # fmt: skip
             assert replay.outcome == types_pb2.OUTCOME_ALREADY_APPLIED
@@ -150,6 +246,14 @@ def test_a_sidecar_runs_fully_as_the_writer_role(roles: Roles, tmp_path: Path) -
     assert serving["ledger"] == roles.writer  # the DSN actually used (it holds no password)
     code, out, _err = _audit("verify", "--audit-dsn", roles.owner)
     assert code == 0, out
+    assert "decisions: 1 appended by operator roles" in out
+    with psycopg.connect(roles.owner, autocommit=True) as conn:
+        (decision,) = conn.execute(
+            "SELECT detail, author FROM audit_events WHERE phase = 'decision'"
+        ).fetchall()
+    # Who decided is the role PostgreSQL authenticated; the name typed is a note beside it.
+    assert json.loads(decision[0])["by"] == roles.operator_role == decision[1]
+    assert json.loads(decision[0])["by_note"] == "dana"
 
 
 def test_a_sidecar_that_owns_the_ledger_says_so(roles: Roles, tmp_path: Path) -> None:
