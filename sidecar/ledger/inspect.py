@@ -345,8 +345,10 @@ def _timeline_line(stored: StoredEvent) -> str:
         )
     if e.phase == Phase.DECISION:
         d = e.detail
+        # Who the ledger authenticated, and the name they typed beside it.
+        noted = f", noted as {d['by_note']}" if d.get("by_note") else ""
         return (
-            f"{head}   decision on {e.derived_id}: {d.get('decision')} by {d.get('by')} "
+            f"{head}   decision on {e.derived_id}: {d.get('decision')} by {d.get('by')}{noted} "
             f"({d.get('reason')})"
         )
     what = f"{e.rpc:<12} {e.derived_id or '-'}"
