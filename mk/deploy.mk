@@ -32,7 +32,8 @@ CHECK_MONITORING_SRC := $(wildcard deploy/tools/check-monitoring/*.go) \
 RENDERED := $(VENV)/deploy-check
 OVERLAYS := $(wildcard deploy/kubernetes/overlays/*)
 # Kustomizations rendered and validated whole; overlays and the Component's sample too.
-KUSTOMIZATIONS := base audit-prune audit-migrate artifact-store examples/add-to-a-deployment
+KUSTOMIZATIONS := base audit-prune audit-migrate artifact-store examples/add-to-a-deployment \
+	quickstart
 
 TEST_TARGETS += test-deploy
 

@@ -133,11 +133,16 @@ def mounted(
         moved[mount["mountPath"].rstrip("/") + "/"] = f"{folder}/"
     result = {}
     for name, value in env.items():
-        # The deepest mount that holds the path, as in the container; moved once.
-        prefixes = [p for p in moved if value.startswith(p)]
+        # The deepest mount that holds the path, or is it (a data folder), as in the
+        # container; moved once.
+        prefixes = [p for p in moved if f"{value}/".startswith(p)]
         if prefixes:
             prefix = max(prefixes, key=len)
-            value = moved[prefix] + value[len(prefix) :]
+            value = (
+                f"{moved[prefix]}{value[len(prefix) :]}"
+                if value != prefix[:-1]
+                else moved[prefix][:-1]
+            )
         result[name] = value
     return result
 
