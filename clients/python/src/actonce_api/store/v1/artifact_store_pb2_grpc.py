@@ -43,8 +43,8 @@ class ArtifactStoreServiceStub:
     Ownership: every artifact, proposal and thread belongs to the rule whose run
     created it. A caller names the rule it acts for in each request's
     `principal`; a create records principal.rule as the owner. Every other call
-    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
-    names the owner) unless the owner is principal.rule or
+    on an owned artifact or thread is refused with FORBIDDEN (its message names
+    the owner) unless the owner is principal.rule or
     principal.granted_owner. A request without a principal, and data without an
     owner (made before owners were recorded), are not checked: a store keeps
     answering callers that predate ownership as before.
@@ -140,8 +140,8 @@ class ArtifactStoreServiceServicer:
     Ownership: every artifact, proposal and thread belongs to the rule whose run
     created it. A caller names the rule it acts for in each request's
     `principal`; a create records principal.rule as the owner. Every other call
-    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
-    names the owner) unless the owner is principal.rule or
+    on an owned artifact or thread is refused with FORBIDDEN (its message names
+    the owner) unless the owner is principal.rule or
     principal.granted_owner. A request without a principal, and data without an
     owner (made before owners were recorded), are not checked: a store keeps
     answering callers that predate ownership as before.
@@ -335,8 +335,8 @@ class ArtifactStoreService:
     Ownership: every artifact, proposal and thread belongs to the rule whose run
     created it. A caller names the rule it acts for in each request's
     `principal`; a create records principal.rule as the owner. Every other call
-    on an owned artifact or thread is refused with FORBIDDEN (metadata["owner"]
-    names the owner) unless the owner is principal.rule or
+    on an owned artifact or thread is refused with FORBIDDEN (its message names
+    the owner) unless the owner is principal.rule or
     principal.granted_owner. A request without a principal, and data without an
     owner (made before owners were recorded), are not checked: a store keeps
     answering callers that predate ownership as before.
