@@ -136,8 +136,14 @@ type BeginAttemptResponse struct {
 	// (docs/derived-ids.md). A run keeps the version its first attempt of the
 	// same scope began with; a new run gets the sidecar's configured version.
 	IdSchemeVersion int32 `protobuf:"varint,2,opt,name=id_scheme_version,json=idSchemeVersion,proto3" json:"id_scheme_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The attempt's capability: an opaque secret bound to this attempt, its scope
+	// and its lease. With --agent-capabilities on, every call that names this
+	// attempt carries it (metadata and header "actonce-attempt-capability"), so a
+	// harness that holds the API token can hand an agent this attempt alone.
+	// Empty when the sidecar issues no capabilities.
+	Capability    string `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BeginAttemptResponse) Reset() {
@@ -184,6 +190,13 @@ func (x *BeginAttemptResponse) GetIdSchemeVersion() int32 {
 	return 0
 }
 
+func (x *BeginAttemptResponse) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
 // CreateRequest makes an artifact of a kind with JSON data.
 type CreateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -197,7 +210,12 @@ type CreateRequest struct {
 	Propose bool `protobuf:"varint,4,opt,name=propose,proto3" json:"propose,omitempty"`
 	// Client-chosen id of this one call, reused when the transport retries it
 	// (AIP-155): a repeat gets the first answer back.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// A key the caller chooses for this artifact (1 to 255 bytes), unique within
+	// its run and checkpoint: the id derives from the kind and the key instead of
+	// the data, so a redelivery whose data differs (a timestamp, a uuid) finds the
+	// same artifact. The same key with other data is refused KEY_REUSED.
+	Key           string `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -263,6 +281,13 @@ func (x *CreateRequest) GetPropose() bool {
 func (x *CreateRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CreateRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -622,7 +647,11 @@ type CreateThreadRequest struct {
 	// The thread's title. Not empty.
 	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
 	// Client-chosen id of this one call (AIP-155).
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// A key the caller chooses for this thread (1 to 255 bytes), unique within its
+	// run and checkpoint: the id derives from the key instead of the title. The
+	// same key with another title is refused KEY_REUSED.
+	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -674,6 +703,13 @@ func (x *CreateThreadRequest) GetTitle() string {
 func (x *CreateThreadRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *CreateThreadRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -1245,7 +1281,11 @@ type BeginStepRequest struct {
 	// The call's arguments: UTF-8 JSON text.
 	ArgsJson string `protobuf:"bytes,4,opt,name=args_json,json=argsJson,proto3" json:"args_json,omitempty"`
 	// Client-chosen id of this one call (AIP-155).
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// A key the caller chooses for this step (1 to 255 bytes), unique within its
+	// run and checkpoint: the step id derives from the tool and the key instead of
+	// the arguments. The same key with other arguments is refused KEY_REUSED.
+	Key           string `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1311,6 +1351,13 @@ func (x *BeginStepRequest) GetArgsJson() string {
 func (x *BeginStepRequest) GetRequestId() string {
 	if x != nil {
 		return x.RequestId
+	}
+	return ""
+}
+
+func (x *BeginStepRequest) GetKey() string {
+	if x != nil {
+		return x.Key
 	}
 	return ""
 }
@@ -1632,11 +1679,14 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"checkpoint\x12A\n" +
 	"\x0elease_deadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\x14\n" +
 	"\x05scope\x18\x05 \x01(\tR\x05scope\x12.\n" +
-	"\x13delivery_attempt_id\x18\x06 \x01(\tR\x11deliveryAttemptId\"a\n" +
+	"\x13delivery_attempt_id\x18\x06 \x01(\tR\x11deliveryAttemptId\"\x81\x01\n" +
 	"\x14BeginAttemptResponse\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12*\n" +
-	"\x11id_scheme_version\x18\x02 \x01(\x05R\x0fidSchemeVersion\"\x98\x01\n" +
+	"\x11id_scheme_version\x18\x02 \x01(\x05R\x0fidSchemeVersion\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x03 \x01(\tR\n" +
+	"capability\"\xaa\x01\n" +
 	"\rCreateRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x12\n" +
@@ -1644,7 +1694,8 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"\tdata_json\x18\x03 \x01(\tR\bdataJson\x12\x18\n" +
 	"\apropose\x18\x04 \x01(\bR\apropose\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"i\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03key\x18\x06 \x01(\tR\x03key\"i\n" +
 	"\x0eCreateResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome\x12\x18\n" +
@@ -1675,13 +1726,14 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"\x0eNoticeResponse\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12-\n" +
-	"\aoutcome\x18\x02 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome\"i\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome\"{\n" +
 	"\x13CreateThreadRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"b\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"b\n" +
 	"\x14CreateThreadResponse\x12\x1b\n" +
 	"\tthread_id\x18\x01 \x01(\tR\bthreadId\x12-\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome\"|\n" +
@@ -1719,7 +1771,7 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12A\n" +
 	"\x0elease_deadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\"X\n" +
 	"\x13ExtendLeaseResponse\x12A\n" +
-	"\x0elease_deadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\"\xb1\x01\n" +
+	"\x0elease_deadline\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\"\xc3\x01\n" +
 	"\x10BeginStepRequest\x12\x1d\n" +
 	"\n" +
 	"attempt_id\x18\x01 \x01(\tR\tattemptId\x12\x12\n" +
@@ -1727,7 +1779,8 @@ const file_actonce_v1_run_actions_proto_rawDesc = "" +
 	"\x06effect\x18\x03 \x01(\x0e2\x16.actonce.v1.ToolEffectR\x06effect\x12\x1b\n" +
 	"\targs_json\x18\x04 \x01(\tR\bargsJson\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"|\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x12\x10\n" +
+	"\x03key\x18\x06 \x01(\tR\x03key\"|\n" +
 	"\x11BeginStepResponse\x12\x17\n" +
 	"\astep_id\x18\x01 \x01(\tR\x06stepId\x12-\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x13.actonce.v1.OutcomeR\aoutcome\x12\x1f\n" +

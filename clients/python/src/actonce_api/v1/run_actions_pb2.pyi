@@ -90,6 +90,7 @@ class BeginAttemptResponse(_message.Message):
 
     ATTEMPT_ID_FIELD_NUMBER: _builtins.int
     ID_SCHEME_VERSION_FIELD_NUMBER: _builtins.int
+    CAPABILITY_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     """Opaque id of this attempt."""
     id_scheme_version: _builtins.int
@@ -97,15 +98,23 @@ class BeginAttemptResponse(_message.Message):
     (docs/derived-ids.md). A run keeps the version its first attempt of the
     same scope began with; a new run gets the sidecar's configured version.
     """
+    capability: _builtins.str
+    """The attempt's capability: an opaque secret bound to this attempt, its scope
+    and its lease. With --agent-capabilities on, every call that names this
+    attempt carries it (metadata and header "actonce-attempt-capability"), so a
+    harness that holds the API token can hand an agent this attempt alone.
+    Empty when the sidecar issues no capabilities.
+    """
     def __init__(
         self,
         *,
         attempt_id: _builtins.str = ...,
         id_scheme_version: _builtins.int = ...,
+        capability: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "id_scheme_version", b"id_scheme_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "capability", b"capability", "id_scheme_version", b"id_scheme_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -122,6 +131,7 @@ class CreateRequest(_message.Message):
     DATA_JSON_FIELD_NUMBER: _builtins.int
     PROPOSE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     """The attempt this write belongs to."""
     kind: _builtins.str
@@ -134,6 +144,12 @@ class CreateRequest(_message.Message):
     """Client-chosen id of this one call, reused when the transport retries it
     (AIP-155): a repeat gets the first answer back.
     """
+    key: _builtins.str
+    """A key the caller chooses for this artifact (1 to 255 bytes), unique within
+    its run and checkpoint: the id derives from the kind and the key instead of
+    the data, so a redelivery whose data differs (a timestamp, a uuid) finds the
+    same artifact. The same key with other data is refused KEY_REUSED.
+    """
     def __init__(
         self,
         *,
@@ -142,10 +158,11 @@ class CreateRequest(_message.Message):
         data_json: _builtins.str = ...,
         propose: _builtins.bool = ...,
         request_id: _builtins.str = ...,
+        key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "data_json", b"data_json", "kind", b"kind", "propose", b"propose", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "data_json", b"data_json", "key", b"key", "kind", b"kind", "propose", b"propose", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -322,22 +339,29 @@ class CreateThreadRequest(_message.Message):
     ATTEMPT_ID_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     """The attempt this write belongs to."""
     title: _builtins.str
     """The thread's title. Not empty."""
     request_id: _builtins.str
     """Client-chosen id of this one call (AIP-155)."""
+    key: _builtins.str
+    """A key the caller chooses for this thread (1 to 255 bytes), unique within its
+    run and checkpoint: the id derives from the key instead of the title. The
+    same key with another title is refused KEY_REUSED.
+    """
     def __init__(
         self,
         *,
         attempt_id: _builtins.str = ...,
         title: _builtins.str = ...,
         request_id: _builtins.str = ...,
+        key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "request_id", b"request_id", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_id", b"attempt_id", "key", b"key", "request_id", b"request_id", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -610,6 +634,7 @@ class BeginStepRequest(_message.Message):
     EFFECT_FIELD_NUMBER: _builtins.int
     ARGS_JSON_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
     attempt_id: _builtins.str
     """The attempt this step belongs to."""
     tool: _builtins.str
@@ -622,6 +647,11 @@ class BeginStepRequest(_message.Message):
     """The call's arguments: UTF-8 JSON text."""
     request_id: _builtins.str
     """Client-chosen id of this one call (AIP-155)."""
+    key: _builtins.str
+    """A key the caller chooses for this step (1 to 255 bytes), unique within its
+    run and checkpoint: the step id derives from the tool and the key instead of
+    the arguments. The same key with other arguments is refused KEY_REUSED.
+    """
     def __init__(
         self,
         *,
@@ -630,10 +660,11 @@ class BeginStepRequest(_message.Message):
         effect: _types_pb2.ToolEffect.ValueType = ...,
         args_json: _builtins.str = ...,
         request_id: _builtins.str = ...,
+        key: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args_json", b"args_json", "attempt_id", b"attempt_id", "effect", b"effect", "request_id", b"request_id", "tool", b"tool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args_json", b"args_json", "attempt_id", b"attempt_id", "effect", b"effect", "key", b"key", "request_id", b"request_id", "tool", b"tool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -73,6 +73,14 @@ export interface BeginAttemptResponse {
    * same scope began with; a new run gets the sidecar's configured version.
    */
   idSchemeVersion: number;
+  /**
+   * The attempt's capability: an opaque secret bound to this attempt, its scope
+   * and its lease. With --agent-capabilities on, every call that names this
+   * attempt carries it (metadata and header "actonce-attempt-capability"), so a
+   * harness that holds the API token can hand an agent this attempt alone.
+   * Empty when the sidecar issues no capabilities.
+   */
+  capability: string;
 }
 
 /** CreateRequest makes an artifact of a kind with JSON data. */
@@ -90,6 +98,13 @@ export interface CreateRequest {
    * (AIP-155): a repeat gets the first answer back.
    */
   requestId: string;
+  /**
+   * A key the caller chooses for this artifact (1 to 255 bytes), unique within
+   * its run and checkpoint: the id derives from the kind and the key instead of
+   * the data, so a redelivery whose data differs (a timestamp, a uuid) finds the
+   * same artifact. The same key with other data is refused KEY_REUSED.
+   */
+  key: string;
 }
 
 /** CreateResponse names what was made. */
@@ -156,6 +171,12 @@ export interface CreateThreadRequest {
   title: string;
   /** Client-chosen id of this one call (AIP-155). */
   requestId: string;
+  /**
+   * A key the caller chooses for this thread (1 to 255 bytes), unique within its
+   * run and checkpoint: the id derives from the key instead of the title. The
+   * same key with another title is refused KEY_REUSED.
+   */
+  key: string;
 }
 
 /** CreateThreadResponse names the thread. */
@@ -255,6 +276,12 @@ export interface BeginStepRequest {
   argsJson: string;
   /** Client-chosen id of this one call (AIP-155). */
   requestId: string;
+  /**
+   * A key the caller chooses for this step (1 to 255 bytes), unique within its
+   * run and checkpoint: the step id derives from the tool and the key instead of
+   * the arguments. The same key with other arguments is refused KEY_REUSED.
+   */
+  key: string;
 }
 
 /** BeginStepResponse says whether to make the call. */
@@ -422,7 +449,7 @@ export const BeginAttemptRequest: MessageFns<BeginAttemptRequest> = {
 };
 
 function createBaseBeginAttemptResponse(): BeginAttemptResponse {
-  return { attemptId: "", idSchemeVersion: 0 };
+  return { attemptId: "", idSchemeVersion: 0, capability: "" };
 }
 
 export const BeginAttemptResponse: MessageFns<BeginAttemptResponse> = {
@@ -432,6 +459,9 @@ export const BeginAttemptResponse: MessageFns<BeginAttemptResponse> = {
     }
     if (message.idSchemeVersion !== 0) {
       writer.uint32(16).int32(message.idSchemeVersion);
+    }
+    if (message.capability !== "") {
+      writer.uint32(26).string(message.capability);
     }
     return writer;
   },
@@ -465,6 +495,14 @@ export const BeginAttemptResponse: MessageFns<BeginAttemptResponse> = {
             message.idSchemeVersion = reader.int32();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.capability = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -484,12 +522,13 @@ export const BeginAttemptResponse: MessageFns<BeginAttemptResponse> = {
     const message = createBaseBeginAttemptResponse();
     message.attemptId = object.attemptId ?? "";
     message.idSchemeVersion = object.idSchemeVersion ?? 0;
+    message.capability = object.capability ?? "";
     return message;
   },
 };
 
 function createBaseCreateRequest(): CreateRequest {
-  return { attemptId: "", kind: "", dataJson: "", propose: false, requestId: "" };
+  return { attemptId: "", kind: "", dataJson: "", propose: false, requestId: "", key: "" };
 }
 
 export const CreateRequest: MessageFns<CreateRequest> = {
@@ -508,6 +547,9 @@ export const CreateRequest: MessageFns<CreateRequest> = {
     }
     if (message.requestId !== "") {
       writer.uint32(42).string(message.requestId);
+    }
+    if (message.key !== "") {
+      writer.uint32(50).string(message.key);
     }
     return writer;
   },
@@ -565,6 +607,14 @@ export const CreateRequest: MessageFns<CreateRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -587,6 +637,7 @@ export const CreateRequest: MessageFns<CreateRequest> = {
     message.dataJson = object.dataJson ?? "";
     message.propose = object.propose ?? false;
     message.requestId = object.requestId ?? "";
+    message.key = object.key ?? "";
     return message;
   },
 };
@@ -1023,7 +1074,7 @@ export const NoticeResponse: MessageFns<NoticeResponse> = {
 };
 
 function createBaseCreateThreadRequest(): CreateThreadRequest {
-  return { attemptId: "", title: "", requestId: "" };
+  return { attemptId: "", title: "", requestId: "", key: "" };
 }
 
 export const CreateThreadRequest: MessageFns<CreateThreadRequest> = {
@@ -1036,6 +1087,9 @@ export const CreateThreadRequest: MessageFns<CreateThreadRequest> = {
     }
     if (message.requestId !== "") {
       writer.uint32(26).string(message.requestId);
+    }
+    if (message.key !== "") {
+      writer.uint32(34).string(message.key);
     }
     return writer;
   },
@@ -1077,6 +1131,14 @@ export const CreateThreadRequest: MessageFns<CreateThreadRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1097,6 +1159,7 @@ export const CreateThreadRequest: MessageFns<CreateThreadRequest> = {
     message.attemptId = object.attemptId ?? "";
     message.title = object.title ?? "";
     message.requestId = object.requestId ?? "";
+    message.key = object.key ?? "";
     return message;
   },
 };
@@ -1743,7 +1806,7 @@ export const ExtendLeaseResponse: MessageFns<ExtendLeaseResponse> = {
 };
 
 function createBaseBeginStepRequest(): BeginStepRequest {
-  return { attemptId: "", tool: "", effect: 0, argsJson: "", requestId: "" };
+  return { attemptId: "", tool: "", effect: 0, argsJson: "", requestId: "", key: "" };
 }
 
 export const BeginStepRequest: MessageFns<BeginStepRequest> = {
@@ -1762,6 +1825,9 @@ export const BeginStepRequest: MessageFns<BeginStepRequest> = {
     }
     if (message.requestId !== "") {
       writer.uint32(42).string(message.requestId);
+    }
+    if (message.key !== "") {
+      writer.uint32(50).string(message.key);
     }
     return writer;
   },
@@ -1819,6 +1885,14 @@ export const BeginStepRequest: MessageFns<BeginStepRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1841,6 +1915,7 @@ export const BeginStepRequest: MessageFns<BeginStepRequest> = {
     message.effect = object.effect ?? 0;
     message.argsJson = object.argsJson ?? "";
     message.requestId = object.requestId ?? "";
+    message.key = object.key ?? "";
     return message;
   },
 };
