@@ -204,11 +204,29 @@ class AttemptFenced(ActonceError):
     failure_class = FailureClass.RETRYABLE
 
 
+def decide_step(step_id: str) -> str:
+    """The command a person runs to settle a step in doubt: what every refusal and listing
+    of one names, so that the next thing to do is on the line that stopped the run."""
+    return f"actonce audit resolve {step_id} --ran|--did-not-run"
+
+
+def decide_write(derived_id: str) -> str:
+    """The command a person runs to settle a write that may or may not have landed."""
+    return f"actonce audit resolve {derived_id} --landed|--not-landed"
+
+
 class InDoubt(ActonceError):
-    """A non-idempotent step began earlier and never ended: never re-run it automatically."""
+    """A non-idempotent step began earlier and never ended: never re-run it automatically.
+    Its message ends with the command that decides it."""
 
     reason = "IN_DOUBT"
     failure_class = FailureClass.UNKNOWN
+
+    def __init__(self, message: str, *, step_id: str, tool: str) -> None:
+        super().__init__(
+            f"{message}; look at the upstream, then decide with `{decide_step(step_id)}`",
+            metadata={"step_id": step_id, "tool": tool},
+        )
 
 
 class StepDecided(ActonceError):

@@ -57,5 +57,6 @@ def refuse_if_in_doubt(
         raise InDoubt(
             f"step {step_id} ({state.tool}) is a non-idempotent write that began in an "
             f"earlier attempt and never ended{said}; it is not run again automatically",
-            metadata={"step_id": step_id, "tool": state.tool},
+            step_id=step_id,
+            tool=state.tool,
         )

@@ -493,7 +493,8 @@ def _open_step_again(state: StepState, declared: effects.ToolEffect) -> WriteRes
             + ("is still running" if running else "was sent and did not end")
             + " in this attempt; an identical call is that step repeated, and it is not "
             "run again automatically",
-            metadata={"step_id": state.step_id, "tool": state.tool},
+            step_id=state.step_id,
+            tool=state.tool,
         )
     state.run_again()
     return WriteResult(Outcome.APPLIED, id=state.step_id)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import NotRequired, TypedDict
 
+from sidecar.errors import decide_step, decide_write
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 from sidecar.rules import effects
 
@@ -226,7 +227,8 @@ def _step_in_doubt(
         Kind.STEP_IN_DOUBT,
         first,
         f"non-idempotent step {tool!r} began in attempt {first.event.attempt_id} and never "
-        f"ended{said}: later attempts get IN_DOUBT until someone decides whether it ran",
+        f"ended{said}: later attempts get IN_DOUBT until someone decides whether it ran "
+        f"with `{decide_step(first.event.derived_id)}`",
     )
 
 
@@ -244,7 +246,7 @@ def _write_pending(since: Sequence[StoredEvent]) -> PendingItem | None:
             Kind.WRITE_FAILED_UNKNOWN,
             last,
             f"failed {last.event.reason} (UNKNOWN): it may or may not have landed; look in "
-            "the store, then decide",
+            f"the store, then decide with `{decide_write(last.event.derived_id)}`",
         )
     open_intents = [
         i
@@ -258,7 +260,8 @@ def _write_pending(since: Sequence[StoredEvent]) -> PendingItem | None:
         Kind.WRITE_WITHOUT_OUTCOME,
         last,
         f"its intent is recorded but no outcome (attempt {last.event.attempt_id}): the "
-        "store may or may not have it; look in the store, then decide",
+        "store may or may not have it; look in the store, then decide with "
+        f"`{decide_write(last.event.derived_id)}`",
     )
 
 

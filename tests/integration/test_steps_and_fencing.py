@@ -53,6 +53,10 @@ def test_a_non_idempotent_step_that_never_ended_is_in_doubt_on_a_later_attempt(
         "UNKNOWN",
     )
     assert got.metadata["step_id"] == first.step_id
+    # The refusal names what a person runs next, with this step's id.
+    assert got.message.endswith(
+        f"decide with `actonce audit resolve {first.step_id} --ran|--did-not-run`"
+    )
 
 
 def test_a_step_that_ended_answers_already_applied_with_its_recorded_result(

@@ -111,6 +111,12 @@ def test_pending_lists_each_kind_newest_first_and_nothing_settled(ledgers: Ledge
             "a1",
             "charge_card",
         )
+        # Each says the command that decides it, with the id it takes.
+        assert [i.why.rsplit("then decide with ", 1)[-1] for i in items[:2]] == [
+            "`actonce audit resolve art_unknown --landed|--not-landed`",
+            "`actonce audit resolve art_open --landed|--not-landed`",
+        ]
+        assert step.why.endswith("`actonce audit resolve stp_doubt --ran|--did-not-run`")
         assert [i.id for i in ledger.pending(run_id="run-a")] == [i.id for i in items]
         assert ledger.pending(run_id="run-other") == []
     finally:

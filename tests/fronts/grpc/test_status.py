@@ -32,7 +32,7 @@ CODES: list[tuple[ActonceError, grpc.StatusCode]] = [
     (errors.LeaseExpired("late"), C.FAILED_PRECONDITION),
     (errors.AttemptFenced("newer"), C.FAILED_PRECONDITION),
     (errors.StepDecided("decided"), C.FAILED_PRECONDITION),
-    (errors.InDoubt("maybe"), C.FAILED_PRECONDITION),
+    (errors.InDoubt("maybe", step_id="s", tool="t"), C.FAILED_PRECONDITION),
     (errors.UnknownStep("which"), C.FAILED_PRECONDITION),
     (errors.StepEnded("ended"), C.FAILED_PRECONDITION),
     (errors.StepAborted("aborted"), C.FAILED_PRECONDITION),
