@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,6 +226,20 @@ func TestRequestIDReplay(t *testing.T) {
 	counts := must[actonce.Counts](t)(a.End(ctx))
 	if counts.Applied != 2 {
 		t.Errorf("counts %+v: a replay must not count as a write", counts)
+	}
+}
+
+func TestARequestIDsLimitIs512BytesInAnyText(t *testing.T) {
+	ctx := context.Background()
+	a := begin(t, connect(t), newRun("limits"))
+	atTheLimit := strings.Repeat("é", 256) // 512 bytes of UTF-8, 256 characters
+	taken := must[actonce.Write](t)(a.Create(ctx, "ticket", map[string]string{}, actonce.WithRequestID(atTheLimit)))
+	if taken.Outcome != actonce.OutcomeApplied {
+		t.Errorf("a request_id of 512 bytes: %+v", taken)
+	}
+	_, err := a.Create(ctx, "ticket", map[string]string{}, actonce.WithRequestID(atTheLimit+"a"))
+	if e := asError(t, err); e.Reason != "INVALID_ARGUMENT" || e.Violations[0].Field != "request_id" {
+		t.Errorf("a request_id of 513 bytes: %+v", e)
 	}
 }
 

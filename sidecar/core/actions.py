@@ -20,7 +20,7 @@ from typing import TypeVar, Unpack
 import structlog
 
 from sidecar import store_contract
-from sidecar.core import leases, writes
+from sidecar.core import leases
 from sidecar.core.access import ARTIFACT, THREAD, Access, Owners, Reach, Target
 from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
 from sidecar.core.audit import Audit, Subject, event
@@ -329,7 +329,7 @@ class RunActions:
         self, *, attempt_id: str, step_id: str, result: JsonValue, request_id: str
     ) -> WriteResult:
         canonical.require_name(step_id, "step_id")
-        writes.require_request_id(request_id)
+        canonical.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         return await self._steps.end(
             attempt,
@@ -346,7 +346,7 @@ class RunActions:
         if len(reason.encode("utf-8", "surrogatepass")) > canonical.MAX_NAME_BYTES:
             raise InvalidArgument("reason", f"is longer than {canonical.MAX_NAME_BYTES} bytes")
         canonical.require_no_nul(reason, "reason")
-        writes.require_request_id(request_id)
+        canonical.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         return await self._steps.abort(attempt, step_id, reason=reason, request_id=request_id)
 
@@ -356,7 +356,7 @@ class RunActions:
         """Record that a begun step's call was sent and failed, or that its tool answered
         an error: it may have acted and has not ended (sidecar.core.steps)."""
         canonical.require_name(step_id, "step_id")
-        writes.require_request_id(request_id)
+        canonical.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
         return await self._steps.fail(attempt, step_id, error=error, request_id=request_id)
 

@@ -80,7 +80,7 @@ class Steps:
             digest=args_digest,
             detail={"tool": tool, "effect": declared.name},
         )
-        writes.require_request_id(request_id)
+        canonical.require_request_id(request_id)
         claim = Claim()
         if request_id:
             claim = await writes.claim_or_replay(attempt, request_id, step.fingerprint)

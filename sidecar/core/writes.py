@@ -49,7 +49,6 @@ from sidecar.core.requests import Claim, nothing_landed
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import (
     ActonceError,
-    InvalidArgument,
     LeaseExpired,
     StoreDeadlineExceeded,
 )
@@ -145,7 +144,7 @@ class WritePath:
 
     async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
         """Make ``write`` in ``attempt``, phase by phase; ``perform`` calls the store."""
-        require_request_id(write.request_id)
+        canonical.require_request_id(write.request_id)
         claim = await claim_or_replay(attempt, write.request_id, write.fingerprint)
         if claim.answer is not None:
             return claim.answer
@@ -416,12 +415,6 @@ def _give_back(attempt: Attempt, write: Write) -> Callable[[int], None]:
         attempt.occurrences.give_back(write.write_type, write.identity, occurrence)
 
     return give_back
-
-
-def require_request_id(request_id: str) -> None:
-    if len(request_id) > canonical.MAX_NAME_BYTES:
-        raise InvalidArgument("request_id", f"is longer than {canonical.MAX_NAME_BYTES}")
-    canonical.require_no_nul(request_id, "request_id")
 
 
 def _intent(landing: Landing) -> AuditEvent:

@@ -239,6 +239,15 @@ def require_text(value: str, field: str, *, limit: int = MAX_TEXT_BYTES) -> str:
     return value
 
 
+def require_request_id(value: str) -> str:
+    """A write's request_id: "" (the call names none) or at most :data:`MAX_NAME_BYTES` bytes
+    of UTF-8, without NUL; the one check both fronts and every write share."""
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise InvalidArgument("request_id", f"is {size} bytes; the limit is {MAX_NAME_BYTES}")
+    return require_no_nul(value, "request_id")
+
+
 def require_no_nul(value: str, field: str) -> str:
     """Refuse a NUL character: PostgreSQL text cannot hold one, and an audit event carrying
     it would fail the whole group commit it shares with other callers' events."""

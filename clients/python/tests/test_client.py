@@ -178,3 +178,13 @@ def test_request_id_replay(client: Client) -> None:
         attempt.create("ticket", {"title": "other"}, request_id="req-1")
     assert [v.field for v in caught.value.violations] == ["request_id"]
     assert attempt.end().applied == 2  # a replay is not a write
+
+
+def test_a_request_ids_limit_is_512_bytes_in_any_text(client: Client) -> None:
+    attempt = client.begin(_run_id(), "limits")
+    at_the_limit = "é" * 256  # 512 bytes of UTF-8, 256 characters
+    assert attempt.create("ticket", {}, request_id=at_the_limit).outcome is Outcome.APPLIED
+    with pytest.raises(ActonceError) as caught:
+        attempt.create("ticket", {}, request_id=at_the_limit + "a")
+    assert caught.value.reason == "INVALID_ARGUMENT"
+    assert [v.field for v in caught.value.violations] == ["request_id"]

@@ -182,4 +182,16 @@ describe("against a live sidecar", () => {
     );
     assert.equal((await attempt.end()).applied, 2); // a replay is not a write
   });
+
+  test("a request_id's limit is 512 bytes in any text", async () => {
+    const attempt = await client.begin({ runId: runId(), rule: "limits" });
+    const atTheLimit = "é".repeat(256); // 512 bytes of UTF-8, 256 characters
+    assert.equal((await attempt.create("ticket", {}, { requestId: atTheLimit })).outcome, "APPLIED");
+    const over = await rejection(attempt.create("ticket", {}, { requestId: `${atTheLimit}a` }));
+    assert.equal(over.reason, "INVALID_ARGUMENT");
+    assert.deepEqual(
+      over.violations.map((v) => v.field),
+      ["request_id"],
+    );
+  });
 });

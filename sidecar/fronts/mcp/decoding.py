@@ -152,10 +152,7 @@ def request_identity(meta: Mapping[str, Any] | None, headers: Mapping[str, str] 
             REQUEST_ID_HEADER, f"names another request than _meta.{REQUEST_ID_META}"
         )
     identity = from_meta or from_header or ""
-    if len(identity.encode("utf-8", "surrogatepass")) > canonical.MAX_NAME_BYTES:
-        raise InvalidArgument("request_id", f"is longer than {canonical.MAX_NAME_BYTES}")
-    canonical.require_no_nul(identity, "request_id")
-    return identity
+    return canonical.require_request_id(identity)
 
 
 class _Pairs(dict[str, Any]):

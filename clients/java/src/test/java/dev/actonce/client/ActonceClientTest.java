@@ -224,6 +224,20 @@ class ActonceClientTest {
   }
 
   @Test
+  void aRequestIdsLimitIs512BytesInAnyText() {
+    Attempt attempt = client.begin(newRun("limits"));
+    String atTheLimit = "é".repeat(256); // 512 bytes of UTF-8, 256 characters
+    assertEquals(
+        Outcome.APPLIED, attempt.create("ticket", "{}", WriteOption.requestId(atTheLimit)).outcome());
+    ActonceException over =
+        assertThrows(
+            ActonceException.class,
+            () -> attempt.create("ticket", "{}", WriteOption.requestId(atTheLimit + "a")));
+    assertEquals("INVALID_ARGUMENT", over.reason());
+    assertEquals("request_id", over.violations().get(0).field());
+  }
+
+  @Test
   void everyCallHasADeadline() throws Exception {
     try (ActonceClient hurried = ActonceClient.connect(sidecar.target, Duration.ofNanos(1))) {
       ActonceException e =
