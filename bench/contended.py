@@ -17,10 +17,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bench.run import Plan
+from bench.measuring import Plan, measure, prepare, start_target
+from bench.processes import pin
 
 TARGETS = ("floor1", "floor3", "sqlite-audited", "sqlite-batch")
 SCENARIOS = ("notice", "create")
@@ -30,8 +29,6 @@ SCENARIOS = ("notice", "create")
 def busy_cores() -> Iterator[int]:
     """A busy loop on every core of the machine, for as long as the block runs."""
     import os
-
-    from bench.run import pin
 
     # Every core, not this process's affinity: the driver pins itself to the load's core.
     cores = range(os.cpu_count() or 1)
@@ -47,8 +44,6 @@ def busy_cores() -> Iterator[int]:
 
 def run(ghz: Path, plan: Plan, work: Path) -> None:
     """Notice and Create at concurrency 1 on each target, every core busy."""
-    from bench.run import measure, prepare, start_target
-
     targets = [t for t in TARGETS if t in plan.targets or t == "sqlite-batch"]
     with busy_cores() as cores:
         plan.contended_cores = cores

@@ -19,12 +19,11 @@ import secrets
 import shutil
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench import ledger_gen
-
-if TYPE_CHECKING:
-    from bench.run import Plan, Target
+from bench.measuring import Plan, measure, prepare, start_target
+from bench.processes import Target
 
 CACHE = Path(__file__).resolve().parent / "out" / "cache"
 
@@ -38,8 +37,6 @@ def rss_mib(pid: int) -> float:
 
 
 def _notice(ghz: Path, plan: Plan, target: Target, env: dict[str, str]) -> dict[str, Any]:
-    from bench.run import measure
-
     env["BENCH_NONCE"] = secrets.token_hex(6)
     result = measure(ghz, "notice", target, env, seconds=plan.seconds)
     return {"rps": result.rps, "p50_ms": result.p50, "p99_ms": result.p99,
@@ -48,8 +45,6 @@ def _notice(ghz: Path, plan: Plan, target: Target, env: dict[str, str]) -> dict[
 
 def live_attempts(ghz: Path, plan: Plan, work: Path) -> list[dict[str, Any]]:
     """Notice with more and more live attempts, on one sidecar."""
-    from bench.run import measure, prepare, start_target
-
     most = max(plan.growth_attempts)
     bounds = ["--attempt-max-count", str(most + 1_000), "--attempt-max-mib", "4096"]
     target = start_target("sqlite-audited", work, extra=bounds)
@@ -93,8 +88,6 @@ def cached_ledger(events: int) -> Path:
 
 def ledger_size(ghz: Path, plan: Plan, work: Path) -> dict[str, Any]:
     """Notice on an empty ledger and on a large one, alternated round by round."""
-    from bench.run import measure, prepare, start_target
-
     large = cached_ledger(plan.growth_events)
     runs: dict[str, list[dict[str, Any]]] = {"empty": [], "large": []}
     for round_ in range(max(1, plan.rounds)):

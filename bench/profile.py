@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import run
+from bench import measuring, processes
+from bench.processes import LOAD_CORE, pin
 
-OUT = run.OUT
+OUT = processes.OUT
 
 
 @dataclass
@@ -88,17 +89,17 @@ def summarize(path: Path, top: int = 25) -> str:
 REPORT_PROFILES = (("c1-notice", "notice", 1), ("saturated-notice", "notice", 32))
 
 
-def for_report(ghz: Path, plan: run.Plan, work: Path) -> None:
+def for_report(ghz: Path, plan: measuring.Plan, work: Path) -> None:
     """cProfile the audited SQLite sidecar under Notice, one call at a time and saturated:
     ``profile-*.pstats`` and their text summaries in the report's folder."""
     for name, scenario, concurrency in REPORT_PROFILES:
         stats = plan.out / f"profile-{name}.pstats"
-        target = run.start_target("sqlite-profiled", work, extra=["--cprofile", str(stats)])
+        target = measuring.start_target("sqlite-profiled", work, extra=["--cprofile", str(stats)])
         try:
-            env = run.prepare(target)
-            run.measure(ghz, scenario, target, env, seconds=plan.warmup_seconds,
+            env = measuring.prepare(target)
+            measuring.measure(ghz, scenario, target, env, seconds=plan.warmup_seconds,
                         concurrency=concurrency)  # fmt: skip
-            run.measure(ghz, scenario, target, env, seconds=plan.c1_seconds,
+            measuring.measure(ghz, scenario, target, env, seconds=plan.c1_seconds,
                         concurrency=concurrency)  # fmt: skip
         finally:
             target.stop()
@@ -108,8 +109,8 @@ def for_report(ghz: Path, plan: run.Plan, work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", default="notice", choices=sorted(run.SIDECAR_SCENARIOS))
-    parser.add_argument("--target", default="sqlite-audited", choices=run.SIDECAR_TARGETS)
+    parser.add_argument("--scenario", default="notice", choices=sorted(measuring.SIDECAR_SCENARIOS))
+    parser.add_argument("--target", default="sqlite-audited", choices=measuring.SIDECAR_TARGETS)
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument(
@@ -123,23 +124,23 @@ def main() -> None:
     if args.summary:
         print(summarize(args.summary))
         return
-    ghz = run.ghz_binary()
+    ghz = processes.ghz_binary()
     py_spy = Path(sys.executable).with_name("py-spy")
     OUT.mkdir(parents=True, exist_ok=True)
     raw = OUT / f"profile-{args.target}-{args.scenario}.txt"
     with tempfile.TemporaryDirectory() as tmp:
-        target = run.start_target(args.target, Path(tmp))
+        target = measuring.start_target(args.target, Path(tmp))
         try:
-            env = run.prepare(target)
+            env = measuring.prepare(target)
             load = subprocess.Popen(
-                run.ghz_command(ghz, args.scenario, target, seconds=args.seconds + 2),
+                measuring.ghz_command(ghz, args.scenario, target, seconds=args.seconds + 2),
                 env={**os.environ, **env},
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
             time.sleep(1.0)  # past the start: connections up, caches warm
             subprocess.run(
-                [*run.pin(run.LOAD_CORE), str(py_spy), "record", "--pid", str(target.pid),
+                [*pin(LOAD_CORE), str(py_spy), "record", "--pid", str(target.pid),
                  "--duration", str(int(args.seconds)), "--rate", str(args.rate),
                  "--format", "raw", "--threads", "--output", str(raw),
                  *([] if args.wall else ["--gil"])],
@@ -148,7 +149,7 @@ def main() -> None:
             load.wait(60)
         finally:
             target.stop()
-    print(f"profile: {raw.relative_to(run.ROOT)}")
+    print(f"profile: {raw.relative_to(processes.ROOT)}")
     print(summarize(raw))
 
 

@@ -42,8 +42,6 @@ import json
 import os
 import platform
 import secrets
-import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -51,437 +49,41 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import google.protobuf
 import grpc
 
-from bench import peers, report, setup
-from tests.helpers.env import scrubbed_env
-from tests.helpers.health import NeverAnswered, wait_serving
-
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "out"
-GHZ_DIR = ROOT / "bench" / "ghz"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-# Servers on the first core, the load on the second: ghz must not take the servers' CPU.
-SERVER_CORE = 0
-LOAD_CORE = 1
-
-# The "before" target's code: the commit before the latest speed work, so that each change
-# is measured beside what it replaced, in the same run. `--before-ref` (or BENCH_BEFORE_REF)
-# names another commit.
-BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "1bb115c338680079ef36847b7743506d0345de88")
-
-SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
-# The floors (bench/floor.py): a bare grpcio aio server making one SQLite commit per write
-# (floor1) or three in turn (floor3), serving the sidecar's calls, so that every goal is a
-# ratio to a floor measured in the same run, on the same disk, by the same client.
-FLOOR_TARGETS = ("floor1", "floor3")
-FLOOR_SCENARIOS = ("create", "notice")
-STORE_SCENARIOS = ("create", "storm", "notice", "read")
-SIDECAR_TARGETS = (
-    "sqlite-before",
-    "sqlite-twofiles",
-    "sqlite-unaudited",
-    "sqlite-audited",
-    "postgres-unaudited",
-    "postgres-audited",
+from bench import contended, growth, measuring, peers, profile, report, setup, tracing_bench
+from bench.measuring import (
+    ALL_TARGETS,
+    C1_SCENARIOS,
+    C1_TARGETS,
+    EXPECTED_REFUSALS,
+    EXTRA_TARGETS,
+    FLOOR_SCENARIOS,
+    PARTS,
+    SIDECAR_SCENARIOS,
+    SMOKE_TARGETS,
+    STORE_EXPECTED,
+    STORE_SCENARIOS,
+    Measured,
+    Plan,
+    config_for,
+    measure,
+    prepare,
+    start_target,
 )
-ALL_TARGETS = (*FLOOR_TARGETS, "store", "store-postgres", *SIDECAR_TARGETS)
-# Targets a run can name besides those it runs by default: `actonce serve` on PostgreSQL, and
-# on a data folder of two files (one made before the store moved into the ledger's file), as
-# it was at --before-ref; and the writers under SCHED_BATCH.
-EXTRA_TARGETS = ("postgres-before", "sqlite-twofilesbefore", "sqlite-batch")
-SMOKE_TARGETS = ("floor1", "floor3", "store", "sqlite-unaudited", "sqlite-audited")
-# Concurrency 1: the floor and the writes, on the store alone and each SQLite sidecar in the run.
-C1_SCENARIOS = ("health", "notice", "create", "edit")
-C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
-              "sqlite-twofilesbefore", "sqlite-twofiles", "sqlite-audited",
-              "postgres-before", "postgres-unaudited", "postgres-audited")  # fmt: skip
-PARTS = ("saturation", "c1", "contended", "peers", "half-rate", "growth", "tracing", "profile")
-# The ghz status a scenario is expected to answer with besides OK, and what it means.
-EXPECTED_REFUSALS = {
-    # An edit that still meets a newer version after three re-reads is refused
-    # VERSION_CONFLICT (RETRYABLE): the hot artifact is built to make that happen.
-    "edit": ("Aborted", "version conflicts after three re-reads"),
-}
-STORE_EXPECTED = {
-    # The store alone answers a used id with ALREADY_EXISTS; the sidecar turns exactly
-    # that into OUTCOME_ALREADY_APPLIED.
-    "storm": ("AlreadyExists", "ids refused as used"),
-}
-
-
-def pin(core: int) -> list[str]:
-    """The taskset prefix that pins a command to ``core`` (none on a one-core machine)."""
-    if len(os.sched_getaffinity(0)) < 2 or shutil.which("taskset") is None:
-        return []
-    return ["taskset", "-c", str(core)]
-
-
-def ghz_binary() -> Path:
-    ghz = Path(os.environ.get("GHZ", ROOT / ".tools" / "bin" / "ghz"))
-    if not ghz.exists():
-        raise SystemExit(f"ghz not found at {ghz}: `make bench` installs it")
-    return ghz
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Target:
-    """A server under test: its process and address."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    address: str
-    kind: str  # "store", "sidecar", "floor" (the sidecar's calls, writes only) or "http"
-    protoset: Path | None = None  # for a server whose reflection cannot find methods
-    # Processes of the same system beside the first (a peer's server and its SDK's).
-    others: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    # When it was spawned (time.monotonic()): its cold start runs from here.
-    spawned: float = 0.0
-    # A database server whose CPU the target's writes use too (its PostgreSQL).
-    database_pid: int | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def pids(self) -> list[int]:
-        """Every process of the target, their children included."""
-        return [p for proc in (self.process, *self.others) for p in process_tree(proc.pid)]
-
-    def cpu_seconds(self) -> float:
-        """User and system CPU of the target's processes (every thread), and of its
-        database server's when it has one."""
-        pids = self.pids()
-        if self.database_pid is not None:
-            pids += process_tree(self.database_pid)
-        return sum(cpu_seconds(pid) for pid in pids)
-
-    def rss_mib(self) -> float:
-        """Resident memory of the target's own processes (not its database server's)."""
-        return sum(status_kib(pid, "VmRSS") for pid in self.pids()) / 1024
-
-    def peak_rss_mib(self) -> float:
-        """The most resident memory each of the target's processes has held, summed."""
-        return sum(status_kib(pid, "VmHWM") for pid in self.pids()) / 1024
-
-    def stop(self) -> None:
-        for process in (*self.others, self.process):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants, those alive now."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            for task in Path(f"/proc/{current}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU of one process, every thread included; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # utime and stime are the 14th and 15th fields; the split above starts at the 3rd.
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def status_kib(pid: int, key: str) -> int:
-    """One ``VmRSS``-like line of /proc/PID/status, in KiB; 0 once the process is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _server_env(code: Path = ROOT) -> dict[str, str]:
-    # `actonce` refuses ACTONCE_* settings it does not know (the bench's PostgreSQL ones).
-    env = scrubbed_env()
-    # The servers run this tree's code (or the before's), whatever the venv's editable
-    # install points at.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
-    return env
-
-
-def before_code(work: Path) -> Path:
-    """The ``sidecar`` package as it was at ``BEFORE_REF``, unpacked under ``work``."""
-    code = work / "before"
-    if not (code / "sidecar").exists():
-        code.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", BEFORE_REF, "sidecar"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
-    return code
-
-
-def protoset(work: Path) -> Path:
-    """The API's descriptors, imports included, and grpc.health.v1's, for ghz to call a
-    server without reflection."""
-    from google.protobuf import descriptor_pb2
-    from grpc_health.v1 import health_pb2
-
-    out = work / "actonce.protoset"
-    if not out.exists():
-        protos = sorted(str(p.relative_to(ROOT / "protos")) for p in
-                        (ROOT / "protos" / "actonce" / "v1").glob("*.proto"))  # fmt: skip
-        subprocess.run(
-            [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'protos'}",
-             "--include_imports", f"--descriptor_set_out={out}", *protos],
-            check=True, cwd=ROOT,
-        )  # fmt: skip
-        files = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
-        health_pb2.DESCRIPTOR.CopyToProto(files.file.add())
-        out.write_bytes(files.SerializeToString())
-    return out
-
-
-def start_target(
-    name: str,
-    work: Path,
-    *,
-    dsns: tuple[str, str] | None = None,
-    data: Path | None = None,
-    extra: Sequence[str] = (),
-    env: dict[str, str] | None = None,
-) -> Target:
-    """Start the server ``name`` with its data under ``work`` (or in ``data``, made
-    beforehand) and wait until it serves; ``extra`` flags go to the server's command, and
-    ``env`` (OTEL_* variables, say) into its environment."""
-    port = free_port()
-    listen = f"127.0.0.1:{port}"
-    data = data or work / f"{name}-{time.monotonic_ns()}"
-    # As a module: run as a script, bench/profile.py would shadow the standard library's.
-    serve = [sys.executable, "-m", "bench.serve", "--listen", listen,
-             "--data-dir", str(data), "--log-level", "info"]  # fmt: skip
-    actonce = [sys.executable, "-m", "sidecar.cli"]
-    backend, _, mode = name.partition("-")
-    if name in FLOOR_TARGETS:
-        commits = name.removeprefix("floor")
-        args = [sys.executable, "-m", "bench.floor", "--listen", listen, "--data-dir", str(data),
-                "--commits", commits]  # fmt: skip
-        kind = "floor"
-    elif backend in peers.PEERS:
-        return peers.start(name, work, listen, data, dsns=dsns)
-    elif backend == "store":
-        args, kind = [*actonce, "store", "--listen", listen, "--data-dir", str(data)], "store"
-        if mode == "postgres":
-            if dsns is None:
-                raise ValueError("a PostgreSQL target needs DSNs")
-            args += ["--store-dsn", dsns[1]]
-    elif mode == "audited":
-        args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
-    elif mode == "unaudited":
-        args, kind = [*serve, "--unaudited"], "sidecar"
-    elif mode in ("twofiles", "twofilesbefore"):  # the store's file of its own, made before
-        data.mkdir(parents=True, exist_ok=True)
-        (data / "store.db").touch()
-        args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
-    elif mode == "batch":  # audited, its writer threads under SCHED_BATCH (bench only)
-        args, kind = [*serve, "--sched-batch"], "sidecar"
-    elif mode == "profiled":  # audited, under cProfile (bench/profile.py names the file)
-        args, kind = serve, "sidecar"
-    elif mode == "before":
-        args, kind = [*actonce, "serve", "--listen", listen, "--data-dir", str(data)], "sidecar"
-    else:
-        raise ValueError(f"unknown target {name}")
-    if backend == "postgres":
-        if dsns is None:
-            raise ValueError("a PostgreSQL target needs DSNs")
-        args += ["--audit-dsn", dsns[0], "--store-dsn", dsns[1]]
-    before = mode.endswith("before")
-    spawned = time.monotonic()
-    process = subprocess.Popen(
-        [*pin(SERVER_CORE), *args, *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**_server_env(before_code(work) if before else ROOT), **(env or {})},
-        cwd=work if before else ROOT,
-    )
-    target = Target(name, process, listen, kind, protoset(work) if before else None,
-                    spawned=spawned)  # fmt: skip
-    if backend == "postgres" and dsns is not None:
-        target.database_pid = postgres_pid()
-    try:
-        _wait_serving(target)
-    except BaseException:
-        target.stop()
-        raise
-    return target
-
-
-def _wait_serving(target: Target, timeout: float = 60) -> None:
-    try:
-        wait_serving(target.address, target.process, timeout=timeout)
-    except NeverAnswered as never:
-        raise RuntimeError(f"{target.name}: {never}") from None
-
-
-def prepare(target: Target) -> dict[str, str]:
-    """What the scenarios need on ``target``: the environment their templates read."""
-    if target.kind == "store":
-        return setup.store(target.address)
-    if target.kind == "http":
-        return {"BENCH_NONCE": secrets.token_hex(6)}
-    return setup.sidecar(target.address)
-
-
-def config_for(scenario: str, target: Target) -> Path:
-    name = "health" if scenario == "health" else scenario
-    if target.kind == "store":
-        name = f"store-{scenario}"
-    return GHZ_DIR / f"{name}.json"
-
-
-def ghz_command(
-    ghz: Path,
-    scenario: str,
-    target: Target,
-    *,
-    seconds: float | None = None,
-    total: int | None = None,
-    rate: int | None = None,
-    concurrency: int | None = None,
-) -> list[str]:
-    """The ghz command for one scenario: its config file, with what this run overrides."""
-    command = [*pin(LOAD_CORE), str(ghz), "--config", str(config_for(scenario, target)),
-               "--format", "json"]  # fmt: skip
-    if target.protoset is not None:
-        command += ["--protoset", str(target.protoset)]
-    if total is not None:
-        command += ["-n", str(total)]
-    elif seconds is not None:
-        # "wait": the calls in flight when the time is up finish. ghz's default for a
-        # config without it (create.json's) closes the connection under them, and they
-        # come back Unavailable from ghz itself.
-        command += ["-z", f"{seconds:g}s", "--duration-stop", "wait"]
-    if rate is not None:
-        command += ["--rps", str(rate)]
-    if concurrency is not None:
-        command += ["-c", str(concurrency)]
-    return [*command, target.address]
-
-
-@dataclass
-class Measured:
-    """One ghz run against one target."""
-
-    count: int
-    rps: float
-    p50: float
-    p90: float
-    p99: float
-    statuses: dict[str, int]
-    cpu_seconds: float
-
-    @property
-    def not_ok(self) -> int:
-        return sum(n for status, n in self.statuses.items() if status != "OK")
-
-    @property
-    def cpu_per_1000(self) -> float:
-        return 1000 * self.cpu_seconds / self.count if self.count else 0.0
-
-
-def measure(
-    ghz: Path, scenario: str, target: Target, env: dict[str, str], **options: Any
-) -> Measured:
-    """Run ghz (or, for an HTTP ingress, the equivalent closed loop) once, reading the
-    server's CPU time around it."""
-    before = target.cpu_seconds()
-    command = (peers.load_command(scenario, target, **options) if target.kind == "http"
-               else ghz_command(ghz, scenario, target, **options))  # fmt: skip
-    done = subprocess.run(
-        [*pin(LOAD_CORE), *command] if target.kind == "http" else command,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    used = target.cpu_seconds() - before
-    if done.returncode != 0 or not done.stdout.strip():
-        raise RuntimeError(f"ghz {scenario} on {target.name}: {done.stderr.strip()[-500:]}")
-    result = json.loads(done.stdout)
-    latencies = {
-        int(entry["percentage"]): entry["latency"] / 1e6
-        for entry in result.get("latencyDistribution") or []
-    }
-    return Measured(
-        count=int(result["count"]),
-        rps=float(result["rps"]),
-        p50=latencies.get(50, 0.0),
-        p90=latencies.get(90, 0.0),
-        p99=latencies.get(99, 0.0),
-        statuses={k: int(v) for k, v in (result.get("statusCodeDistribution") or {}).items()},
-        cpu_seconds=used,
-    )
-
-
-@dataclass
-class Plan:
-    """How long and how hard: the full run, or the smoke version `make test` runs."""
-
-    seconds: float
-    rounds: int
-    targets: Sequence[str]
-    concurrency: int = 32
-    warmup_seconds: float = 1.0
-    min_total: int = 200
-    out: Path = OUT
-    parts: Sequence[str] = PARTS
-    c1_seconds: float = 3.0
-    c1_rounds: int = 3
-    # The growth part's sizes (bench/growth.py): live attempts, and the large ledger's events.
-    growth_attempts: Sequence[int] = (1, 1_000, 10_000, 100_000)
-    growth_events: int = 1_000_000
-    results: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
-    storms: dict[str, list[dict[str, int]]] = field(default_factory=dict)
-    half_rate: dict[str, list[Measured]] = field(default_factory=dict)
-    half_rate_calls: int | None = None
-    # Concurrency 1: scenario -> target -> one result per round.
-    c1: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
-    growth: dict[str, Any] = field(default_factory=dict)
-    # Traces off, sampled at 10 % and at 100 % (bench/tracing_bench.py).
-    tracing: dict[str, Any] = field(default_factory=dict)
-    profiles: dict[str, str] = field(default_factory=dict)
-    # The disk's fsync p50 and p99 (ms), once per concurrency-1 round.
-    fsync: list[tuple[float, float]] = field(default_factory=list)
-    # Concurrency 1 beside a busy loop on every core (bench/contended.py).
-    contended: dict[str, dict[str, list[Measured]]] = field(default_factory=dict)
-    contended_cores: int = 0
-    # The peers' table: "system/write" -> one row per round (bench/peers).
-    peers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    peers_skipped: list[str] = field(default_factory=list)
+from bench.processes import (
+    LOAD_CORE,
+    OUT,
+    SERVER_CORE,
+    Target,
+    ghz_binary,
+    pin,
+    postgres_dsns,
+)
 
 
 def run_target(ghz: Path, plan: Plan, target: Target) -> None:
@@ -606,43 +208,6 @@ def run_half_rate(ghz: Path, plan: Plan, work: Path) -> None:
             plan.half_rate.setdefault(name, []).append(result)
 
 
-PG_DIR = os.environ.get("ACTONCE_PG_DIR", "/tmp/actonce-bench-pg")
-
-
-def postgres_pid() -> int | None:
-    """The bench's PostgreSQL server's postmaster, whose backends a PostgreSQL target's
-    writes keep busy: their CPU is the target's too."""
-    try:
-        return int((Path(PG_DIR) / "data" / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def postgres_dsns(names: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """A fresh ledger and store database per PostgreSQL target, on the bench's own server.
-
-    The server is started pinned to the servers' core, so its backends do not take the
-    load generator's; it is apart from the tests' server, so the run touches neither.
-    """
-    if not any("postgres" in name for name in names):
-        return {}
-    from tests.helpers.postgres import PrivateServer, fresh_database
-
-    server = PrivateServer(
-        PG_DIR,
-        int(os.environ.get("ACTONCE_PG_PORT", "55461")),
-        prefix=tuple(pin(SERVER_CORE)),
-    ).start()
-    return {
-        name: (
-            fresh_database("bench_ledger", server=server),
-            fresh_database("bench_store", server=server),
-        )
-        for name in names
-        if "postgres" in name
-    }
-
-
 def machine(ghz: Path) -> dict[str, Any]:
     """What the numbers were measured on."""
     model = ""
@@ -712,7 +277,7 @@ def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
             "concurrency": plan.concurrency,
             "targets": list(plan.targets),
             "parts": list(plan.parts),
-            "before_ref": BEFORE_REF,
+            "before_ref": measuring.BEFORE_REF,
             "c1_seconds": plan.c1_seconds,
             "c1_rounds": plan.c1_rounds,
             "wall_seconds": round(time.monotonic() - started, 1),
@@ -758,8 +323,6 @@ def collect(plan: Plan, ghz: Path, started: float) -> dict[str, Any]:
 
 def run_parts(ghz: Path, plan: Plan, work: Path) -> None:
     """Each part the plan names, in order; a part needing targets the plan lacks is skipped."""
-    from bench import contended, growth, profile, tracing_bench
-
     for part in plan.parts:
         if part == "saturation":
             run_saturation(ghz, plan, work)
@@ -780,13 +343,12 @@ def run_parts(ghz: Path, plan: Plan, work: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global BEFORE_REF
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per scenario and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--targets", default=",".join(ALL_TARGETS))
     parser.add_argument("--parts", default=",".join(PARTS), help=f"of {', '.join(PARTS)}")
-    parser.add_argument("--before-ref", default=BEFORE_REF, help="sqlite-before's commit")
+    parser.add_argument("--before-ref", default=measuring.BEFORE_REF, help="sqlite-before's commit")
     parser.add_argument(
         "--growth-events",
         type=int,
@@ -808,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="a few seconds: `make test`")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    BEFORE_REF = args.before_ref
+    measuring.BEFORE_REF = args.before_ref
     started = time.monotonic()
     if args.smoke:
         # Every part but the profile, each as short as still answers: the smoke checks

@@ -19,12 +19,10 @@ from __future__ import annotations
 import secrets
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bench.measuring import Measured, Plan, measure, prepare, start_target
 from tests.helpers.otlp import OtlpReceiver
-
-if TYPE_CHECKING:
-    from bench.run import Measured, Plan
 
 SCENARIOS = ("notice", "create")
 VARIANTS = ("off", "sampled-10", "sampled-100")
@@ -48,8 +46,6 @@ def _environment(variant: str, receiver: OtlpReceiver) -> dict[str, str]:
 
 def run(ghz: Path, plan: Plan, work: Path) -> None:
     """Each scenario on each variant, into ``plan.tracing``."""
-    from bench.run import measure, prepare, start_target
-
     receiver = OtlpReceiver()
     results: dict[str, dict[str, list[Measured]]] = {}
     traces: dict[str, list[dict[str, int]]] = {}

@@ -31,10 +31,19 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from bench.run import Measured, Plan, Target
+from bench.measuring import Measured, Plan, measure, prepare, start_target
+from bench.processes import (
+    SERVER_CORE,
+    Target,
+    free_port,
+    pin,
+    postgres_dsns,
+    postgres_pid,
+    protoset,
+    wait_until_serving,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ("restate", "dbos")
@@ -97,12 +106,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def start(
-    name: str, work: Path, listen: str, data: Path, *, dsns: tuple[str, str] | None
-) -> Target:
-    """Start the peer ``name`` and wait until it answers."""
-    from bench.run import SERVER_CORE, Target, _wait_serving, pin, postgres_pid, protoset
-
+def start(name: str, work: Path, *, dsns: tuple[str, str] | None) -> Target:
+    """Start the peer ``name``, its data under ``work``, and wait until it answers."""
+    listen = f"127.0.0.1:{free_port()}"
+    data = work / f"{name}-{time.monotonic_ns()}"
     data.mkdir(parents=True, exist_ok=True)
     spawned = time.monotonic()
     if name == "restate":
@@ -125,7 +132,7 @@ def start(
     if name == "dbos-postgres":
         target.database_pid = postgres_pid()
     try:
-        _wait_serving(target)
+        wait_until_serving(target)
     except BaseException:
         target.stop()
         raise
@@ -133,8 +140,6 @@ def start(
 
 
 def _start_restate(work: Path, data: Path, spawned: float) -> Target:
-    from bench.run import SERVER_CORE, Target, free_port, pin
-
     binary = restate_binary()
     if binary is None:
         raise RuntimeError("the Restate server is not installed: `make bench-peers-env`")
@@ -154,7 +159,7 @@ def _start_restate(work: Path, data: Path, spawned: float) -> Target:
         stdout=subprocess.DEVNULL, stderr=(data / "service.log").open("wb"), env=_env(), cwd=data,
     )  # fmt: skip
     target = Target("restate", server, f"127.0.0.1:{ingress}", "http", spawned=spawned,
-                    others=[service])  # fmt: skip
+                    others=[service], load_command=load_command)  # fmt: skip
     try:
         _register(admin, sdk, target)
     except BaseException:
@@ -223,9 +228,8 @@ def load_command(
 
 def _round(ghz: Path, plan: Plan, work: Path, name: str, dsns: dict[str, tuple[str, str]]
            ) -> None:  # fmt: skip
-    from bench.run import measure, prepare, start_target
-
-    target = start_target(name, work, dsns=dsns.get(name))
+    begin = start if name.partition("-")[0] in PEERS else start_target
+    target = begin(name, work, dsns=dsns.get(name))
     try:
         env = prepare(target)
         if target.kind == "http":
@@ -256,8 +260,6 @@ def _entry(one: Measured, many: Measured, cold: float, idle: float, peak: float
 
 def run(ghz: Path, plan: Plan, work: Path) -> None:
     """Every system of the table, the same procedure each, in rotated rounds."""
-    from bench.run import postgres_dsns
-
     names = list(dict.fromkeys(t for t, _ in TABLE))
     missing = [n for n in names if n in PEER_TARGETS and not installed(n.partition("-")[0])]
     if missing:
