@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print()
         print(failed)
+    elif args.seed is not None:
+        kept = " ".join(db for r in everything for db in r.kept)
+        print(f"\nkept: {' '.join(r.workdir for r in everything)} {kept}".rstrip())
     (out / "summary.md").write_text(summary_markdown(rows, everything, command))
     print(f"\nsummary written to {out / 'summary.md'}")
     return 1 if failed else 0

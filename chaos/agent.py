@@ -23,6 +23,14 @@ with the MCP SDK's client; a caller that gives up on it repeats it with its requ
 A charge that may have acted (``UPSTREAM_FAILED``, ``UNKNOWN``) is delivered again, and one
 in doubt waits, when the seed has an operator, for the operator's decision
 (chaos.operator), and is then delivered again; without one it is left for a person.
+
+A call refused ``AUDIT_PERSISTENCE_FAILED`` (``UNKNOWN``: the ledger did not make an event
+durable within the sidecar's bound, as under a freeze of the sidecar or a machine loaded far
+past its cores) is never repeated, as no client repeats it (docs/design.md, "Refusals
+and failure classes"): the queue dead-letters the run, and the person who looks at the dead letters
+delivers it again once the ledger answers, as a queue's redrive does. The redelivery begins a
+new attempt, whose writes get their derived ids back; what the failed call may have left (an
+intent without its outcome, a step begun) is for the new attempt to meet as any other.
 """
 
 from __future__ import annotations
@@ -64,6 +72,10 @@ CHARGE_FAULT_RATE = 0.5
 # How long a charge in doubt waits for the operator: its call's deadline, the silence after
 # which a frozen or killed sidecar's call may be decided, and the operator's rounds.
 DECISION_WAIT_SECONDS = 90.0
+# The refusal a client never repeats, after which the run is dead-lettered (docs/design.md),
+# and how long the run stays there before the person who looks at it delivers it again.
+AUDIT_PERSISTENCE_FAILED = "AUDIT_PERSISTENCE_FAILED"
+REDRIVE_SECONDS = 1.0
 
 APPLIED = "OUTCOME_APPLIED"
 ALREADY_APPLIED = "OUTCOME_ALREADY_APPLIED"
@@ -268,6 +280,9 @@ class RunResult:
     trail: list[str] = field(default_factory=list)
     failures: Counter[str] = field(default_factory=Counter)
     caller_faults: Counter[str] = field(default_factory=Counter)
+    # Deliveries dead-lettered on AUDIT_PERSISTENCE_FAILED (a twin's included): each main
+    # one delivered again by a person.
+    dead_lettered: int = 0
     violations: list[str] = field(default_factory=list)
 
 
@@ -382,6 +397,10 @@ class Agent:
                     if self.operator is not None:
                         self.operator.unwatch(self.plan.run_id)
                     return self.result
+                if failure.reason == AUDIT_PERSISTENCE_FAILED:
+                    self._dead_letter(failure)
+                    time.sleep(REDRIVE_SECONDS)
+                    continue  # a person delivers the run again
                 # A charge that may have acted: the run is delivered again, and finds it
                 # in doubt.
                 may_have_acted = charging and failure.failure_class == "UNKNOWN"
@@ -407,6 +426,11 @@ class Agent:
         if self.operator is not None:
             self.operator.unwatch(self.plan.run_id)
         return self.result
+
+    def _dead_letter(self, failure: Failure) -> None:
+        with self._lock:
+            self.result.dead_lettered += 1
+            self.result.trail.append(f"{clock()} dead-lettered: {failure}")
 
     def _decided(self, step_id: str) -> bool:
         """Wait for the operator's next decision on the run's charge; a violation when none
@@ -466,7 +490,9 @@ class Agent:
             # Fenced, in doubt about a step the other attempt began, or a gateway charge that
             # may have acted: each as it should be.
             may_have_acted = _charges_upstream(segment) and failure.failure_class == "UNKNOWN"
-            if not failure.retryable and failure.reason != "IN_DOUBT" and not may_have_acted:
+            if failure.reason == AUDIT_PERSISTENCE_FAILED:
+                self._dead_letter(failure)  # its delivery only: the queue's goes on
+            elif not failure.retryable and failure.reason != "IN_DOUBT" and not may_have_acted:
                 self._violation(f"a twin attempt got {failure}")
 
     def _phase(

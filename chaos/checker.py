@@ -112,6 +112,10 @@ class GatewayRecord:
     charged: Counter[str]  # customer -> charges, as the upstream's file says
     decisions: list[Decision]  # what the operator decided, and what it saw then
     left: Listing  # `actonce audit pending --json` once every process stopped
+    # `actonce audit pending --in-flight --json` when that listing was made: empty unless
+    # a step was still in flight once the harness had waited as long as it may take.
+    flying: Listing = field(default_factory=lambda: Listing(0))
+    waited_for: int = 0  # steps in flight when the harness first looked, all stopped
     problems: list[str] = field(default_factory=list)
     refused: int = 0
 
@@ -561,6 +565,10 @@ def _check_gateway(
         found.violation(problem)
     if record.left.code not in (0, 3):
         found.violation(f"`actonce audit pending` failed after the seed: {record.left.error}")
+    if record.flying.code != 0:
+        found.violation(
+            f"`actonce audit pending --in-flight` failed after the seed: {record.flying.error}"
+        )
     listed = {str(item.get("id", "")) for item in record.left.items}
     if bool(record.left.items) != (record.left.code == 3):
         found.violation(f"`actonce audit pending` exited {record.left.code} listing "
@@ -598,8 +606,17 @@ def _check_gateway(
             elif result.in_doubt_step == step_id and step_id not in listed:
                 found.violation(
                     f"the charge {step_id} left in doubt (the upstream counted {charged}) is "
-                    "not listed by `actonce audit pending`"
+                    f"not listed by `actonce audit pending`{_still_flying(record, step_id)}"
                 )
+
+
+def _still_flying(record: GatewayRecord, step_id: str) -> str:
+    """Why the ledger still held ``step_id`` in flight with every process stopped, if it
+    did: a permitted call whose sidecar is gone that never becomes decidable."""
+    for item in record.flying.items:
+        if str(item.get("id", "")) == step_id:
+            return f"; with every process stopped it is still in flight: {item.get('why', '')}"
+    return ""
 
 
 def _when(text: object) -> datetime | None:

@@ -76,6 +76,39 @@ def pending(ledger: Sequence[str], prefix: Sequence[str] = ()) -> Listing:
     return Listing(done.returncode, items)
 
 
+def in_flight(ledger: Sequence[str], prefix: Sequence[str] = ()) -> Listing:
+    """``actonce audit pending --in-flight --json``: the steps whose call may still be under
+    way, each with why and when it becomes decidable (exit code 0 either way)."""
+    done = subprocess.run(
+        audit_command(["pending", "--in-flight", "--json"], ledger, prefix),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=scrubbed_env(),
+        check=False,
+    )
+    if done.returncode != 0:
+        return Listing(done.returncode, error=done.stderr.strip()[-500:])
+    return Listing(0, [json.loads(line) for line in done.stdout.splitlines() if line.strip()])
+
+
+def settled(ledger: Sequence[str], within: float) -> tuple[Listing, Listing, int]:
+    """What is left for a person once every process has stopped, as a person who lists it
+    then sees it: ``pending`` once ``pending --in-flight`` lists nothing, waiting up to
+    ``within`` seconds. A killed sidecar's permitted call becomes decidable only once its
+    deadline has passed and that sidecar's last heartbeat is STALE_SECONDS old, by the
+    ledger's clock, so a listing made sooner rightly leaves it out. Answers the listing,
+    what was still in flight when it was made (nothing, unless the wait ran out), and how
+    many steps were in flight when the harness first looked."""
+    started = time.monotonic()
+    flying = in_flight(ledger)
+    first = len(flying.items)
+    while flying.items and time.monotonic() - started < within:
+        time.sleep(POLL_SECONDS)
+        flying = in_flight(ledger)
+    return pending(ledger), flying, first
+
+
 class Operator:
     """One seed's operator: a thread that lists and decides while a charge is watched."""
 

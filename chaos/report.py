@@ -51,6 +51,8 @@ class Totals:
     decisions: int = 0
     refused_decisions: int = 0
     skewed: int = 0
+    dead_lettered: int = 0
+    settle_waits: int = 0
 
     def row(self) -> tuple[str, ...]:
         return (
@@ -93,6 +95,8 @@ def totals(backend: str, results: Sequence[SeedResult], seconds: float) -> Total
         decisions=sum(r.decisions for r in results),
         refused_decisions=sum(r.refused_decisions for r in results),
         skewed=sum(r.skewed for r in results),
+        dead_lettered=sum(r.dead_lettered for r in results),
+        settle_waits=sum(r.settle_waits for r in results),
     )
 
 
@@ -130,11 +134,15 @@ TIME_HEADER = (
     "gateway charges (slow)",
     "decisions (refused)",
     "seeds with a skewed clock",
+    "dead-lettered",
+    "in flight once stopped",
 )
 
 
 def time_table(rows: Sequence[Totals]) -> str:
-    """Faults of time per backend: freezes, gateway charges, the operator's decisions."""
+    """Faults of time per backend: freezes, gateway charges, the operator's decisions; the
+    deliveries dead-lettered on AUDIT_PERSISTENCE_FAILED, and the steps still in flight once
+    every process had stopped, waited for before the last listing."""
     cells: list[tuple[str, ...]] = [TIME_HEADER]
     for t in rows:
         cells.append(
@@ -144,6 +152,8 @@ def time_table(rows: Sequence[Totals]) -> str:
                 f"{t.gateway_charges} ({t.slow_charges})",
                 f"{t.decisions} ({t.refused_decisions})",
                 str(t.skewed),
+                str(t.dead_lettered),
+                str(t.settle_waits),
             )
         )
     widths = [max(len(row[i]) for row in cells) for i in range(len(TIME_HEADER))]
@@ -169,6 +179,8 @@ def failures(results: Sequence[SeedResult], limit: int = 20) -> str:
         out.extend(f"  {v}" for v in r.violations[:limit])
         if len(r.violations) > limit:
             out.append(f"  ... and {len(r.violations) - limit} more")
+        if r.kept:
+            out.append(f"  kept databases: {' '.join(r.kept)}")
     return "\n".join(out)
 
 
@@ -209,7 +221,11 @@ def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], comm
         "slow ones answering after the call's deadline (the upstream timeout or the lease); "
         "the operator's `actonce audit resolve` decisions, and the ones the ledger refused; "
         "and, on PostgreSQL, seeds whose operator (15 minutes fast) or sidecar (10 minutes "
-        "slow) ran under faketime.",
+        "slow) ran under faketime. Dead-lettered: deliveries refused "
+        "`AUDIT_PERSISTENCE_FAILED` (never repeated; the run delivered again by a person). "
+        "In flight once stopped: steps the ledger still held in flight when every process "
+        "had stopped (a killed sidecar's call, until its deadline and its heartbeat's "
+        "silence), waited for before the last `actonce audit pending`.",
         "",
         time_table(rows),
         "",

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from chaos.agent import Agent, Api, RunResult
+from chaos.agent import GATEWAY_TIMEOUT_SECONDS, Agent, Api, RunResult
 from chaos.checker import (
     Findings,
     GatewayRecord,
@@ -33,7 +33,7 @@ from chaos.checker import (
     read_postgres_store,
     read_sqlite_store,
 )
-from chaos.operator import Operator, pending
+from chaos.operator import Operator, settled
 from chaos.plan import FREEZE, GATEWAY_TOOL, OpKind, SeedPlan, make_plan
 from chaos.processes import (
     HarnessError,
@@ -47,9 +47,15 @@ from chaos.processes import (
 from chaos.upstream import NAME, Upstream
 from sidecar.config import embedded_store_file
 from sidecar.ledger.base import LedgerReader
+from sidecar.ledger.liveness import STALE_SECONDS
 from sidecar.ledger.postgres import PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedgerReader
 from tests.helpers.postgres import drop_database, fresh_database
+
+# How long the harness waits, once every process has stopped, for the steps still in flight
+# to become decidable: a killed sidecar's call, after its deadline (at most a charge's whole
+# wait) and its heartbeat's silence.
+SETTLE_SECONDS = GATEWAY_TIMEOUT_SECONDS + STALE_SECONDS
 
 
 @dataclass
@@ -78,6 +84,10 @@ class SeedResult:
     decisions: int = 0
     refused_decisions: int = 0
     skewed: int = 0
+    # Deliveries dead-lettered on AUDIT_PERSISTENCE_FAILED, and the steps still in flight
+    # once every process had stopped, that the harness waited for before its last listing.
+    dead_lettered: int = 0
+    settle_waits: int = 0
     # Caller faults by kind (agent.CallerFault), beside the process kills.
     caller_faults: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
@@ -86,6 +96,7 @@ class SeedResult:
     error: str = ""
     seconds: float = 0.0
     workdir: str = ""
+    kept: list[str] = field(default_factory=list)  # the databases left for a reader
 
     @property
     def ok(self) -> bool:
@@ -152,7 +163,7 @@ def run_seed(
             if pg_server is not None:
                 drop_database(dsn, server=pg_server)
     elif databases:
-        result.violations.append(f"kept databases: {' '.join(databases)}")
+        result.kept = databases  # a note for the reader, not a finding: a replay keeps them
     return result
 
 
@@ -344,10 +355,13 @@ def play(
         try:
             # What is left for a person, listed with the ledger's own clock and nothing
             # running: every step in doubt, none that is done.
+            left, flying, waited_for = settled(ledger, SETTLE_SECONDS)
             record = GatewayRecord(
                 charged=upstream.charges(),
                 decisions=list(operator.decisions) if operator is not None else [],
-                left=pending(ledger),
+                left=left,
+                flying=flying,
+                waited_for=waited_for,
                 problems=list(operator.problems) if operator is not None else [],
                 refused=operator.refused if operator is not None else 0,
             )
@@ -370,6 +384,7 @@ def _tally(result: SeedResult, played: Played) -> None:
         result.acks += len(run.acks)
         result.checkpoints_lost += run.checkpoints_lost
         result.in_doubt += bool(run.in_doubt_step)
+        result.dead_lettered += run.dead_lettered
         for kind, count in run.caller_faults.items():
             result.caller_faults[kind] = result.caller_faults.get(kind, 0) + count
     kills = [k for k in played.kills if k.action != FREEZE]
@@ -385,6 +400,7 @@ def _tally(result: SeedResult, played: Played) -> None:
     if played.gateway is not None:
         result.decisions = len(played.gateway.decisions)
         result.refused_decisions = played.gateway.refused
+        result.settle_waits = played.gateway.waited_for
 
 
 def run_seeds(

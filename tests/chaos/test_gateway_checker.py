@@ -2,19 +2,21 @@
 the gateway's timeout, played for real (payments upstream, `actonce serve` with its MCP front,
 the operator's `actonce audit` CLI), passes; the same seed's record, tampered with the way a
 double charge or a hasty decision would leave it, is caught; and the ledger's permits and
-decisions are held to the contract's rule, event by event."""
+decisions are held to the contract's rule, event by event. A sidecar killed after its charge's
+permit leaves the charge in doubt, listed once the ledger says it is decidable."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from chaos.checker import Findings, GatewayRecord, _check_decisions
 from chaos.operator import DID_NOT_RUN, RAN, Listing
-from chaos.plan import Op, OpKind, RunPlan, SeedPlan, Segment, TimeFaults, make_plan
+from chaos.plan import Kill, Op, OpKind, RunPlan, SeedPlan, Segment, TimeFaults, make_plan
 from chaos.runner import Played, play
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 
@@ -22,14 +24,22 @@ from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 SEED = 8
 
 
-def _slow_charge(plan: SeedPlan) -> SeedPlan:
-    """The seed's plan with its charge answering after the gateway's 2 s timeout, an
-    operator watching, and nothing else of time."""
+def _slow_charge(
+    plan: SeedPlan,
+    *,
+    seconds: float = 3.0,
+    timeout: float = 2.0,
+    operator: bool = True,
+    lease: float | None = None,
+) -> SeedPlan:
+    """The seed's plan with its charge answering after ``seconds``, past the gateway's
+    ``timeout``, an operator watching or not, its attempts' lease the plan's or ``lease``
+    (0: none), and nothing else of time."""
 
     def slow(op: Op) -> Op:
         if op.kind is not OpKind.GATEWAY:
             return op
-        return replace(op, args={**op.args, "seconds": 3.0})
+        return replace(op, args={**op.args, "seconds": seconds})
 
     runs = tuple(
         RunPlan(
@@ -39,14 +49,14 @@ def _slow_charge(plan: SeedPlan) -> SeedPlan:
                 Segment(
                     s.checkpoint,
                     tuple(tuple(slow(op) for op in phase) for phase in s.phases),
-                    s.lease_seconds,
+                    s.lease_seconds if lease is None else lease,
                 )
                 for s in run.segments
             ),
         )
         for run in plan.runs
     )
-    return replace(plan, runs=runs, time=TimeFaults(upstream_timeout=2.0, operator=True))
+    return replace(plan, runs=runs, time=TimeFaults(upstream_timeout=timeout, operator=operator))
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +113,36 @@ def test_a_charge_left_in_doubt_must_be_listed_for_a_person(played: Played) -> N
     # Listed while its run finished: a conflict shown, and reported.
     found = replace(played, gateway=listed).check()
     assert any("of a finished run is listed" in v for v in found.violations)
+
+
+def test_a_killed_sidecars_charge_is_listed_once_the_ledger_says_it_is_decidable(
+    tmp_path: Path,
+) -> None:
+    # The sidecar is killed 2 s into a charge sent under its permit (no lease: its deadline
+    # is the 20 s timeout's); the redelivery, on the restarted sidecar, is refused IN_DOUBT
+    # and, with no operator, the run settles for a person at once, while the killed
+    # sidecar's call may not be decided yet: not before its deadline has passed and its
+    # heartbeat has been silent 10 s. The last listing, made once the ledger says the call
+    # is decidable, must show it; made at once, it did not.
+    plan = _slow_charge(
+        make_plan(SEED, topology="embedded", max_kills=0, caller_faults=False),
+        seconds=22.0,
+        timeout=20.0,
+        operator=False,
+        lease=0.0,
+    )
+    (run,) = plan.runs
+    kill = Kill(0, "sidecar", delay_ms=2000.0, down_ms=100.0, at_step=run.run_id)
+    played = play(replace(plan, kills=(kill,)), tmp_path)
+    (result,) = played.results.values()
+    record = _record(played)
+    assert not result.finished and result.in_doubt_step == result.gateway_step
+    assert record.charged == Counter({"c8-0": 1})
+    # In flight when every process had stopped; listed once the ledger said it was decidable.
+    assert record.waited_for == 1 and record.flying.items == []
+    assert [item["id"] for item in record.left.items] == [result.in_doubt_step]
+    found = played.check()
+    assert (found.duplicates, found.losses, found.violations) == (0, 0, [])
 
 
 def _event(seq: int, ts: str, attempt: str, phase: str, **detail: str) -> StoredEvent:
