@@ -130,6 +130,8 @@ def test_a_decision_without_a_key_nor_a_name_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "mode", "says"),
     [("short", 0o600, "fewer than 32"), (secrets.token_hex(32), 0o644, "chmod 600")],
+    # A random key must not name the test: every pytest-xdist worker collects the same ids.
+    ids=["short", "readable-by-others"],
 )
 def test_a_key_file_that_is_no_key_is_refused(
     tmp_path: Path, text: str, mode: int, says: str
