@@ -331,6 +331,11 @@ def _require_extras(command: str, values: dict[str, Any]) -> None:
 def _check_api_token(given: dict[str, Any]) -> None:
     if "api_token_exempt" in given and given.get("api_token_file") is None:
         raise ConfigError("--api-token-exempt needs --api-token-file")
+    if given.get("agent_capabilities") and given.get("api_token_file") is None:
+        raise ConfigError(
+            "--agent-capabilities needs --api-token-file: a capability is keyed by the API "
+            "token, and without a token every caller could begin any run"
+        )
 
 
 def _check_listen(given: dict[str, Any]) -> None:

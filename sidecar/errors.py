@@ -29,6 +29,7 @@ statuses (sidecar.fronts.mcp).
     ├── StepAborted              STEP_ABORTED            REFUSED
     ├── ShuttingDown             SHUTTING_DOWN           RETRYABLE
     ├── Unauthenticated          UNAUTHENTICATED         PERMANENT
+    ├── CapabilityRefused        CAPABILITY_REFUSED      PERMANENT
     └── RequestTooLarge          REQUEST_TOO_LARGE       REFUSED
 """
 
@@ -272,6 +273,19 @@ class Unauthenticated(ActonceError):
     """
 
     reason = "UNAUTHENTICATED"
+    failure_class = FailureClass.PERMANENT
+
+
+class CapabilityRefused(ActonceError):
+    """A call without the API token whose attempt capability is not that of the attempt it
+    names (sidecar.ops.auth, ``--agent-capabilities``): another attempt's, a forged one, or
+    a BeginAttempt that only the token may make.
+
+    PERMANENT: an agent that reaches beyond its attempt is misconfigured or misled, and a
+    retry of the run would be refused the same way.
+    """
+
+    reason = "CAPABILITY_REFUSED"
     failure_class = FailureClass.PERMANENT
 
 

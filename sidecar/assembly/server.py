@@ -138,6 +138,11 @@ async def create_server(
     if traces is not None:
         metrics.exemplar = traces.exemplar
     api_token = auth.load(config.api_token_file)
+    capabilities = (
+        auth.Capabilities(api_token)
+        if config.agent_capabilities and api_token is not None
+        else None
+    )
     audit = _open_audit(config, metrics, traces, ledger)
     store = await _open_store(config, audit, traces)
     client = _store_middleware(store.upstream, metrics, traces)
@@ -149,12 +154,17 @@ async def create_server(
         on_reread=metrics.version_conflict_rereads.inc,
         audited_writes=_audited_writes(store),
         grants=config.grants,
+        capability_of=capabilities.issue if capabilities is not None else None,
     )
     gate = CallGate()
-    server = _grpc_server(config, actions, gate, metrics, traces, api_token)
+    server = _grpc_server(config, actions, gate, metrics, traces, api_token, capabilities)
     health_servicer = await _health(server)
     port = bind(server, config.listen, _listen_credentials(config))
-    mcp = _mcp_listener(config, actions, metrics, traces, api_token) if config.mcp_listen else None
+    mcp = (
+        _mcp_listener(config, actions, metrics, traces, api_token, capabilities)
+        if config.mcp_listen
+        else None
+    )
     health_server, health_port = (
         await create_health_server(health_servicer, config.health_listen)
         if config.health_listen
@@ -290,6 +300,7 @@ def _grpc_server(
     metrics: Metrics,
     traces: Tracing | None,
     api_token: auth.TokenFile | None,
+    capabilities: auth.Capabilities | None,
 ) -> grpc.aio.Server:
     # Outermost first: metrics see every call, the gate's refusals included.
     server = grpc.aio.server(
@@ -302,6 +313,7 @@ def _grpc_server(
                 config.api_token_exempt,
                 refusal=to_grpc_status,
                 refusals=metrics.refusals,
+                capabilities=capabilities,
             ),
             MetricsInterceptor(metrics),
             gate,
@@ -386,6 +398,7 @@ def _mcp_listener(
     metrics: Metrics,
     traces: Tracing | None,
     api_token: auth.TokenFile | None,
+    capabilities: auth.Capabilities | None,
 ) -> McpListener:
     """The MCP front, and the gateway when upstreams are named (imported only then)."""
     from sidecar.fronts.mcp.app import McpFront, McpListener
@@ -421,6 +434,7 @@ def _mcp_listener(
         policy=RequestPolicy(hosts=config.mcp_allowed_hosts, origins=config.mcp_allowed_origins),
         tracing=traces,
         api_token=api_token,
+        capabilities=capabilities,
     )
     return McpListener(front, config.mcp_listen)
 

@@ -158,6 +158,16 @@ class Config:
         "comma-separated, or none",
         defaults.API_TOKEN_EXEMPT,
     )
+    # The harness holds the token, its agent one attempt's capability (sidecar.ops.auth).
+    agent_capabilities: bool = setting(
+        "--agent-capabilities",
+        "ACTONCE_AGENT_CAPABILITIES",
+        _yes_or_no,
+        "true to answer each BeginAttempt with the attempt's capability, and let a call "
+        "without the API token in only when it carries, in 'actonce-attempt-capability', "
+        "the capability of the attempt it names (needs --api-token-file)",
+        False,
+    )
     # TLS on the agent API's --listen: the server's pair, and the CA of the clients let in
     # (mutual TLS). Beyond loopback, a listen needs the token, and TLS unless
     # insecure_listen says the network already protects it (sidecar.cli checks both).

@@ -88,7 +88,9 @@ class RunActions:
     of one store call is made with its audit: apart, in turn as one job of the store client
     (an InTurn), or in one commit (a OneCommit, where the store shares the ledger's file).
     ``grants`` opens other rules' artifacts and threads to a rule's attempts
-    (sidecar.core.access); without it, each rule reaches only its own.
+    (sidecar.core.access); without it, each rule reaches only its own. ``capability_of``
+    gives a new attempt its capability (sidecar.ops.auth.Capabilities, with
+    ``--agent-capabilities``); without it, attempts have none.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class RunActions:
         on_reread: Callable[[], None] = _no_reread,
         audited_writes: AuditedWrites = AuditedWrites.APART,
         grants: Grants | None = None,
+        capability_of: Callable[[str], str] | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = store
@@ -118,11 +121,15 @@ class RunActions:
         self._reach = Reach(Owners(store), audit, grants or Grants(), timeout)
         self._lifecycle = Lifecycle(attempts, audit, settings)
         self._scoped = ScopedAttempts(attempts, self._lifecycle.begin)
+        self._capability_of = capability_of
 
     # -- attempts -------------------------------------------------------------
 
     async def begin_attempt(self, **start: Unpack[AttemptStart]) -> Attempt:
-        return await self._lifecycle.begin(**start)
+        attempt = await self._lifecycle.begin(**start)
+        if self._capability_of is not None:
+            attempt.capability = self._capability_of(attempt.attempt_id)
+        return attempt
 
     async def end_attempt(self, attempt_id: str) -> AttemptCounts:
         counts = await self._lifecycle.end(attempt_id)

@@ -162,6 +162,9 @@ class Attempt:
     # one's (core/deliveries.py).
     delivery_attempt_id: str = ""
     delivery: Attempt | None = field(default=None, repr=False, compare=False)
+    # What BeginAttempt answers for the agent to carry: "" when the sidecar issues none.
+    # Never in a repr, so never in a log line.
+    capability: str = field(default="", repr=False, compare=False)
     occurrences: Occurrences = field(default_factory=Occurrences)
     outcomes: Counter[Outcome] = field(default_factory=Counter)
     # Writes that failed with an error the caller was given.

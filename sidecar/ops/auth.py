@@ -20,6 +20,15 @@ attempt is begun, no audit event written, nothing reaches the store.
   for the life of the process.
 - :class:`ApiTokenMiddleware`: the HTTP side, pure ASGI, for the MCP front and the
   console. A refusal is 401 with the JSON body of the MCP front's other refusals.
+- :class:`Capabilities`: with ``--agent-capabilities``, the harness holds the token and
+  hands its agent one attempt's capability (``BeginAttemptResponse.capability``). The rule,
+  for both fronts, is :meth:`Capabilities.admits`: a call without the token is let in only
+  when it carries, in ``actonce-attempt-capability``, the capability of the attempt it
+  names (:func:`attempt_named`). An unscoped BeginAttempt names none: beginning a run, or
+  fencing it, stays the token's alone. A capability that is not the named attempt's is
+  refused CAPABILITY_REFUSED (PERMISSION_DENIED, 403) before the request reaches the core;
+  a call with neither is refused as before. A refusal changes nothing; like the token's, it
+  is logged and counted, not audited: a forged capability names no attempt to audit under.
 
 Presented tokens are compared with :func:`hmac.compare_digest`, which takes as long
 whatever the mismatch, so that timing gives away no prefix of the token.
@@ -27,6 +36,7 @@ whatever the mismatch, so that timing gives away no prefix of the token.
 
 from __future__ import annotations
 
+import base64
 import hmac
 import json
 import os
@@ -39,11 +49,13 @@ from typing import TYPE_CHECKING, Any, Never
 import grpc
 import structlog
 from actonce_api.v1 import run_actions_pb2
+from google.protobuf.message import DecodeError
+from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2
 from prometheus_client import Counter
 
 from sidecar import defaults
-from sidecar.errors import Unauthenticated
+from sidecar.errors import ActonceError, CapabilityRefused, Unauthenticated
 from sidecar.ops.security import SecuritySettingError, read_token
 
 if TYPE_CHECKING:
@@ -55,6 +67,8 @@ log = structlog.get_logger()
 
 HEADER = "authorization"
 SCHEME = "bearer"
+# Where a call carries the capability of the attempt it names: gRPC metadata, HTTP header.
+CAPABILITY_HEADER = "actonce-attempt-capability"
 # How often the file is looked at while presented tokens match; a mismatch looks at once.
 RECHECK_SECONDS = 1.0
 # How long the token a file held before stays good once the file holds a new one.
@@ -98,6 +112,10 @@ def rpc_label(method: str) -> str:
 MESSAGE = (
     "this sidecar needs its API token: send 'authorization: Bearer <token>' "
     "(clients read ACTONCE_API_TOKEN_FILE or ACTONCE_API_TOKEN)"
+)
+MESSAGE_WITH_CAPABILITIES = (
+    f"{MESSAGE}, or, for the calls of one attempt, that attempt's capability in "
+    "'actonce-attempt-capability'"
 )
 
 
@@ -181,6 +199,31 @@ class TokenFile:
             self._follow(now)
         return hmac.new(key, self._token, "sha256").hexdigest()
 
+    def sign(self, message: bytes) -> bytes:
+        """``message``'s HMAC-SHA256 under the token in force."""
+        now = self._clock()
+        if now >= self._next_check:
+            self._follow(now)
+        return hmac.new(self._token, message, "sha256").digest()
+
+    def signed(self, message: bytes, mac: bytes) -> bool:
+        """Whether ``mac`` is ``message``'s HMAC under the token in force (or, just after a
+        rotation, the one before), compared in constant time."""
+        now = self._clock()
+        if now >= self._next_check:
+            self._follow(now)
+        if self._signs(message, mac, now):
+            return True
+        return self._follow(now) and self._signs(message, mac, now)
+
+    def _signs(self, message: bytes, mac: bytes, now: float) -> bool:
+        keys = [self._token]
+        if self._previous is not None and now < self._previous_until:
+            keys.append(self._previous)
+        return any(
+            hmac.compare_digest(hmac.new(key, message, "sha256").digest(), mac) for key in keys
+        )
+
     def _accepts(self, presented: bytes, now: float) -> bool:
         if hmac.compare_digest(presented, self._token):
             return True
@@ -228,6 +271,84 @@ def bearer(values: Iterable[str | bytes]) -> bytes | None:
     return token
 
 
+# -- attempt capabilities ----------------------------------------------------------
+
+# A capability's form: this prefix, the attempt's id, and the MAC of the id. Clients never
+# read it; the prefix names the form, so that another can follow it.
+CAPABILITY_FORM = "acap1"
+_CAPABILITY_DOMAIN = b"actonce-attempt-capability/1\x00"
+
+CAPABILITY_REFUSED = (
+    "this call carries no API token, and its actonce-attempt-capability is not the "
+    "capability of the attempt it names: an agent's capability reaches its own attempt "
+    "alone (and begins only that delivery's scoped attempts); beginning or fencing a run "
+    "needs the API token"
+)
+
+
+def attempt_named(rpc: str, field: Callable[[str], str]) -> str:
+    """The attempt a RunActionsService call ``rpc`` names, as a capability must match it
+    (``field`` reads the request's field by name): its ``attempt_id``; for BeginAttempt, the
+    delivery a scoped attempt names, and none for an unscoped one, which begins a run or
+    fences it. A scoped attempt of its own delivery stays within the run: the delivery
+    must be the run's newest (sidecar.core.deliveries, and the ledger's fence)."""
+    if rpc == "BeginAttempt":
+        return field("delivery_attempt_id") if field("scope") else ""
+    return field("attempt_id")
+
+
+class Capabilities:
+    """Attempt capabilities: an HMAC-SHA256 of the attempt's id under the API token.
+
+    Why the token is the key: a capability must hold after the sidecar restarts (the
+    attempt is then UNKNOWN_ATTEMPT, as it should be, not a refusal) and across the
+    sidecars that share a ledger and a token (a scoped attempt may begin on another
+    sidecar than its delivery), so a key of the process's own would not do. A key kept
+    in the ledger would give it to every holder of a ledger DSN, who could then act as any
+    agent; a key file of its own would be a second Secret to mount and rotate. The token is
+    already the secret only the harness holds, and rotating it revokes every capability
+    issued under it (after the overlap a rotation allows), as it ends the console's
+    sessions. The MAC is bound to the attempt's id, which names one run, rule and scope
+    for the attempt's life; its lease and its end are the attempt's own: a write past the
+    lease is refused LEASE_EXPIRED, an ended attempt's calls UNKNOWN_ATTEMPT.
+    """
+
+    def __init__(self, token: TokenFile) -> None:
+        self._token = token
+
+    def issue(self, attempt_id: str) -> str:
+        """The capability of ``attempt_id``."""
+        mac = self._token.sign(_CAPABILITY_DOMAIN + attempt_id.encode())
+        encoded = base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
+        return f"{CAPABILITY_FORM}.{attempt_id}.{encoded}"
+
+    def holder(self, presented: bytes | None) -> str | None:
+        """The attempt ``presented`` is the capability of; None when it is none."""
+        try:
+            form, attempt_id, encoded = (presented or b"").decode("ascii").split(".")
+            mac = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        except ValueError:  # not ASCII, not three parts, not base64
+            return None
+        if form != CAPABILITY_FORM or not attempt_id:
+            return None
+        return (
+            attempt_id
+            if self._token.signed(_CAPABILITY_DOMAIN + attempt_id.encode(), mac)
+            else None
+        )
+
+    def admits(self, presented: bytes | None, named: str) -> bool:
+        """The rule: a call without the token goes on only when ``presented`` is the
+        capability of ``named``, the attempt the call names (:func:`attempt_named`)."""
+        return bool(named) and self.holder(presented) == named
+
+
+def capability(values: Iterable[str | bytes]) -> bytes | None:
+    """The one capability among ``values``; None for none, or for more than one."""
+    found = [v.encode("utf-8", "replace") if isinstance(v, str) else v for v in values]
+    return found[0] if len(found) == 1 else None
+
+
 # -- gRPC ------------------------------------------------------------------------
 
 
@@ -238,33 +359,56 @@ class _Refusal(grpc.Status):
         self.trailing_metadata = status.trailing_metadata
 
 
+def _api_requests() -> dict[str, tuple[str, Any]]:
+    """Each RunActionsService method's path: its name and its request's message class."""
+    api = run_actions_pb2.DESCRIPTOR.services_by_name["RunActionsService"]
+    return {
+        f"/{api.full_name}/{m.name}": (m.name, GetMessageClass(m.input_type)) for m in api.methods
+    }
+
+
+API_REQUESTS = _api_requests()
+
+
 class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuse every call without the token, but those of ``exempt`` services.
+    """Refuse every call without the token, but those of ``exempt`` services and, with
+    ``capabilities``, the API calls that carry the capability of the attempt they name.
 
     It decides on each call's metadata before the handler is even looked up, and a
     refused call gets a handler that answers without reading the request: an
-    unauthenticated caller's message is never parsed. It stands outside every
-    interceptor that keeps the handlers it wraps (sidecar.fronts.grpc.interceptors),
-    so that none of them keeps this decision for later calls.
+    unauthenticated caller's message is never parsed, nor is one that carries no valid
+    capability. A call whose capability is valid is let in to be judged on the attempt its
+    request names (:meth:`_judged`). It stands outside every interceptor that keeps the
+    handlers it wraps (sidecar.fronts.grpc.interceptors), so that none of them keeps this
+    decision for later calls.
     """
 
     def __init__(
         self,
         token: TokenFile,
         *,
-        refusal: grpc.Status,
+        refusal: Callable[[ActonceError], grpc.Status],
         exempt: Collection[str] = exempt_services(DEFAULT_EXEMPT),
         # Told the refused call's rpc label (rpc_label): never a name the caller chose.
-        on_refused: Callable[[str], None] = lambda _rpc: None,
+        on_refused: Callable[[str, ActonceError], None] = lambda _rpc, _error: None,
+        capabilities: Capabilities | None = None,
     ) -> None:
         self._token = token
         self._exempt = frozenset(exempt)
         self._on_refused = on_refused
-        self._refusal = _Refusal(refusal)
+        self._capabilities = capabilities
+        message = MESSAGE if capabilities is None else MESSAGE_WITH_CAPABILITIES
+        self._unauthenticated = Unauthenticated(message)
+        self._not_capable = CapabilityRefused(CAPABILITY_REFUSED)
+        self._statuses = {
+            error.reason: _Refusal(refusal(error))
+            for error in (self._unauthenticated, self._not_capable)
+        }
         # Of the request-streaming kind whatever the method's, so that nothing is read.
-        self._refuse: grpc.RpcMethodHandler[Any, Any] = grpc.stream_unary_rpc_method_handler(
-            self._answer
-        )
+        self._refuse: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+            reason: grpc.stream_unary_rpc_method_handler(self._answer(status))
+            for reason, status in self._statuses.items()
+        }
 
     async def intercept_service(
         self,
@@ -275,27 +419,80 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = str(handler_call_details.method)
         service = method.lstrip("/").rpartition("/")[0]
+        metadata = handler_call_details.invocation_metadata or ()
         if service in self._exempt or self._token.matches(
-            bearer(v for k, v in handler_call_details.invocation_metadata or () if k == HEADER)
+            bearer(v for k, v in metadata if k == HEADER)
         ):
             return await continuation(handler_call_details)
+        presented = capability(v for k, v in metadata if k == CAPABILITY_HEADER)
+        if self._capabilities is None or presented is None:
+            return self._refused(method, self._unauthenticated)
+        holder = self._capabilities.holder(presented)
+        handler = (
+            await continuation(handler_call_details)
+            if holder is not None and method in API_REQUESTS
+            else None
+        )
+        if holder is None or handler is None or handler.unary_unary is None:
+            return self._refused(method, self._not_capable)
+        return self._judged(method, presented, handler)
+
+    def _judged(
+        self, method: str, presented: bytes, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """``handler``, run only when its request names the attempt ``presented`` is the
+        capability of (:meth:`Capabilities.admits`).
+
+        The handler may take the request's bytes (an interceptor below parses them with
+        its own limits): they are parsed here too, and a request that does not parse
+        names no attempt, and is refused."""
+        rpc, request_class = API_REQUESTS[method]
+        inner: Any = handler.unary_unary
+        assert self._capabilities is not None
+        capabilities = self._capabilities
+
+        async def judged(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                message = (
+                    request_class.FromString(request) if isinstance(request, bytes) else request
+                )
+                named = attempt_named(rpc, lambda name: str(getattr(message, name)))
+            except DecodeError:  # a request that does not parse names no attempt
+                named = ""
+            if not capabilities.admits(presented, named):
+                self._refused(method, self._not_capable)
+                await context.abort_with_status(self._statuses[CapabilityRefused.reason])
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            judged,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _refused(self, method: str, error: ActonceError) -> grpc.RpcMethodHandler[Any, Any]:
         structlog.contextvars.clear_contextvars()
-        failure_class = Unauthenticated.failure_class.value
         label = rpc_label(method)
         unknown = {} if label != UNKNOWN_RPC else {"method": method[:LOGGED_METHOD_CHARS]}
         log.info(
             "refused",
             rpc=label,
-            reason=Unauthenticated.reason,
-            failure_class=failure_class,
+            reason=error.reason,
+            failure_class=error.failure_class.value,
             **unknown,
         )
-        self._on_refused(label)
-        return self._refuse
+        self._on_refused(label, error)
+        return self._refuse[error.reason]
 
-    async def _answer(self, _requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Never:
-        await context.abort_with_status(self._refusal)
-        raise AssertionError("abort_with_status returns only by raising")
+    @staticmethod
+    def _answer(
+        status: grpc.Status,
+    ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Never]]:
+        async def answer(_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Never:
+            await context.abort_with_status(status)
+            raise AssertionError("abort_with_status returns only by raising")
+
+        return answer
 
 
 # -- HTTP (ASGI) -----------------------------------------------------------------
@@ -314,29 +511,52 @@ REFUSAL_BODY = json.dumps(
 ).encode()
 
 
+CAPABILITY_REFUSAL_BODY = json.dumps(
+    {
+        "reason": CapabilityRefused.reason,
+        "failure_class": CapabilityRefused.failure_class.value,
+        "message": CAPABILITY_REFUSED,
+    }
+).encode()
+
+
 async def refuse_http(scope: Scope, _receive: Receive, send: Send) -> None:
     """401 with the JSON body every refusal of the MCP front has."""
+    await _refuse(scope, send, 401, REFUSAL_BODY)
+
+
+async def refuse_capability(scope: Scope, _receive: Receive, send: Send) -> None:
+    """403, CAPABILITY_REFUSED: a capability that is not the named attempt's."""
+    await _refuse(scope, send, 403, CAPABILITY_REFUSAL_BODY)
+
+
+async def _refuse(scope: Scope, send: Send, status: int, body: bytes) -> None:
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008})
         return
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(REFUSAL_BODY)).encode()),
+                (b"content-length", str(len(body)).encode()),
                 (b"www-authenticate", b'Bearer realm="actonce"'),
                 (b"cache-control", b"no-store"),
             ],
         }
     )
-    await send({"type": "http.response.body", "body": REFUSAL_BODY})
+    await send({"type": "http.response.body", "body": body})
 
 
 def http_bearer(scope: Scope) -> bytes | None:
     """The Bearer token of an HTTP request's one ``authorization`` header."""
     return bearer(v for k, v in scope.get("headers", ()) if k == HEADER.encode())
+
+
+def http_capability(scope: Scope) -> bytes | None:
+    """The capability of an HTTP request's one ``actonce-attempt-capability`` header."""
+    return capability(v for k, v in scope.get("headers", ()) if k == CAPABILITY_HEADER.encode())
 
 
 class ApiTokenMiddleware:
@@ -380,44 +600,68 @@ def interceptors(
     token: TokenFile | None,
     exempt: Iterable[str] = DEFAULT_EXEMPT,
     *,
-    refusal: Callable[[Unauthenticated], grpc.Status],
+    refusal: Callable[[ActonceError], grpc.Status],
     refusals: Counter | None = None,
+    capabilities: Capabilities | None = None,
 ) -> list[grpc.aio.ServerInterceptor]:
     """The gRPC server's interceptor for ``token``, none when no token is configured: a
     refused call ends with ``refusal`` of its error (the gRPC front's status table), each
-    one counted in ``refusals`` (the metrics' counter by RPC, reason and class)."""
+    one counted in ``refusals`` (the metrics' counter by RPC, reason and class); with
+    ``capabilities``, an attempt's capability lets in that attempt's calls."""
     if token is None:
         return []
 
-    def counted(rpc: str) -> None:
+    def counted(rpc: str, error: ActonceError) -> None:
         if refusals is not None:
-            refusals.labels(rpc, Unauthenticated.reason, Unauthenticated.failure_class.value).inc()
+            refusals.labels(rpc, error.reason, error.failure_class.value).inc()
 
     return [
         ApiTokenInterceptor(
             token,
-            refusal=refusal(Unauthenticated(MESSAGE)),
+            refusal=refusal,
             exempt=exempt_services(exempt),
             on_refused=counted,
+            capabilities=capabilities,
         )
     ]
 
 
-def middleware(token: TokenFile | None) -> list[Middleware]:
-    """A Starlette app's middleware for ``token``; none when no token is configured."""
+def middleware(
+    token: TokenFile | None,
+    capabilities: Capabilities | None = None,
+    attempt_of: Callable[[Scope], str] = lambda _scope: "",
+) -> list[Middleware]:
+    """A Starlette app's middleware for ``token``; none when no token is configured. With
+    ``capabilities``, a request without the token that carries the capability of the
+    attempt ``attempt_of`` finds it naming goes on too."""
     from starlette.middleware import Middleware
 
-    return [] if token is None else [Middleware(ApiTokenMiddleware, token=token)]
+    if token is None:
+        return []
+    if capabilities is None:
+        return [Middleware(ApiTokenMiddleware, token=token)]
+
+    def admit(scope: Scope) -> bool:
+        return capabilities.admits(http_capability(scope), attempt_of(scope))
+
+    def refuse(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        refused = refuse_capability if http_capability(scope) is not None else refuse_http
+        return refused(scope, receive, send)
+
+    return [Middleware(ApiTokenMiddleware, token=token, admit=admit, refuse=refuse)]
 
 
 __all__ = [
+    "CAPABILITY_HEADER",
     "DEFAULT_EXEMPT",
     "HEADER",
     "UNKNOWN_RPC",
     "ApiTokenInterceptor",
     "ApiTokenMiddleware",
+    "Capabilities",
     "SecuritySettingError",
     "TokenFile",
+    "attempt_named",
     "bearer",
     "exempt_services",
     "interceptors",

@@ -27,6 +27,7 @@ how gRPC tells it: a canonical status code, an ``ErrorInfo`` (reason, domain
     ├── StepAborted              FAILED_PRECONDITION
     ├── ShuttingDown             UNAVAILABLE
     ├── Unauthenticated          UNAUTHENTICATED
+    ├── CapabilityRefused        PERMISSION_DENIED
     └── RequestTooLarge          RESOURCE_EXHAUSTED
 
 An error class this table does not name (the MCP front's own) is told by its nearest
@@ -72,6 +73,7 @@ _CODES: dict[type[errors.ActonceError], grpc.StatusCode] = {
     errors.StepAborted: grpc.StatusCode.FAILED_PRECONDITION,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    errors.CapabilityRefused: grpc.StatusCode.PERMISSION_DENIED,
     errors.RequestTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 # Errors that carry a store's refusal code travel with the code the store contract gives it

@@ -14,7 +14,12 @@ Routes (all on ``--mcp-listen``):
   thing the operator should fix that does not stop the front serving (an effects file's
   entry that its upstream's listing contradicts, sidecar.fronts.mcp.gateway).
 
-The harness binds the attempt, never the model: no tool takes an attempt id.
+The harness binds the attempt, never the model: no tool takes an attempt id. With
+``--agent-capabilities``, a request without the API token goes on only when its header
+``actonce-attempt-capability`` is the capability of the attempt it names (the path's, else
+the header's: :func:`attempt_named`; with ``actonce-scope``, the delivery whose scoped
+attempt it is made in); ``POST /attempts`` names none, and needs the token
+(sidecar.ops.auth). Its answer carries the new attempt's ``capability`` then.
 
 Every route is behind the HTTP guard (sidecar.ops.http_guard): Host and Origin, JSON on
 every POST, the body's size and nesting; and served under uvicorn with deadlines and a
@@ -26,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -92,6 +98,28 @@ def _attempt_of(request: Any) -> str:
     return str(attempt_id)
 
 
+# The routes that name an attempt in their path, as Starlette matches ``{attempt_id}``.
+_NAMED_IN_PATH = (
+    re.compile(r"/mcp/attempts/(?P<attempt_id>[^/]+)"),
+    re.compile(r"/attempts/(?P<attempt_id>[^/]+)/end"),
+)
+
+
+def attempt_named(scope: auth.Scope) -> str:
+    """The attempt an HTTP request names before it is routed, as :func:`_attempt_of` finds
+    it after: its path's, else, on ``/mcp``, the header's; "" for none. An attempt
+    capability must be this attempt's (sidecar.ops.auth)."""
+    path = str(scope.get("path", ""))
+    for route in _NAMED_IN_PATH:
+        found = route.fullmatch(path)
+        if found:
+            return found["attempt_id"]
+    if path != "/mcp":
+        return ""
+    headers = [v for k, v in scope.get("headers", ()) if k == ATTEMPT_HEADER.encode()]
+    return headers[0].decode("latin-1") if len(headers) == 1 else ""
+
+
 def _scope_of(request: Any) -> str:
     scope = request.headers.get(SCOPE_HEADER) if request is not None else None
     return str(scope or "")
@@ -109,6 +137,7 @@ class McpFront:
         policy: http_guard.RequestPolicy | None = None,
         tracing: Tracing | None = None,
         api_token: TokenFile | None = None,
+        capabilities: auth.Capabilities | None = None,
     ) -> None:
         self.actions = actions
         self.gateway = gateway
@@ -147,7 +176,7 @@ class McpFront:
             # one is configured (sidecar.ops.auth).
             middleware=[
                 *http_guard.middleware(policy or http_guard.RequestPolicy()),
-                *auth.middleware(api_token),
+                *auth.middleware(api_token, capabilities, attempt_named),
             ],
             lifespan=self._lifespan,
         )
@@ -238,7 +267,10 @@ class McpFront:
             attempt = await _BEGIN.core(self.actions, **checked)
         except ActonceError as error:
             return _http_error(error)
-        return JSONResponse({"attempt_id": attempt.attempt_id})
+        answer = {"attempt_id": attempt.attempt_id}
+        if attempt.capability:
+            answer["capability"] = attempt.capability
+        return JSONResponse(answer)
 
     async def _end_attempt(self, request: Request) -> Response:
         """EndAttempt of the attempt the path names; the answer is its response, the counts."""

@@ -38,6 +38,7 @@ CODES: list[tuple[ActonceError, grpc.StatusCode]] = [
     (errors.StepAborted("aborted"), C.FAILED_PRECONDITION),
     (errors.ShuttingDown("bye"), C.UNAVAILABLE),
     (errors.Unauthenticated("who"), C.UNAUTHENTICATED),
+    (errors.CapabilityRefused("not yours"), C.PERMISSION_DENIED),
     (errors.RequestTooLarge("big"), C.RESOURCE_EXHAUSTED),
     # A store's refusal travels with the code its reason has on the store's wire.
     (StoreRefused("no", reason="NOT_FOUND", failure_class=FailureClass.REFUSED), C.NOT_FOUND),
