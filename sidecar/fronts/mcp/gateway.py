@@ -66,7 +66,6 @@ import mcp_types as types
 import structlog
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, StepPermit
@@ -171,8 +170,12 @@ class Gateway:
         *,
         timeout_seconds: float = 30.0,
         report: FindingsReport = _no_report,
+        transports: Mapping[str, httpx2.AsyncBaseTransport] | None = None,
     ) -> None:
         self.actions = actions
+        # How the gateway reaches an upstream, by its name: over the network unless a
+        # transport is given (a test's upstream served in memory, as httpx's MockTransport).
+        self.transports = dict(transports or {})
         self.upstreams = {u.name: u for u in upstreams}
         self.effects = dict(effects)
         self.timeout_seconds = timeout_seconds
@@ -227,10 +230,11 @@ class Gateway:
     ) -> AsyncIterator[_Connection]:
         # The whole call is bounded by its caller (_Sending.run); httpx's own timeout
         # bounds each read, and no read may outlast the whole.
-        http = create_mcp_http_client(
+        http = httpx2.AsyncClient(
             # Compressed, an answer's bytes on the wire would not bound what it decodes to.
             headers={**upstream.headers, "accept-encoding": "identity"},
             timeout=httpx2.Timeout(seconds if seconds is not None else self.timeout_seconds),
+            transport=self.transports.get(upstream.name),
         )
         answers = _AnswerBound(ANSWER_LIMIT_BYTES)
         http.event_hooks = {"response": [answers.watch]}
