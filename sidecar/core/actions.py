@@ -13,6 +13,7 @@ store, and how its answer is classified, is written here, one ``perform`` per wr
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import TypeVar, Unpack
@@ -53,6 +54,7 @@ from sidecar.upstream.base import (
     AuditedWrites,
     CreateArtifact,
     CreateThread,
+    GetArtifact,
     PostMessage,
     ProposeCreate,
     StoreClient,
@@ -183,7 +185,10 @@ class RunActions:
             digest=data_digest,
             detail={"kind": kind},
         )
-        return await self._path.write(attempt, write, perform)
+        result = await self._path.write(attempt, write, perform)
+        if result.outcome is Outcome.ALREADY_APPLIED and not propose:
+            return await self._with_stored_version(result, attempt)
+        return result
 
     async def edit(
         self,
@@ -415,6 +420,18 @@ class RunActions:
         attempt = self.attempts.get(attempt_id)
         structlog.contextvars.bind_contextvars(run_id=attempt.run_id)
         return attempt
+
+    async def _with_stored_version(self, result: WriteResult, attempt: Attempt) -> WriteResult:
+        """A create an earlier call made answers the version the store holds, as the
+        create that made it did: the store's refusal of the used id says none. The write
+        is done whatever this read finds: a failed read leaves the version unsaid (0)."""
+        owner = Principal(attempt.rule)
+        try:
+            stored = await self.store.call(GetArtifact(result.id, owner), self._deadline(attempt))
+        except (Refusal, ActonceError) as exc:
+            log.warning("version_unread", artifact_id=result.id, error=str(exc))
+            return result
+        return replace(result, version=stored.version)
 
     def _deadline(self, attempt: Attempt) -> float:
         return leases.store_deadline(attempt, self.settings.store_timeout_seconds)

@@ -14,6 +14,10 @@ whose call was sent and failed (it may have acted), is that step repeated. It
 waits for the step, then gets its result; a non-idempotent step that did not end
 is ``IN_DOUBT``; an idempotent or read-only one is run again under the same id.
 Only once the step ended is an identical BeginStep a new step.
+
+A step is one write in its attempt's counts (EndAttempt): its begin's outcome counts it,
+made now or by an earlier attempt; its end or abort settles that write and counts
+nothing more, so that one tool call is one write on every front.
 """
 
 from __future__ import annotations
@@ -314,7 +318,6 @@ class Steps:
                 lost="step_end_audit_failed",
             )
             state.settle(StepStatus.ENDED, result_json)
-            attempt.outcomes[Outcome.APPLIED] += 1
             return WriteResult(Outcome.APPLIED, id=step_id)
 
     async def abort(
@@ -364,7 +367,6 @@ class Steps:
             )
             state.settle(StepStatus.ABORTED)
             attempt.occurrences.give_back(ids.WriteType.STEP, state.identity, state.occurrence)
-            attempt.outcomes[Outcome.APPLIED] += 1
             return WriteResult(Outcome.APPLIED, id=step_id)
 
     async def fail(

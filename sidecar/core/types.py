@@ -64,7 +64,8 @@ class StepPermit:
 
 @dataclass(frozen=True)
 class AttemptCounts:
-    """An attempt's writes by outcome (EndAttempt)."""
+    """An attempt's writes by outcome (EndAttempt). A step counts once, by its begin's
+    outcome: its end or abort is not another write."""
 
     applied: int
     already_applied: int

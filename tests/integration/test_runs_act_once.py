@@ -136,6 +136,18 @@ def test_a_retried_attempt_makes_the_same_writes_with_the_same_ids(
     assert artifact_now.version == 2
 
 
+def test_a_create_made_before_answers_the_version_the_store_holds(sidecar: RunningSidecar) -> None:
+    first = sidecar.begin("run-v", checkpoint="cp-1")
+    made = _create(sidecar, first, {"n": 1})
+    assert (made.outcome, made.version) == (APPLIED, 1)
+    edit = pb.EditRequest(attempt_id=first, artifact_id=made.id, path="/n", value_json="2")
+    assert sidecar.stub.Edit(edit).version == 2
+    # Redelivered, the run makes the create again: it finds the artifact and says its
+    # version, as a read would, not the 0 of "no version".
+    again = _create(sidecar, sidecar.begin("run-v", checkpoint="cp-1"), {"n": 1})
+    assert (again.id, again.outcome, again.version) == (made.id, ALREADY, 2)
+
+
 def test_two_identical_writes_in_one_attempt_make_two_distinct_objects(
     sidecar: RunningSidecar,
 ) -> None:

@@ -105,7 +105,7 @@ def test_every_rpc_refuses_a_call_without_the_token_and_takes_it_with_it(
         results = {rpc: call(client, attempt) for rpc, call in calls.items()}
         assert results["Create"].outcome is Outcome.APPLIED
         assert results["EndStep"] is Outcome.APPLIED
-        assert results["EndAttempt"].applied == 12  # 4 made first, then 8 writes and steps
+        assert results["EndAttempt"].applied == 10  # 4 made first, then 6 writes and steps
 
 
 @pytest.mark.parametrize(
