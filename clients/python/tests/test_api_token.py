@@ -16,7 +16,15 @@ import pytest
 from conftest import SEND_RULE
 
 from actonce_api.v1 import run_actions_pb2 as pb
-from actonce_client import ActonceError, Attempt, Client, Effect, FailureClass, Outcome
+from actonce_client import (
+    ActonceError,
+    Attempt,
+    Client,
+    Effect,
+    FailureClass,
+    InvalidSetting,
+    Outcome,
+)
 from actonce_client.aio import AsyncClient
 from actonce_client.auth import REREAD_SECONDS, ApiToken
 from actonce_client.testing import LocalSidecar
@@ -160,9 +168,9 @@ def test_a_token_file_without_a_usable_token_is_refused_at_once(
 ) -> None:
     path = tmp_path / "token"
     path.write_text(content)
-    with pytest.raises(ValueError, match="API token"):
+    with pytest.raises(InvalidSetting, match="API token"):
         Client("127.0.0.1:1", api_token_file=path)
-    with pytest.raises(OSError):
+    with pytest.raises(InvalidSetting, match="api_token_file: the API token file"):
         Client("127.0.0.1:1", api_token_file=tmp_path / "missing")
 
 

@@ -20,7 +20,13 @@ from actonce_client.client import (
     Write,
     new_request_id,
 )
-from actonce_client.errors import ActonceError, FailureClass, FieldViolation, InvalidInput
+from actonce_client.errors import (
+    ActonceError,
+    FailureClass,
+    FieldViolation,
+    InvalidInput,
+    InvalidSetting,
+)
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -33,6 +39,7 @@ __all__ = [
     "FailureClass",
     "FieldViolation",
     "InvalidInput",
+    "InvalidSetting",
     "Message",
     "Outcome",
     "RawJSON",

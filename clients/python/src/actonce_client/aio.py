@@ -24,6 +24,7 @@ import grpc.aio
 
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_client import target as targets
 from actonce_client.auth import ApiToken
 from actonce_client.client import (
     DEFAULT_TIMEOUT,
@@ -58,7 +59,7 @@ class AsyncClient:
 
     def __init__(
         self,
-        target: str,
+        target: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         credentials: grpc.ChannelCredentials | None = None,
@@ -66,6 +67,7 @@ class AsyncClient:
         api_token: str | None = None,
         api_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        target = targets.resolve(target)
         self._token = ApiToken.resolve(api_token, api_token_file)
         channel_options = [("grpc.service_config", SERVICE_CONFIG), *options]
         self._channel = (

@@ -26,6 +26,7 @@ from google.protobuf import timestamp_pb2
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
+from actonce_client import target as targets
 from actonce_client.auth import ApiToken
 from actonce_client.errors import from_rpc_error
 
@@ -204,8 +205,9 @@ class Client:
     """A channel to one sidecar, safe to share between threads.
 
     ``target`` is where the sidecar listens: ``"127.0.0.1:50051"`` or
-    ``"unix:///run/actonce.sock"``. It runs in the agent's pod, so the channel
-    is plaintext unless ``credentials`` are given.
+    ``"unix:///run/actonce.sock"``; without it, ``ACTONCE_TARGET``. A URL
+    (``http://...``) is refused at once (actonce_client.target). The sidecar runs in
+    the agent's pod, so the channel is plaintext unless ``credentials`` are given.
 
     Every call carries the sidecar's API token when there is one: ``api_token``
     or ``api_token_file``, else the file named by ``ACTONCE_API_TOKEN_FILE``, else
@@ -214,7 +216,7 @@ class Client:
 
     def __init__(
         self,
-        target: str,
+        target: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         credentials: grpc.ChannelCredentials | None = None,
@@ -222,6 +224,7 @@ class Client:
         api_token: str | None = None,
         api_token_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        target = targets.resolve(target)
         self._token = ApiToken.resolve(api_token, api_token_file)
         self.target = target
         self.credentials = credentials

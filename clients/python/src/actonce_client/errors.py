@@ -2,8 +2,11 @@
 
     ActonceError   code, reason, failure_class, metadata, violations, request_id
     │              .refused / .retryable / .permanent / .unknown
-    └── InvalidInput   (also a ValueError) an input the sidecar would refuse,
-                       refused before an id is derived locally; .field names it
+    ├── InvalidInput   (also a ValueError) an input the sidecar would refuse,
+    │                  refused before an id is derived locally; .field names it
+    └── InvalidSetting (also a ValueError) a setting of the client that cannot work
+                       (its target, its API token file), PERMANENT, refused before
+                       any call; .setting names it as it was given
 
 Every sidecar error carries a ``google.rpc.ErrorInfo`` (domain ``actonce``)
 whose ``metadata.failure_class`` says what the caller does next. One table,
@@ -117,6 +120,22 @@ class InvalidInput(ActonceError, ValueError):
             violations=[FieldViolation(field, description)],
         )
         self.field = field
+
+
+class InvalidSetting(ActonceError, ValueError):
+    """A setting of the client that cannot work: INVALID_ARGUMENT, PERMANENT (a retried run
+    would meet it again), raised when the client is made, before any call. ``setting`` is
+    the option or the environment variable it came from, as the user wrote it."""
+
+    def __init__(self, setting: str, description: str) -> None:
+        super().__init__(
+            f"{setting}: {description}",
+            code=grpc.StatusCode.INVALID_ARGUMENT,
+            reason="INVALID_ARGUMENT",
+            failure_class=FailureClass.PERMANENT,
+            violations=[FieldViolation(setting, description)],
+        )
+        self.setting = setting
 
 
 _FAILURE_CLASSES = {member.value: member for member in FailureClass}
