@@ -246,7 +246,7 @@ class Steps:
         so the step is not in doubt. An abort that cannot be recorded leaves it begun: a
         person then decides it (it never acted)."""
         with contextlib.suppress(ActonceError):
-            await self._abort(attempt, state, _reason(f"not sent: {error.message}"), "")
+            await self._abort(attempt, state, canonical.as_reason(f"not sent: {error.message}"), "")
         error.nothing_sent = True
         raise error
 
@@ -526,15 +526,6 @@ def _lease_passed(ends: datetime | None) -> LeaseExpired:
         f"the attempt's lease ran out at {when}; the call was not sent: the queue retries the run",
         metadata={"lease_deadline": when},
     )
-
-
-def _reason(text: str) -> str:
-    """``text`` as an abort's reason: within its bound, without NUL."""
-    clean = text.replace("\x00", " ")
-    encoded = clean.encode("utf-8", "replace")
-    if len(encoded) <= canonical.MAX_NAME_BYTES:
-        return clean
-    return encoded[: canonical.MAX_NAME_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
 def _bounded(text: str) -> str:

@@ -248,6 +248,17 @@ def require_request_id(value: str) -> str:
     return require_no_nul(value, "request_id")
 
 
+def as_reason(text: str) -> str:
+    """``text`` as a step's abort reason, the sidecar's own words on a failure: cut to
+    :data:`MAX_NAME_BYTES` bytes of UTF-8 (ending in "...") and its NULs made spaces, never
+    refused."""
+    clean = text.replace("\x00", " ")
+    encoded = clean.encode("utf-8", "replace")
+    if len(encoded) <= MAX_NAME_BYTES:
+        return clean
+    return encoded[: MAX_NAME_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
 def require_no_nul(value: str, field: str) -> str:
     """Refuse a NUL character: PostgreSQL text cannot hold one, and an audit event carrying
     it would fail the whole group commit it shares with other callers' events."""

@@ -496,7 +496,7 @@ class _Sending:
         await self.gateway.actions.abort_step(
             attempt_id=self.attempt_id,
             step_id=self.step_id,
-            reason=_reason(f"not sent: {cause}"),
+            reason=canonical.as_reason(f"not sent: {cause}"),
             request_id="",
         )
 
@@ -547,7 +547,7 @@ class _Sending:
             await actions.abort_step(
                 attempt_id=self.attempt_id,
                 step_id=self.step_id,
-                reason=_reason(f"the tool answered an error: {said}"),
+                reason=canonical.as_reason(f"the tool answered an error: {said}"),
                 request_id="",
             )
             return
@@ -616,15 +616,6 @@ def _retry_finds(spec: ToolSpec) -> str:
     if spec.keyed:
         return "begun, and sends it again with the same idempotency key"
     return "begun, and calls it again"
-
-
-def _reason(text: str) -> str:
-    """``text`` as an AbortStep's reason: within its bound, without NUL."""
-    clean = text.replace("\x00", " ")
-    encoded = clean.encode("utf-8", "replace")
-    if len(encoded) <= canonical.MAX_NAME_BYTES:
-        return clean
-    return encoded[: canonical.MAX_NAME_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
 def _model_arguments(spec: ToolSpec, arguments: Mapping[str, Any]) -> dict[str, Any]:
