@@ -84,7 +84,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dial = append(o.dial, opts...) }
 }
 
-// New connects to the sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock").
+// New connects to the sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock"),
+// or, when target is "", at $ACTONCE_TARGET. A URL ("http://...") is refused at
+// once, an *Error (INVALID_ARGUMENT, Permanent) saying to write HOST:PORT.
 // The sidecar runs in the agent's pod, so the connection is plaintext unless
 // WithDialOptions says otherwise. Every call carries the sidecar's API token
 // when there is one: WithAPIToken or WithAPITokenFile, else the file named by
@@ -93,6 +95,10 @@ func New(target string, opts ...Option) (*Client, error) {
 	o := options{timeout: DefaultTimeout}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	target, err := resolveTarget(target)
+	if err != nil {
+		return nil, err
 	}
 	token, err := resolveToken(o)
 	if err != nil {

@@ -47,25 +47,31 @@ type apiToken struct {
 
 // resolveToken is the token the options name, else the environment's; nil
 // for none.
+// A token that cannot work (a file that cannot be read, an empty token) is an
+// *Error (INVALID_ARGUMENT, Permanent) naming the option or variable it came from.
 func resolveToken(o options) (*apiToken, error) {
 	value, path := o.token, o.tokenFile
+	setting := "WithAPIToken"
+	if path != "" {
+		setting = "WithAPITokenFile"
+	}
 	if value == "" && path == "" {
-		path = os.Getenv(APITokenFileEnv)
+		setting, path = APITokenFileEnv, os.Getenv(APITokenFileEnv)
 		if path == "" {
-			value = os.Getenv(APITokenEnv)
+			setting, value = APITokenEnv, os.Getenv(APITokenEnv)
 		}
 	}
 	switch {
 	case path != "":
 		value, err := readToken(path)
 		if err != nil {
-			return nil, err
+			return nil, invalidSetting(setting, err.Error())
 		}
 		return &apiToken{path: path, value: value, readAt: time.Now()}, nil
 	case value != "":
 		checked, err := checkToken(value, "the API token given")
 		if err != nil {
-			return nil, err
+			return nil, invalidSetting(setting, err.Error())
 		}
 		return &apiToken{value: checked}, nil
 	}
@@ -75,7 +81,7 @@ func resolveToken(o options) (*apiToken, error) {
 func readToken(path string) (string, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("actonce: read the API token file: %w", err)
+		return "", fmt.Errorf("the API token file cannot be read: %w", err)
 	}
 	return checkToken(string(raw), "the API token file "+path)
 }
@@ -83,12 +89,12 @@ func readToken(path string) (string, error) {
 func checkToken(token, source string) (string, error) {
 	token = strings.TrimSpace(token)
 	if token == "" {
-		return "", fmt.Errorf("actonce: %s is empty", source)
+		return "", fmt.Errorf("%s is empty", source)
 	}
 	for _, r := range token {
 		// It travels as an HTTP/2 header value, which cannot hold these.
 		if r > unicode.MaxASCII || unicode.IsSpace(r) || !unicode.IsPrint(r) {
-			return "", errors.New("actonce: " + source + " holds whitespace, control or non-ASCII")
+			return "", errors.New(source + " holds whitespace, control or non-ASCII")
 		}
 	}
 	return token, nil
