@@ -1,4 +1,4 @@
-"""The ledger's two PostgreSQL roles as the manifests use them, on a real server: the roles'
+"""The ledger's three PostgreSQL roles as the manifests use them, on a real server: the roles'
 SQL (examples/ledger-roles.sql) run by psql as the README says, the migration Job's command as
 the owner, then a sidecar as the writer, its DSN read from a Secret's file."""
 
@@ -29,6 +29,8 @@ class Ledger:
     owner_dsn: str
     writer_dsn: str
     writer: str
+    operator_dsn: str
+    operator: str
 
 
 def dsn_as(admin: str, user: str, password: str, database: str) -> str:
@@ -43,11 +45,14 @@ def ledger() -> Iterator[Ledger]:
     belong to the whole server, which other tests share."""
     admin = server_dsn()
     suffix = secrets.token_hex(4)
-    names = {n: f"{n}_{suffix}" for n in ("actonce_owner", "actonce_writer", "actonce_audit")}
+    roles = ("actonce_owner", "actonce_writer", "actonce_operator")
+    names = {n: f"{n}_{suffix}" for n in (*roles, "actonce_audit")}
     sql = ROLES_SQL.read_text()
     for name, unique in names.items():
         sql = sql.replace(name, unique)
-    passwords = {"owner_password": secrets.token_hex(8), "writer_password": secrets.token_hex(8)}
+    passwords = {
+        f"{role.removeprefix('actonce_')}_password": secrets.token_hex(8) for role in roles
+    }
     variables = [f"--variable={k}={v}" for k, v in passwords.items()]
     try:
         done = subprocess.run(
@@ -66,11 +71,18 @@ def ledger() -> Iterator[Ledger]:
                 admin, names["actonce_writer"], passwords["writer_password"], names["actonce_audit"]
             ),
             writer=names["actonce_writer"],
+            operator_dsn=dsn_as(
+                admin,
+                names["actonce_operator"],
+                passwords["operator_password"],
+                names["actonce_audit"],
+            ),
+            operator=names["actonce_operator"],
         )
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{names["actonce_audit"]}" WITH (FORCE)')
-            for role in ("actonce_writer", "actonce_owner"):
+            for role in ("actonce_operator", "actonce_writer", "actonce_owner"):
                 conn.execute(f'DROP ROLE IF EXISTS "{names[role]}"')
 
 
@@ -97,7 +109,8 @@ def test_the_migration_job_as_owner_lets_the_sidecar_write_as_writer(
 ) -> None:
     job = find(kustomize(KUBE / "audit-migrate"), "Job", "actonce-audit-migrate")
     (spec,) = pod_of(job)["containers"]
-    command = [ledger.writer if word == "actonce_writer" else word for word in spec["command"]]
+    ours = {"actonce_writer": ledger.writer, "actonce_operator": ledger.operator}
+    command = [ours.get(word, word) for word in spec["command"]]
     assert command[:3] == ["actonce", "audit", "migrate"]
     migrated = subprocess.run(
         [sys.executable, "-m", "sidecar.cli", *command[1:]],
@@ -107,6 +120,7 @@ def test_the_migration_job_as_owner_lets_the_sidecar_write_as_writer(
         timeout=120,
     )
     assert migrated.returncode == 0, f"`{' '.join(command)}` failed: {migrated.stderr}"
+    assert ledger.operator in migrated.stdout, migrated.stdout  # decisions are its alone
 
     # A sidecar as the writer, its DSN from a file, as the Component mounts it.
     sidecar = container(pod_of(find(kustomize(KUBE / "base"), "Deployment", "agent")), "actonce")
