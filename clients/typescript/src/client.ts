@@ -24,6 +24,7 @@ import { ActonceError, fromServiceError } from "./errors.js";
 import { type IdScheme, VERSION_1 } from "./ids.js";
 import { RunActionsServiceClient } from "./gen/actonce/v1/run_actions.js";
 import { Outcome as OutcomeCode, ToolEffect } from "./gen/actonce/v1/types.js";
+import { resolveTarget } from "./settings.js";
 import { ApiToken } from "./token.js";
 
 /** Milliseconds a call may take unless told otherwise: above the sidecar's own
@@ -204,16 +205,19 @@ type Unary<Req, Res> = (
   callback: Callback<Res>,
 ) => ClientUnaryCall;
 
-/** A channel to one sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock"). */
+/** A channel to one sidecar at target ("127.0.0.1:50051", "unix:///run/actonce.sock"), or,
+ * without one, at ACTONCE_TARGET. A URL ("http://...") is refused at once, an ActonceError
+ * (INVALID_ARGUMENT, PERMANENT) saying to write HOST:PORT (./settings.ts). */
 export class Client {
   readonly #rpc: RunActionsServiceClient;
   readonly #token: ApiToken | undefined;
   readonly timeoutMs: number;
   #closed = false;
 
-  constructor(target: string, options: ClientOptions = {}) {
+  constructor(target?: string, options: ClientOptions = {}) {
+    const dialed = resolveTarget(target);
     this.#token = ApiToken.resolve(options);
-    this.#rpc = new RunActionsServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
+    this.#rpc = new RunActionsServiceClient(dialed, options.credentials ?? grpcCredentials.createInsecure(), {
       "grpc.service_config": SERVICE_CONFIG,
     });
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;

@@ -22,6 +22,7 @@ export {
 export { ActonceError, type FailureClass, type FieldViolation } from "./errors.js";
 export * as ids from "./ids.js";
 export { API_TOKEN_ENV, API_TOKEN_FILE_ENV } from "./token.js";
+export { TARGET_ENV } from "./settings.js";
 export {
   actonceCause,
   type Codec,
