@@ -62,18 +62,34 @@ public final class ActonceClient implements AutoCloseable {
     this.timeout = timeout;
   }
 
+  /** Where {@link #connect()} finds the sidecar: the deploy manifests set it for the agent. */
+  public static final String TARGET_ENV = "ACTONCE_TARGET";
+
   /**
    * Connects to the sidecar at {@code target} ("127.0.0.1:50051", "unix:///run/actonce.sock") in
    * plaintext: it runs in the agent's pod. Every call carries the API token the environment names
-   * ({@link ApiToken#fromEnvironment()}), if any.
+   * ({@link ApiToken#fromEnvironment()}), if any. A null target is ACTONCE_TARGET's.
+   *
+   * @throws ActonceException (INVALID_ARGUMENT, PERMANENT) for a target written as a URL
+   *     ("http://..."), saying to write HOST:PORT, and for no target at all
    */
   public static ActonceClient connect(String target) {
     return connect(target, DEFAULT_TIMEOUT);
   }
 
+  /** Connects to the sidecar at ACTONCE_TARGET, as {@link #connect(String)} does. */
+  public static ActonceClient connect() {
+    return connect((String) null);
+  }
+
   /** Connects as {@link #connect(String, Duration)} does, every call carrying {@code token}. */
   public static ActonceClient connect(String target, Duration timeout, ApiToken token) {
-    return connect(ManagedChannelBuilder.forTarget(target).usePlaintext(), timeout, token);
+    return connect(plaintext(target), timeout, token);
+  }
+
+  private static ManagedChannelBuilder<?> plaintext(String target) {
+    return ManagedChannelBuilder.forTarget(Settings.target(target, System.getenv()))
+        .usePlaintext();
   }
 
   /** Connects through a channel builder of the caller's, every call carrying {@code token}. */
@@ -85,7 +101,7 @@ public final class ActonceClient implements AutoCloseable {
 
   /** Connects with {@code timeout} as the deadline of every call. */
   public static ActonceClient connect(String target, Duration timeout) {
-    return connect(ManagedChannelBuilder.forTarget(target).usePlaintext(), timeout);
+    return connect(plaintext(target), timeout);
   }
 
   /**
@@ -108,7 +124,7 @@ public final class ActonceClient implements AutoCloseable {
    * up): each call is a client span under the current one, and the sidecar's spans go on from it.
    */
   public static ActonceClient connect(String target, Duration timeout, OpenTelemetry openTelemetry) {
-    return connect(ManagedChannelBuilder.forTarget(target).usePlaintext(), timeout, openTelemetry);
+    return connect(plaintext(target), timeout, openTelemetry);
   }
 
   /** Connects through a channel builder of the caller's, tracing every call with {@code openTelemetry}. */

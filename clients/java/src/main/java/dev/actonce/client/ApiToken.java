@@ -51,23 +51,40 @@ public final class ApiToken {
     this.readAt = nanoTime.getAsLong();
   }
 
-  /** A token given as it is. */
+  /**
+   * A token given as it is.
+   *
+   * @throws ActonceException (INVALID_ARGUMENT, PERMANENT) when it is no usable token
+   */
   public static ApiToken of(String token) {
-    return new ApiToken(checked(token, "the token given"), null, System::nanoTime);
+    return of(token, "ApiToken.of");
+  }
+
+  private static ApiToken of(String token, String setting) {
+    return new ApiToken(checked(token, "the token given", setting), null, System::nanoTime);
   }
 
   /**
    * The token in {@code path}, followed as the file changes.
    *
-   * @throws UncheckedIOException when the file cannot be read
-   * @throws IllegalArgumentException when it holds no usable token
+   * @throws ActonceException (INVALID_ARGUMENT, PERMANENT) when the file cannot be read or holds
+   *     no usable token, naming the setting
    */
   public static ApiToken fromFile(Path path) {
     return fromFile(path, System::nanoTime);
   }
 
   static ApiToken fromFile(Path path, LongSupplier nanoTime) {
-    return new ApiToken(read(path), path, nanoTime);
+    return fromFile(path, nanoTime, "ApiToken.fromFile");
+  }
+
+  private static ApiToken fromFile(Path path, LongSupplier nanoTime, String setting) {
+    try {
+      return new ApiToken(read(path, setting), path, nanoTime);
+    } catch (UncheckedIOException e) {
+      throw Settings.invalidSetting(
+          setting, "the API token file " + path + " cannot be read: " + e.getCause());
+    }
   }
 
   /** The token the environment names, if any. */
@@ -78,32 +95,32 @@ public final class ApiToken {
   static Optional<ApiToken> fromEnvironment(Map<String, String> env) {
     String file = env.get(FILE_ENV);
     if (file != null && !file.isEmpty()) {
-      return Optional.of(fromFile(Path.of(file)));
+      return Optional.of(fromFile(Path.of(file), System::nanoTime, FILE_ENV));
     }
     String token = env.get(ENV);
     if (token != null && !token.isEmpty()) {
-      return Optional.of(of(token));
+      return Optional.of(of(token, ENV));
     }
     return Optional.empty();
   }
 
-  private static String read(Path path) {
+  private static String read(Path path, String setting) {
     try {
-      return checked(Files.readString(path, StandardCharsets.UTF_8), "the file " + path);
+      return checked(Files.readString(path, StandardCharsets.UTF_8), "the file " + path, setting);
     } catch (IOException e) {
       throw new UncheckedIOException("cannot read the API token file " + path, e);
     }
   }
 
-  private static String checked(String token, String source) {
+  private static String checked(String token, String source, String setting) {
     String trimmed = token.strip();
     if (trimmed.isEmpty()) {
-      throw new IllegalArgumentException("the API token from " + source + " is empty");
+      throw Settings.invalidSetting(setting, "the API token from " + source + " is empty");
     }
     // It travels as an HTTP/2 header value, which cannot hold these.
     if (!trimmed.chars().allMatch(c -> c > 0x20 && c < 0x7f)) {
-      throw new IllegalArgumentException(
-          "the API token from " + source + " holds whitespace, control or non-ASCII");
+      throw Settings.invalidSetting(
+          setting, "the API token from " + source + " holds whitespace, control or non-ASCII");
     }
     return trimmed;
   }
@@ -113,8 +130,8 @@ public final class ApiToken {
     if (path != null && nanoTime.getAsLong() - readAt >= REREAD.toNanos()) {
       readAt = nanoTime.getAsLong();
       try {
-        value = read(path);
-      } catch (UncheckedIOException | IllegalArgumentException e) {
+        value = read(path, "ApiToken.fromFile");
+      } catch (UncheckedIOException | ActonceException e) {
         // A Secret caught mid-update: the last token stays.
       }
     }

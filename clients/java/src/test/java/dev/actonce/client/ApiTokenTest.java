@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.actonce.v1.RunActionsServiceGrpc;
 import io.grpc.CallOptions;
@@ -16,7 +17,6 @@ import io.grpc.protobuf.StatusProto;
 import io.grpc.stub.ClientCalls;
 import java.io.ByteArrayInputStream;
 import java.io.InputStream;
-import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -205,7 +205,13 @@ class ApiTokenTest {
     assertFalse(token.toString().contains("second"));
     Path empty = dir.resolve("empty");
     Files.writeString(empty, "\n");
-    assertThrows(IllegalArgumentException.class, () -> ApiToken.fromFile(empty));
-    assertThrows(UncheckedIOException.class, () -> ApiToken.fromFile(dir.resolve("missing")));
+    assertTrue(
+        assertThrows(ActonceException.class, () -> ApiToken.fromFile(empty))
+            .getMessage()
+            .contains("is empty"));
+    assertTrue(
+        assertThrows(ActonceException.class, () -> ApiToken.fromFile(dir.resolve("missing")))
+            .getMessage()
+            .contains("ApiToken.fromFile: the API token file"));
   }
 }
