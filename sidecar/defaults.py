@@ -25,6 +25,13 @@ MCP_UPSTREAM_TIMEOUT_SECONDS = 30.0
 GRACE_SECONDS = 10.0
 # Milliseconds a ledger append waits for a locked ledger.
 AUDIT_BUSY_TIMEOUT_MS = 5000
+# Server connections a sidecar holds to a PostgreSQL ledger: one appends, one reads, beats
+# and answers health checks. A pooler in transaction mode in front of the server shares
+# them across the fleet (docs/ledger.md).
+AUDIT_POOL_SIZE = 2
+# Server connections of the embedded store on PostgreSQL: its batches and its writes made in
+# turn with the ledger's, each on one.
+STORE_POOL_SIZE = 2
 # The derived-id scheme of new runs; a run keeps the one it began with.
 ID_SCHEME = ids.SCHEME_VERSION
 # An attempt nobody has called for this long is forgotten, so that memory

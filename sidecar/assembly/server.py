@@ -78,7 +78,11 @@ def open_ledger(config: Config) -> GroupCommitLedger:
     if config.audit_dsn:
         from sidecar.ledger.postgres import PostgresLedger
 
-        return PostgresLedger(config.audit_dsn, lock_timeout_ms=config.audit_busy_timeout_ms)
+        return PostgresLedger(
+            config.audit_dsn,
+            lock_timeout_ms=config.audit_busy_timeout_ms,
+            pool_size=config.audit_pool_size,
+        )
     if config.audit_db is None:
         files.private_folder(config.data_dir)
     return SqliteLedger(config.audit_path, busy_timeout_ms=config.audit_busy_timeout_ms)
@@ -114,7 +118,11 @@ def open_store_backend(config: Config) -> StoreBackend:
 
         # Past the store timeout the caller has given up: its connection is cut then,
         # so that a database that stopped answering holds no thread for long.
-        return PostgresStoreBackend(config.store_dsn, call_timeout=config.store_timeout_seconds)
+        return PostgresStoreBackend(
+            config.store_dsn,
+            pool_size=config.store_pool_size,
+            call_timeout=config.store_timeout_seconds,
+        )
     if config.audit_db is None:
         files.private_folder(config.data_dir)
     return SqliteStoreBackend(config.store_path)
@@ -215,10 +223,15 @@ def _open_audit(
         return _Audit(given)
     if config.metrics_listen is not None:
         metrics.registry.register(PendingCollector(partial(_operator_ledger, config)))
-    heartbeat = open_heartbeat(f"sc_{secrets.token_hex(8)}", config.audit_path, config.audit_dsn)
+    sidecar_id = f"sc_{secrets.token_hex(8)}"
     if not config.one_file:
-        ledger = _watched(open_ledger(config), metrics, traces)
+        opened = open_ledger(config)
+        # A PostgreSQL ledger lends its readers' connections: the heartbeat opens none.
+        beats = opened.beats()
+        heartbeat = open_heartbeat(sidecar_id, config.audit_path, config.audit_dsn, beats)
+        ledger = _watched(opened, metrics, traces)
         return _Audit(ledger, heartbeat, separate=ledger)
+    heartbeat = open_heartbeat(sidecar_id, config.audit_path, config.audit_dsn)
     # One file: the store's connection is its one writer, and the ledger writes through
     # it; a write of one store call then commits with its audit as one transaction.
     # The file's lock is the ledger's: its busy timeout is the ledger's too.

@@ -205,6 +205,23 @@ class Config:
         "ms a ledger append waits for a locked ledger",
         defaults.AUDIT_BUSY_TIMEOUT_MS,
     )
+    # Server connections to a PostgreSQL ledger and to the embedded store's PostgreSQL: a
+    # fleet of sidecars on one server holds this many each, at most.
+    audit_pool_size: int = setting(
+        "--audit-pool-size",
+        "ACTONCE_AUDIT_POOL_SIZE",
+        values.at_least(2),
+        "server connections a PostgreSQL ledger may hold: one appends, the rest read, beat "
+        "and answer health checks (at least 2)",
+        defaults.AUDIT_POOL_SIZE,
+    )
+    store_pool_size: int = setting(
+        "--store-pool-size",
+        "ACTONCE_STORE_POOL_SIZE",
+        values.positive_int,
+        "server connections the embedded store on PostgreSQL (--store-dsn) may hold",
+        defaults.STORE_POOL_SIZE,
+    )
     # The derived-id scheme of a new run; a run the ledger knows keeps its own.
     id_scheme: int = setting(
         "--id-scheme",

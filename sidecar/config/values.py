@@ -34,6 +34,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def at_least(least: int) -> Callable[[str], int]:
+    """A parser of whole numbers no smaller than ``least``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise ValueError(f"must be at least {least}")
+        return value
+
+    return parse
+
+
 def listen(text: str) -> str:
     if text.startswith("unix:"):
         if len(text) <= len("unix:"):

@@ -33,6 +33,7 @@ from typing import Protocol
 import structlog
 
 from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
+from sidecar.ledger.liveness import Beats
 from sidecar.ops.scheduling import BatchThread
 
 log = structlog.get_logger()
@@ -170,6 +171,11 @@ class GroupCommitLedger:
 
     async def ping(self) -> None:
         raise NotImplementedError
+
+    def beats(self) -> Beats | None:
+        """The connections the sidecar's heartbeat may borrow, where the ledger lends them
+        (a pool of its own); None: the heartbeat opens its own."""
+        return None
 
     def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
         raise NotImplementedError

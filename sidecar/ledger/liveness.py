@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -167,11 +167,8 @@ def postgres_heartbeat(sidecar_id: str, dsn: str) -> Heartbeat:
     watchdog = pgbounds.Watchdog("heartbeat")
 
     def connect() -> Any:
-        import psycopg
 
-        conn = psycopg.connect(
-            pgbounds.conninfo(dsn, connect_timeout=CALL_SECONDS), autocommit=True
-        )
+        conn = pgbounds.connect(dsn, connect_timeout=CALL_SECONDS, autocommit=True)
         # Created with the schema; a writer role may not run DDL, even IF NOT EXISTS.
         with watchdog.bound(conn, CALL_SECONDS):
             found = conn.execute("SELECT to_regclass('audit_sidecars')").fetchone()
@@ -184,8 +181,27 @@ def postgres_heartbeat(sidecar_id: str, dsn: str) -> Heartbeat:
     )
 
 
-def open_heartbeat(sidecar_id: str, audit_path: Path, audit_dsn: str | None) -> Heartbeat:
-    """The heartbeat of the sidecar ``sidecar_id`` in the ledger its settings name."""
+class Beats(Protocol):
+    """A connection a heartbeat may borrow from its ledger rather than open its own."""
+
+    def execute(self, statement: str, params: tuple[object, ...]) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+def ledger_heartbeat(sidecar_id: str, beats: Beats) -> Heartbeat:
+    """A heartbeat on a PostgreSQL ledger's own connections (bounded there): a sidecar opens
+    no other for it."""
+    return Heartbeat(sidecar_id, lambda: beats, POSTGRES_CLOCK)
+
+
+def open_heartbeat(
+    sidecar_id: str, audit_path: Path, audit_dsn: str | None, beats: Beats | None = None
+) -> Heartbeat:
+    """The heartbeat of the sidecar ``sidecar_id`` in the ledger its settings name, through
+    ``beats`` when its ledger lends them."""
+    if beats is not None:
+        return ledger_heartbeat(sidecar_id, beats)
     if audit_dsn:
         return postgres_heartbeat(sidecar_id, audit_dsn)
     return sqlite_heartbeat(sidecar_id, audit_path)

@@ -59,8 +59,11 @@ INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT
 """
 )
 
-# What both roles below share: append an event (the head moves with it), read the rest.
-_APPEND_AND_READ = (
+# What a sidecar's role needs, table by table, and nothing more. Appending takes the head
+# FOR UPDATE (which needs UPDATE on it) and moves it. The fencing rows and the runs' rules
+# are written only through GUARDS. No UPDATE or DELETE of events, no decision (the trigger
+# refuses it), and checkpoints only read: pruning is the owner's.
+WRITER_GRANTS = (
     ("audit_events", "SELECT, INSERT"),
     ("audit_head", "SELECT, UPDATE"),
     ("audit_runs", "SELECT"),
@@ -68,14 +71,6 @@ _APPEND_AND_READ = (
     ("audit_run_rules", "SELECT"),
     ("audit_checkpoints", "SELECT"),
     ("audit_schema", "SELECT"),
-)
-
-# What a sidecar's role needs, table by table, and nothing more. Appending takes the head
-# FOR UPDATE (which needs UPDATE on it) and moves it. The fencing rows and the runs' rules
-# are written only through GUARDS. No UPDATE or DELETE of events, no decision (the trigger
-# refuses it), and checkpoints only read: pruning is the owner's.
-WRITER_GRANTS = (
-    *_APPEND_AND_READ,
     # Each sidecar's heartbeat (sidecar.ledger.liveness): renewed, and removed at close.
     ("audit_sidecars", "SELECT, INSERT, UPDATE, DELETE"),
 )
@@ -83,7 +78,13 @@ WRITER_GRANTS = (
 # What `audit pending`, `audit resolve` and the console need: read everything, and append a
 # decision (the head moves with it). Nothing that fences, binds or beats.
 OPERATOR_GRANTS = (
-    *_APPEND_AND_READ,
+    ("audit_events", "SELECT, INSERT"),
+    ("audit_head", "SELECT, UPDATE"),
+    ("audit_runs", "SELECT"),
+    ("audit_scopes", "SELECT"),
+    ("audit_run_rules", "SELECT"),
+    ("audit_checkpoints", "SELECT"),
+    ("audit_schema", "SELECT"),
     ("audit_sidecars", "SELECT"),
 )
 
@@ -179,9 +180,7 @@ class SchemaState:
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        pgbounds.conninfo(dsn, connect_timeout=_CONNECT_TIMEOUT_SECONDS), autocommit=False
-    )
+    return pgbounds.connect(dsn, connect_timeout=_CONNECT_TIMEOUT_SECONDS, autocommit=False)
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int | None:

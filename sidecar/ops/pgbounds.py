@@ -57,6 +57,20 @@ def conninfo(dsn: str, *, connect_timeout: float, **settings: Any) -> str:
     return make_conninfo("", **merged)
 
 
+def connect(
+    dsn: str, *, connect_timeout: float, autocommit: bool, **settings: Any
+) -> psycopg.Connection[Any]:
+    """A connection to ``dsn`` within the bounds above, that a pooler in transaction mode
+    (PgBouncer) can serve: it sends no startup ``options`` (a setting is made per
+    transaction, with ``SET LOCAL``) and prepares no statement (a prepared statement lives
+    in one server connection, and the pooler hands the next transaction to another)."""
+    return psycopg.connect(
+        conninfo(dsn, connect_timeout=connect_timeout, **settings),
+        autocommit=autocommit,
+        prepare_threshold=None,
+    )
+
+
 def stale(conn: psycopg.Connection[Any]) -> bool:
     """True when an idle connection can no longer be used: closed, broken, or with
     something to read (the server's goodbye, or the end of the stream)."""

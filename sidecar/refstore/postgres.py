@@ -137,7 +137,9 @@ class _Pool:
 
     def _connect(self) -> _Connection:
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True)
+            # Nothing prepared: a prepared statement lives in one server connection, and a
+            # pooler in transaction mode hands the next transaction to another.
+            conn = psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=None)
         except psycopg.OperationalError as error:
             raise StoreUnavailableError(f"cannot connect to PostgreSQL: {error}") from error
         # Whatever the database's default: the row locks of this module are designed for READ
