@@ -63,8 +63,9 @@ def table(head: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
 # The variables of the agent beside the sidecar: its clients read them. A variable added to
 # commands.CLIENT_VARIABLES without a line here fails the generator.
 CLIENT_VARIABLE_HELP = {
-    "ACTONCE_TARGET": "where the agent's client reaches the sidecar, HOST:PORT or unix:PATH "
-    "(the manifests set it for the agent's container)",
+    "ACTONCE_TARGET": "where the agent's client reaches the sidecar when the code gives no "
+    "target: HOST:PORT or unix:PATH, never a URL (every client refuses `http://...` at once, "
+    "INVALID_ARGUMENT, PERMANENT); the manifests set it for the agent's container",
     "ACTONCE_API_TOKEN": "the API token itself, when no token file is given",
     "ACTONCE_BIN": "the `actonce` executable the clients' test harnesses start",
 }
