@@ -59,11 +59,8 @@ INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT
 """
 )
 
-# What a sidecar's role needs, table by table, and nothing more. Appending takes the head
-# FOR UPDATE (which needs UPDATE on it) and moves it. The fencing rows and the runs' rules
-# are written only through GUARDS. No UPDATE or DELETE of events, no decision (the trigger
-# refuses it), and checkpoints only read: pruning is the owner's.
-WRITER_GRANTS = (
+# What both roles below share: append an event (the head moves with it), read the rest.
+_APPEND_AND_READ = (
     ("audit_events", "SELECT, INSERT"),
     ("audit_head", "SELECT, UPDATE"),
     ("audit_runs", "SELECT"),
@@ -71,6 +68,14 @@ WRITER_GRANTS = (
     ("audit_run_rules", "SELECT"),
     ("audit_checkpoints", "SELECT"),
     ("audit_schema", "SELECT"),
+)
+
+# What a sidecar's role needs, table by table, and nothing more. Appending takes the head
+# FOR UPDATE (which needs UPDATE on it) and moves it. The fencing rows and the runs' rules
+# are written only through GUARDS. No UPDATE or DELETE of events, no decision (the trigger
+# refuses it), and checkpoints only read: pruning is the owner's.
+WRITER_GRANTS = (
+    *_APPEND_AND_READ,
     # Each sidecar's heartbeat (sidecar.ledger.liveness): renewed, and removed at close.
     ("audit_sidecars", "SELECT, INSERT, UPDATE, DELETE"),
 )
@@ -78,13 +83,7 @@ WRITER_GRANTS = (
 # What `audit pending`, `audit resolve` and the console need: read everything, and append a
 # decision (the head moves with it). Nothing that fences, binds or beats.
 OPERATOR_GRANTS = (
-    ("audit_events", "SELECT, INSERT"),
-    ("audit_head", "SELECT, UPDATE"),
-    ("audit_runs", "SELECT"),
-    ("audit_scopes", "SELECT"),
-    ("audit_run_rules", "SELECT"),
-    ("audit_checkpoints", "SELECT"),
-    ("audit_schema", "SELECT"),
+    *_APPEND_AND_READ,
     ("audit_sidecars", "SELECT"),
 )
 
