@@ -4,6 +4,10 @@
 #   make bench-smoke    the same in a few seconds on SQLite, failing on a wrong answer; part of
 #                       `make test`, so that the load test cannot rot
 #   make bench-profile  py-spy samples the audited sidecar under Notice load (SCENARIO=...)
+#   make bench-fleet    1, 2, 4 and 8 sidecars on one PostgreSQL ledger at saturation, and 8
+#                       through PgBouncer: writes/s, lock waits, connections, events per
+#                       commit, CPU and pgbench's figure for the same append shape, in
+#                       bench/out/fleet.md (SIZES=1,2,4,8,16 for more)
 #   make bench-peers-env  the peers' packages (DBOS, Restate's server and Python SDK, hypercorn),
 #                       pinned, in .venv-peers and .tools/restate-VERSION, and the bench's
 #                       closed-loop HTTP client; `make bench` installs them, `make test` never
@@ -25,7 +29,9 @@ RESTATE_DIR := $(CURDIR)/.tools/restate-$(RESTATE_VERSION)
 RESTATE_STAMP := $(RESTATE_DIR)/.installed
 HTTPLOAD := $(CURDIR)/.tools/httpload
 
-.PHONY: bench bench-smoke bench-profile bench-lint ghz bench-peers-env
+SIZES ?= 1,2,4,8
+
+.PHONY: bench bench-smoke bench-profile bench-fleet bench-lint ghz bench-peers-env
 
 $(GHZ):
 	GOBIN=$(GHZ_BIN) GOFLAGS=-buildvcs=false $(GO) install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
@@ -60,6 +66,9 @@ bench: $(BENCH_STAMP) $(GHZ) bench-peers-env
 
 bench-smoke: bench-lint $(GHZ)
 	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.run --smoke
+
+bench-fleet: $(BENCH_STAMP) $(GHZ) pgbouncer
+	GHZ=$(GHZ) $(PY) -m bench.fleet --sizes $(SIZES)
 
 bench-profile: $(BENCH_STAMP) $(GHZ)
 	GHZ=$(GHZ) GHZ_VERSION=$(GHZ_VERSION) $(PY) -m bench.profile --scenario $(SCENARIO)
