@@ -35,6 +35,7 @@ def _vector(
     scheme: int = 1,
     scope: str = "",
 ) -> dict[str, Any]:
+    keyed = bool(identity_input.get("key"))
     return {
         "name": name,
         "scheme_version": scheme,
@@ -53,6 +54,7 @@ def _vector(
             occurrence=occurrence,
             scope=scope,
             scheme=scheme,
+            keyed=keyed,
         ).decode("utf-8"),
         "id": ids.derive_id(
             write_type,
@@ -62,6 +64,7 @@ def _vector(
             occurrence=occurrence,
             scope=scope,
             scheme=scheme,
+            keyed=keyed,
         ),
     }
 
@@ -193,7 +196,7 @@ def vectors() -> list[dict[str, Any]]:
             2,
         )
     )
-    return out + version_2_vectors()
+    return out + version_2_vectors() + version_3_vectors()
 
 
 def _digest(text: str, field: str) -> str:
@@ -269,6 +272,65 @@ def version_2_vectors() -> list[dict[str, Any]]:
     return out
 
 
+def version_3_vectors() -> list[dict[str, Any]]:
+    """Writes named by a key the caller chose, and writes without one (their version-2 id)."""
+    data_json = '{"title":"Disk full","severity":2}'
+    later_json = '{"title":"Disk full","severity":2,"seen_at":"2026-12-06T05:40:00Z"}'
+    args_json = '{"to":"ops@example.com","amount":10}'
+    create = ids.keyed_create_identity("ticket", "order-1234")
+    step = ids.keyed_step_identity("send_email", "invoice-99/mail")
+    cases: list[tuple[str, ids.WriteType, dict[str, str], ids.Identity, int, str]] = [
+        ("create by key", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json, "key": "order-1234"}, create, 0, ""),
+        ("create by key, other data: the same id", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": later_json, "key": "order-1234"}, create, 0, ""),
+        ("create by key, again in the attempt: no occurrence, the same id",
+         ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json, "key": "order-1234"}, create, 1, ""),
+        ("create by key, another kind", ids.WriteType.CREATE,
+         {"kind": "incident", "data_json": data_json, "key": "order-1234"},
+         ids.keyed_create_identity("incident", "order-1234"), 0, ""),
+        ("create by key, by proposal", ids.WriteType.CREATE_PROPOSAL,
+         {"kind": "ticket", "data_json": data_json, "key": "order-1234"}, create, 0, ""),
+        ("create by key, scoped", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json, "key": "order-1234"}, create, 0, "call_1"),
+        ("create by key, a key that is not ASCII", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json, "key": "commande-é/1 ✓"},
+         ids.keyed_create_identity("ticket", "commande-é/1 ✓"), 0, ""),
+        ("create by key, a key of 255 bytes", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json, "key": "k" * 255},
+         ids.keyed_create_identity("ticket", "k" * 255), 0, ""),
+        ("thread by key", ids.WriteType.THREAD, {"title": "Incident 7", "key": "incident-7"},
+         ids.keyed_thread_identity("incident-7"), 0, ""),
+        ("thread by key, another title: the same id", ids.WriteType.THREAD,
+         {"title": "Incident 7 (05:40)", "key": "incident-7"},
+         ids.keyed_thread_identity("incident-7"), 0, ""),
+        ("step by key", ids.WriteType.STEP,
+         {"tool": "send_email", "args_json": args_json, "key": "invoice-99/mail"}, step, 0, ""),
+        ("step by key, scoped", ids.WriteType.STEP,
+         {"tool": "send_email", "args_json": args_json, "key": "invoice-99/mail"}, step, 0,
+         "call_1"),
+        ("create, version 3 without a key: its version-2 id", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json},
+         ids.create_identity("ticket", _digest(data_json, "data_json")), 0, ""),
+        ("create, version 3 without a key, scoped: its version-2 id", ids.WriteType.CREATE,
+         {"kind": "ticket", "data_json": data_json},
+         ids.create_identity("ticket", _digest(data_json, "data_json")), 0, "call_1"),
+        ("edit by proposal, version 3: its version-2 id", ids.WriteType.EDIT_PROPOSAL,
+         {"artifact_id": "art_abc", "path": "/priority", "value_json": '"high"'},
+         ids.edit_proposal_identity("art_abc", "/priority", _digest('"high"', "value_json"),
+                                    scheme=3), 0, ""),
+        ("thread, version 3 without a key: its version-1 id", ids.WriteType.THREAD,
+         {"title": "Incident 7"}, ids.thread_identity("Incident 7"), 0, ""),
+    ]  # fmt: skip
+    return [
+        _vector(
+            name, write_type, "run-42", "cp-7", raw, identity, occurrence, scheme=3, scope=scope
+        )
+        for name, write_type, raw, identity, occurrence, scope in cases
+    ]
+
+
 def _expand(value: Any) -> str:
     """A refusal's input string; a long one is written as {prefix, repeat, times, suffix}."""
     if isinstance(value, dict):
@@ -310,6 +372,7 @@ def _sidecar_checks(write_type: ids.WriteType, run_id: str, checkpoint: str,
         case ids.WriteType.STEP:
             canonical.require_name(given["tool"], "tool")
             canonical.parse_canonical(given["args_json"], "args_json")
+    ids.require_key(given.get("key", ""), run_id=run_id, scheme=scheme)
 
 
 _CREATE = {"kind": "ticket", "data_json": '{"title":"Disk full"}'}
@@ -340,6 +403,26 @@ _REFUSALS_V2: list[tuple[str, ids.WriteType, Any, dict[str, Any]]] = [
         ids.WriteType.EDIT_PROPOSAL,
         "",
         {**_PROPOSAL_V2, "path": "/items/-", "value_json": "{"},
+    ),
+]
+
+# Refusals of a key: (name, write type, scheme, input).
+_REFUSALS_V3: list[tuple[str, ids.WriteType, int, dict[str, Any]]] = [
+    ("key over 255 bytes", ids.WriteType.CREATE, 3, {**_CREATE, "key": _long("k", 256)}),
+    (
+        "key over 255 bytes of UTF-8",
+        ids.WriteType.THREAD,
+        3,
+        {"title": "Incident 7", "key": _long("\u00e9", 128)},
+    ),
+    ("key with a NUL", ids.WriteType.STEP, 3, {**_STEP, "key": "invoice\x0099"}),
+    ("key in a run of version 2", ids.WriteType.CREATE, 2, {**_CREATE, "key": "order-1234"}),
+    ("key in a run of version 1", ids.WriteType.THREAD, 1, {"title": "Incident 7", "key": "i-7"}),
+    (
+        "kind refused before its key",
+        ids.WriteType.CREATE,
+        3,
+        {**_CREATE, "kind": "", "key": _long("k", 256)},
     ),
 ]
 
@@ -584,10 +667,17 @@ _REFUSALS: list[tuple[str, ids.WriteType, Any, Any, dict[str, Any]]] = [
 
 
 def refusals() -> list[dict[str, Any]]:
-    cases = [(*case, 1, "") for case in _REFUSALS] + [
-        (name, write_type, "run-42", "cp-7", given, 2, scope)
-        for name, write_type, scope, given in _REFUSALS_V2
-    ]
+    cases = (
+        [(*case, 1, "") for case in _REFUSALS]
+        + [
+            (name, write_type, "run-42", "cp-7", given, 2, scope)
+            for name, write_type, scope, given in _REFUSALS_V2
+        ]
+        + [
+            (name, write_type, "run-42", "cp-7", given, scheme, "")
+            for name, write_type, scheme, given in _REFUSALS_V3
+        ]
+    )
     out = []
     for name, write_type, run_id, checkpoint, given, scheme, scope in cases:
         try:
@@ -608,7 +698,7 @@ def document() -> dict[str, Any]:
     return {
         "scheme_version": ids.SCHEME_VERSION,
         "description": (
-            "Test vectors for actonce derived ids, versions 1 and 2 (each vector names its "
+            "Test vectors for actonce derived ids, versions 1, 2 and 3 (each vector names its "
             "scheme_version); see docs/derived-ids.md."
         ),
         "vectors": vectors(),

@@ -27,6 +27,7 @@ statuses (sidecar.fronts.mcp).
     ├── UnknownStep              UNKNOWN_STEP            REFUSED
     ├── StepEnded                STEP_ENDED              REFUSED
     ├── StepAborted              STEP_ABORTED            REFUSED
+    ├── KeyReused                KEY_REUSED              REFUSED
     ├── ShuttingDown             SHUTTING_DOWN           RETRYABLE
     ├── Unauthenticated          UNAUTHENTICATED         PERMANENT
     ├── CapabilityRefused        CAPABILITY_REFUSED      PERMANENT
@@ -257,6 +258,23 @@ class StepAborted(ActonceError):
 
     reason = "STEP_ABORTED"
     failure_class = FailureClass.REFUSED
+
+
+class KeyReused(ActonceError):
+    """The key a write names was used in the same attempt for a write of other data:
+    nothing was done; the caller sends that data again, or names the other write by
+    another key."""
+
+    reason = "KEY_REUSED"
+    failure_class = FailureClass.REFUSED
+
+    def __init__(self, *, key: str, derived_id: str) -> None:
+        super().__init__(
+            f"key {key!r} already names {derived_id}, made with other data in this attempt: "
+            "send the same data again to get it, or choose another key for other data",
+            metadata={"key": key, "id": derived_id},
+            nothing_sent=True,
+        )
 
 
 class ShuttingDown(ActonceError):

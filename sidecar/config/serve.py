@@ -227,7 +227,8 @@ class Config:
         "--id-scheme",
         "ACTONCE_ID_SCHEME",
         values.id_scheme,
-        "derived-id scheme version of new runs (1 or 2); a run keeps the one it began with",
+        "derived-id scheme version of new runs (1, 2 or 3; keys need 3); a run keeps the one it "
+        "began with",
         defaults.ID_SCHEME,
     )
     attempt_idle_ttl_seconds: float = setting(

@@ -129,8 +129,8 @@ def http_url(text: str) -> str:
 
 
 def id_scheme(text: str) -> int:
-    if text not in ("1", "2"):
-        raise ValueError("expected 1 or 2")
+    if text not in ("1", "2", "3"):
+        raise ValueError("expected 1, 2 or 3")
     return int(text)
 
 

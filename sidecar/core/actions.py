@@ -70,6 +70,11 @@ def _no_reread() -> None:
     return None
 
 
+def _with_key(detail: dict[str, object], key: str) -> dict[str, object]:
+    """An intent's detail, with the key the caller named the write by, if any."""
+    return {**detail, "key": key} if key else detail
+
+
 def _applied_or_used(derived: str, answer: object) -> WriteResult:
     """A write of one store call whose answer carries nothing the caller needs: applied,
     or already applied when the store refused only because the id is used."""
@@ -156,10 +161,18 @@ class RunActions:
     # -- writes ---------------------------------------------------------------
 
     async def create(
-        self, *, attempt_id: str, kind: str, data: Document, propose: bool, request_id: str
+        self,
+        *,
+        attempt_id: str,
+        kind: str,
+        data: Document,
+        propose: bool,
+        request_id: str,
+        key: str = "",
     ) -> WriteResult:
         canonical.require_name(kind, "kind")
         attempt = self._attempt(attempt_id)
+        key = ids.require_key(key, run_id=attempt.run_id, scheme=attempt.id_scheme)
         data_digest = data.digest
         stored = data.text
         owner = Principal(attempt.rule)  # what it makes belongs to its rule
@@ -179,11 +192,16 @@ class RunActions:
         write = Write(
             rpc="Create",
             write_type=ids.WriteType.CREATE_PROPOSAL if propose else ids.WriteType.CREATE,
-            identity=ids.create_identity(kind, data_digest),
+            identity=(
+                ids.keyed_create_identity(kind, key)
+                if key
+                else ids.create_identity(kind, data_digest)
+            ),
             request_id=request_id,
-            fingerprint=("Create", kind, data_digest, propose),
+            fingerprint=("Create", kind, data_digest, propose, key),
             digest=data_digest,
-            detail={"kind": kind},
+            detail=_with_key({"kind": kind}, key),
+            key=key,
         )
         result = await self._path.write(attempt, write, perform)
         if result.outcome is Outcome.ALREADY_APPLIED and not propose:
@@ -238,9 +256,12 @@ class RunActions:
         message = ids.WriteType.MESSAGE
         return await self._post("Send", message, attempt_id, thread_id, text, request_id)
 
-    async def create_thread(self, *, attempt_id: str, title: str, request_id: str) -> WriteResult:
+    async def create_thread(
+        self, *, attempt_id: str, title: str, request_id: str, key: str = ""
+    ) -> WriteResult:
         canonical.require_name(title, "title")
         attempt = self._attempt(attempt_id)
+        key = ids.require_key(key, run_id=attempt.run_id, scheme=attempt.id_scheme)
 
         perform = OneCall(
             self.store,
@@ -252,10 +273,12 @@ class RunActions:
         write = Write(
             rpc="CreateThread",
             write_type=ids.WriteType.THREAD,
-            identity=ids.thread_identity(title),
+            identity=ids.keyed_thread_identity(key) if key else ids.thread_identity(title),
             request_id=request_id,
-            fingerprint=("CreateThread", title),
+            fingerprint=("CreateThread", title, key),
             digest=canonical.text_digest(title),
+            detail=_with_key({}, key),
+            key=key,
         )
         return await self._path.write(attempt, write, perform)
 
@@ -317,6 +340,7 @@ class RunActions:
         effect: int,
         args: JsonValue,
         request_id: str,
+        key: str = "",
         wait_seconds: float | None = None,
         within_seconds: float | None = None,
     ) -> WriteResult:
@@ -325,6 +349,7 @@ class RunActions:
         caller waits for the answer (``within_seconds``, when it says)."""
         canonical.require_name(tool, "tool")
         attempt = self._attempt(attempt_id)
+        key = ids.require_key(key, run_id=attempt.run_id, scheme=attempt.id_scheme)
         wait = self.settings.step_repeat_wait_seconds if wait_seconds is None else wait_seconds
         if within_seconds is not None:
             wait = min(wait, within_seconds)
@@ -335,6 +360,7 @@ class RunActions:
             args_digest=args.digest,
             request_id=request_id,
             wait_seconds=wait,
+            key=key,
         )
 
     async def end_step(

@@ -171,6 +171,9 @@ class Attempt:
     failed: int = 0
     last_used: float = field(default_factory=time.monotonic)
     steps: dict[str, StepState] = field(default_factory=dict)
+    # The data each key the caller chose names in this attempt: its id, and the digest
+    # of the data it was first used with (sidecar.core.keys).
+    keys: dict[str, str] = field(default_factory=dict)
     # Writes under way, also those whose caller gave up: EndAttempt counts them too.
     writing: set[asyncio.Task[object]] = field(default_factory=set)
     # The calls a repeat can meet (sidecar.core.requests); the registry gives it a

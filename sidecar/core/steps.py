@@ -74,17 +74,24 @@ class Steps:
         args_digest: str,
         request_id: str,
         wait_seconds: float,
+        key: str = "",
     ) -> WriteResult:
+        identity = (
+            ids.keyed_step_identity(tool, key) if key else ids.step_identity(tool, args_digest)
+        )
+        detail = {"tool": tool, "effect": declared.name}
         step = Write(
             rpc="BeginStep",
             write_type=ids.WriteType.STEP,
-            identity=ids.step_identity(tool, args_digest),
+            identity=identity,
             request_id=request_id,
-            fingerprint=("BeginStep", tool, args_digest, int(declared)),
+            fingerprint=("BeginStep", tool, args_digest, int(declared), key),
             digest=args_digest,
-            detail={"tool": tool, "effect": declared.name},
+            detail={**detail, "key": key} if key else detail,
+            key=key,
         )
         canonical.require_request_id(request_id)
+        writes.bind_key(attempt, step)
         claim = Claim()
         if request_id:
             claim = await writes.claim_or_replay(attempt, request_id, step.fingerprint)

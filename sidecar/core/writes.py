@@ -1,7 +1,9 @@
 """The write path, in the phases every write goes through.
 
-1. **Claim or replay**: a call that repeats an earlier one of the attempt (by its
-   request identity, or identical to one without an answer yet: the repeat rule of
+1. **Claim or replay**: a write named by a key the caller chose is refused KEY_REUSED
+   first when its attempt used the key with other data (:mod:`sidecar.core.keys`). A
+   call that repeats an earlier one of the attempt (by its request identity, or
+   identical to one without an answer yet: the repeat rule of
    :mod:`sidecar.core.requests`) gets that call's answer, or makes its write again;
    any other call claims a new one.
 2. **Take the id**: the lease is checked, the write takes its occurrence, and its
@@ -42,7 +44,7 @@ from typing import TypeVar
 
 import structlog
 
-from sidecar.core import leases
+from sidecar.core import keys, leases
 from sidecar.core.attempts import Attempt
 from sidecar.core.audit import Audit, Subject, event, lost_best_effort, not_durable
 from sidecar.core.requests import Claim, nothing_landed
@@ -104,6 +106,8 @@ class Write:
     fingerprint: Hashable
     digest: str
     detail: Mapping[str, object] = field(default_factory=dict)
+    # A key the caller chose (scheme 3): the id derives from it, not from the digest.
+    key: str = ""
 
 
 @dataclass
@@ -145,6 +149,7 @@ class WritePath:
     async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
         """Make ``write`` in ``attempt``, phase by phase; ``perform`` calls the store."""
         canonical.require_request_id(write.request_id)
+        bind_key(attempt, write)
         claim = await claim_or_replay(attempt, write.request_id, write.fingerprint)
         if claim.answer is not None:
             return claim.answer
@@ -248,7 +253,9 @@ class WritePath:
         occurrence = claim.occurrence
         if occurrence is None:
             occurrence = attempt.occurrences.take(write.write_type, write.identity)
-        derived = derive(attempt, write.write_type, write.identity, occurrence)
+        derived = derive(
+            attempt, write.write_type, write.identity, occurrence, keyed=bool(write.key)
+        )
         structlog.contextvars.bind_contextvars(derived_id=derived)
         return Landing(attempt, write, claim, occurrence, derived)
 
@@ -310,10 +317,24 @@ async def claim_or_replay(attempt: Attempt, request_id: str, fingerprint: Hashab
     return claim
 
 
+def bind_key(attempt: Attempt, write: Write) -> None:
+    """A write named by a key: refused KEY_REUSED when its attempt used the key with other
+    data (sidecar.core.keys); nothing else is done before."""
+    if write.key:
+        derived = derive(attempt, write.write_type, write.identity, 0, keyed=True)
+        keys.bind(attempt, key=write.key, derived_id=derived, digest=write.digest)
+
+
 def derive(
-    attempt: Attempt, write_type: ids.WriteType, identity: ids.Identity, occurrence: int
+    attempt: Attempt,
+    write_type: ids.WriteType,
+    identity: ids.Identity,
+    occurrence: int,
+    *,
+    keyed: bool = False,
 ) -> str:
-    """The id of ``attempt``'s write of this type, identity and occurrence."""
+    """The id of ``attempt``'s write of this type, identity and occurrence (a ``keyed``
+    write's identity holds its key, and its id no occurrence)."""
     return ids.derive_id(
         write_type,
         run_id=attempt.run_id,
@@ -322,6 +343,7 @@ def derive(
         occurrence=occurrence,
         scope=attempt.scope,
         scheme=attempt.id_scheme,
+        keyed=keyed,
     )
 
 

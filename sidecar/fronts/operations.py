@@ -53,6 +53,7 @@ class Kind(enum.Enum):
     """How a request field is taken: what its value is, on each front."""
 
     TEXT = "text"  # a string, as given (the core checks what it must be)
+    OPTIONAL_TEXT = "optional_text"  # a string the caller may leave out: "" when not given
     NAME = "name"  # a string that must not be empty: an id, a kind, a title
     JSON = "json"  # any JSON value: UTF-8 JSON text on gRPC, the value itself on MCP
     DOCUMENT = "document"  # a JSON object: an artifact's data
@@ -244,6 +245,12 @@ def entry(
 
 
 _PROPOSE = "offer it for review instead"
+# What a schema says of a key the caller chooses (sidecar.rules.ids, docs/derived-ids.md).
+_KEY = (
+    "optional, 1 to 255 bytes: a key you choose that names this write in the run, so that "
+    "a retry whose data differs (a timestamp, a uuid) is the same write; the same key with "
+    "other data in one attempt is refused KEY_REUSED"
+)
 
 TABLE: tuple[Operation, ...] = (
     entry(
@@ -256,12 +263,13 @@ TABLE: tuple[Operation, ...] = (
         "Create",
         RunActions.create,
         written("id"),
-        kinds={"kind": Kind.NAME, "data_json": Kind.DOCUMENT},
-        notes={"propose": _PROPOSE},
+        kinds={"kind": Kind.NAME, "data_json": Kind.DOCUMENT, "key": Kind.OPTIONAL_TEXT},
+        notes={"propose": _PROPOSE, "key": _KEY},
         tool=Tool(
             "create",
             "Create an artifact (a JSON document of a kind). Made once per run: the same "
-            "create on a retry answers OUTCOME_ALREADY_APPLIED.",
+            "create on a retry answers OUTCOME_ALREADY_APPLIED. Data that differs on a retry "
+            "(a timestamp, a uuid) is another artifact, unless you name the create by a key.",
         ),
     ),
     entry(
@@ -297,7 +305,8 @@ TABLE: tuple[Operation, ...] = (
         "CreateThread",
         RunActions.create_thread,
         written("thread_id"),
-        kinds={"title": Kind.NAME},
+        kinds={"title": Kind.NAME, "key": Kind.OPTIONAL_TEXT},
+        notes={"key": _KEY},
         tool=Tool("create_thread", "Create a thread with a title.", answer_id="thread_id"),
     ),
     entry(
@@ -329,7 +338,8 @@ TABLE: tuple[Operation, ...] = (
         "BeginStep",
         RunActions.begin_step,
         written("step_id"),
-        kinds={"tool": Kind.NAME},
+        kinds={"tool": Kind.NAME, "key": Kind.OPTIONAL_TEXT},
+        notes={"key": _KEY},
         bounded_by_caller=True,
     ),
     entry("EndStep", RunActions.end_step, written(), kinds={"step_id": Kind.NAME}),

@@ -4,7 +4,9 @@ An id depends on the scheme version, the write's type, the run, the attempt's
 scope and checkpoint, the write's identity and its occurrence, and on nothing
 else: not on the attempt, the clock or the order of calls. A retried attempt that makes
 the same writes in any order, or at once, gets the same ids, and the store's
-refusal of a used id makes each write land once. docs/derived-ids.md is the
+refusal of a used id makes each write land once. A write the caller names by a key
+of its own (version 3) is that key, not its data, and has no occurrence: the same
+key is the same write, whatever else its data holds. docs/derived-ids.md is the
 specification; docs/derived-id-vectors.json holds its test vectors.
 """
 
@@ -15,14 +17,19 @@ import enum
 import hashlib
 from typing import NotRequired, TypedDict, Unpack
 
-from sidecar.rules.canonical import canonical
+from sidecar.errors import InvalidArgument
+from sidecar.rules.canonical import canonical, require_no_nul
 
 # Changing anything below changes ids, which breaks retries across an upgrade;
 # a new scheme gets a new version, and a run keeps the version it began with.
 # Version 2 keys an edit proposal to its value too, and puts an attempt's
-# scope into its ids; every other write derives its version-1 id.
-SCHEME_VERSION = 2
-SCHEME_VERSIONS = (1, 2)
+# scope into its ids; every other write derives its version-1 id. Version 3
+# adds writes named by a key the caller chooses; every write without one
+# derives its version-2 id.
+SCHEME_VERSION = 3
+SCHEME_VERSIONS = (1, 2, 3)
+KEYED_SCHEME = 3  # the first version whose runs take keys
+MAX_KEY_BYTES = 255
 _DOMAIN_TAG = "actonce/derived-id"
 _ID_CHARS = 26  # base32 characters: 130 bits of SHA-256
 
@@ -92,6 +99,49 @@ def step_identity(tool: str, args_digest: str) -> Identity:
     return (tool, args_digest)
 
 
+# The write types a caller may name by a key of its own: what the key stands for
+# beside it (a create's kind, a step's tool; a thread is its key alone).
+KEYED_TYPES = frozenset(
+    {WriteType.CREATE, WriteType.CREATE_PROPOSAL, WriteType.THREAD, WriteType.STEP}
+)
+
+
+def require_key(key: str, *, run_id: str, scheme: int) -> str:
+    """A key the caller chose: 1 to :data:`MAX_KEY_BYTES` bytes of UTF-8 without NUL, in a
+    run whose scheme takes keys. "" is no key. A run of version 1 or 2 refuses one: a
+    sidecar of an earlier release, which a retry of such a run may reach during an upgrade,
+    would ignore the key and derive another id; it refuses a version-3 run outright."""
+    if not key:
+        return key
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size > MAX_KEY_BYTES:
+        raise InvalidArgument("key", f"is {size} bytes; the limit is {MAX_KEY_BYTES}")
+    require_no_nul(key, "key")
+    if scheme < KEYED_SCHEME:
+        raise InvalidArgument(
+            "key",
+            f"run {run_id} derives its ids under scheme {scheme}, which has no keys: make "
+            f"this write without a key, or begin the run anew on a sidecar with --id-scheme "
+            f"{KEYED_SCHEME} (docs/derived-ids.md)",
+        )
+    return key
+
+
+def keyed_create_identity(kind: str, key: str) -> Identity:
+    """A create named by a key: its kind and the key, not its data."""
+    return (kind, key)
+
+
+def keyed_thread_identity(key: str) -> Identity:
+    """A thread named by a key: the key, not its title."""
+    return (key,)
+
+
+def keyed_step_identity(tool: str, key: str) -> Identity:
+    """A step named by a key: its tool and the key, not its arguments."""
+    return (tool, key)
+
+
 def material(
     write_type: WriteType,
     *,
@@ -101,13 +151,15 @@ def material(
     occurrence: int,
     scope: str = "",
     scheme: int = 1,
+    keyed: bool = False,
 ) -> bytes:
     """What an id hashes: the RFC 8785 form of a JSON array, so that no choice
     of strings can make two different writes collide by concatenation.
 
     Version 2 has a material of its own only where it differs from version 1
     (a scoped attempt, an edit proposal); any other write keeps the version-1
-    material, so that ids without a scope do not change.
+    material, so that ids without a scope do not change. Version 3 has one only for
+    a ``keyed`` write, and it holds no occurrence: the key names one write.
     """
     if occurrence < 0:
         raise ValueError("occurrence counts from 0")
@@ -115,6 +167,12 @@ def material(
         raise ValueError(f"unknown id scheme version {scheme}")
     if scheme == 1 and scope:
         raise ValueError("a scope has no version-1 form")
+    if keyed:
+        if scheme < KEYED_SCHEME or write_type not in KEYED_TYPES:
+            raise ValueError(f"a {write_type.value} of version {scheme} takes no key")
+        return canonical(
+            [_DOMAIN_TAG, 3, write_type.value, run_id, scope, checkpoint, list(identity)]
+        )
     if scheme == 1 or (not scope and write_type is not WriteType.EDIT_PROPOSAL):
         return canonical(
             [_DOMAIN_TAG, 1, write_type.value, run_id, checkpoint, list(identity), occurrence]
@@ -133,6 +191,7 @@ class IdParts(TypedDict):
     occurrence: int
     scope: NotRequired[str]
     scheme: NotRequired[int]
+    keyed: NotRequired[bool]
 
 
 def derive_id(write_type: WriteType, **parts: Unpack[IdParts]) -> str:

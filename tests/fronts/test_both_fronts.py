@@ -80,6 +80,7 @@ VALID = {"kind": '"k"', "data": '{"a": 1}', "artifact_id": '"a1"', "path": '"/s"
 BAD_BY_KIND: dict[Kind, list[str]] = {
     Kind.NAME: ['""'],
     Kind.TEXT: ['"a\\u0000b"'],
+    Kind.OPTIONAL_TEXT: ['"a\\u0000b"'],
     Kind.JSON: ['{"x": 1, "x": 1}', DEEP, '{"x": NaN}', "-Infinity"],
     Kind.DOCUMENT: ['{"a": 1, "a": 2}', DEEP, "[1]", '{"a": NaN, "b": Infinity}'],
 }
@@ -96,7 +97,7 @@ def _case(op: Operation, bad: Field, text: str) -> Bad:
     for f in op.fields:
         if f is bad:
             given[f] = text
-        elif not (f.bound or f.oneof or f.kind is Kind.FLAG):  # a flag is false unless given
+        elif not (f.bound or f.oneof or f.kind in (Kind.FLAG, Kind.OPTIONAL_TEXT)):  # left out
             given[f] = VALID[f.parameter]
     arguments = "{" + ", ".join(f'"{f.parameter}": {v}' for f, v in given.items()) + "}"
     request = {f.name: _grpc_value(f, v) for f, v in given.items()}

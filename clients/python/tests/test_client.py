@@ -96,7 +96,7 @@ def test_scoped_attempts_keep_their_own_ids_and_do_not_fence_each_other(client: 
     thread = client.begin(run_id, "scopes").create_thread("Tool calls").id
     calls = [client.begin(run_id, "scopes", "cp-1", scope=s) for s in ("call_1", "call_2")]
     assert [a.scope for a in calls] == ["call_1", "call_2"]
-    assert [a.id_scheme_version for a in calls] == [2, 2]
+    assert [a.id_scheme_version for a in calls] == [3, 3]
     # The same notice from two tool calls: two writes, neither fenced by the other.
     posted = [a.notice(thread, "Charged.") for a in calls]
     assert [p.outcome for p in posted] == [Outcome.APPLIED, Outcome.APPLIED]

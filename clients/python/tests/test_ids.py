@@ -25,6 +25,8 @@ def expand(value: Any) -> str:
 
 def _identity(vector: dict[str, Any]) -> tuple[str, ...]:
     given = {key: expand(value) for key, value in vector["input"].items()}
+    if "key" in given:
+        return _keyed_identity(vector, given)
     match ids.WriteType(vector["write_type"]):
         case ids.WriteType.CREATE | ids.WriteType.CREATE_PROPOSAL:
             return ids.create_identity(given["kind"], given["data_json"])
@@ -43,6 +45,20 @@ def _identity(vector: dict[str, Any]) -> tuple[str, ...]:
             return ids.step_identity(given["tool"], given["args_json"])
 
 
+def _keyed_identity(vector: dict[str, Any], given: dict[str, str]) -> tuple[str, ...]:
+    scheme = vector["scheme_version"]
+    match ids.WriteType(vector["write_type"]):
+        case ids.WriteType.THREAD:
+            ids.thread_identity(given["title"])  # the title is still checked
+            return ids.keyed_thread_identity(given["key"], scheme=scheme)
+        case ids.WriteType.STEP:
+            ids.step_identity(given["tool"], given["args_json"])
+            return ids.keyed_step_identity(given["tool"], given["key"], scheme=scheme)
+        case _:
+            ids.create_identity(given["kind"], given["data_json"])
+            return ids.keyed_create_identity(given["kind"], given["key"], scheme=scheme)
+
+
 def test_the_vectors_are_for_this_scheme() -> None:
     assert VECTORS["scheme_version"] == ids.SCHEME_VERSION
     assert VECTORS["vectors"]
@@ -55,6 +71,7 @@ def test_vector(vector: dict[str, Any]) -> None:
     kwargs: dict[str, Any] = dict(
         run_id=vector["run_id"], checkpoint=vector["checkpoint"], identity=identity,
         occurrence=vector["occurrence"], scope=vector["scope"], scheme=vector["scheme_version"],
+        keyed="key" in vector["input"],
     )  # fmt: skip
     write_type = ids.WriteType(vector["write_type"])
     assert ids.id_material(write_type, **kwargs).decode() == vector["material"]

@@ -25,6 +25,7 @@ how gRPC tells it: a canonical status code, an ``ErrorInfo`` (reason, domain
     ├── UnknownStep              FAILED_PRECONDITION
     ├── StepEnded                FAILED_PRECONDITION
     ├── StepAborted              FAILED_PRECONDITION
+    ├── KeyReused                ALREADY_EXISTS
     ├── ShuttingDown             UNAVAILABLE
     ├── Unauthenticated          UNAUTHENTICATED
     ├── CapabilityRefused        PERMISSION_DENIED
@@ -71,6 +72,8 @@ _CODES: dict[type[errors.ActonceError], grpc.StatusCode] = {
     errors.UnknownStep: grpc.StatusCode.FAILED_PRECONDITION,
     errors.StepEnded: grpc.StatusCode.FAILED_PRECONDITION,
     errors.StepAborted: grpc.StatusCode.FAILED_PRECONDITION,
+    # The id the key names exists, made from other data (AIP-193's ALREADY_EXISTS).
+    errors.KeyReused: grpc.StatusCode.ALREADY_EXISTS,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,
     errors.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     errors.CapabilityRefused: grpc.StatusCode.PERMISSION_DENIED,

@@ -129,6 +129,7 @@ def _timestamp(given: Mapping[str, Any], f: Field) -> datetime | None:
 
 _TAKE: dict[Kind, Callable[[Mapping[str, Any], Field], Any]] = {
     Kind.TEXT: _text,
+    Kind.OPTIONAL_TEXT: _text,
     Kind.NAME: _text,
     Kind.JSON: _json,
     Kind.DOCUMENT: _document,

@@ -24,6 +24,7 @@ JSON_VALUE: dict[str, Any] = {
 }
 _BY_KIND: dict[Kind, dict[str, Any]] = {
     Kind.TEXT: {"type": "string"},
+    Kind.OPTIONAL_TEXT: {"type": "string"},
     Kind.NAME: {"type": "string", "minLength": 1},
     Kind.JSON: JSON_VALUE,
     Kind.DOCUMENT: JSON_VALUE,
@@ -32,7 +33,7 @@ _BY_KIND: dict[Kind, dict[str, Any]] = {
     Kind.TIMESTAMP: {"type": "string", "format": "date-time"},
 }
 # Kinds with a value when not given: never required.
-_OPTIONAL = frozenset({Kind.FLAG, Kind.EFFECT, Kind.TIMESTAMP})
+_OPTIONAL = frozenset({Kind.OPTIONAL_TEXT, Kind.FLAG, Kind.EFFECT, Kind.TIMESTAMP})
 
 _ANNOTATIONS = {
     ToolEffect.READ_ONLY: types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),

@@ -36,6 +36,7 @@ CODES: list[tuple[ActonceError, grpc.StatusCode]] = [
     (errors.UnknownStep("which"), C.FAILED_PRECONDITION),
     (errors.StepEnded("ended"), C.FAILED_PRECONDITION),
     (errors.StepAborted("aborted"), C.FAILED_PRECONDITION),
+    (errors.KeyReused(key="k", derived_id="art_x"), C.ALREADY_EXISTS),
     (errors.ShuttingDown("bye"), C.UNAVAILABLE),
     (errors.Unauthenticated("who"), C.UNAUTHENTICATED),
     (errors.CapabilityRefused("not yours"), C.PERMISSION_DENIED),

@@ -1,4 +1,4 @@
-"""Derived ids (docs/derived-ids.md, scheme versions 1 and 2), as the sidecar derives them.
+"""Derived ids (docs/derived-ids.md, scheme versions 1 to 3), as the sidecar derives them.
 
 A write's id is a pure function of the scheme version, the write's type, the
 run, the attempt's scope and checkpoint, what the write is (its identity) and
@@ -6,7 +6,9 @@ its occurrence in the attempt. An attempt's version and scope are
 ``Attempt.id_scheme_version`` and ``Attempt.scope``. Deriving one here lets an
 agent know an id before the write; the tests hold this module to the scheme's
 test vectors. An input the sidecar refuses raises ``InvalidInput`` naming the
-field, as the sidecar's refusal does (``actonce_client.inputs``).
+field, as the sidecar's refusal does (``actonce_client.inputs``). A write named by a
+key the caller chose (version 3) is its key, not its data, and has no occurrence:
+``keyed_create_identity`` and the others, with ``keyed=True``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from actonce_client import inputs
 # The newest version; a run keeps the version it began with, which the sidecar
 # names when an attempt begins. Version 2 keys an edit proposal to its value
 # too and puts a scoped attempt's scope into its ids; every other write keeps
-# its version-1 id.
-SCHEME_VERSION = 2
-SCHEME_VERSIONS = (1, 2)
+# its version-1 id. Version 3 adds writes named by a key the caller chooses;
+# every write without one keeps its version-2 id.
+SCHEME_VERSION = 3
+SCHEME_VERSIONS = (1, 2, 3)
+KEYED_SCHEME = 3  # the first version whose runs take keys
 _DOMAIN_TAG = "actonce/derived-id"
 _ID_CHARS = 26  # base32 characters: 130 bits of SHA-256
 
@@ -43,6 +47,11 @@ class WriteType(enum.StrEnum):
     THREAD = "thread"
     STEP = "step"
 
+
+# The write types a key can name.
+KEYED_TYPES = frozenset(
+    {WriteType.CREATE, WriteType.CREATE_PROPOSAL, WriteType.THREAD, WriteType.STEP}
+)
 
 _PREFIXES = {
     WriteType.CREATE: "art",
@@ -65,8 +74,10 @@ def derive_id(
     occurrence: int,
     scope: str = "",
     scheme: int = 1,
+    keyed: bool = False,
 ) -> str:
-    """The id of the ``occurrence``-th write of ``identity`` (from 0) in an attempt."""
+    """The id of the ``occurrence``-th write of ``identity`` (from 0) in an attempt; a
+    ``keyed`` write's (its identity holds its key) whatever its occurrence."""
     digest = hashlib.sha256(
         id_material(
             write_type,
@@ -76,6 +87,7 @@ def derive_id(
             occurrence=occurrence,
             scope=scope,
             scheme=scheme,
+            keyed=keyed,
         )
     ).digest()
     encoded = base64.b32encode(digest).decode("ascii").lower()[:_ID_CHARS]
@@ -91,11 +103,13 @@ def id_material(
     occurrence: int,
     scope: str = "",
     scheme: int = 1,
+    keyed: bool = False,
 ) -> bytes:
     """What is hashed: the RFC 8785 form of a JSON array, so that no choice of
     strings can make two writes collide by concatenation. Version 2 has a
     material of its own only for a scoped attempt or an edit proposal; any
-    other write keeps its version-1 material."""
+    other write keeps its version-1 material. Version 3 has one only for a
+    ``keyed`` write, without its occurrence."""
     if occurrence < 0:
         raise ValueError("occurrence counts from 0")
     if scheme not in SCHEME_VERSIONS:
@@ -107,7 +121,11 @@ def id_material(
         inputs.name(scope, "scope")
     inputs.checkpoint(checkpoint)
     material: list[Any]
-    if scheme == 1 or (not scope and write_type is not WriteType.EDIT_PROPOSAL):
+    if keyed:
+        if scheme < KEYED_SCHEME or write_type not in KEYED_TYPES:
+            raise ValueError(f"a {write_type.value} of version {scheme} takes no key")
+        material = [_DOMAIN_TAG, 3, write_type.value, run_id, scope, checkpoint, list(identity)]
+    elif scheme == 1 or (not scope and write_type is not WriteType.EDIT_PROPOSAL):
         material = [_DOMAIN_TAG, 1, write_type.value, run_id, checkpoint, list(identity),
                     occurrence]  # fmt: skip
     else:
@@ -120,6 +138,23 @@ def create_identity(kind: str, data_json: str) -> tuple[str, str]:
     """A create is its kind and the digest of its data's canonical form."""
     inputs.name(kind, "kind")
     return (kind, _json_digest(data_json, "data_json"))
+
+
+def keyed_create_identity(kind: str, key: str, *, scheme: int) -> tuple[str, str]:
+    """A create named by a key: its kind and the key, not its data."""
+    inputs.name(kind, "kind")
+    return (kind, inputs.key(key, scheme=scheme))
+
+
+def keyed_thread_identity(key: str, *, scheme: int) -> tuple[str]:
+    """A thread named by a key: the key, not its title."""
+    return (inputs.key(key, scheme=scheme),)
+
+
+def keyed_step_identity(tool: str, key: str, *, scheme: int) -> tuple[str, str]:
+    """A step named by a key: its tool and the key, not its arguments."""
+    inputs.name(tool, "tool")
+    return (tool, inputs.key(key, scheme=scheme))
 
 
 def edit_identity(artifact_id: str, path: str) -> tuple[str, str]:

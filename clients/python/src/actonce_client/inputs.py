@@ -20,6 +20,8 @@ MAX_JSON_BYTES = 1 << 20  # UTF-8 bytes of a *_json field
 MAX_JSON_DEPTH = 64  # nested arrays and objects
 MAX_TEXT_BYTES = 64 << 10  # a notice's or message's text, a checkpoint
 MAX_NAME_BYTES = 512  # kind, title, ids, tool names
+MAX_KEY_BYTES = 255  # a key the caller chooses
+KEYED_SCHEME = 3  # the first derived-id scheme whose runs take keys
 MAX_PATH_BYTES = MAX_NAME_BYTES * 8
 SAFE_INTEGER = 2**53 - 1
 
@@ -47,6 +49,19 @@ def text(value: str, field: str, *, limit: int = MAX_TEXT_BYTES) -> str:
 def name(value: str, field: str) -> str:
     """A kind, title, id or tool name."""
     return text(value, field, limit=MAX_NAME_BYTES)
+
+
+def key(value: str, *, scheme: int) -> str:
+    """A key the caller chose: 1 to 255 bytes without NUL, in a run of version 3 or later."""
+    if not value:
+        raise InvalidInput("key", "must not be empty: leave a write without a key unnamed")
+    if _size(value) > MAX_KEY_BYTES:
+        raise InvalidInput("key", f"is {_size(value)} bytes; the limit is {MAX_KEY_BYTES}")
+    no_nul(value, "key")
+    if scheme < KEYED_SCHEME:
+        raise InvalidInput("key", f"a run of id scheme {scheme} has no keys; version "
+                                  f"{KEYED_SCHEME} has")  # fmt: skip
+    return value
 
 
 def checkpoint(value: str) -> str:
