@@ -117,6 +117,12 @@ MESSAGE_WITH_CAPABILITIES = (
     f"{MESSAGE}, or, for the calls of one attempt, that attempt's capability in "
     "'actonce-attempt-capability'"
 )
+# A token was sent, and it is not this sidecar's: another fix than sending none.
+WRONG_TOKEN = (
+    "the API token this call carries is not this sidecar's: the client's "
+    "(ACTONCE_API_TOKEN_FILE or ACTONCE_API_TOKEN) must be the one the sidecar reads from "
+    "--api-token-file; after a rotation the old one is taken for a few seconds only"
+)
 
 
 def parse_exempt(text: str) -> frozenset[str]:
@@ -399,15 +405,14 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
         self._capabilities = capabilities
         message = MESSAGE if capabilities is None else MESSAGE_WITH_CAPABILITIES
         self._unauthenticated = Unauthenticated(message)
+        self._wrong_token = Unauthenticated(WRONG_TOKEN)
         self._not_capable = CapabilityRefused(CAPABILITY_REFUSED)
-        self._statuses = {
-            error.reason: _Refusal(refusal(error))
-            for error in (self._unauthenticated, self._not_capable)
-        }
+        errors = (self._unauthenticated, self._wrong_token, self._not_capable)
+        self._statuses = {error: _Refusal(refusal(error)) for error in errors}
         # Of the request-streaming kind whatever the method's, so that nothing is read.
-        self._refuse: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
-            reason: grpc.stream_unary_rpc_method_handler(self._answer(status))
-            for reason, status in self._statuses.items()
+        self._refuse: dict[ActonceError, grpc.RpcMethodHandler[Any, Any]] = {
+            error: grpc.stream_unary_rpc_method_handler(self._answer(status))
+            for error, status in self._statuses.items()
         }
 
     async def intercept_service(
@@ -420,13 +425,13 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
         method = str(handler_call_details.method)
         service = method.lstrip("/").rpartition("/")[0]
         metadata = handler_call_details.invocation_metadata or ()
-        if service in self._exempt or self._token.matches(
-            bearer(v for k, v in metadata if k == HEADER)
-        ):
+        token = bearer(v for k, v in metadata if k == HEADER)
+        if service in self._exempt or self._token.matches(token):
             return await continuation(handler_call_details)
         presented = capability(v for k, v in metadata if k == CAPABILITY_HEADER)
         if self._capabilities is None or presented is None:
-            return self._refused(method, self._unauthenticated)
+            missing = token is None
+            return self._refused(method, self._unauthenticated if missing else self._wrong_token)
         holder = self._capabilities.holder(presented)
         handler = (
             await continuation(handler_call_details)
@@ -461,7 +466,7 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
                 named = ""
             if not capabilities.admits(presented, named):
                 self._refused(method, self._not_capable)
-                await context.abort_with_status(self._statuses[CapabilityRefused.reason])
+                await context.abort_with_status(self._statuses[self._not_capable])
             return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -482,7 +487,7 @@ class ApiTokenInterceptor(grpc.aio.ServerInterceptor):
             **unknown,
         )
         self._on_refused(label, error)
-        return self._refuse[error.reason]
+        return self._refuse[error]
 
     @staticmethod
     def _answer(
@@ -511,6 +516,15 @@ REFUSAL_BODY = json.dumps(
 ).encode()
 
 
+WRONG_TOKEN_BODY = json.dumps(
+    {
+        "reason": Unauthenticated.reason,
+        "failure_class": Unauthenticated.failure_class.value,
+        "message": WRONG_TOKEN,
+    }
+).encode()
+
+
 CAPABILITY_REFUSAL_BODY = json.dumps(
     {
         "reason": CapabilityRefused.reason,
@@ -521,8 +535,10 @@ CAPABILITY_REFUSAL_BODY = json.dumps(
 
 
 async def refuse_http(scope: Scope, _receive: Receive, send: Send) -> None:
-    """401 with the JSON body every refusal of the MCP front has."""
-    await _refuse(scope, send, 401, REFUSAL_BODY)
+    """401 with the JSON body every refusal of the MCP front has: a request with no token
+    is told to send one, a request with another token that it is not this sidecar's."""
+    body = REFUSAL_BODY if http_bearer(scope) is None else WRONG_TOKEN_BODY
+    await _refuse(scope, send, 401, body)
 
 
 async def refuse_capability(scope: Scope, _receive: Receive, send: Send) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
+from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import MethodDescriptor
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
@@ -144,6 +145,21 @@ def test_every_method_but_health_refuses_a_call_without_the_token(
             error = call(guarded.channel, served, ())
             assert error is None or error.code() != grpc.StatusCode.UNAUTHENTICATED, served
     assert guarded.health() == 1  # SERVING, asked without a token
+
+
+def test_a_wrong_token_and_a_missing_one_are_told_apart(guarded: RunningSidecar) -> None:
+    stub = pb_grpc.RunActionsServiceStub(guarded.channel)
+    request = pb.BeginAttemptRequest(run_id="run-told", rule="triage")
+    messages = {}
+    for how, metadata in WITHOUT.items():
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.BeginAttempt(request, metadata=metadata, timeout=5)
+        assert_unauthenticated(caught.value, how)
+        messages[how] = refusal(caught.value).message
+    # Sent no usable Bearer token: send one. Sent one that is not the sidecar's: fix it.
+    assert messages["missing"] == messages["not bearer"] == messages["twice"] == auth.MESSAGE
+    assert messages["wrong"] == messages["a prefix"] == auth.WRONG_TOKEN
+    assert "not this sidecar's" in auth.WRONG_TOKEN and "--api-token-file" in auth.WRONG_TOKEN
 
 
 @pytest.mark.parametrize("exempt", [frozenset(), frozenset({"health"})])
@@ -296,11 +312,15 @@ def test_every_route_of_the_mcp_front_refuses_a_call_without_the_token(
         for token in (None, "not-the-token", TOKEN[:-1]):
             status, headers, body = http(method, base + path, token=token, body={})
             assert status == 401, (method, path, token, status)
-            assert json.loads(body) == {
+            answer = json.loads(body)
+            # No token is told to send one; another token, that it is not this sidecar's.
+            assert {k: answer[k] for k in ("reason", "failure_class", "message")} == {
                 "reason": "UNAUTHENTICATED",
                 "failure_class": "PERMANENT",
-                "message": auth.MESSAGE,
+                "message": auth.MESSAGE if token is None else auth.WRONG_TOKEN,
             }
+            # On the MCP endpoint the same refusal is a JSON-RPC error too (refusals.py).
+            assert ("jsonrpc" in answer) is path.startswith("/mcp"), path
             assert headers["www-authenticate"].startswith("Bearer")
         try:
             status, _headers, _body = http(method, base + path, token=TOKEN, body={}, timeout=2)

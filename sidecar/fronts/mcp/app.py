@@ -44,6 +44,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -55,6 +56,7 @@ from sidecar.fronts import operations
 from sidecar.fronts.mcp import decoding, tools
 from sidecar.fronts.mcp.decoding import refuse_duplicate_keys, request_identity
 from sidecar.fronts.mcp.gateway import Gateway, check_arguments
+from sidecar.fronts.mcp.refusals import JsonRpcRefusals
 from sidecar.ops import auth, http_guard, http_server
 from sidecar.ops.auth import TokenFile
 
@@ -172,9 +174,11 @@ class McpFront:
                 Route("/attempts/{attempt_id}/end", endpoint=self._end_attempt, methods=["POST"]),
                 Route("/readiness", endpoint=self._readiness, methods=["GET"]),
             ],
-            # Outermost first: the guard's layers, then the API token on every route when
-            # one is configured (sidecar.ops.auth).
+            # Outermost first: the refusals told in JSON-RPC on /mcp (refusals.py), the
+            # guard's layers, then the API token on every route when one is configured
+            # (sidecar.ops.auth).
             middleware=[
+                Middleware(JsonRpcRefusals),
                 *http_guard.middleware(policy or http_guard.RequestPolicy()),
                 *auth.middleware(api_token, capabilities, attempt_named),
             ],

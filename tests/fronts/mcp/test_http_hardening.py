@@ -56,11 +56,19 @@ def attempts_of(served: RunningSidecar, run_id: str) -> list[str]:
     return [e.event.attempt_id for e in served.audit(run_id) if e.event.phase == "attempt_begin"]
 
 
+REFUSAL = {"reason", "failure_class", "message"}
+# On the MCP endpoint the refusal is a JSON-RPC error too (sidecar.fronts.mcp.refusals).
+JSON_RPC = {"jsonrpc", "id", "error"}
+
+
 def refused(answer: Answer, status: int, reason: str) -> None:
     assert answer.status == status, (answer.status, answer.body)
     assert answer.headers["content-type"] == "application/json"
-    assert answer.json()["reason"] == reason
-    assert set(answer.json()) == {"reason", "failure_class", "message"}
+    body = answer.json()
+    assert body["reason"] == reason
+    assert set(body) in (REFUSAL, REFUSAL | JSON_RPC)
+    if "jsonrpc" in body:
+        assert (body["id"], body["error"]["data"]["reason"]) == (None, reason)
 
 
 ROUTES = [
