@@ -25,7 +25,7 @@ import grpc.aio
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_client import target as targets
-from actonce_client.auth import ApiToken
+from actonce_client.auth import ApiToken, call_metadata
 from actonce_client.client import (
     DEFAULT_TIMEOUT,
     SERVICE_CONFIG,
@@ -97,26 +97,36 @@ class AsyncClient:
         lease_deadline: datetime | None = None,
         scope: str = "",
         delivery_attempt_id: str = "",
+        capability: str = "",
     ) -> AsyncAttempt:
         """Start one try of a run, as :meth:`actonce_client.Client.begin` does."""
         request = begin_request(run_id, rule, checkpoint, lease_deadline=lease_deadline,
                                 scope=scope, delivery_attempt_id=delivery_attempt_id)  # fmt: skip
-        response = await self._call(self._stub.BeginAttempt, request)
+        response = await self._call(self._stub.BeginAttempt, request, capability=capability)
         return AsyncAttempt(self, response.attempt_id, run_id=run_id, rule=rule,
                             checkpoint=checkpoint, scope=scope,
                             id_scheme_version=response.id_scheme_version or 1,
-                            delivery_attempt_id=delivery_attempt_id)  # fmt: skip
+                            delivery_attempt_id=delivery_attempt_id,
+                            capability=response.capability)  # fmt: skip
 
     def attempt(self, attempt_id: str, *, run_id: str, rule: str, checkpoint: str = "",
-                scope: str = "", id_scheme_version: int = 1) -> AsyncAttempt:  # fmt: skip
-        """A handle on an attempt begun elsewhere (by a blocking client, say)."""
+                scope: str = "", id_scheme_version: int = 1,
+                capability: str = "") -> AsyncAttempt:  # fmt: skip
+        """A handle on an attempt begun elsewhere (by a blocking client, say, or by the
+        harness that handed this agent the attempt's id and its ``capability``)."""
         return AsyncAttempt(self, attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
-                            scope=scope, id_scheme_version=id_scheme_version)  # fmt: skip
+                            scope=scope, id_scheme_version=id_scheme_version,
+                            capability=capability)  # fmt: skip
 
     async def _call(
-        self, method: Callable[..., Awaitable[T]], request: Any, *, request_id: str = ""
+        self,
+        method: Callable[..., Awaitable[T]],
+        request: Any,
+        *,
+        request_id: str = "",
+        capability: str = "",
     ) -> T:
-        metadata = self._token.metadata() if self._token is not None else None
+        metadata = call_metadata(self._token, capability)
         try:
             return await method(request, timeout=self.timeout, metadata=metadata)
         except grpc.aio.AioRpcError as error:
@@ -140,14 +150,29 @@ class AsyncClient:
         await self.close()
 
 
+class _AttemptCalls:
+    """A client's calls as one attempt makes them: each carries the attempt's capability."""
+
+    def __init__(self, client: AsyncClient, capability: str) -> None:
+        self._client = client
+        self._capability = capability
+
+    async def _call(
+        self, method: Callable[..., Awaitable[T]], request: Any, *, request_id: str = ""
+    ) -> T:
+        return await self._client._call(method, request, request_id=request_id,
+                                        capability=self._capability)  # fmt: skip
+
+
 class AsyncAttempt:
     """One try of a run, as :class:`actonce_client.Attempt` with every call awaited."""
 
     def __init__(self, client: AsyncClient, attempt_id: str, *, run_id: str, rule: str,
                  checkpoint: str, scope: str = "", id_scheme_version: int = 1,
-                 delivery_attempt_id: str = "") -> None:  # fmt: skip
-        self._client = client
+                 delivery_attempt_id: str = "", capability: str = "") -> None:  # fmt: skip
+        self._client = _AttemptCalls(client, capability)
         self._stub = client._stub
+        self.capability = capability
         self.id = attempt_id
         self.run_id = run_id
         self.rule = rule

@@ -8,6 +8,10 @@ token is sent. A token that cannot work (a file that cannot be read, an empty to
 again at most once a second, so that a Secret rotated in place is followed without a
 restart (the sidecar takes the token it held before for a few seconds more); a file that
 cannot be read then keeps the token read last.
+
+An attempt's calls also send the attempt's capability, when the sidecar issued one
+(``--agent-capabilities``), as ``actonce-attempt-capability``: an agent that its harness
+handed one attempt sends that alone, and needs no token.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 
 from actonce_client.errors import InvalidSetting
 
+CAPABILITY_HEADER = "actonce-attempt-capability"
+"""Where a call carries the capability of the attempt it names."""
 TOKEN_FILE_VARIABLE = "ACTONCE_API_TOKEN_FILE"
 TOKEN_VARIABLE = "ACTONCE_API_TOKEN"
 REREAD_SECONDS = 1.0
@@ -107,3 +113,14 @@ class ApiToken:
 
     def __repr__(self) -> str:  # never the token itself
         return f"ApiToken(path={str(self._path)!r})" if self._path else "ApiToken(value=...)"
+
+
+def call_metadata(
+    token: ApiToken | None, capability: str = ""
+) -> tuple[tuple[str, str], ...] | None:
+    """A call's metadata: the token when there is one, the attempt's capability when the
+    call is an attempt's that has one; None for neither."""
+    metadata = token.metadata() if token is not None else ()
+    if capability:
+        metadata = (*metadata, (CAPABILITY_HEADER, capability))
+    return metadata or None

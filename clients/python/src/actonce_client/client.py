@@ -27,7 +27,7 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 from actonce_client import target as targets
-from actonce_client.auth import ApiToken
+from actonce_client.auth import ApiToken, call_metadata
 from actonce_client.errors import from_rpc_error
 
 DEFAULT_TIMEOUT = 10.0
@@ -211,7 +211,10 @@ class Client:
 
     Every call carries the sidecar's API token when there is one: ``api_token``
     or ``api_token_file``, else the file named by ``ACTONCE_API_TOKEN_FILE``, else
-    ``ACTONCE_API_TOKEN`` (actonce_client.auth).
+    ``ACTONCE_API_TOKEN`` (actonce_client.auth). An agent that its harness handed one
+    attempt (a sidecar with ``--agent-capabilities``) needs no token: it makes the
+    attempt's handle with :meth:`attempt`, giving the attempt's ``capability``, and
+    every call of that attempt carries it.
     """
 
     def __init__(
@@ -248,6 +251,7 @@ class Client:
         lease_deadline: datetime | None = None,
         scope: str = "",
         delivery_attempt_id: str = "",
+        capability: str = "",
     ) -> Attempt:
         """Start one try of a run from its last checkpoint ("" at the run's start).
 
@@ -256,23 +260,31 @@ class Client:
         sibling scopes never fence each other and the same write in two scopes
         is two writes. ``delivery_attempt_id`` names the unscoped attempt (the
         queue's delivery of the run) a scoped attempt belongs to: a newer delivery
-        fences it, and its lease is bounded by the delivery's.
+        fences it, and its lease is bounded by the delivery's. ``capability`` is that
+        delivery's (``Attempt.capability``): with it, an agent that holds no token begins
+        its delivery's scoped attempts. The attempt answered keeps its own capability.
         """
         request = begin_request(run_id, rule, checkpoint, lease_deadline=lease_deadline,
                                 scope=scope, delivery_attempt_id=delivery_attempt_id)  # fmt: skip
-        response = self._call(self._stub.BeginAttempt, request)
+        response = self._call(self._stub.BeginAttempt, request, capability=capability)
         return Attempt(self, response.attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
                        scope=scope, id_scheme_version=response.id_scheme_version or 1,
-                       delivery_attempt_id=delivery_attempt_id)  # fmt: skip
+                       delivery_attempt_id=delivery_attempt_id,
+                       capability=response.capability)  # fmt: skip
 
     def attempt(self, attempt_id: str, *, run_id: str, rule: str, checkpoint: str = "",
-                scope: str = "", id_scheme_version: int = 1) -> Attempt:  # fmt: skip
-        """A handle on an attempt begun elsewhere (by the asyncio client, say)."""
+                scope: str = "", id_scheme_version: int = 1,
+                capability: str = "") -> Attempt:  # fmt: skip
+        """A handle on an attempt begun elsewhere (by the asyncio client, say, or by the
+        harness that handed this agent the attempt's id and its ``capability``)."""
         return Attempt(self, attempt_id, run_id=run_id, rule=rule, checkpoint=checkpoint,
-                       scope=scope, id_scheme_version=id_scheme_version)  # fmt: skip
+                       scope=scope, id_scheme_version=id_scheme_version,
+                       capability=capability)  # fmt: skip
 
-    def _call(self, method: Callable[..., T], request: Any, *, request_id: str = "") -> T:
-        metadata = self._token.metadata() if self._token is not None else None
+    def _call(
+        self, method: Callable[..., T], request: Any, *, request_id: str = "", capability: str = ""
+    ) -> T:
+        metadata = call_metadata(self._token, capability)
         try:
             return method(request, timeout=self.timeout, metadata=metadata)
         except grpc.RpcError as error:
@@ -298,18 +310,35 @@ class Client:
         self.close()
 
 
+class _AttemptCalls:
+    """A client's calls as one attempt makes them: each carries the attempt's capability."""
+
+    def __init__(self, client: Client, capability: str) -> None:
+        self._client = client
+        self._capability = capability
+
+    def _call(self, method: Callable[..., T], request: Any, *, request_id: str = "") -> T:
+        return self._client._call(method, request, request_id=request_id,
+                                  capability=self._capability)  # fmt: skip
+
+
 class Attempt:
     """One try of a run. Every write takes ``request_id`` (default: a fresh
     one, see ``new_request_id``), and an error from a write carries the one it
     was sent with (``ActonceError.request_id``): repeat the call with it, in the
     same attempt, after an error that left its outcome unknown, and get the
-    first answer back instead of a second write."""
+    first answer back instead of a second write.
+
+    ``capability`` is what the sidecar answered BeginAttempt with (empty unless it runs
+    with ``--agent-capabilities``): every call of the attempt carries it, and a harness
+    hands it, with the attempt's id, to the agent it lets act in this attempt alone."""
 
     def __init__(self, client: Client, attempt_id: str, *, run_id: str, rule: str,
                  checkpoint: str, scope: str = "", id_scheme_version: int = 1,
-                 delivery_attempt_id: str = "") -> None:  # fmt: skip
-        self._client = client
+                 delivery_attempt_id: str = "", capability: str = "") -> None:  # fmt: skip
+        self._client = _AttemptCalls(client, capability)
         self._stub = client._stub
+        self.capability = capability
         self.id = attempt_id
         self.run_id = run_id
         self.rule = rule

@@ -318,7 +318,8 @@ class Delivery:
         self.require_turns()
         return client.begin(self.run_id, self.rule, checkpoint, scope=scope,
                             delivery_attempt_id=self.attempt.id,
-                            lease_deadline=lease_deadline)  # fmt: skip
+                            lease_deadline=lease_deadline,
+                            capability=self.attempt.capability)  # fmt: skip
 
     async def abegin_tool(
         self, scope: str, checkpoint: str = "", lease_deadline: datetime | None = None
@@ -328,6 +329,7 @@ class Delivery:
         return await self.async_client().begin(
             self.run_id, self.rule, checkpoint, scope=scope,
             delivery_attempt_id=self.attempt.id, lease_deadline=lease_deadline,
+            capability=self.attempt.capability,
         )  # fmt: skip
 
     @contextmanager
@@ -395,7 +397,8 @@ class Delivery:
         a = self.attempt
         return self.async_client().attempt(a.id, run_id=a.run_id, rule=a.rule,
                                            checkpoint=a.checkpoint,
-                                           id_scheme_version=a.id_scheme_version)  # fmt: skip
+                                           id_scheme_version=a.id_scheme_version,
+                                           capability=a.capability)  # fmt: skip
 
     async def aclose(self) -> None:
         """Close the asyncio clients made on the running loop."""
@@ -445,15 +448,38 @@ class Lease:
         return beat
 
 
+def _handed(given: Attempt, run_id: str, rule: str) -> Attempt:
+    """The delivery's attempt a harness began and handed over, checked against the run."""
+    if (given.run_id, given.rule, given.scope) != (run_id, rule, ""):
+        raise ValueError(
+            f"the attempt handed over is of run {given.run_id!r} (rule {given.rule!r}, scope "
+            f"{given.scope!r}): a delivery of run {run_id!r} needs an unscoped attempt of it"
+        )
+    return given
+
+
 @contextmanager
 def delivering(
-    client: Client, run_id: str, rule: str, lease: Lease, *, needs_turns: bool = False
+    client: Client,
+    run_id: str,
+    rule: str,
+    lease: Lease,
+    *,
+    needs_turns: bool = False,
+    attempt: Attempt | None = None,
 ) -> Iterator[Delivery]:
     """Begin a delivery of ``run_id`` and run the code inside it: its tools' attempts name
     it, its model turns are recorded in it, and the lease's heartbeat moves its lease
     meanwhile. The delivery's attempt ends when the code is done (a fenced delivery's end
-    is refused, and left: the newer delivery goes on)."""
-    attempt = client.begin(run_id, rule, "", lease_deadline=lease.deadline)
+    is refused, and left: the newer delivery goes on).
+
+    ``attempt`` is the delivery's attempt when a harness began it and handed it over (its
+    id and capability: ``client.attempt(...)``): an agent that holds no API token, only
+    that attempt's capability, delivers in it and begins its tool calls under it."""
+    if attempt is not None:
+        attempt = _handed(attempt, run_id, rule)
+    else:
+        attempt = client.begin(run_id, rule, "", lease_deadline=lease.deadline)
     delivery = Delivery(client, attempt, needs_turns=needs_turns)
     beating = lease.beating(attempt)
     token = _current.set(delivery)
@@ -470,13 +496,26 @@ def delivering(
 
 @asynccontextmanager
 async def adelivering(
-    client: Client, run_id: str, rule: str, lease: Lease, *, needs_turns: bool = False
+    client: Client,
+    run_id: str,
+    rule: str,
+    lease: Lease,
+    *,
+    needs_turns: bool = False,
+    attempt: Attempt | None = None,
 ) -> AsyncIterator[Delivery]:
     """:func:`delivering` for asyncio code: its calls are awaited on this loop's client."""
     aclient = AsyncClient.like(client)
-    begun = await aclient.begin(run_id, rule, "", lease_deadline=lease.deadline)
+    if attempt is not None:
+        handed = _handed(attempt, run_id, rule)
+        begun = aclient.attempt(handed.id, run_id=run_id, rule=rule,
+                                id_scheme_version=handed.id_scheme_version,
+                                capability=handed.capability)  # fmt: skip
+    else:
+        begun = await aclient.begin(run_id, rule, "", lease_deadline=lease.deadline)
     attempt = client.attempt(begun.id, run_id=run_id, rule=rule,
-                             id_scheme_version=begun.id_scheme_version)  # fmt: skip
+                             id_scheme_version=begun.id_scheme_version,
+                             capability=begun.capability)  # fmt: skip
     delivery = Delivery(client, attempt, needs_turns=needs_turns)
     delivery._aclients[id(asyncio.get_running_loop())] = aclient
     beating = lease.beating(attempt)

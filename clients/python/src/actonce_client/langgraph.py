@@ -59,7 +59,8 @@ from langgraph.types import Command, RetryPolicy, StateSnapshot
 from pydantic import ConfigDict, Field
 
 from actonce_client import deliveries
-from actonce_client.client import Client
+from actonce_client.auth import CAPABILITY_HEADER
+from actonce_client.client import Attempt, Client
 from actonce_client.deliveries import (
     MAX_RECORDED_BYTES,
     Codec,
@@ -493,7 +494,8 @@ def durable_model(model: Any, *, name: str = "model") -> DurableChatModel:
 def mcp_scope() -> Callable[[Any, Callable[[Any], Any]], Any]:
     """A langchain-mcp-adapters tool interceptor that sends each MCP tool call in its own
     tool call's scope: the header ``actonce-scope`` (the tool call's id) beside
-    ``actonce-attempt-id`` (the delivery), on the actonce MCP front or gateway.
+    ``actonce-attempt-id`` (the delivery) and the delivery's ``actonce-attempt-capability``
+    when it has one, on the actonce MCP front or gateway.
 
         MultiServerMCPClient({...}, tool_interceptors=[mcp_scope()])
 
@@ -516,6 +518,8 @@ def mcp_scope() -> Callable[[Any, Callable[[Any], Any]], Any]:
         delivery.require_turns()
         headers = {**(request.headers or {}), "actonce-attempt-id": delivery.attempt.id,
                    "actonce-scope": tool_call_id}  # fmt: skip
+        if delivery.attempt.capability:
+            headers[CAPABILITY_HEADER] = delivery.attempt.capability
         result = await handler(request.override(headers=headers))
         error = _front_error(result)
         if error is None or error.refused:
@@ -657,18 +661,21 @@ class _Delivering:
     actonce: Actonce
     lease: Lease
     needs_turns: bool
+    attempt: Attempt | None = None
 
     @contextmanager
     def sync(self, run_id: str) -> Iterator[Delivery]:
         with deliveries.delivering(self.actonce.client, run_id, self.actonce.rule, self.lease,
-                                   needs_turns=self.needs_turns) as delivery:  # fmt: skip
+                                   needs_turns=self.needs_turns,
+                                   attempt=self.attempt) as delivery:  # fmt: skip
             _deliveries[delivery.attempt.id] = delivery
             yield delivery
 
     @asynccontextmanager
     async def asynchronous(self, run_id: str) -> AsyncIterator[Delivery]:
         made = deliveries.adelivering(self.actonce.client, run_id, self.actonce.rule, self.lease,
-                                      needs_turns=self.needs_turns)  # fmt: skip
+                                      needs_turns=self.needs_turns,
+                                      attempt=self.attempt)  # fmt: skip
         async with made as delivery:
             _deliveries[delivery.attempt.id] = delivery
             yield delivery
@@ -677,7 +684,8 @@ class _Delivering:
 def _delivering(app: Pregel[Any, Any, Any, Any], options: dict[str, Any]) -> _Delivering:
     lease = Lease(options.pop("lease_deadline", None), options.pop("heartbeat", None),
                   options.pop("heartbeat_every", None))  # fmt: skip
-    return _Delivering(_actonce_of(app, options.pop("actonce", None)), lease, not _durable(app))
+    return _Delivering(_actonce_of(app, options.pop("actonce", None)), lease, not _durable(app),
+                       options.pop("attempt", None))  # fmt: skip
 
 
 def deliver(
@@ -691,6 +699,7 @@ def deliver(
     lease_deadline: datetime | None = None,
     heartbeat: Callable[[], datetime | None] | None = None,
     heartbeat_every: float | None = None,
+    attempt: Attempt | None = None,
 ) -> Any:
     """Run one delivery of the queue's run ``run_id`` on the graph's thread.
 
@@ -710,9 +719,13 @@ def deliver(
     which the delivery's lease follows. A run with an item in doubt answers
     :class:`Parked`. The rule and client are those of the graph's actonce tools, or of
     ``actonce``.
+
+    ``attempt`` is the delivery's attempt when the harness began it and handed it
+    over (``client.attempt(attempt_id, run_id=..., rule=..., capability=...)``): an
+    agent holding only that attempt's capability, no API token, delivers in it.
     """
     options = {"actonce": actonce, "lease_deadline": lease_deadline, "heartbeat": heartbeat,
-               "heartbeat_every": heartbeat_every}  # fmt: skip
+               "heartbeat_every": heartbeat_every, "attempt": attempt}  # fmt: skip
     plan = _delivering(app, options)
     with plan.sync(run_id) as delivery:
         run_config = _config(config, run_id, thread_id, delivery)

@@ -56,7 +56,7 @@ from openai.types.responses.response_output_item import ResponseOutputItem
 from pydantic import TypeAdapter
 
 from actonce_client import deliveries
-from actonce_client.client import Client
+from actonce_client.client import Attempt, Client
 from actonce_client.deliveries import (
     MAX_RECORDED_BYTES,
     Codec,
@@ -377,6 +377,7 @@ def _offset(input: Any) -> int:
 class _Options:
     lease: Lease = field(default_factory=Lease)
     stream: bool = False
+    attempt: Attempt | None = None
 
 
 async def _run(
@@ -384,7 +385,9 @@ async def _run(
     run_options: dict[str, Any],
 ) -> RunResult | Parked:  # fmt: skip
     config: RunConfig = run_options.pop("run_config", None) or RunConfig()
-    async with deliveries.adelivering(actonce.client, run_id, actonce.rule, options.lease) as d:
+    delivering = deliveries.adelivering(actonce.client, run_id, actonce.rule, options.lease,
+                                        attempt=options.attempt)  # fmt: skip
+    async with delivering as d:
         turns = _Turns(d, _resolver(config), next_index=_offset(input))
         durable = replace(config, model=DurableModel(),
                           call_model_input_filter=_announcing(config))  # fmt: skip
@@ -428,6 +431,7 @@ async def adeliver(
     heartbeat: Callable[[], datetime | None] | None = None,
     heartbeat_every: float | None = None,
     stream: bool = False,
+    attempt: Attempt | None = None,
     **run_options: Any,
 ) -> RunResult | Parked:
     """Run one delivery of the queue's run ``run_id``: ``Runner.run`` (``stream=True``:
@@ -438,8 +442,12 @@ async def adeliver(
     timeout); ``heartbeat``, called every ``heartbeat_every`` seconds, extends it and
     answers the new deadline, which the delivery's lease follows. A run with an item in
     doubt answers :class:`Parked`. The rule and client are those of the agent's actonce
-    tools, or of ``actonce``."""
-    options = _Options(Lease(lease_deadline, heartbeat, heartbeat_every), stream)
+    tools, or of ``actonce``.
+
+    ``attempt`` is the delivery's attempt when the harness began it and handed it
+    over (``client.attempt(attempt_id, run_id=..., rule=..., capability=...)``): an
+    agent holding only that attempt's capability, no API token, delivers in it."""
+    options = _Options(Lease(lease_deadline, heartbeat, heartbeat_every), stream, attempt)
     return await _run(_actonce_of(agent, actonce), agent, run_id, input, options, run_options)
 
 
@@ -453,6 +461,7 @@ def deliver(
     heartbeat: Callable[[], datetime | None] | None = None,
     heartbeat_every: float | None = None,
     stream: bool = False,
+    attempt: Attempt | None = None,
     **run_options: Any,
 ) -> RunResult | Parked:
     """:func:`adeliver`, run to its end on an event loop of its own."""
@@ -466,6 +475,7 @@ def deliver(
             heartbeat=heartbeat,
             heartbeat_every=heartbeat_every,
             stream=stream,
+            attempt=attempt,
             **run_options,
         )
     )

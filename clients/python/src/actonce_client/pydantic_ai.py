@@ -53,7 +53,7 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_core import to_jsonable_python
 
 from actonce_client import deliveries
-from actonce_client.client import Client
+from actonce_client.client import Attempt, Client
 from actonce_client.deliveries import (
     MAX_RECORDED_BYTES,
     Codec,
@@ -251,19 +251,26 @@ async def adeliver(
     lease_deadline: datetime | None = None,
     heartbeat: Callable[[], datetime | None] | None = None,
     heartbeat_every: float | None = None,
+    attempt: Attempt | None = None,
     **run_options: Any,
 ) -> Any:
     """Run one delivery of the queue's run ``run_id``: ``agent.run(prompt, ...)`` with its
     model (or ``model=``) a :class:`DurableModel`. ``lease_deadline``, ``heartbeat`` and
     ``heartbeat_every`` are the queue's lease, as the other integrations take them. A run
-    with an item in doubt answers :class:`Parked`."""
+    with an item in doubt answers :class:`Parked`.
+
+    ``attempt`` is the delivery's attempt when the harness began it and handed it
+    over (``client.attempt(attempt_id, run_id=..., rule=..., capability=...)``): an
+    agent holding only that attempt's capability, no API token, delivers in it."""
     chosen = _actonce_of(agent, actonce)
     lease = Lease(lease_deadline, heartbeat, heartbeat_every)
     model = run_options.pop("model", None) or agent.model
     if model is None:
         raise ValueError("the agent has no model: pass model=")
     durable = model if isinstance(model, DurableModel) else DurableModel(model)
-    async with deliveries.adelivering(chosen.client, run_id, chosen.rule, lease) as delivery:
+    delivering = deliveries.adelivering(chosen.client, run_id, chosen.rule, lease,
+                                        attempt=attempt)  # fmt: skip
+    async with delivering as delivery:
         try:
             return await agent.run(prompt, model=durable, **run_options)
         except Exception as error:
