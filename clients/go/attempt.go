@@ -92,6 +92,7 @@ type Counts struct {
 type writeOptions struct {
 	requestID string
 	propose   bool
+	key       string
 }
 
 // WriteOption configures one write.
@@ -110,7 +111,31 @@ func Propose() WriteOption {
 	return func(o *writeOptions) { o.propose = true }
 }
 
-var errProposeOnly = errors.New("actonce: Propose applies to Create and Edit only")
+// WithKey names a Create, a CreateThread or a BeginStep by a key of the
+// caller's (1 to 255 bytes), unique within the run and checkpoint: its id
+// derives from the key instead of the data, title or arguments, so a
+// redelivery whose data differs (a timestamp, a uuid) finds the same artifact,
+// thread or step. The same key with other data is refused with reason
+// KEY_REUSED (class Refused).
+func WithKey(key string) WriteOption {
+	return func(o *writeOptions) { o.key = key }
+}
+
+var (
+	errProposeOnly = errors.New("actonce: Propose applies to Create and Edit only")
+	errKeyOnly     = errors.New("actonce: WithKey applies to Create, CreateThread and BeginStep only")
+)
+
+// takes refuses the options a write does not take.
+func (o writeOptions) takes(propose, key bool) error {
+	switch {
+	case o.propose && !propose:
+		return errProposeOnly
+	case o.key != "" && !key:
+		return errKeyOnly
+	}
+	return nil
+}
 
 // NewRequestID is a fresh request_id. Each write gets one unless it is given
 // one with WithRequestID: choose it yourself before the first try to know it
@@ -130,10 +155,11 @@ func applyWrite(opts []WriteOption) writeOptions {
 // Attempt is one try of a run. Its methods are safe for concurrent use: the
 // sidecar counts identical writes, not their order.
 type Attempt struct {
-	client *Client
-	id     string
-	run    Run
-	scheme IDScheme
+	client     *Client
+	id         string
+	capability string
+	run        Run
+	scheme     IDScheme
 }
 
 // ID is the sidecar's id of this attempt.
@@ -155,8 +181,11 @@ func (a *Attempt) Create(ctx context.Context, kind string, data any, opts ...Wri
 		return Write{}, err
 	}
 	o := applyWrite(opts)
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Create, &actoncev1.CreateRequest{
-		AttemptId: a.id, Kind: kind, DataJson: text, Propose: o.propose, RequestId: o.requestID,
+	if err := o.takes(true, true); err != nil {
+		return Write{}, err
+	}
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.Create, &actoncev1.CreateRequest{
+		AttemptId: a.id, Kind: kind, DataJson: text, Propose: o.propose, RequestId: o.requestID, Key: o.key,
 	})
 	if err != nil {
 		return Write{}, err
@@ -173,7 +202,10 @@ func (a *Attempt) Edit(ctx context.Context, artifactID, path string, value any, 
 		return Write{}, err
 	}
 	o := applyWrite(opts)
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Edit, &actoncev1.EditRequest{
+	if err := o.takes(true, false); err != nil {
+		return Write{}, err
+	}
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.Edit, &actoncev1.EditRequest{
 		AttemptId: a.id, ArtifactId: artifactID, Path: path, ValueJson: text,
 		Propose: o.propose, RequestId: o.requestID,
 	})
@@ -190,10 +222,10 @@ func (a *Attempt) Edit(ctx context.Context, artifactID, path string, value any, 
 // Notice posts text to a thread as a notice, which starts and steers no turn.
 func (a *Attempt) Notice(ctx context.Context, threadID, text string, opts ...WriteOption) (Write, error) {
 	o := applyWrite(opts)
-	if o.propose {
-		return Write{}, errProposeOnly
+	if err := o.takes(false, false); err != nil {
+		return Write{}, err
 	}
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Notice, &actoncev1.NoticeRequest{
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.Notice, &actoncev1.NoticeRequest{
 		AttemptId: a.id, ThreadId: threadID, Text: text, RequestId: o.requestID,
 	})
 	if err != nil {
@@ -207,10 +239,10 @@ func (a *Attempt) Notice(ctx context.Context, threadID, text string, opts ...Wri
 // PERMANENT error with reason FORBIDDEN.
 func (a *Attempt) Send(ctx context.Context, threadID, text string, opts ...WriteOption) (Write, error) {
 	o := applyWrite(opts)
-	if o.propose {
-		return Write{}, errProposeOnly
+	if err := o.takes(false, false); err != nil {
+		return Write{}, err
 	}
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.Send, &actoncev1.SendRequest{
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.Send, &actoncev1.SendRequest{
 		AttemptId: a.id, ThreadId: threadID, Text: text, RequestId: o.requestID,
 	})
 	if err != nil {
@@ -222,11 +254,11 @@ func (a *Attempt) Send(ctx context.Context, threadID, text string, opts ...Write
 // CreateThread makes a conversation thread with a title.
 func (a *Attempt) CreateThread(ctx context.Context, title string, opts ...WriteOption) (Write, error) {
 	o := applyWrite(opts)
-	if o.propose {
-		return Write{}, errProposeOnly
+	if err := o.takes(false, true); err != nil {
+		return Write{}, err
 	}
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.CreateThread, &actoncev1.CreateThreadRequest{
-		AttemptId: a.id, Title: title, RequestId: o.requestID,
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.CreateThread, &actoncev1.CreateThreadRequest{
+		AttemptId: a.id, Title: title, RequestId: o.requestID, Key: o.key,
 	})
 	if err != nil {
 		return Write{}, err
@@ -236,7 +268,7 @@ func (a *Attempt) CreateThread(ctx context.Context, title string, opts ...WriteO
 
 // ReadArtifact returns an artifact as the store holds it now.
 func (a *Attempt) ReadArtifact(ctx context.Context, artifactID string) (Artifact, error) {
-	resp, err := invoke(ctx, a.client, "", a.client.rpc.Read, &actoncev1.ReadRequest{
+	resp, err := invoke(a.outgoing(ctx), a.client, "", a.client.rpc.Read, &actoncev1.ReadRequest{
 		AttemptId: a.id, Target: &actoncev1.ReadRequest_ArtifactId{ArtifactId: artifactID},
 	})
 	if err != nil {
@@ -251,7 +283,7 @@ func (a *Attempt) ReadArtifact(ctx context.Context, artifactID string) (Artifact
 
 // ReadThread returns a thread's messages, oldest first.
 func (a *Attempt) ReadThread(ctx context.Context, threadID string) ([]Message, error) {
-	resp, err := invoke(ctx, a.client, "", a.client.rpc.Read, &actoncev1.ReadRequest{
+	resp, err := invoke(a.outgoing(ctx), a.client, "", a.client.rpc.Read, &actoncev1.ReadRequest{
 		AttemptId: a.id, Target: &actoncev1.ReadRequest_ThreadId{ThreadId: threadID},
 	})
 	if err != nil {
@@ -274,11 +306,11 @@ func (a *Attempt) BeginStep(ctx context.Context, tool string, effect Effect, arg
 		return Step{}, err
 	}
 	o := applyWrite(opts)
-	if o.propose {
-		return Step{}, errProposeOnly
+	if err := o.takes(false, true); err != nil {
+		return Step{}, err
 	}
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.BeginStep, &actoncev1.BeginStepRequest{
-		AttemptId: a.id, Tool: tool, Effect: effect, ArgsJson: text, RequestId: o.requestID,
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.BeginStep, &actoncev1.BeginStepRequest{
+		AttemptId: a.id, Tool: tool, Effect: effect, ArgsJson: text, RequestId: o.requestID, Key: o.key,
 	})
 	if err != nil {
 		return Step{}, err
@@ -297,10 +329,10 @@ func (a *Attempt) EndStep(ctx context.Context, stepID string, result any, opts .
 		return 0, err
 	}
 	o := applyWrite(opts)
-	if o.propose {
-		return 0, errProposeOnly
+	if err := o.takes(false, false); err != nil {
+		return 0, err
 	}
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.EndStep, &actoncev1.EndStepRequest{
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.EndStep, &actoncev1.EndStepRequest{
 		AttemptId: a.id, StepId: stepID, ResultJson: text, RequestId: o.requestID,
 	})
 	if err != nil {
@@ -315,10 +347,10 @@ func (a *Attempt) EndStep(ctx context.Context, stepID string, result any, opts .
 // be aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED).
 func (a *Attempt) AbortStep(ctx context.Context, stepID, reason string, opts ...WriteOption) (Outcome, error) {
 	o := applyWrite(opts)
-	if o.propose {
-		return 0, errProposeOnly
+	if err := o.takes(false, false); err != nil {
+		return 0, err
 	}
-	resp, err := invoke(ctx, a.client, o.requestID, a.client.rpc.AbortStep, &actoncev1.AbortStepRequest{
+	resp, err := invoke(a.outgoing(ctx), a.client, o.requestID, a.client.rpc.AbortStep, &actoncev1.AbortStepRequest{
 		AttemptId: a.id, StepId: stepID, Reason: reason, RequestId: o.requestID,
 	})
 	if err != nil {
@@ -329,7 +361,7 @@ func (a *Attempt) AbortStep(ctx context.Context, stepID, reason string, opts ...
 
 // ExtendLease moves the attempt's lease deadline and returns the one in force.
 func (a *Attempt) ExtendLease(ctx context.Context, deadline time.Time) (time.Time, error) {
-	resp, err := invoke(ctx, a.client, "", a.client.rpc.ExtendLease, &actoncev1.ExtendLeaseRequest{
+	resp, err := invoke(a.outgoing(ctx), a.client, "", a.client.rpc.ExtendLease, &actoncev1.ExtendLeaseRequest{
 		AttemptId: a.id, LeaseDeadline: timestamppb.New(deadline),
 	})
 	if err != nil {
@@ -340,7 +372,7 @@ func (a *Attempt) ExtendLease(ctx context.Context, deadline time.Time) (time.Tim
 
 // End closes the attempt and returns its writes by outcome.
 func (a *Attempt) End(ctx context.Context) (Counts, error) {
-	resp, err := invoke(ctx, a.client, "", a.client.rpc.EndAttempt, &actoncev1.EndAttemptRequest{AttemptId: a.id})
+	resp, err := invoke(a.outgoing(ctx), a.client, "", a.client.rpc.EndAttempt, &actoncev1.EndAttemptRequest{AttemptId: a.id})
 	if err != nil {
 		return Counts{}, err
 	}

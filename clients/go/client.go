@@ -164,7 +164,10 @@ func (c *Client) Begin(ctx context.Context, run Run) (*Attempt, error) {
 	if version == 0 {
 		version = 1 // a sidecar from before scheme versions derives version 1
 	}
-	return &Attempt{client: c, id: resp.GetAttemptId(), run: run, scheme: IDScheme{Version: version, Scope: run.Scope}}, nil
+	return &Attempt{
+		client: c, id: resp.GetAttemptId(), capability: resp.GetCapability(), run: run,
+		scheme: IDScheme{Version: version, Scope: run.Scope},
+	}, nil
 }
 
 // invoke makes one unary call with the client's deadline. Its failure becomes

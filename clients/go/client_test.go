@@ -272,7 +272,7 @@ func TestScopedAttemptsKeepTheirOwnIDsAndDoNotFenceEachOther(t *testing.T) {
 		w := must[actonce.Write](t)(a.Notice(ctx, thread.ID, "Charged."))
 		identity := must[[]string](t)(actonce.PostIdentity(thread.ID, "Charged."))
 		want := must[string](t)(a.IDScheme().DeriveID(actonce.WriteNotice, run.ID, run.Checkpoint, identity, 0))
-		if w.Outcome != actonce.OutcomeApplied || w.ID != want || a.IDScheme().Version != 2 {
+		if w.Outcome != actonce.OutcomeApplied || w.ID != want || a.IDScheme().Version != actonce.SchemeVersion {
 			t.Errorf("scope %s: %+v, want APPLIED %s (scheme %+v)", a.Run().Scope, w, want, a.IDScheme())
 		}
 		posted = append(posted, w)

@@ -21,13 +21,18 @@ import (
 // SchemeVersion is the newest version. A run keeps the version it began with,
 // which the sidecar names when an attempt begins (Attempt.IDScheme). Version 2
 // keys an edit proposal to its value too and puts a scoped attempt's scope
-// into its ids; every other write keeps its version-1 id.
-const SchemeVersion = 2
+// into its ids; every other write keeps its version-1 id. Version 3 adds the
+// writes named by a key of the caller's (WithKey, DeriveKeyedID); every write
+// without one keeps its version-2 id.
+const SchemeVersion = 3
+
+// keyedScheme is the first version whose runs take keys.
+const keyedScheme = 3
 
 // IDScheme is what an attempt's ids depend on beyond the write itself: the
 // scheme version the sidecar derives them with, and the attempt's scope.
 type IDScheme struct {
-	// Version is 1 or 2.
+	// Version is 1, 2 or 3.
 	Version int
 	// Scope is the attempt's scope, empty for an unscoped attempt (version 2 only).
 	Scope string
@@ -102,21 +107,77 @@ func (s IDScheme) idMaterial(writeType WriteType, runID, checkpoint string, iden
 	if occurrence < 0 {
 		return nil, fmt.Errorf("actonce: occurrence counts from 0, got %d", occurrence)
 	}
-	if s.Version != 1 && s.Version != 2 {
-		return nil, fmt.Errorf("actonce: unknown id scheme version %d", s.Version)
-	}
-	if s.Version == 1 && s.Scope != "" {
-		return nil, fmt.Errorf("actonce: a scope has no version-1 form")
+	if err := s.check(); err != nil {
+		return nil, err
 	}
 	fields := []any{"actonce/derived-id", 1, string(writeType), runID, checkpoint, identity, occurrence}
-	if s.Version == 2 && (s.Scope != "" || writeType == WriteEditProposal) {
+	if s.Version >= 2 && (s.Scope != "" || writeType == WriteEditProposal) {
 		fields = []any{"actonce/derived-id", 2, string(writeType), runID, s.Scope, checkpoint, identity, occurrence}
 	}
+	return canonicalArray(fields)
+}
+
+func (s IDScheme) check() error {
+	if s.Version < 1 || s.Version > SchemeVersion {
+		return fmt.Errorf("actonce: unknown id scheme version %d", s.Version)
+	}
+	if s.Version == 1 && s.Scope != "" {
+		return fmt.Errorf("actonce: a scope has no version-1 form")
+	}
+	return nil
+}
+
+func canonicalArray(fields []any) ([]byte, error) {
 	array, err := json.Marshal(fields)
 	if err != nil {
 		return nil, err
 	}
 	return jcs.Transform(array)
+}
+
+// DeriveKeyedID is the id of the write named by identity, a keyed identity
+// (KeyedCreateIdentity, KeyedThreadIdentity, KeyedStepIdentity), in an attempt
+// of run runID begun from checkpoint. A keyed write has no occurrence: the key
+// names one write, however often the attempt makes it. A run of version 1 or 2
+// takes no key: refused as the sidecar refuses it, naming the field key.
+func (s IDScheme) DeriveKeyedID(writeType WriteType, runID, checkpoint string, identity []string) (string, error) {
+	if err := checkName(runID, "run_id"); err != nil {
+		return "", err
+	}
+	if s.Scope != "" {
+		if err := checkName(s.Scope, "scope"); err != nil {
+			return "", err
+		}
+	}
+	if err := checkCheckpoint(checkpoint); err != nil {
+		return "", err
+	}
+	if s.Version >= 1 && s.Version < keyedScheme {
+		return "", invalidInput("key", fmt.Sprintf("run %s derives its ids under scheme %d, which has no keys: "+
+			"make this write without a key, or begin the run anew on a sidecar with --id-scheme %d", runID, s.Version, keyedScheme))
+	}
+	material, err := s.keyedMaterial(writeType, runID, checkpoint, identity)
+	if err != nil {
+		return "", err
+	}
+	digest := sha256.Sum256(material)
+	encoded := strings.ToLower(base32.StdEncoding.EncodeToString(digest[:]))[:idChars]
+	return prefixes[writeType] + "_" + encoded, nil
+}
+
+// keyedMaterial is a keyed write's material, version 3's own: the scope is in
+// it, scoped or not, and no occurrence is.
+func (s IDScheme) keyedMaterial(writeType WriteType, runID, checkpoint string, identity []string) ([]byte, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	switch {
+	case s.Version < keyedScheme:
+		return nil, fmt.Errorf("actonce: a run of id scheme version %d takes no key", s.Version)
+	case writeType != WriteCreate && writeType != WriteCreateProposal && writeType != WriteThread && writeType != WriteStep:
+		return nil, fmt.Errorf("actonce: a %s takes no key", writeType)
+	}
+	return canonicalArray([]any{"actonce/derived-id", keyedScheme, string(writeType), runID, s.Scope, checkpoint, identity})
 }
 
 // CreateIdentity identifies a create (or create proposal): kind and the
@@ -178,6 +239,38 @@ func ThreadIdentity(title string) ([]string, error) {
 		return nil, err
 	}
 	return []string{title}, nil
+}
+
+// KeyedCreateIdentity identifies a create (or create proposal) named by a key
+// of the caller's: kind and the key, not the data.
+func KeyedCreateIdentity(kind, key string) ([]string, error) {
+	if err := checkName(kind, "kind"); err != nil {
+		return nil, err
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	return []string{kind, key}, nil
+}
+
+// KeyedThreadIdentity identifies a thread named by a key: the key, not the title.
+func KeyedThreadIdentity(key string) ([]string, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	return []string{key}, nil
+}
+
+// KeyedStepIdentity identifies a step named by a key: tool and the key, not
+// the arguments.
+func KeyedStepIdentity(tool, key string) ([]string, error) {
+	if err := checkName(tool, "tool"); err != nil {
+		return nil, err
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	return []string{tool, key}, nil
 }
 
 // StepIdentity identifies a step: tool and the digest of its canonical arguments.

@@ -84,9 +84,23 @@ func loadVectorFile(t *testing.T) vectorFile {
 
 func (v vector) scheme() IDScheme { return IDScheme{Version: v.Version, Scope: string(v.Scope)} }
 
+// keyed: a vector whose input names a key is a write the caller named by it.
+func (v vector) keyed() bool {
+	_, ok := v.Input["key"]
+	return ok
+}
+
+// derive is the vector's id, keyed or not.
+func (v vector) derive(identity []string, occurrence int) (string, error) {
+	if v.keyed() {
+		return v.scheme().DeriveKeyedID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity)
+	}
+	return v.scheme().DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, occurrence)
+}
+
 func TestVersionOneDeriveIDIsTheUnscopedVersionOneScheme(t *testing.T) {
 	for _, v := range loadVectors(t) {
-		if v.Version != 1 {
+		if v.Version != 1 || v.keyed() {
 			continue
 		}
 		id, err := DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), v.Identity, v.Occurrence)
@@ -108,6 +122,17 @@ func identityOf(t *testing.T, v vector) []string {
 func deriveIdentity(t *testing.T, v vector) ([]string, error) {
 	t.Helper()
 	in := func(key string) string { return string(v.Input[key]) }
+	if v.keyed() {
+		switch v.WriteType {
+		case WriteCreate, WriteCreateProposal:
+			return KeyedCreateIdentity(in("kind"), in("key"))
+		case WriteThread:
+			return KeyedThreadIdentity(in("key"))
+		case WriteStep:
+			return KeyedStepIdentity(in("tool"), in("key"))
+		}
+		t.Fatalf("vector %q names a key for a %q", v.Name, v.WriteType)
+	}
 	switch v.WriteType {
 	case WriteCreate, WriteCreateProposal:
 		return CreateIdentity(in("kind"), []byte(in("data_json")))
@@ -131,7 +156,7 @@ func TestInputsTheSidecarRefusesAreRefusedNamingItsField(t *testing.T) {
 		t.Run(v.Name, func(t *testing.T) {
 			identity, err := deriveIdentity(t, v)
 			if err == nil {
-				_, err = v.scheme().DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, 0)
+				_, err = v.derive(identity, 0)
 			}
 			var e *Error
 			if !errors.As(err, &e) {
@@ -155,13 +180,16 @@ func TestDerivedIDVectors(t *testing.T) {
 				t.Errorf("identity = %q, want %q", identity, v.Identity)
 			}
 			material, err := v.scheme().idMaterial(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
+			if v.keyed() {
+				material, err = v.scheme().keyedMaterial(v.WriteType, string(v.RunID), string(v.Checkpoint), identity)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(material) != v.Material {
 				t.Errorf("material = %s, want %s", material, v.Material)
 			}
-			id, err := v.scheme().DeriveID(v.WriteType, string(v.RunID), string(v.Checkpoint), identity, v.Occurrence)
+			id, err := v.derive(identity, v.Occurrence)
 			if err != nil {
 				t.Fatal(err)
 			}

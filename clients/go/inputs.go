@@ -26,6 +26,7 @@ const (
 	maxTextBytes = 64 << 10 // a notice's or message's text, a checkpoint
 	maxNameBytes = 512      // kind, title, ids, tool names
 	maxPathBytes = maxNameBytes * 8
+	maxKeyBytes  = 255 // a key the caller chooses
 	safeInteger  = 1<<53 - 1
 )
 
@@ -57,6 +58,9 @@ func checkText(value, field string, limit int) error {
 
 // checkName checks a kind, title, id or tool name.
 func checkName(value, field string) error { return checkText(value, field, maxNameBytes) }
+
+// checkKey checks a key the caller chose: 1 to 255 bytes of UTF-8, no NUL.
+func checkKey(key string) error { return checkText(key, "key", maxKeyBytes) }
 
 // checkCheckpoint: a checkpoint may be empty; it has no NUL and is within 64 KiB.
 func checkCheckpoint(value string) error {

@@ -31,6 +31,12 @@ import { ApiToken } from "./token.js";
  * store deadline (5 s), so a slow store reaches the caller as its own error. */
 export const DEFAULT_TIMEOUT_MS = 10_000;
 
+/**
+ * The call metadata that carries an attempt's capability: every call naming an attempt sends
+ * it when the attempt has one, which a sidecar started with --agent-capabilities asks for.
+ */
+export const CAPABILITY_METADATA = "actonce-attempt-capability";
+
 export const SERVICE_CONFIG = JSON.stringify({
   methodConfig: [
     {
@@ -119,6 +125,15 @@ export interface Run {
   deliveryAttemptId?: string;
 }
 
+/** An attempt begun elsewhere, as a harness hands it to the agent process (Client.attempt). */
+export interface AttemptOptions extends Run {
+  /** The attempt's capability (Attempt.capability); none when the sidecar issues none. */
+  capability?: string;
+  /** The scheme version the sidecar derives the attempt's ids with (Attempt.idScheme.version;
+   * default 1): only deriving ids locally reads it. */
+  idSchemeVersion?: number;
+}
+
 /** What a write made: the derived id of the artifact, proposal, thread or
  * message (for a direct edit, the edited artifact's id), and its outcome. */
 export interface Write {
@@ -185,6 +200,19 @@ export interface ProposeOptions extends WriteOptions {
   propose?: boolean;
 }
 
+export interface KeyOptions extends WriteOptions {
+  /**
+   * A key of the caller's for this write (1 to 255 bytes), unique within the run and
+   * checkpoint: the id derives from the key instead of the data, title or arguments, so a
+   * redelivery whose data differs (a timestamp, a uuid) finds the same artifact, thread or
+   * step. The same key with other data is refused with reason KEY_REUSED (REFUSED).
+   */
+  key?: string;
+}
+
+/** A create's options: proposed for review, keyed, or both. */
+export interface CreateOptions extends ProposeOptions, KeyOptions {}
+
 export interface ClientOptions {
   /** Deadline of every call, in milliseconds (default DEFAULT_TIMEOUT_MS). */
   timeoutMs?: number;
@@ -224,7 +252,23 @@ export class Client {
   }
 
   /** Start one try of a run from its last checkpoint. */
-  async begin(run: Run, options: CallOptions = {}): Promise<Attempt> {
+  begin(run: Run, options: CallOptions = {}): Promise<Attempt> {
+    return this.beginCarrying(run, options, "");
+  }
+
+  /**
+   * A handle on an attempt begun elsewhere: by a harness that holds the API token and hands
+   * this process the attempt's id, its run and its capability (Attempt.capability). Making it
+   * calls nothing; its calls carry the capability, which is all a sidecar started with
+   * --agent-capabilities asks of them.
+   */
+  attempt(attemptId: string, options: AttemptOptions): Attempt {
+    const { capability, idSchemeVersion, ...run } = options;
+    return new Attempt(this, attemptId, run, { version: idSchemeVersion ?? 1, scope: run.scope ?? "" }, capability);
+  }
+
+  /** @internal BeginAttempt, carrying a delivery's capability ("" for none). */
+  async beginCarrying(run: Run, options: CallOptions, capability: string): Promise<Attempt> {
     const response = await this.call(
       this.#rpc.beginAttempt,
       {
@@ -236,10 +280,11 @@ export class Client {
         deliveryAttemptId: run.deliveryAttemptId ?? "",
       },
       options,
+      capability,
     );
     // A sidecar from before scheme versions answers none: it derives version 1.
     const idScheme = { version: response.idSchemeVersion || 1, scope: run.scope ?? "" };
-    return new Attempt(this, response.attemptId, run, idScheme);
+    return new Attempt(this, response.attemptId, run, idScheme, response.capability);
   }
 
   close(): void {
@@ -253,7 +298,7 @@ export class Client {
    * grpc-js's callback escapes: there it would crash the process, or leave the
    * promise unsettled.
    */
-  call<Req, Res>(method: Unary<Req, Res>, request: Req, options: CallOptions = {}): Promise<Res> {
+  call<Req, Res>(method: Unary<Req, Res>, request: Req, options: CallOptions = {}, capability = ""): Promise<Res> {
     const given = (request as { requestId?: unknown }).requestId;
     const requestId = typeof given === "string" ? given : "";
     const { signal } = options;
@@ -265,6 +310,7 @@ export class Client {
     }
     const metadata = new Metadata();
     if (this.#token !== undefined) metadata.set("authorization", `Bearer ${this.#token.value()}`);
+    if (capability !== "") metadata.set(CAPABILITY_METADATA, capability);
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
     return new Promise((resolve, reject) => {
       let cancelled = false;
@@ -302,11 +348,32 @@ export class Attempt {
     readonly run: Readonly<Run>,
     /** The scheme version the sidecar derives this attempt's ids with, and its scope (ids.deriveId). */
     readonly idScheme: IdScheme = VERSION_1,
+    /**
+     * The attempt's capability: the secret that lets a process holding no API token make this
+     * attempt's calls, and no other's, on a sidecar started with --agent-capabilities. "" when
+     * the sidecar issues none. A harness hands it, with id, to the agent process.
+     */
+    readonly capability: string = "",
   ) {}
 
+  /**
+   * Begin a scoped attempt (run.scope, a tool call's id say) that belongs to this attempt's
+   * delivery: its deliveryAttemptId is this attempt's id, and the call carries this attempt's
+   * capability, which is all a sidecar with --agent-capabilities asks of it. The new attempt has
+   * its own capability; a newer delivery of the run fences it, as it fences this one.
+   */
+  beginScoped(run: Omit<Run, "deliveryAttemptId">, options: CallOptions = {}): Promise<Attempt> {
+    return this.client.beginCarrying({ ...run, deliveryAttemptId: this.id }, options, this.capability);
+  }
+
+  /** One call naming this attempt, carrying its capability. */
+  private call<Req, Res>(method: Unary<Req, Res>, request: Req, options: CallOptions): Promise<Res> {
+    return this.client.call(method, request, options, this.capability);
+  }
+
   /** Make an artifact of kind holding data, or propose it. */
-  async create(kind: string, data: unknown, options: ProposeOptions = {}): Promise<Write> {
-    const r = await this.client.call(
+  async create(kind: string, data: unknown, options: CreateOptions = {}): Promise<Write> {
+    const r = await this.call(
       this.client.rpc.create,
       {
         attemptId: this.id,
@@ -314,6 +381,7 @@ export class Attempt {
         dataJson: jsonText(data),
         propose: options.propose ?? false,
         requestId: newRequestIdUnless(options),
+        key: options.key ?? "",
       },
       options,
     );
@@ -323,7 +391,7 @@ export class Attempt {
   /** Set value at the JSON Pointer path of an artifact, or propose it; skipped when already there. */
   async edit(artifactId: string, path: string, value: unknown, options: ProposeOptions = {}): Promise<Write> {
     const propose = options.propose ?? false;
-    const r = await this.client.call(
+    const r = await this.call(
       this.client.rpc.edit,
       {
         attemptId: this.id,
@@ -340,7 +408,7 @@ export class Attempt {
 
   /** Post a notice: it starts and steers no turn. */
   async notice(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
-    const r = await this.client.call(
+    const r = await this.call(
       this.client.rpc.notice,
       {
         attemptId: this.id,
@@ -355,7 +423,7 @@ export class Attempt {
 
   /** Post a message that asks for the thread's turn (rules on the send allowlist only). */
   async send(threadId: string, text: string, options: WriteOptions = {}): Promise<Write> {
-    const r = await this.client.call(
+    const r = await this.call(
       this.client.rpc.send,
       {
         attemptId: this.id,
@@ -369,13 +437,14 @@ export class Attempt {
   }
 
   /** Make a conversation thread. */
-  async createThread(title: string, options: WriteOptions = {}): Promise<Write> {
-    const r = await this.client.call(
+  async createThread(title: string, options: KeyOptions = {}): Promise<Write> {
+    const r = await this.call(
       this.client.rpc.createThread,
       {
         attemptId: this.id,
         title,
         requestId: newRequestIdUnless(options),
+        key: options.key ?? "",
       },
       options,
     );
@@ -384,7 +453,7 @@ export class Attempt {
 
   /** An artifact as the store holds it now. */
   async readArtifact(artifactId: string, options: CallOptions = {}): Promise<Artifact> {
-    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, artifactId }, options);
+    const r = await this.call(this.client.rpc.read, { attemptId: this.id, artifactId }, options);
     if (r.artifact === undefined) throw new Error(`the sidecar answered no artifact for ${artifactId}`);
     const { id, kind, version, dataJson, archived } = r.artifact;
     return { id, kind, version, dataJson, data: JSON.parse(dataJson), archived };
@@ -392,7 +461,7 @@ export class Attempt {
 
   /** A thread's messages, oldest first. */
   async readThread(threadId: string, options: CallOptions = {}): Promise<Message[]> {
-    const r = await this.client.call(this.client.rpc.read, { attemptId: this.id, threadId }, options);
+    const r = await this.call(this.client.rpc.read, { attemptId: this.id, threadId }, options);
     return r.messages.map(({ id, kind, text }) => ({ id, kind, text }));
   }
 
@@ -400,8 +469,8 @@ export class Attempt {
    * Declare one of the agent's own tool calls before making it. A non-idempotent
    * call that began earlier and never ended is refused with IN_DOUBT (UNKNOWN).
    */
-  async beginStep(tool: string, effect: Effect, args: unknown, options: WriteOptions = {}): Promise<Step> {
-    const r = await this.client.call(
+  async beginStep(tool: string, effect: Effect, args: unknown, options: KeyOptions = {}): Promise<Step> {
+    const r = await this.call(
       this.client.rpc.beginStep,
       {
         attemptId: this.id,
@@ -409,6 +478,7 @@ export class Attempt {
         effect: EFFECTS[effect],
         argsJson: jsonText(args),
         requestId: newRequestIdUnless(options),
+        key: options.key ?? "",
       },
       options,
     );
@@ -423,7 +493,7 @@ export class Attempt {
 
   /** Record the result of a step begun with beginStep. */
   async endStep(stepId: string, result: unknown, options: WriteOptions = {}): Promise<Outcome> {
-    const r = await this.client.call(
+    const r = await this.call(
       this.client.rpc.endStep,
       {
         attemptId: this.id,
@@ -443,7 +513,7 @@ export class Attempt {
    * aborted (STEP_ENDED), nor an aborted one ended (STEP_ABORTED).
    */
   async abortStep(stepId: string, reason = "", options: WriteOptions = {}): Promise<Outcome> {
-    const r = await this.client.call(
+    const r = await this.call(
       this.client.rpc.abortStep,
       {
         attemptId: this.id,
@@ -458,7 +528,7 @@ export class Attempt {
 
   /** Move the attempt's lease deadline; resolves to the one in force. */
   async extendLease(deadline: Date, options: CallOptions = {}): Promise<Date> {
-    const r = await this.client.call(
+    const r = await this.call(
       this.client.rpc.extendLease,
       { attemptId: this.id, leaseDeadline: deadline },
       options,
@@ -469,7 +539,7 @@ export class Attempt {
 
   /** Close the attempt; resolves to its writes by outcome. */
   async end(options: CallOptions = {}): Promise<Counts> {
-    const { applied, alreadyApplied, skipped, failed } = await this.client.call(
+    const { applied, alreadyApplied, skipped, failed } = await this.call(
       this.client.rpc.endAttempt,
       { attemptId: this.id },
       options,

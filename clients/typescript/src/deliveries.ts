@@ -260,18 +260,18 @@ export class Delivery {
 
   // -- tool calls ---------------------------------------------------------------------
 
-  /** The attempt of one try of a tool call of this delivery, scoped to its id. */
+  /** The attempt of one try of a tool call of this delivery, scoped to its id; begun with the
+   * delivery's capability, so an agent that holds no API token may begin it. */
   async beginTool(scope: string, options: ToolAttemptOptions = {}, call: CallOptions = {}): Promise<Attempt> {
     this.requireTurns();
     const leaseDeadline =
       options.leaseMs === undefined ? this.leaseDeadline : new Date(Date.now() + options.leaseMs);
-    return this.client.begin(
+    return this.attempt.beginScoped(
       {
         runId: this.runId,
         rule: this.rule,
         checkpoint: options.checkpoint ?? "",
         scope,
-        deliveryAttemptId: this.attempt.id,
         leaseDeadline,
       },
       call,

@@ -1,5 +1,5 @@
 /**
- * Derived ids (docs/derived-ids.md, scheme versions 1 and 2), as the sidecar
+ * Derived ids (docs/derived-ids.md, scheme versions 1 to 3), as the sidecar
  * derives them. Deriving one here lets an agent know an id before the write; the
  * tests hold this module to the scheme's test vectors. An input the sidecar
  * refuses throws the ActonceError the sidecar answers (INVALID_ARGUMENT,
@@ -8,19 +8,27 @@
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
 
-import { checkCheckpoint, checkJson, checkName, checkText, pointerTokens } from "./inputs.js";
+import { checkCheckpoint, checkJson, checkKey, checkName, checkText, invalidInput, pointerTokens } from "./inputs.js";
 
 /**
  * The newest version. A run keeps the version it began with, which the
  * sidecar names when an attempt begins (Attempt.idScheme). Version 2 keys an
  * edit proposal to its value too and puts a scoped attempt's scope into its
- * ids; every other write keeps its version-1 id.
+ * ids; every other write keeps its version-1 id. Version 3 adds the writes
+ * named by a key of the caller's (KeyOptions.key, deriveKeyedId); every write
+ * without one keeps its version-2 id.
  */
-export const SCHEME_VERSION = 2;
+export const SCHEME_VERSION = 3;
+
+/** The first version whose runs take keys. */
+const KEYED_SCHEME = 3;
+
+/** The write types a caller may name by a key of its own. */
+const KEYED_TYPES: readonly WriteType[] = ["create", "create_proposal", "thread", "step"];
 
 /**
  * What an attempt's ids depend on beyond the write itself: the scheme version
- * the sidecar derives them with, and the attempt's scope (version 2 only).
+ * the sidecar derives them with, and the attempt's scope (version 2 on).
  */
 export interface IdScheme {
   readonly version: number;
@@ -72,7 +80,51 @@ export function idMaterial(
   if (!Number.isSafeInteger(occurrence) || occurrence < 0) {
     throw new RangeError(`occurrence counts from 0, got ${occurrence}`);
   }
-  if (scheme.version !== 1 && scheme.version !== 2) {
+  const scope = checkScheme(runId, checkpoint, scheme);
+  if (scheme.version === 1 || (scope === "" && writeType !== "edit_proposal")) {
+    return canonical(["actonce/derived-id", 1, writeType, runId, checkpoint, identity, occurrence]);
+  }
+  return canonical(["actonce/derived-id", 2, writeType, runId, scope, checkpoint, identity, occurrence]);
+}
+
+/**
+ * A keyed write's material, version 3's own: the scope is in it, scoped or not, and no
+ * occurrence is (the key names one write, however often the attempt makes it). A run of
+ * version 1 or 2 takes no key: refused as the sidecar refuses it, naming the field key.
+ */
+export function keyedIdMaterial(
+  writeType: WriteType,
+  runId: string,
+  checkpoint: string,
+  identity: readonly string[],
+  scheme: IdScheme,
+): string {
+  const scope = checkScheme(runId, checkpoint, scheme);
+  if (scheme.version < KEYED_SCHEME) {
+    throw invalidInput(
+      "key",
+      `run ${runId} derives its ids under scheme ${scheme.version}, which has no keys: make this write ` +
+        `without a key, or begin the run anew on a sidecar with --id-scheme ${KEYED_SCHEME}`,
+    );
+  }
+  if (!KEYED_TYPES.includes(writeType)) throw new RangeError(`a ${writeType} takes no key`);
+  return canonical(["actonce/derived-id", KEYED_SCHEME, writeType, runId, scope, checkpoint, identity]);
+}
+
+/** The id of the write a keyed identity names (keyedCreateIdentity, ...) in an attempt. */
+export function deriveKeyedId(
+  writeType: WriteType,
+  runId: string,
+  checkpoint: string,
+  identity: readonly string[],
+  scheme: IdScheme,
+): string {
+  return idOf(writeType, keyedIdMaterial(writeType, runId, checkpoint, identity, scheme));
+}
+
+/** The scheme's version known, the run, scope and checkpoint checked; the scope. */
+function checkScheme(runId: string, checkpoint: string, scheme: IdScheme): string {
+  if (!Number.isInteger(scheme.version) || scheme.version < 1 || scheme.version > SCHEME_VERSION) {
     throw new RangeError(`unknown id scheme version ${scheme.version}`);
   }
   const scope = scheme.scope ?? "";
@@ -82,10 +134,12 @@ export function idMaterial(
     checkName(scope, "scope");
   }
   checkCheckpoint(checkpoint);
-  if (scheme.version === 1 || (scope === "" && writeType !== "edit_proposal")) {
-    return canonical(["actonce/derived-id", 1, writeType, runId, checkpoint, identity, occurrence]);
-  }
-  return canonical(["actonce/derived-id", 2, writeType, runId, scope, checkpoint, identity, occurrence]);
+  return scope;
+}
+
+function idOf(writeType: WriteType, material: string): string {
+  const digest = createHash("sha256").update(material).digest();
+  return `${PREFIXES[writeType]}_${base32(digest).slice(0, ID_CHARS)}`;
 }
 
 /** The id of the occurrence-th write (from 0) of identity in an attempt. */
@@ -97,9 +151,7 @@ export function deriveId(
   occurrence: number,
   scheme: IdScheme = VERSION_1,
 ): string {
-  const material = idMaterial(writeType, runId, checkpoint, identity, occurrence, scheme);
-  const digest = createHash("sha256").update(material).digest();
-  return `${PREFIXES[writeType]}_${base32(digest).slice(0, ID_CHARS)}`;
+  return idOf(writeType, idMaterial(writeType, runId, checkpoint, identity, occurrence, scheme));
 }
 
 /** A create is its kind and the digest of its data's canonical form. */
@@ -135,6 +187,21 @@ export function postIdentity(threadId: string, text: string): [string, string] {
 /** A thread is its title. */
 export function threadIdentity(title: string): [string] {
   return [checkName(title, "title")];
+}
+
+/** A create named by a key is its kind and the key, not its data. */
+export function keyedCreateIdentity(kind: string, key: string): [string, string] {
+  return [checkName(kind, "kind"), checkKey(key)];
+}
+
+/** A thread named by a key is the key, not its title. */
+export function keyedThreadIdentity(key: string): [string] {
+  return [checkKey(key)];
+}
+
+/** A step named by a key is its tool and the key, not its arguments. */
+export function keyedStepIdentity(tool: string, key: string): [string, string] {
+  return [checkName(tool, "tool"), checkKey(key)];
 }
 
 /** A step is its tool and the digest of its arguments' canonical form. */

@@ -15,6 +15,7 @@ const MAX_JSON_DEPTH = 64; // nested arrays and objects
 const MAX_TEXT_BYTES = 64 << 10; // a notice's or message's text, a checkpoint
 const MAX_NAME_BYTES = 512; // kind, title, ids, tool names
 const MAX_PATH_BYTES = MAX_NAME_BYTES * 8;
+const MAX_KEY_BYTES = 255; // a key the caller chooses
 const SAFE_INTEGER = BigInt(Number.MAX_SAFE_INTEGER);
 
 /** The error the sidecar answers for a bad field. */
@@ -55,6 +56,11 @@ export function checkText(value: string, field: string, limit = MAX_TEXT_BYTES):
 /** A kind, title, id or tool name. */
 export function checkName(value: string, field: string): string {
   return checkText(value, field, MAX_NAME_BYTES);
+}
+
+/** A key the caller chose: 1 to 255 bytes of UTF-8, no NUL. */
+export function checkKey(value: string): string {
+  return checkText(value, "key", MAX_KEY_BYTES);
 }
 
 /** A checkpoint may be empty; it has no NUL and is within 64 KiB. */

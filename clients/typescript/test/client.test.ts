@@ -96,7 +96,7 @@ describe("against a live sidecar", () => {
     ];
     const posted: Write[] = [];
     for (const attempt of calls) {
-      assert.deepEqual(attempt.idScheme, { version: 2, scope: attempt.run.scope });
+      assert.deepEqual(attempt.idScheme, { version: ids.SCHEME_VERSION, scope: attempt.run.scope });
       const write = await attempt.notice(thread.id, "Charged.");
       const identity = ids.postIdentity(thread.id, "Charged.");
       assert.equal(write.outcome, "APPLIED");

@@ -41,11 +41,29 @@ function schemeOf(v: Vector): ids.IdScheme {
   return { version: v.scheme_version, scope: expand(v.scope) };
 }
 
+/** A vector whose input names a key is a write the caller named by it. */
+function keyed(v: Vector): boolean {
+  return v.input["key"] !== undefined;
+}
+
 function identityOf(v: Vector): string[] {
   const given = (key: string): string => {
     assert.ok(v.input[key] !== undefined, `${v.name}: no ${key}`);
     return expand(v.input[key]);
   };
+  if (keyed(v)) {
+    switch (v.write_type) {
+      case "create":
+      case "create_proposal":
+        return ids.keyedCreateIdentity(given("kind"), given("key"));
+      case "thread":
+        return ids.keyedThreadIdentity(given("key"));
+      case "step":
+        return ids.keyedStepIdentity(given("tool"), given("key"));
+      default:
+        assert.fail(`${v.name}: a ${v.write_type} takes no key`);
+    }
+  }
   switch (v.write_type) {
     case "create":
     case "create_proposal":
@@ -80,6 +98,11 @@ for (const v of file.vectors) {
     assert.deepEqual(identity, v.identity);
     const [runId, checkpoint] = [expand(v.run_id), expand(v.checkpoint)];
     const scheme = schemeOf(v);
+    if (keyed(v)) {
+      assert.equal(ids.keyedIdMaterial(v.write_type, runId, checkpoint, identity, scheme), v.material);
+      assert.equal(ids.deriveKeyedId(v.write_type, runId, checkpoint, identity, scheme), v.id);
+      return;
+    }
     assert.equal(ids.idMaterial(v.write_type, runId, checkpoint, identity, v.occurrence, scheme), v.material);
     assert.equal(ids.deriveId(v.write_type, runId, checkpoint, identity, v.occurrence, scheme), v.id);
     if (v.scheme_version === 1) {
@@ -90,8 +113,12 @@ for (const v of file.vectors) {
 
 for (const v of file.refusals) {
   test(`refused as the sidecar refuses it: ${v.name}`, () => {
+    const [runId, checkpoint] = [expand(v.run_id), expand(v.checkpoint)];
     assert.throws(
-      () => ids.deriveId(v.write_type, expand(v.run_id), expand(v.checkpoint), identityOf(v), 0, schemeOf(v)),
+      () =>
+        keyed(v)
+          ? ids.deriveKeyedId(v.write_type, runId, checkpoint, identityOf(v), schemeOf(v))
+          : ids.deriveId(v.write_type, runId, checkpoint, identityOf(v), 0, schemeOf(v)),
       (error: unknown) => {
         assert.ok(error instanceof ActonceError, String(error));
         assert.equal(error.code, status.INVALID_ARGUMENT);

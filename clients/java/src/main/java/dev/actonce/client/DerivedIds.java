@@ -5,14 +5,16 @@ import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
+import java.util.EnumSet;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import org.erdtman.jcs.JsonCanonicalizer;
 
 /**
- * Derived ids (docs/derived-ids.md, scheme versions 1 and 2), as the sidecar derives them. Deriving one
+ * Derived ids (docs/derived-ids.md, scheme versions 1 to 3), as the sidecar derives them. Deriving one
  * here lets an agent know an id before the write; the tests hold this class to the scheme's test
  * vectors. An input the sidecar refuses throws the {@link ActonceException} the sidecar answers
  * (INVALID_ARGUMENT, naming the same field), before any id is derived from it.
@@ -22,8 +24,17 @@ public final class DerivedIds {
    * The newest version. A run keeps the version it began with, which the sidecar names when an
    * attempt begins ({@link Attempt#idScheme()}). Version 2 keys an edit proposal to its value too
    * and puts a scoped attempt's scope into its ids; every other write keeps its version-1 id.
+   * Version 3 adds the writes named by a key of the caller's ({@link WriteOption#key}, {@link
+   * #deriveKeyedId}); every write without one keeps its version-2 id.
    */
-  public static final int SCHEME_VERSION = 2;
+  public static final int SCHEME_VERSION = 3;
+
+  /** The first version whose runs take keys. */
+  private static final int KEYED_SCHEME = 3;
+
+  /** The write types a caller may name by a key of its own. */
+  private static final Set<WriteType> KEYED_TYPES =
+      EnumSet.of(WriteType.CREATE, WriteType.CREATE_PROPOSAL, WriteType.THREAD, WriteType.STEP);
   private static final int ID_CHARS = 26; // base32 characters: 130 bits of SHA-256
   private static final String BASE32 = "abcdefghijklmnopqrstuvwxyz234567"; // RFC 4648, lowercased
 
@@ -52,14 +63,14 @@ public final class DerivedIds {
 
   /**
    * What an attempt's ids depend on beyond the write itself: the scheme version the sidecar derives
-   * them with, and the attempt's scope ("" for an unscoped attempt; version 2 only).
+   * them with, and the attempt's scope ("" for an unscoped attempt; version 2 on).
    */
   public record IdScheme(int version, String scope) {
     /** Version 1, unscoped: the scheme of an attempt begun before versions existed. */
     public static final IdScheme VERSION_1 = new IdScheme(1, "");
 
     public IdScheme {
-      if (version != 1 && version != 2) {
+      if (version < 1 || version > SCHEME_VERSION) {
         throw new IllegalArgumentException("unknown id scheme version " + version);
       }
       if (scope == null) {
@@ -115,13 +126,9 @@ public final class DerivedIds {
     if (occurrence < 0) {
       throw new IllegalArgumentException("occurrence counts from 0, got " + occurrence);
     }
-    Inputs.name(runId, "run_id");
-    if (!scheme.scope().isEmpty()) {
-      Inputs.name(scheme.scope(), "scope");
-    }
-    Inputs.checkpoint(checkpoint);
+    checkAttempt(scheme, runId, checkpoint);
     boolean own =
-        scheme.version() == 2
+        scheme.version() >= 2
             && (!scheme.scope().isEmpty() || type == WriteType.EDIT_PROPOSAL);
     List<String> items = new ArrayList<>();
     items.add(quote("actonce/derived-id"));
@@ -133,9 +140,58 @@ public final class DerivedIds {
     for (String text : texts) {
       items.add(quote(text));
     }
-    items.add("[" + String.join(",", identity.stream().map(DerivedIds::quote).toList()) + "]");
+    items.add(array(identity));
     items.add(Integer.toString(occurrence));
     return canonical("[" + String.join(",", items) + "]");
+  }
+
+  /**
+   * The id of the write a keyed identity ({@link #keyedCreateIdentity}, {@link
+   * #keyedThreadIdentity}, {@link #keyedStepIdentity}) names in an attempt. A keyed write has no
+   * occurrence: the key names one write, however often the attempt makes it.
+   */
+  public static String deriveKeyedId(
+      IdScheme scheme, WriteType type, String runId, String checkpoint, List<String> identity) {
+    byte[] digest = sha256(keyedMaterial(scheme, type, runId, checkpoint, identity));
+    return type.prefix + "_" + base32(digest).substring(0, ID_CHARS);
+  }
+
+  /**
+   * A keyed write's material, version 3's own: the scope is in it, scoped or not, and no
+   * occurrence is. A run of version 1 or 2 takes no key: refused as the sidecar refuses it, naming
+   * the field key.
+   */
+  public static String keyedMaterial(
+      IdScheme scheme, WriteType type, String runId, String checkpoint, List<String> identity) {
+    checkAttempt(scheme, runId, checkpoint);
+    if (scheme.version() < KEYED_SCHEME) {
+      throw Inputs.invalid(
+          "key",
+          "run " + runId + " derives its ids under scheme " + scheme.version()
+              + ", which has no keys: make this write without a key, or begin the run anew on a"
+              + " sidecar with --id-scheme " + KEYED_SCHEME);
+    }
+    if (!KEYED_TYPES.contains(type)) {
+      throw new IllegalArgumentException("a " + type.wireName() + " takes no key");
+    }
+    List<String> items = new ArrayList<>(List.of(quote("actonce/derived-id"), "3"));
+    for (String text : List.of(type.wireName(), runId, scheme.scope(), checkpoint)) {
+      items.add(quote(text));
+    }
+    items.add(array(identity));
+    return canonical("[" + String.join(",", items) + "]");
+  }
+
+  private static void checkAttempt(IdScheme scheme, String runId, String checkpoint) {
+    Inputs.name(runId, "run_id");
+    if (!scheme.scope().isEmpty()) {
+      Inputs.name(scheme.scope(), "scope");
+    }
+    Inputs.checkpoint(checkpoint);
+  }
+
+  private static String array(List<String> texts) {
+    return "[" + String.join(",", texts.stream().map(DerivedIds::quote).toList()) + "]";
   }
 
   /** A create is its kind and the digest of its data's canonical form. */
@@ -177,6 +233,21 @@ public final class DerivedIds {
   /** A thread is its title. */
   public static List<String> threadIdentity(String title) {
     return List.of(Inputs.name(title, "title"));
+  }
+
+  /** A create named by a key is its kind and the key, not its data. */
+  public static List<String> keyedCreateIdentity(String kind, String key) {
+    return List.of(Inputs.name(kind, "kind"), Inputs.key(key));
+  }
+
+  /** A thread named by a key is the key, not its title. */
+  public static List<String> keyedThreadIdentity(String key) {
+    return List.of(Inputs.key(key));
+  }
+
+  /** A step named by a key is its tool and the key, not its arguments. */
+  public static List<String> keyedStepIdentity(String tool, String key) {
+    return List.of(Inputs.name(tool, "tool"), Inputs.key(key));
   }
 
   /** A step is its tool and the digest of its arguments' canonical form. */

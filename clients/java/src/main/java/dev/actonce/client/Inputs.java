@@ -24,6 +24,7 @@ final class Inputs {
   private static final int MAX_TEXT_BYTES = 64 << 10; // a text, a checkpoint
   private static final int MAX_NAME_BYTES = 512; // kind, title, ids, tool names
   private static final int MAX_PATH_BYTES = MAX_NAME_BYTES * 8;
+  private static final int MAX_KEY_BYTES = 255; // a key the caller chooses
   private static final BigInteger SAFE_INTEGER = BigInteger.valueOf((1L << 53) - 1);
 
   private Inputs() {}
@@ -101,6 +102,11 @@ final class Inputs {
   /** A kind, title, id or tool name. */
   static String name(String value, String field) {
     return text(value, field, MAX_NAME_BYTES);
+  }
+
+  /** A key the caller chose: 1 to 255 bytes of UTF-8, no NUL. */
+  static String key(String value) {
+    return text(value, "key", MAX_KEY_BYTES);
   }
 
   /** A checkpoint may be empty; it has no NUL and is within 64 KiB. */

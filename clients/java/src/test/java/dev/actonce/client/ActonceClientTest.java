@@ -112,7 +112,9 @@ class ActonceClientTest {
         List.of(client.begin(run.withScope("call_1")), client.begin(run.withScope("call_2")));
     List<String> ids = new java.util.ArrayList<>();
     for (Attempt attempt : calls) {
-      assertEquals(new DerivedIds.IdScheme(2, attempt.run().scope()), attempt.idScheme());
+      assertEquals(
+          new DerivedIds.IdScheme(DerivedIds.SCHEME_VERSION, attempt.run().scope()),
+          attempt.idScheme());
       Write posted = attempt.notice(thread.id(), "Charged.");
       assertEquals(Outcome.APPLIED, posted.outcome());
       String expected =

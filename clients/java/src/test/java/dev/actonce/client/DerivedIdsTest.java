@@ -30,9 +30,23 @@ class DerivedIdsTest {
     return new DerivedIds.IdScheme(v.get("scheme_version").getAsInt(), text(v, "scope"));
   }
 
+  /** A vector whose input names a key is a write the caller named by it. */
+  private static boolean keyed(JsonObject v) {
+    return v.getAsJsonObject("input").has("key");
+  }
+
   private static List<String> identity(WriteType type, JsonObject v) {
     JsonObject input = v.getAsJsonObject("input");
     int version = v.get("scheme_version").getAsInt();
+    if (keyed(v)) {
+      return switch (type) {
+        case CREATE, CREATE_PROPOSAL ->
+            DerivedIds.keyedCreateIdentity(text(input, "kind"), text(input, "key"));
+        case THREAD -> DerivedIds.keyedThreadIdentity(text(input, "key"));
+        case STEP -> DerivedIds.keyedStepIdentity(text(input, "tool"), text(input, "key"));
+        default -> throw new AssertionError(text(v, "name") + ": a " + type + " takes no key");
+      };
+    }
     return switch (type) {
       case CREATE, CREATE_PROPOSAL ->
           DerivedIds.createIdentity(text(input, "kind"), text(input, "data_json"));
@@ -57,6 +71,16 @@ class DerivedIdsTest {
       return text(l, "prefix") + text(l, "repeat").repeat(l.get("times").getAsInt()) + text(l, "suffix");
     }
     return value.getAsString();
+  }
+
+  /** The id a refused vector would have, keyed or not. */
+  private static String derive(JsonObject v, WriteType type) {
+    String runId = text(v, "run_id");
+    String checkpoint = text(v, "checkpoint");
+    if (keyed(v)) {
+      return DerivedIds.deriveKeyedId(scheme(v), type, runId, checkpoint, identity(type, v));
+    }
+    return DerivedIds.deriveId(scheme(v), type, runId, checkpoint, identity(type, v), 0);
   }
 
   @Test
@@ -87,6 +111,15 @@ class DerivedIdsTest {
                       String checkpoint = text(v, "checkpoint");
                       int occurrence = v.get("occurrence").getAsInt();
                       DerivedIds.IdScheme scheme = scheme(v);
+                      if (keyed(v)) {
+                        assertEquals(
+                            text(v, "material"),
+                            DerivedIds.keyedMaterial(scheme, type, runId, checkpoint, identity));
+                        assertEquals(
+                            text(v, "id"),
+                            DerivedIds.deriveKeyedId(scheme, type, runId, checkpoint, identity));
+                        return;
+                      }
                       assertEquals(
                           text(v, "material"),
                           DerivedIds.material(
@@ -117,14 +150,7 @@ class DerivedIdsTest {
                       ActonceException e =
                           assertThrows(
                               ActonceException.class,
-                              () ->
-                                  DerivedIds.deriveId(
-                                      scheme(v),
-                                      type,
-                                      text(v, "run_id"),
-                                      text(v, "checkpoint"),
-                                      identity(type, v),
-                                      0));
+                              () -> derive(v, type));
                       assertEquals(Status.Code.INVALID_ARGUMENT, e.code());
                       assertEquals("INVALID_ARGUMENT", e.reason());
                       assertTrue(e.isRefused());
