@@ -11,9 +11,11 @@
 #   make test-clients        all of the below; part of `make test`
 #   make test-ts-agents      the TypeScript kill grid (clients/typescript/test/agents/grid.ts):
 #                            each framework's worker killed after every write and as every
-#                            model call starts, and its table; `make test` runs every third
-#                            kill inside the TypeScript client's suite (on the `node` 22 of its
-#                            devDependencies, which the AI SDK 7 needs)
+#                            model call starts, and its table (`--only NAME` in
+#                            TS_GRID_FLAGS: the frameworks whose name has it); `make test`
+#                            runs every third kill of each framework's quick scenarios inside
+#                            the TypeScript client's suite (on the `node` 22 of its
+#                            devDependencies, which the AI SDK 7 and the Agents SDK need)
 #   make grid                the agent frameworks' scenario grid (clients/python/tests/grid.py):
 #                            every framework and scenario killed after every write and as every
 #                            model call starts, and its table; `make test` runs every row in
@@ -65,13 +67,15 @@ test-clients-typescript: $(STAMP) $(TS_CLIENT_STAMP)
 	cd $(TS_CLIENT) && npm test --silent
 
 test-ts-agents: $(STAMP) $(TS_CLIENT_STAMP)
-	cd $(TS_CLIENT) && npm run --silent grid
+	cd $(TS_CLIENT) && npm run --silent grid -- $(TS_GRID_FLAGS)
 
 test-clients-java: $(STAMP)
 	cd clients/java && mvn -q -B test
 
 # crosslang also holds test_install.py: each client added to a project outside the
-# repository as its README says (a fresh virtualenv, a Go module, npm, Maven).
+# repository as its README says (a fresh virtualenv, a Go module, npm, Maven), and
+# test_install_agents.py: each TypeScript guide's complete agent from the tarball, under
+# Node 20 and 22.
 test-clients-crosslang: $(CLIENTS_PY_STAMP) $(TS_CLIENT_STAMP)
 	$(VENV)/bin/ruff check clients/crosslang clients/testkit
 	$(VENV)/bin/ruff format --check clients/crosslang clients/testkit

@@ -4,7 +4,9 @@
  * done; a table of kills, duplicates, losses and runs parked.
  *
  *     node build/test/agents/grid.js            every kill (make test-ts-agents)
- *     node build/test/agents/grid.js --quick    every third kill (inside make test)
+ *     node build/test/agents/grid.js --quick    every third kill (inside make test), of a
+ *                                               framework's `quick` scenarios
+ *     node build/test/agents/grid.js --only langgraph   the frameworks whose name has it
  *
  * Real parts: `actonce serve`, a card processor over HTTP, the framework's real runner
  * with a model scripted as a real one answers (fresh tool-call ids on every call, parallel
@@ -52,6 +54,8 @@ export interface Framework {
   name: string;
   worker: string;
   scenarios: Record<string, Seen>;
+  /** The scenarios the quick form runs (default: every one). */
+  quick?: string[];
   world: <T>(body: (world: World) => Promise<T>) => Promise<T>;
 }
 
@@ -73,6 +77,28 @@ export const GRID: Framework[] = [
     name: "Mastra",
     worker: "mastra-worker.js",
     scenarios: { "mastra-generate": PARALLEL },
+    world: withCardWorld,
+  },
+  {
+    // The OpenAI Agents SDK's runner: parallel calls, run and streamed, a handoff, an approval.
+    name: "OpenAI Agents SDK",
+    worker: "openai-agents-worker.js",
+    scenarios: {
+      "agents-parallel": PARALLEL,
+      "agents-stream": PARALLEL,
+      "agents-handoff": PARALLEL,
+      "agents-approval": expect(["Disk full"], ["charged ada 500", "opened a ticket: Disk full"], [["ada", 500]]),
+    },
+    // The handoff's billing agent makes the parallel calls.
+    quick: ["agents-handoff"],
+    world: withCardWorld,
+  },
+  {
+    // LangGraph.js: a model node and a ToolNode, with a checkpointer that outlives the worker
+    // (the model as it is) and with none (the model a durable model).
+    name: "LangGraph.js",
+    worker: "langgraph-worker.js",
+    scenarios: { "langgraph-checkpointer": PARALLEL, "langgraph-durable": PARALLEL },
     world: withCardWorld,
   },
   {
@@ -367,12 +393,15 @@ async function listening(port: number, child: ReturnType<typeof spawn>): Promise
 
 export type Row = [string, string, Tally];
 
+/** Every framework's scenarios, every `every`-th kill (3 is the quick form, which runs a
+ * framework's `quick` scenarios only). */
 export async function runGrid(every: number, only = "", log = (_: string) => {}): Promise<Row[]> {
   const rows: Row[] = [];
   for (const framework of GRID) {
     if (only && !framework.name.toLowerCase().includes(only.toLowerCase())) continue;
+    const scenarios = every > 1 && framework.quick ? framework.quick : Object.keys(framework.scenarios);
     await framework.world(async (world) => {
-      for (const scenario of Object.keys(framework.scenarios)) {
+      for (const scenario of scenarios) {
         const started = Date.now();
         const tally = await tallyEveryKill(framework, world, scenario, every);
         rows.push([framework.name, scenario, tally]);

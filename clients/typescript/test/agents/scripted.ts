@@ -185,3 +185,76 @@ export async function charge(url: string, customer: string, cents: number, key: 
   if (!response.ok) throw new Error(`the card processor answered ${response.status}`);
   return ((await response.json()) as { id: string }).id;
 }
+
+// -- the OpenAI Agents SDK's model ----------------------------------------------------------
+
+/** The model responses an Agents SDK input holds: each run of items the model made (its
+ * messages, tool calls, reasoning) is one response. */
+function responsesIn(input: string | Record<string, unknown>[]): number {
+  if (typeof input === "string") return 0;
+  let responses = 0;
+  let inResponse = false;
+  for (const item of input) {
+    const made =
+      item["type"] === "function_call" ||
+      item["type"] === "reasoning" ||
+      ((item["type"] ?? "message") === "message" && item["role"] === "assistant");
+    if (made && !inResponse) responses++;
+    inResponse = made;
+  }
+  return responses;
+}
+
+/** An Agents SDK model answering `script` as `scriptedModel` does: answer n is the
+ * script's turn after n responses of the run's history, tool calls named anew and
+ * shuffled on every call; `killAtCall`: the process kills itself as its k-th call starts,
+ * counted across every model of the process (`calls` shared). */
+export function scriptedAgentsModel(
+  script: Turn[],
+  counter: { calls: number },
+  killAtCall = 0,
+): import("@openai/agents").Model {
+  const answer = (request: import("@openai/agents").ModelRequest) => {
+    counter.calls++;
+    if (counter.calls === killAtCall) process.kill(process.pid, "SIGKILL");
+    const turn = script[responsesIn(request.input as string | Record<string, unknown>[])] ?? [];
+    const output = shuffled(turn).map(([name, args]) => ({
+      type: "function_call" as const,
+      callId: `call_${randomUUID().slice(0, 12)}`,
+      name,
+      status: "completed" as const,
+      arguments: JSON.stringify(
+        Object.fromEntries(Object.entries(args).map(([k, v]) => [k, Array.isArray(v) ? pick(v) : v])),
+      ),
+    }));
+    const done = [
+      {
+        type: "message" as const,
+        role: "assistant" as const,
+        status: "completed" as const,
+        content: [{ type: "output_text" as const, text: "done" }],
+      },
+    ];
+    return {
+      output: output.length > 0 ? output : done,
+      usage: { requests: 1, inputTokens: 10, outputTokens: 5, totalTokens: 15 },
+      responseId: `resp_${randomUUID()}`,
+    };
+  };
+  return {
+    async getResponse(request) {
+      const { output, usage, responseId } = answer(request);
+      const { Usage } = await import("@openai/agents");
+      return { output, usage: new Usage(usage), responseId };
+    },
+    async *getStreamedResponse(request) {
+      const response = answer(request);
+      yield { type: "response_started" };
+      for (const item of response.output) {
+        if (item.type === "message") yield { type: "output_text_delta", delta: "done" };
+        await new Promise((done) => setImmediate(done));
+      }
+      yield { type: "response_done", response: { id: response.responseId, usage: response.usage, output: response.output } };
+    },
+  };
+}
