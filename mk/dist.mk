@@ -3,6 +3,10 @@
 #                       image (dist-image needs root, as image-test does)
 #   make dist-packages  the sidecar's wheel, the Python client's wheel, the TypeScript tarball
 #                       (npm pack) and the Java jar: what the install test installs from
+#   make dist-python    the two wheels alone, with Python and nothing else: no Node, no
+#                       Maven, not even the development install (tests/test_dist_targets.py)
+#   make dist-typescript, dist-java, dist-go   one client each, with its own tool alone; Go's
+#                       is its module's source, built and vetted, as a zip
 #   make dist-image     the Dockerfile built and checked (scripts/image_test.sh), saved as an
 #                       OCI archive
 # Every artifact carries VERSION, the one in pyproject.toml; tests/test_release.py holds the
@@ -16,14 +20,24 @@ JAVA_JAR := $(DIST)/actonce-client-$(VERSION).jar
 IMAGE_ARCHIVE := $(DIST)/actonce-$(VERSION).oci.tar
 DIST_IMAGE := localhost/actonce:$(VERSION)
 
-.PHONY: dist dist-packages dist-image
+GO_ZIP := $(DIST)/actonce-client-go-$(VERSION).zip
 
-dist: dist-packages dist-image
+.PHONY: dist dist-packages dist-image dist-python dist-typescript dist-java dist-go
 
-dist-packages: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR)
+dist: dist-packages dist-go dist-image
+
+dist-packages: dist-python dist-typescript dist-java
+
+dist-python: $(SIDECAR_WHEEL) $(CLIENT_WHEEL)
+
+dist-typescript: $(TS_TARBALL)
+
+dist-java: $(JAVA_JAR)
+
+dist-go: $(GO_ZIP)
 
 # Rebuilt whenever asked: a wheel's inputs are most of the tree.
-.PHONY: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR) pin-hashes
+.PHONY: $(SIDECAR_WHEEL) $(CLIENT_WHEEL) $(TS_TARBALL) $(JAVA_JAR) $(GO_ZIP) pin-hashes
 
 # A wheel is the same bytes however often one commit is built: every file in it is dated the
 # commit's time (SOURCE_DATE_EPOCH, which the build backend honours), not the build's, and
@@ -36,8 +50,10 @@ BUILD_STAMP := $(BUILD_VENV)/.installed
 WHEEL_BUILD := SOURCE_DATE_EPOCH=$(COMMIT_TIME) $(BUILD_VENV)/bin/python -m pip wheel --quiet \
 	--disable-pip-version-check --no-deps --no-build-isolation
 
-$(BUILD_STAMP): requirements/build.txt | $(STAMP)
-	rm -rf $(BUILD_VENV) && $(PY) -m venv $(BUILD_VENV)
+# Made with the machine's Python, not the development install: building a wheel needs the
+# pinned backend alone.
+$(BUILD_STAMP): requirements/build.txt
+	rm -rf $(BUILD_VENV) && $(PYTHON) -m venv $(BUILD_VENV)
 	$(BUILD_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
 		--require-hashes --no-deps -r requirements/build.txt
 	touch $(BUILD_STAMP)
@@ -75,6 +91,13 @@ pin-hashes: | $(STAMP)
 $(TS_TARBALL): $(TS_CLIENT_STAMP)
 	mkdir -p $(DIST) && rm -f $(DIST)/actonce-client-*.tgz
 	cd $(TS_CLIENT) && npm pack --silent --pack-destination $(abspath $(DIST)) >/dev/null
+
+# Go has no package to build: a module is its source. The zip holds clients/go as committed,
+# once it builds and vets with Go alone.
+$(GO_ZIP):
+	cd clients/go && go build ./... && go vet ./...
+	mkdir -p $(DIST) && rm -f $(DIST)/actonce-client-go-*.zip
+	git archive --format=zip --output $(GO_ZIP) HEAD clients/go
 
 $(JAVA_JAR):
 	mkdir -p $(DIST) && rm -f $(DIST)/actonce-client-*.jar
