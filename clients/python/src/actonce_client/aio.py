@@ -182,13 +182,19 @@ class AsyncAttempt:
         self.id_scheme_version = id_scheme_version
 
     async def create(
-        self, kind: str, data: Any, *, propose: bool = False, request_id: str | None = None
+        self,
+        kind: str,
+        data: Any,
+        *,
+        propose: bool = False,
+        key: str = "",
+        request_id: str | None = None,
     ) -> Write:
         rid = request_id or new_request_id()
         response = await self._client._call(
             self._stub.Create,
             pb.CreateRequest(attempt_id=self.id, kind=kind, data_json=json_text(data),
-                             propose=propose, request_id=rid),
+                             propose=propose, request_id=rid, key=key),
             request_id=rid,
         )  # fmt: skip
         return Write(response.id, outcome_of(response.outcome), response.version)
@@ -230,11 +236,13 @@ class AsyncAttempt:
         )
         return Write(response.message_id, outcome_of(response.outcome))
 
-    async def create_thread(self, title: str, *, request_id: str | None = None) -> Write:
+    async def create_thread(
+        self, title: str, *, key: str = "", request_id: str | None = None
+    ) -> Write:
         rid = request_id or new_request_id()
         response = await self._client._call(
             self._stub.CreateThread,
-            pb.CreateThreadRequest(attempt_id=self.id, title=title, request_id=rid),
+            pb.CreateThreadRequest(attempt_id=self.id, title=title, request_id=rid, key=key),
             request_id=rid,
         )
         return Write(response.thread_id, outcome_of(response.outcome))
@@ -253,13 +261,19 @@ class AsyncAttempt:
         return [Message(m.id, m.kind, m.text) for m in response.messages]
 
     async def begin_step(
-        self, tool: str, effect: Effect, args: Any, *, request_id: str | None = None
+        self,
+        tool: str,
+        effect: Effect,
+        args: Any,
+        *,
+        key: str = "",
+        request_id: str | None = None,
     ) -> Step:
         rid = request_id or new_request_id()
         response = await self._client._call(
             self._stub.BeginStep,
             pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect.value,
-                                args_json=json_text(args), request_id=rid),
+                                args_json=json_text(args), request_id=rid, key=key),
             request_id=rid,
         )  # fmt: skip
         return Step(response.step_id, outcome_of(response.outcome), response.result_json)

@@ -351,14 +351,25 @@ class Attempt:
         self.id_scheme_version = id_scheme_version
 
     def create(
-        self, kind: str, data: Any, *, propose: bool = False, request_id: str | None = None
+        self,
+        kind: str,
+        data: Any,
+        *,
+        propose: bool = False,
+        key: str = "",
+        request_id: str | None = None,
     ) -> Write:
-        """Make an artifact of ``kind`` holding ``data``, or propose it."""
+        """Make an artifact of ``kind`` holding ``data``, or propose it.
+
+        ``key`` (1 to 255 bytes, a run's attempts of version 3): a key you choose that
+        names this artifact in the run and checkpoint, instead of its data. A redelivery
+        whose data differs (a timestamp, a uuid) finds the same artifact; the same key
+        with other data in one attempt is refused KEY_REUSED (REFUSED)."""
         rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.Create,
             pb.CreateRequest(attempt_id=self.id, kind=kind, data_json=_json_text(data),
-                             propose=propose, request_id=rid),
+                             propose=propose, request_id=rid, key=key),
             request_id=rid,
         )  # fmt: skip
         return Write(response.id, _outcome(response.outcome), response.version)
@@ -408,13 +419,13 @@ class Attempt:
         )  # fmt: skip
         return Write(response.message_id, _outcome(response.outcome))
 
-    def create_thread(self, title: str, *, request_id: str | None = None) -> Write:
-        """Make a conversation thread."""
+    def create_thread(self, title: str, *, key: str = "", request_id: str | None = None) -> Write:
+        """Make a conversation thread; ``key`` names it instead of its title (see create)."""
         rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.CreateThread,
             pb.CreateThreadRequest(attempt_id=self.id, title=title,
-                                   request_id=rid),
+                                   request_id=rid, key=key),
             request_id=rid,
         )  # fmt: skip
         return Write(response.thread_id, _outcome(response.outcome))
@@ -435,19 +446,27 @@ class Attempt:
         return [Message(m.id, m.kind, m.text) for m in response.messages]
 
     def begin_step(
-        self, tool: str, effect: Effect, args: Any, *, request_id: str | None = None
+        self,
+        tool: str,
+        effect: Effect,
+        args: Any,
+        *,
+        key: str = "",
+        request_id: str | None = None,
     ) -> Step:
         """Declare one of the agent's own tool calls before making it.
 
         When the answer is ``done``, an earlier attempt made the call: use its
         ``result``. A non-idempotent call that began earlier and never ended
         is refused with IN_DOUBT (UNKNOWN): it is never made again automatically.
+        ``key`` names the step by its tool and the key instead of its arguments (see
+        create).
         """
         rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.BeginStep,
             pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect.value,
-                                args_json=_json_text(args), request_id=rid),
+                                args_json=_json_text(args), request_id=rid, key=key),
             request_id=rid,
         )  # fmt: skip
         return Step(response.step_id, _outcome(response.outcome), response.result_json)
