@@ -55,6 +55,11 @@ class PendingCollector(Collector):
                 self._errors += 1
                 log.warning("pending_count_failed", error=str(exc))
                 return
+            finally:
+                # Between scrapes the sidecar holds no connection for the count: its pools
+                # are what it holds (--audit-pool-size).
+                if self._tracker is not None:
+                    self._tracker.ledger.idle()
             counts = {kind.value: 0 for kind in Kind}
             for item in items:
                 counts[item.kind.value] += 1

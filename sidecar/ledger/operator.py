@@ -155,8 +155,10 @@ class PostgresOperatorLedger(OperatorLedger):
         self._psycopg = psycopg
         self._dsn = dsn
         # A ledger locked by another process fails a decision in bounded time, as
-        # SQLite's busy timeout does, rather than hang the operator's command.
-        self._options = f"-c lock_timeout={int(lock_timeout_ms)}"
+        # SQLite's busy timeout does, rather than hang the operator's command: set in the
+        # decision's transaction, which a pooler in transaction mode keeps (no startup
+        # options, which it refuses).
+        self._lock_timeout = f"{int(lock_timeout_ms)}ms"
         if not read_only:
             ensure_schema(dsn)
         try:
@@ -166,9 +168,9 @@ class PostgresOperatorLedger(OperatorLedger):
         self._lock = threading.RLock()
 
     def _connect(self) -> Any:
-        return self._psycopg.connect(
-            self._dsn, connect_timeout=5, autocommit=True, options=self._options
-        )
+        from sidecar.ops import pgbounds
+
+        return pgbounds.connect(self._dsn, connect_timeout=5, autocommit=True)
 
     def _connection(self) -> Any:
         # A console outlives a restart of PostgreSQL: the next query reconnects.
@@ -204,6 +206,9 @@ class PostgresOperatorLedger(OperatorLedger):
             conn = self._connection()
             try:
                 with conn.transaction():
+                    conn.execute(
+                        "SELECT set_config('lock_timeout', %s, true)", (self._lock_timeout,)
+                    )
                     row = conn.execute(self._queries.lock_head)
                     head = row.fetchone()
                     assert head is not None
@@ -218,6 +223,10 @@ class PostgresOperatorLedger(OperatorLedger):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    def idle(self) -> None:
+        with self._lock:
+            self._conn.close()  # the next query connects again (_connection)
 
 
 def open_operator_ledger(

@@ -132,6 +132,10 @@ class OperatorLedger:
     def close(self) -> None:
         raise NotImplementedError
 
+    def idle(self) -> None:
+        """Let go of what the ledger holds until the next query needs it again: a server
+        connection, where the ledger is shared (a file stays open)."""
+
     def _sql(self, sql: str) -> str:
         """A statement in the backend's placeholder style."""
         return self._queries.sql(sql)

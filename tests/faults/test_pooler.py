@@ -39,6 +39,7 @@ from tests.harness import (
 )
 from tests.helpers import pgbouncer
 from tests.helpers.postgres import drop_database, fresh_database, server_dsn
+from tests.server.scrape import scrape, value
 
 pytestmark = pytest.mark.skipif(
     not pgbouncer.available(), reason="needs Debian's pgbouncer: make pgbouncer"
@@ -239,3 +240,27 @@ def test_a_sidecar_holds_at_most_its_pools_of_server_connections(
         sidecar.stop()
     assert 1 <= held["ledger"] <= 2, held
     assert 1 <= held["store"] <= 2, held
+
+
+def test_the_pending_gauge_counts_through_pgbouncer_and_lets_its_connection_go(
+    databases: tuple[str, str], tmp_path: Path
+) -> None:
+    # The gauge's reader sent the operator's lock timeout as a startup option, which stock
+    # PgBouncer refuses, and kept its connection open between scrapes: a third per sidecar.
+    ledger, _store = databases
+    with pgbouncer.Pooler(server_dsn()) as pooler:
+        config = sidecar_config(
+            tmp_path / "data", audit_dsn=pooler.dsn(ledger), metrics_listen="127.0.0.1:0"
+        )
+        sidecar = start_sidecar(config)
+        try:
+            attempt = sidecar.begin("run-1")
+            sidecar.stub.Create(pb.CreateRequest(attempt_id=attempt, kind="k", data_json="{}"))
+            endpoint = sidecar.sidecar.metrics_endpoint
+            assert endpoint is not None
+            samples = scrape(endpoint.port)
+            assert value(samples, "actonce_pending_scrape_errors_total") == 0
+            clients = pooler.admin("SHOW CLIENTS")
+            assert len([c for c in clients if c[2] != "pgbouncer"]) <= 2, clients
+        finally:
+            sidecar.stop()
