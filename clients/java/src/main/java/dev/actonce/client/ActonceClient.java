@@ -6,7 +6,9 @@ import dev.actonce.v1.RunActionsServiceGrpc;
 import io.grpc.Context;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
 import io.grpc.StatusRuntimeException;
+import io.grpc.stub.MetadataUtils;
 import io.opentelemetry.api.OpenTelemetry;
 import io.opentelemetry.instrumentation.grpc.v1_6.GrpcTelemetry;
 import java.time.Duration;
@@ -51,6 +53,15 @@ public final class ActonceClient implements AutoCloseable {
                           "maxBackoff", "1s",
                           "backoffMultiplier", 2.0,
                           "retryableStatusCodes", List.of("UNAVAILABLE")))));
+
+  /**
+   * The call metadata that carries an attempt's capability: every call naming an attempt sends it
+   * when the attempt has one, which a sidecar started with --agent-capabilities asks for.
+   */
+  public static final String CAPABILITY_METADATA = "actonce-attempt-capability";
+
+  private static final Metadata.Key<String> CAPABILITY_KEY =
+      Metadata.Key.of(CAPABILITY_METADATA, Metadata.ASCII_STRING_MARSHALLER);
 
   private final ManagedChannel channel;
   private final RunActionsServiceGrpc.RunActionsServiceBlockingStub stub;
@@ -136,6 +147,31 @@ public final class ActonceClient implements AutoCloseable {
 
   /** Starts one try of a run from its last checkpoint. */
   public Attempt begin(Run run) {
+    return begin(run, "");
+  }
+
+  /**
+   * A handle on an attempt begun elsewhere: by a harness that holds the API token and hands this
+   * process the attempt's id, its run and its capability ({@link Attempt#capability()}). Making it
+   * calls nothing; its calls carry the capability, which is all a sidecar started with
+   * --agent-capabilities asks of them. Its ids derive under scheme version 1 locally; see {@link
+   * #attempt(String, Run, String, int)}.
+   */
+  public Attempt attempt(String attemptId, Run run, String capability) {
+    return attempt(attemptId, run, capability, 1);
+  }
+
+  /**
+   * A handle on an attempt begun elsewhere, whose ids the sidecar derives under scheme {@code
+   * idSchemeVersion} ({@link Attempt#idScheme()}): only deriving ids locally reads it.
+   */
+  public Attempt attempt(String attemptId, Run run, String capability, int idSchemeVersion) {
+    return new Attempt(
+        this, attemptId, capability, run, new DerivedIds.IdScheme(idSchemeVersion, run.scope()));
+  }
+
+  /** BeginAttempt, carrying a delivery's capability ("" for none). */
+  Attempt begin(Run run, String capability) {
     BeginAttemptRequest.Builder request =
         BeginAttemptRequest.newBuilder()
             .setRunId(run.runId())
@@ -144,11 +180,15 @@ public final class ActonceClient implements AutoCloseable {
             .setScope(run.scope())
             .setDeliveryAttemptId(run.deliveryAttemptId());
     run.leaseDeadline().ifPresent(d -> request.setLeaseDeadline(Attempt.timestamp(d)));
-    BeginAttemptResponse response = call(s -> s.beginAttempt(request.build()));
+    BeginAttemptResponse response = call(capability, s -> s.beginAttempt(request.build()));
     // A sidecar from before scheme versions answers none: it derives version 1.
     int version = Math.max(response.getIdSchemeVersion(), 1);
     return new Attempt(
-        this, response.getAttemptId(), run, new DerivedIds.IdScheme(version, run.scope()));
+        this,
+        response.getAttemptId(),
+        response.getCapability(),
+        run,
+        new DerivedIds.IdScheme(version, run.scope()));
   }
 
   /**
@@ -162,13 +202,32 @@ public final class ActonceClient implements AutoCloseable {
 
   /** One unary call with the client's deadline; its failure becomes an ActonceException. */
   <T> T call(Function<RunActionsServiceGrpc.RunActionsServiceBlockingStub, T> method) {
-    return call(method, "");
+    return call("", method, "");
   }
 
-  /** A write with the client's deadline; its failure becomes an ActonceException carrying requestId. */
-  <T> T call(Function<RunActionsServiceGrpc.RunActionsServiceBlockingStub, T> method, String requestId) {
+  /** A call naming an attempt, carrying its capability ("" for none). */
+  <T> T call(
+      String capability, Function<RunActionsServiceGrpc.RunActionsServiceBlockingStub, T> method) {
+    return call(capability, method, "");
+  }
+
+  /**
+   * A write with the client's deadline, carrying its attempt's capability ("" for none); its
+   * failure becomes an ActonceException carrying requestId.
+   */
+  <T> T call(
+      String capability,
+      Function<RunActionsServiceGrpc.RunActionsServiceBlockingStub, T> method,
+      String requestId) {
+    RunActionsServiceGrpc.RunActionsServiceBlockingStub bounded =
+        stub.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS);
+    if (!capability.isEmpty()) {
+      Metadata headers = new Metadata();
+      headers.put(CAPABILITY_KEY, capability);
+      bounded = bounded.withInterceptors(MetadataUtils.newAttachHeadersInterceptor(headers));
+    }
     try {
-      return method.apply(stub.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS));
+      return method.apply(bounded);
     } catch (StatusRuntimeException e) {
       // A blocking call is cancelled by its caller by interrupting the thread or cancelling the
       // gRPC context; a CANCELLED after either is the caller's own doing, any other is not.

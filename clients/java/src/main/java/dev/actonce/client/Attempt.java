@@ -22,6 +22,7 @@ import dev.actonce.v1.SendRequest;
 import dev.actonce.v1.SendResponse;
 import java.time.Instant;
 import java.util.List;
+import java.util.Objects;
 
 /**
  * One try of a run, made by {@link ActonceClient#begin}. Thread-safe: the sidecar counts
@@ -33,12 +34,20 @@ import java.util.List;
 public final class Attempt {
   private final ActonceClient client;
   private final String id;
+  private final String capability;
   private final Run run;
   private final DerivedIds.IdScheme idScheme;
 
+  /** An attempt without a capability. */
   Attempt(ActonceClient client, String id, Run run, DerivedIds.IdScheme idScheme) {
+    this(client, id, "", run, idScheme);
+  }
+
+  Attempt(
+      ActonceClient client, String id, String capability, Run run, DerivedIds.IdScheme idScheme) {
     this.client = client;
     this.id = id;
+    this.capability = Objects.requireNonNull(capability, "capability");
     this.run = run;
     this.idScheme = idScheme;
   }
@@ -46,6 +55,15 @@ public final class Attempt {
   /** The sidecar's id of this attempt. */
   public String id() {
     return id;
+  }
+
+  /**
+   * The attempt's capability: the secret that lets a process holding no API token make this
+   * attempt's calls, and no other's, on a sidecar started with --agent-capabilities. "" when the
+   * sidecar issues none. A harness hands it, with {@link #id}, to the agent process.
+   */
+  public String capability() {
+    return capability;
   }
 
   /** The run this attempt belongs to. */
@@ -62,9 +80,19 @@ public final class Attempt {
     return idScheme;
   }
 
+  /**
+   * Begins a scoped attempt ({@code run.scope()}, a tool call's id say) that belongs to this
+   * attempt's delivery: its delivery attempt id is this attempt's id, and the call carries this
+   * attempt's capability, which is all a sidecar with --agent-capabilities asks of it. The new
+   * attempt has its own capability; a newer delivery of the run fences it, as it fences this one.
+   */
+  public Attempt beginScoped(Run run) {
+    return client.begin(run.withDeliveryAttemptId(id), capability);
+  }
+
   /** Makes an artifact of {@code kind} holding {@code dataJson}, or proposes it. */
   public Write create(String kind, String dataJson, WriteOption... options) {
-    Options o = Options.of(options, true);
+    Options o = Options.of(options, true, true);
     CreateRequest request =
         CreateRequest.newBuilder()
             .setAttemptId(id)
@@ -72,8 +100,9 @@ public final class Attempt {
             .setDataJson(dataJson)
             .setPropose(o.propose)
             .setRequestId(o.requestId)
+            .setKey(o.key)
             .build();
-    CreateResponse r = client.call(s -> s.create(request), o.requestId);
+    CreateResponse r = client.call(capability, s -> s.create(request), o.requestId);
     return new Write(r.getId(), Outcome.of(r.getOutcome()), r.getVersion());
   }
 
@@ -82,7 +111,7 @@ public final class Attempt {
    * skipped when the value is already there.
    */
   public Write edit(String artifactId, String path, String valueJson, WriteOption... options) {
-    Options o = Options.of(options, true);
+    Options o = Options.of(options, true, false);
     EditRequest request =
         EditRequest.newBuilder()
             .setAttemptId(id)
@@ -92,14 +121,14 @@ public final class Attempt {
             .setPropose(o.propose)
             .setRequestId(o.requestId)
             .build();
-    EditResponse r = client.call(s -> s.edit(request), o.requestId);
+    EditResponse r = client.call(capability, s -> s.edit(request), o.requestId);
     String written = o.propose ? r.getProposalId() : artifactId;
     return new Write(written, Outcome.of(r.getOutcome()), r.getVersion());
   }
 
   /** Posts a notice, which starts and steers no turn. */
   public Write notice(String threadId, String text, WriteOption... options) {
-    Options o = Options.of(options, false);
+    Options o = Options.of(options, false, false);
     NoticeRequest request =
         NoticeRequest.newBuilder()
             .setAttemptId(id)
@@ -107,7 +136,7 @@ public final class Attempt {
             .setText(text)
             .setRequestId(o.requestId)
             .build();
-    NoticeResponse r = client.call(s -> s.notice(request), o.requestId);
+    NoticeResponse r = client.call(capability, s -> s.notice(request), o.requestId);
     return new Write(r.getMessageId(), Outcome.of(r.getOutcome()), 0);
   }
 
@@ -116,7 +145,7 @@ public final class Attempt {
    * may send; others get a PERMANENT error with reason FORBIDDEN.
    */
   public Write send(String threadId, String text, WriteOption... options) {
-    Options o = Options.of(options, false);
+    Options o = Options.of(options, false, false);
     SendRequest request =
         SendRequest.newBuilder()
             .setAttemptId(id)
@@ -124,20 +153,21 @@ public final class Attempt {
             .setText(text)
             .setRequestId(o.requestId)
             .build();
-    SendResponse r = client.call(s -> s.send(request), o.requestId);
+    SendResponse r = client.call(capability, s -> s.send(request), o.requestId);
     return new Write(r.getMessageId(), Outcome.of(r.getOutcome()), 0);
   }
 
   /** Makes a conversation thread. */
   public Write createThread(String title, WriteOption... options) {
-    Options o = Options.of(options, false);
+    Options o = Options.of(options, false, true);
     CreateThreadRequest request =
         CreateThreadRequest.newBuilder()
             .setAttemptId(id)
             .setTitle(title)
             .setRequestId(o.requestId)
+            .setKey(o.key)
             .build();
-    CreateThreadResponse r = client.call(s -> s.createThread(request), o.requestId);
+    CreateThreadResponse r = client.call(capability, s -> s.createThread(request), o.requestId);
     return new Write(r.getThreadId(), Outcome.of(r.getOutcome()), 0);
   }
 
@@ -145,14 +175,14 @@ public final class Attempt {
   public Artifact readArtifact(String artifactId) {
     ReadRequest request =
         ReadRequest.newBuilder().setAttemptId(id).setArtifactId(artifactId).build();
-    dev.actonce.v1.Artifact a = client.call(s -> s.read(request)).getArtifact();
+    dev.actonce.v1.Artifact a = client.call(capability, s -> s.read(request)).getArtifact();
     return new Artifact(a.getId(), a.getKind(), a.getVersion(), a.getDataJson(), a.getArchived());
   }
 
   /** A thread's messages, oldest first. */
   public List<Message> readThread(String threadId) {
     ReadRequest request = ReadRequest.newBuilder().setAttemptId(id).setThreadId(threadId).build();
-    ReadResponse r = client.call(s -> s.read(request));
+    ReadResponse r = client.call(capability, s -> s.read(request));
     return r.getMessagesList().stream()
         .map(m -> new Message(m.getId(), m.getKind(), m.getText()))
         .toList();
@@ -165,7 +195,7 @@ public final class Attempt {
    * automatically.
    */
   public Step beginStep(String tool, Effect effect, String argsJson, WriteOption... options) {
-    Options o = Options.of(options, false);
+    Options o = Options.of(options, false, true);
     BeginStepRequest request =
         BeginStepRequest.newBuilder()
             .setAttemptId(id)
@@ -173,14 +203,15 @@ public final class Attempt {
             .setEffect(effect.proto)
             .setArgsJson(argsJson)
             .setRequestId(o.requestId)
+            .setKey(o.key)
             .build();
-    BeginStepResponse r = client.call(s -> s.beginStep(request), o.requestId);
+    BeginStepResponse r = client.call(capability, s -> s.beginStep(request), o.requestId);
     return new Step(r.getStepId(), Outcome.of(r.getOutcome()), r.getResultJson());
   }
 
   /** Records the result of a step begun with {@link #beginStep}. */
   public Outcome endStep(String stepId, String resultJson, WriteOption... options) {
-    Options o = Options.of(options, false);
+    Options o = Options.of(options, false, false);
     EndStepRequest request =
         EndStepRequest.newBuilder()
             .setAttemptId(id)
@@ -188,7 +219,7 @@ public final class Attempt {
             .setResultJson(resultJson)
             .setRequestId(o.requestId)
             .build();
-    return Outcome.of(client.call(s -> s.endStep(request), o.requestId).getOutcome());
+    return Outcome.of(client.call(capability, s -> s.endStep(request), o.requestId).getOutcome());
   }
 
   /**
@@ -198,7 +229,7 @@ public final class Attempt {
    * (STEP_ABORTED).
    */
   public Outcome abortStep(String stepId, String reason, WriteOption... options) {
-    Options o = Options.of(options, false);
+    Options o = Options.of(options, false, false);
     AbortStepRequest request =
         AbortStepRequest.newBuilder()
             .setAttemptId(id)
@@ -206,7 +237,7 @@ public final class Attempt {
             .setReason(reason)
             .setRequestId(o.requestId)
             .build();
-    return Outcome.of(client.call(s -> s.abortStep(request), o.requestId).getOutcome());
+    return Outcome.of(client.call(capability, s -> s.abortStep(request), o.requestId).getOutcome());
   }
 
   /** Moves the attempt's lease deadline; returns the one in force. */
@@ -216,14 +247,14 @@ public final class Attempt {
             .setAttemptId(id)
             .setLeaseDeadline(timestamp(deadline))
             .build();
-    Timestamp moved = client.call(s -> s.extendLease(request)).getLeaseDeadline();
+    Timestamp moved = client.call(capability, s -> s.extendLease(request)).getLeaseDeadline();
     return Instant.ofEpochSecond(moved.getSeconds(), moved.getNanos());
   }
 
   /** Closes the attempt; returns its writes by outcome. */
   public Counts end() {
     EndAttemptRequest request = EndAttemptRequest.newBuilder().setAttemptId(id).build();
-    EndAttemptResponse r = client.call(s -> s.endAttempt(request));
+    EndAttemptResponse r = client.call(capability, s -> s.endAttempt(request));
     return new Counts(r.getApplied(), r.getAlreadyApplied(), r.getSkipped(), r.getFailed());
   }
 
@@ -234,21 +265,28 @@ public final class Attempt {
         .build();
   }
 
-  private record Options(boolean propose, String requestId) {
-    static Options of(WriteOption[] options, boolean mayPropose) {
+  private record Options(boolean propose, String requestId, String key) {
+    static Options of(WriteOption[] options, boolean mayPropose, boolean mayKey) {
       boolean propose = false;
       // One id per call; the channel's own retries resend the same request.
       String requestId = ActonceClient.newRequestId();
+      String key = "";
       for (WriteOption option : options) {
         if (option instanceof WriteOption.RequestId given) {
           requestId = given.id();
+        } else if (option instanceof WriteOption.Key given) {
+          if (!mayKey) {
+            throw new IllegalArgumentException(
+                "a key applies to create, createThread and beginStep only");
+          }
+          key = given.key();
         } else if (mayPropose) {
           propose = true;
         } else {
           throw new IllegalArgumentException("propose applies to create and edit only");
         }
       }
-      return new Options(propose, requestId);
+      return new Options(propose, requestId, key);
     }
   }
 }

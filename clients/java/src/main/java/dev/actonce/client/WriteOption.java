@@ -16,6 +16,16 @@ public sealed interface WriteOption {
     return new RequestId(id);
   }
 
+  /**
+   * Name a create, a thread or a step by a key of the caller's (1 to 255 bytes), unique within the
+   * run and checkpoint: its id derives from the key instead of the data, title or arguments, so a
+   * redelivery whose data differs (a timestamp, a uuid) finds the same artifact, thread or step.
+   * The same key with other data is refused with reason KEY_REUSED ({@link FailureClass#REFUSED}).
+   */
+  static WriteOption key(String key) {
+    return new Key(key);
+  }
+
   /** Offers the write for review. */
   enum Propose implements WriteOption {
     INSTANCE
@@ -23,4 +33,7 @@ public sealed interface WriteOption {
 
   /** Names the call's request_id. */
   record RequestId(String id) implements WriteOption {}
+
+  /** Names the write by the caller's key. */
+  record Key(String key) implements WriteOption {}
 }
