@@ -22,13 +22,16 @@ checkpoint recorded (the last removed event's number and hash, in
 from the checkpoint; the exports and the ledger verify as one chain.
 
 Sidecars go on appending meanwhile: they write only events after the head, and
-never the checkpoints table. On PostgreSQL the whole prune is one REPEATABLE READ
-transaction, with the checkpoints table locked so that two prunes run one after the
-other. On SQLite the checkpoint is recorded in a short write transaction (refused if
-another prune moved it since the plan), then the events are deleted in small
-batches, each its own short transaction, so that no append waits for more than one
-batch. Verify reads only what follows the checkpoint, so a deletion cut short leaves
-a ledger that verifies, and the next prune removes the rest.
+never the checkpoints table. The checkpoint is recorded with the first batch of the
+deletion in one transaction, then the rest is deleted in batches of DELETE_BATCH
+events, each its own transaction, on either database: no transaction of a prune
+deletes more than a batch (and what an earlier prune cut short left), however much is
+pruned. On PostgreSQL the plan, the export and that first transaction are one
+REPEATABLE READ transaction, with the checkpoints table locked so that two prunes run
+one after the other; on SQLite the checkpoint's transaction is refused if another
+prune moved it since the plan, and no append waits for more than one batch. Verify
+reads only what follows the checkpoint, so a deletion cut short leaves a ledger that
+verifies, and the next prune removes the rest.
 """
 
 from __future__ import annotations
@@ -164,6 +167,26 @@ class Retention(OperatorLedger):
 
     def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
         raise NotImplementedError
+
+    def _delete_batch(self, low: int, high: int) -> None:
+        """Delete the events from ``low`` to ``high``, in a transaction of their own;
+        LedgerError when the ledger refused."""
+        raise NotImplementedError
+
+    def _delete_up_to(self, cut: int) -> None:
+        """Delete the events up to ``cut`` (all pruned: a checkpoint at or after it is
+        recorded), oldest first, a batch per transaction."""
+        while True:
+            low = self._fetch("SELECT MIN(seq) FROM audit_events")[0][0]
+            if low is None or int(low) > cut:
+                return
+            try:
+                self._delete_batch(int(low), min(cut, int(low) + DELETE_BATCH - 1))
+            except LedgerError as exc:
+                raise LedgerError(
+                    f"events up to #{cut} are pruned (checkpoint recorded) but could not "
+                    f"all be deleted: {exc}; the next prune deletes the rest"
+                ) from exc
 
     def now(self) -> datetime:
         """The ledger's time, which its events are stamped with and ``--before`` counts
@@ -333,23 +356,11 @@ class SqliteRetention(Retention, SqliteOperatorLedger):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
 
-    def _delete_up_to(self, cut: int) -> None:
-        """Delete the events up to ``cut`` (all pruned: a checkpoint at or after it is
-        recorded), oldest first, a batch per transaction."""
-        while True:
-            low = self._fetch("SELECT MIN(seq) FROM audit_events")[0][0]
-            if low is None or int(low) > cut:
-                return
-            high = min(cut, int(low) + DELETE_BATCH - 1)
-            try:
-                self._conn.execute(
-                    "DELETE FROM audit_events WHERE seq >= ? AND seq <= ?", (int(low), high)
-                )
-            except sqlite3.Error as exc:
-                raise LedgerError(
-                    f"events up to #{cut} are pruned (checkpoint recorded) but could not "
-                    f"all be deleted: {exc}; the next prune deletes the rest"
-                ) from exc
+    def _delete_batch(self, low: int, high: int) -> None:
+        try:
+            self._conn.execute("DELETE FROM audit_events WHERE seq >= ? AND seq <= ?", (low, high))
+        except sqlite3.Error as exc:
+            raise LedgerError(str(exc)) from exc
 
 
 class PostgresRetention(Retention, PostgresOperatorLedger):
@@ -383,9 +394,25 @@ class PostgresRetention(Retention, PostgresOperatorLedger):
             conn.isolation_level = None
 
     def _remove_in_snapshot(self, plan: PruneResult, before: datetime) -> None:
+        # The checkpoint with the first batch, and what an earlier prune cut short left
+        # before it: `audit verify` takes an event still there at or before the newest
+        # checkpoint's first removed one as a sign that no prune recorded it.
         if plan.cut > plan.after:
             self._execute_many(self._sql(_INSERT_CHECKPOINT), [self._checkpoint_row(plan, before)])
-            self._execute_many(self._sql("DELETE FROM audit_events WHERE seq <= ?"), [[plan.cut]])
+            first = min(plan.cut, plan.after + DELETE_BATCH)
+            self._execute_many(self._sql("DELETE FROM audit_events WHERE seq <= ?"), [[first]])
+
+    def _remove_after_snapshot(self, plan: PruneResult, before: datetime, export: Path) -> None:
+        self._delete_up_to(plan.cut)
+
+    def _delete_batch(self, low: int, high: int) -> None:
+        with self._lock:
+            try:
+                self._connection().execute(
+                    "DELETE FROM audit_events WHERE seq >= %s AND seq <= %s", (low, high)
+                )
+            except self._psycopg.Error as exc:
+                raise LedgerError(str(exc)) from exc
 
 
 def open_retention(audit_db: Path | None, audit_dsn: str | None) -> Retention:
