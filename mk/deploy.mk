@@ -33,7 +33,7 @@ RENDERED := $(VENV)/deploy-check
 OVERLAYS := $(wildcard deploy/kubernetes/overlays/*)
 # Kustomizations rendered and validated whole; overlays and the Component's sample too.
 KUSTOMIZATIONS := base audit-prune audit-migrate artifact-store examples/add-to-a-deployment \
-	quickstart
+	quickstart inject
 
 TEST_TARGETS += test-deploy
 
@@ -83,7 +83,8 @@ $(RENDERED)/helm-chart: $(HELM_STAMP)
 	$(HELM) dependency build $@/helm/examples/agent >/dev/null
 
 helm-lint: $(RENDERED)/helm-chart
-	$(HELM) lint --strict --quiet deploy/helm/actonce $(RENDERED)/helm-chart/helm/examples/agent
+	$(HELM) lint --strict --quiet deploy/helm/actonce $(RENDERED)/helm-chart/helm/examples/agent \
+		deploy/helm/actonce-inject
 
 # kubernetes-validate knows no PodMonitor or PrometheusRule (hence --no-warn on the monitoring
 # objects): check-monitoring decodes those into the Prometheus Operator's own types instead.
@@ -95,6 +96,11 @@ k8s-validate: $(DEPLOY_TOOLS) $(KUSTOMIZE_STAMP) $(HELM_STAMP) $(CHECK_MONITORIN
 	done
 	$(MAKE) --no-print-directory $(RENDERED)/helm-chart
 	$(HELM) template agent $(RENDERED)/helm-chart/helm/examples/agent > $(RENDERED)/helm-agent.yaml
+	# The injection webhook's chart, its certificate made by the chart and by cert-manager
+	# (whose Issuer and Certificate the validator knows no schema of, and names).
+	$(HELM) template inject deploy/helm/actonce-inject > $(RENDERED)/helm-inject.yaml
+	$(HELM) template inject deploy/helm/actonce-inject --set certificates=cert-manager \
+		> $(RENDERED)/helm-inject-cert-manager.yaml
 	mkdir -p $(RENDERED)/operator
 	$(KUSTOMIZE) build deploy/kubernetes/monitoring > $(RENDERED)/operator/monitoring.yaml
 	set -e; for version in $(KUBERNETES_VERSIONS); do \
