@@ -6,10 +6,15 @@ capability; it cannot begin a run, fence one, or reach another attempt."""
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,7 +22,7 @@ import pytest
 from actonce_client import ActonceError, Attempt, Client, Effect, FailureClass, Outcome
 from actonce_client.aio import AsyncClient
 from actonce_client.deliveries import Lease, delivering
-from actonce_client.testing import LocalSidecar
+from actonce_client.testing import LocalSidecar, free_port
 from actonce_client.tool_calls import ToolCall
 
 TOKEN = "harness-t0ken-8d2a"
@@ -236,3 +241,61 @@ def test_a_handed_attempt_of_another_run_is_refused(harness: Client, agent: Clie
         delivering(agent, _run(), RULE, lease, attempt=other),
     ):
         pass
+
+
+@dataclass(frozen=True)
+class _McpRequest:
+    """What langchain-mcp-adapters hands a tool interceptor: the call's runtime and headers."""
+
+    runtime: Any
+    headers: dict[str, str] | None
+
+    def override(self, **changes: Any) -> _McpRequest:
+        return replace(self, **changes)
+
+
+def test_an_mcp_session_of_a_handed_delivery_carries_its_capability(tmp_path: Path) -> None:
+    from actonce_client.langgraph import mcp_scope
+
+    token = tmp_path / "api.token"
+    token.write_text(TOKEN + "\n")
+    mcp = f"127.0.0.1:{free_port()}"
+    args = ["--api-token-file", str(token), "--agent-capabilities", "true", "--mcp-listen", mcp]
+    with (
+        LocalSidecar(args=args) as sidecar,
+        Client(sidecar.target, api_token=TOKEN) as harness,
+        Client(sidecar.target) as agent,
+    ):
+        run = _run()
+        delivery = harness.begin(run, RULE)
+        answered: list[tuple[int, Any]] = []
+
+        async def send(request: _McpRequest) -> Any:
+            # The tool call as the MCP SDK's client sends it, with the headers given.
+            call = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "create", "arguments": {"kind": "note", "data": {}}},
+            }
+            headers = {
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+                **(request.headers or {}),
+            }
+            sent = urllib.request.Request(f"http://{mcp}/mcp", json.dumps(call).encode(),
+                                          headers, method="POST")  # fmt: skip
+            try:
+                with urllib.request.urlopen(sent, timeout=30) as response:
+                    answered.append((response.status, json.loads(response.read())))
+            except urllib.error.HTTPError as refused:
+                answered.append((refused.code, refused.read()))
+            return None
+
+        runtime = SimpleNamespace(config={}, tool_call_id="call_1")
+        lease = Lease(datetime.now(UTC) + timedelta(minutes=5))
+        with delivering(agent, run, RULE, lease, attempt=handed(agent, delivery)):
+            asyncio.run(mcp_scope()(_McpRequest(runtime, None), send))
+        ((status, body),) = answered
+        assert status == 200, body
+        assert body["result"]["structuredContent"]["outcome"] == "OUTCOME_APPLIED", body
