@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from sidecar.cli import build_parser
 from tests.docs.pages import README
 from tests.harness import RunningSidecar
 
@@ -22,7 +23,10 @@ def _section(heading: str) -> str:
 def test_the_readme_is_a_front_page() -> None:
     assert len(TEXT.splitlines()) < 250
     headings = re.findall(r"^## (.*)$", TEXT, re.M)
-    for needed in ("Quick start", "An example call", "The demo", "Guarantees", "Not promised"):
+    needed_sections = (
+        "Quick start", "An example call", "The demo", "Guarantees", "Not promised", "Security"
+    )  # fmt: skip
+    for needed in needed_sections:
         assert needed in headings, needed
     assert "Where to go next" in headings[-1]
 
@@ -34,6 +38,23 @@ def test_the_quick_start_is_two_commands_and_says_how_to_change_the_port() -> No
     assert commands == ["make run", "make test"]
     assert "ACTONCE_LISTEN" in quick and "--listen" in quick
     assert "ACTONCE_TARGET" in quick
+
+
+def test_the_trust_table_names_tests_and_settings_that_exist() -> None:
+    rows = [line for line in _section("Security").splitlines() if line.startswith("| ")][2:]
+    whom = [row.split("|")[1].strip() for row in rows]
+    for needed in ("harness", "agent", "operator", "writer role", "other pods", "web pages"):
+        assert any(needed in who for who in whom), f"the trust table has no row for {needed}"
+    serve = build_parser()
+    for row in rows:
+        *_, held, tested, _ = row.split("|")
+        folder = README.parent
+        for name in re.findall(r"`([\w/.]+\.py)`", tested):
+            path = README.parent / name if "/" in name else folder / name
+            assert path.is_file(), f"the trust table names {name}, which is not a test here"
+            folder = path.parent  # a bare file name is in the folder named before it
+        for flag in re.findall(r"`(--[\w-]+)`", held):
+            serve.parse_args(["serve", flag, "true" if flag == "--agent-capabilities" else "x"])
 
 
 def test_the_readme_example_call_works(
