@@ -77,7 +77,7 @@ def test_every_variable_is_named_actonce_and_unique_to_its_flag() -> None:
         ({"ACTONCE_METRICS_LISTEN": "unix:/tmp/m.sock"}, ["ACTONCE_METRICS_LISTEN"]),
         ({"ACTONCE_HEALTH_LISTEN": "localhost:99999"}, ["ACTONCE_HEALTH_LISTEN"]),
         ({"ACTONCE_LOG_LEVEL": "loud"}, ["ACTONCE_LOG_LEVEL", "expected one of"]),
-        ({"ACTONCE_ID_SCHEME": "3"}, ["ACTONCE_ID_SCHEME", "expected 1 or 2"]),
+        ({"ACTONCE_ID_SCHEME": "4"}, ["ACTONCE_ID_SCHEME", "expected 1, 2 or 3"]),
         ({"ACTONCE_STORE_TOKEN_FILE": "/nonexistent/token"}, ["/nonexistent/token", "no such"]),
         ({"ACTONCE_RULES": " , "}, ["ACTONCE_RULES", "names no rule"]),
     ],
