@@ -13,7 +13,9 @@ without a request identity that is identical to a step still running, or to one
 whose call was sent and failed (it may have acted), is that step repeated. It
 waits for the step, then gets its result; a non-idempotent step that did not end
 is ``IN_DOUBT``; an idempotent or read-only one is run again under the same id.
-Only once the step ended is an identical BeginStep a new step.
+Only once the step ended is an identical BeginStep a new step; not a keyed one: the key
+names one step, and a BeginStep under it in the same attempt, by any request identity, is
+that step repeated, its result once it ended, as a redelivery's is.
 
 A step is one write in its attempt's counts (EndAttempt): its begin's outcome counts it,
 made now or by an earlier attempt; its end or abort settles that write and counts
@@ -104,6 +106,10 @@ class Steps:
                 claim = Claim()  # its step was aborted: begun anew, under the same id
         else:
             repeated = await _repeat_of_open_step(attempt, step.identity, declared, wait_seconds)
+            if repeated is not None:
+                return repeated
+        if key:
+            repeated = await _repeat_of_keyed_step(attempt, step, claim, declared, wait_seconds)
             if repeated is not None:
                 return repeated
         landing = self.path.take_id(attempt, step, claim)
@@ -458,6 +464,31 @@ async def _repeat_of_open_step(
             return repeated
         state = attempt.open_step(identity)
     return None
+
+
+async def _repeat_of_keyed_step(
+    attempt: Attempt,
+    step: Write,
+    claim: Claim,
+    declared: effects.ToolEffect,
+    wait_seconds: float,
+) -> WriteResult | None:
+    """The answer to a keyed BeginStep (``claim`` its call's) whose key this attempt already
+    began a step under: the key names one step, so it is that step repeated, ended or not
+    (:func:`_repeat_of`), where an unkeyed step once ended is a new one. None when the
+    attempt began none under the key, or that step was aborted: it begins anew."""
+    keyed_id = writes.derive(attempt, step.write_type, step.identity, 0, keyed=True)
+    state = attempt.steps.get(keyed_id)
+    if state is None:
+        return None
+    try:
+        repeated = await _repeat_of(state, declared, wait_seconds)
+    except BaseException:
+        claim.released()
+        raise
+    if repeated is not None:
+        claim.answered(repeated)
+    return repeated
 
 
 async def _repeat_of_identified(

@@ -234,3 +234,32 @@ def test_a_run_of_version_2_refuses_a_key_and_keeps_its_ids(
         assert "--id-scheme 3" in r.message
     finally:
         sc.stop()
+
+
+def test_a_keyed_step_begun_again_in_its_attempt_is_that_step(sidecar: RunningSidecar) -> None:
+    """The key names one step: begun again in the same attempt under the key, by a new
+    request identity or by none, once it ended, it answers its result and is not sent
+    again, as a redelivery's is; an unkeyed step would be a new one."""
+    stub = sidecar.stub
+    attempt = sidecar.begin("run-c", checkpoint="cp-1")
+
+    def charge(request_id: str) -> pb.BeginStepResponse:
+        begun: pb.BeginStepResponse = stub.BeginStep(
+            pb.BeginStepRequest(attempt_id=attempt, tool="charge", effect=NON_IDEMPOTENT,
+                                args_json='{"amount":5}', request_id=request_id, key="c-1")
+        )  # fmt: skip
+        return begun
+
+    first = charge("r-1")
+    assert first.outcome == APPLIED
+    stub.EndStep(pb.EndStepRequest(attempt_id=attempt, step_id=first.step_id,
+                                   result_json='{"charged":1}', request_id="e-1"))  # fmt: skip
+    for request_id in ("r-2", ""):
+        again = charge(request_id)
+        assert (again.outcome, again.step_id, again.result_json) == (
+            ALREADY,
+            first.step_id,
+            '{"charged":1}',
+        ), request_id
+    begins = [e for e in sidecar.audit("run-c") if e.event.phase == "step_begin"]
+    assert [e.event.derived_id for e in begins] == [first.step_id]
