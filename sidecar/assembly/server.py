@@ -34,6 +34,7 @@ from sidecar.assembly.sidecar import SERVICE_NAME, Sidecar
 from sidecar.config import Config
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry
+from sidecar.core.lands import InOneCommit, InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Settings
 from sidecar.fronts.grpc import servicer
 from sidecar.fronts.grpc.drain import CallGate
@@ -160,7 +161,7 @@ async def create_server(
         attempts=attempt_registry(config, metrics),
         settings=_settings(config, audit.heartbeat),
         on_reread=metrics.version_conflict_rereads.inc,
-        audited_writes=_audited_writes(store),
+        lands=_lands(store),
         grants=config.grants,
         capability_of=capabilities.issue if capabilities is not None else None,
     )
@@ -273,13 +274,20 @@ async def _open_store(config: Config, audit: _Audit, traces: Tracing | None) -> 
     return _Store(upstream, target, embedded, backend)
 
 
-def _audited_writes(store: _Store) -> AuditedWrites:
-    """How the core makes a write of one store call with its audit, as the embedded store's
-    client takes it (one commit in the ledger's file, or in turn beside a ledger of its own);
-    apart over the wire."""
+def _lands(store: _Store) -> LandsFor:
+    """How a write lands with its audit, as the embedded store's client takes it: in one
+    commit in the ledger's file, or in the store's thread beside a ledger of its own; in
+    order over the wire."""
     if isinstance(store.upstream, InProcessStoreClient):
-        return store.upstream.audited_writes
-    return AuditedWrites.APART
+        return _LANDS[store.upstream.audited_writes]
+    return InOrder
+
+
+_LANDS: dict[AuditedWrites, LandsFor] = {
+    AuditedWrites.AS_ONE: InOneCommit,
+    AuditedWrites.IN_TURN: InTheStoresThread,
+    AuditedWrites.APART: InOrder,
+}
 
 
 def _external_store(config: Config, traces: Tracing | None) -> GrpcStoreClient:

@@ -28,6 +28,7 @@ from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.deliveries import ScopedAttempts
 from sidecar.core.edit_queue import EditQueue
 from sidecar.core.edits import Edit
+from sidecar.core.lands import InOrder, LandsFor
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
@@ -39,7 +40,7 @@ from sidecar.core.types import (
     StepPermit,
     WriteResult,
 )
-from sidecar.core.writes import OneCall, Write, WritePath
+from sidecar.core.writes import Calls, OneCall, Write, WritePath
 from sidecar.errors import (
     ActonceError,
     InvalidArgument,
@@ -51,7 +52,6 @@ from sidecar.rules.canonical import Document, JsonValue
 from sidecar.rules.grants import Grants
 from sidecar.store_contract import Principal, Refusal, StoredArtifact
 from sidecar.upstream.base import (
-    AuditedWrites,
     CreateArtifact,
     CreateThread,
     GetArtifact,
@@ -91,9 +91,9 @@ class RunActions:
     """The attempt-scoped write and read operations of the sidecar.
 
     ``on_reread`` hears of each re-read of an artifact after the store refused an
-    edit with VERSION_CONFLICT (the metrics count them). ``audited_writes`` says how a write
-    of one store call is made with its audit: apart, in turn as one job of the store client
-    (an InTurn), or in one commit (a OneCommit, where the store shares the ledger's file).
+    edit with VERSION_CONFLICT (the metrics count them). ``lands`` makes how a write lands
+    with its audit (sidecar.core.lands): in order unless the assembly, which knows where the
+    store and the ledger are, says otherwise.
     ``grants`` opens other rules' artifacts and threads to a rule's attempts
     (sidecar.core.access); without it, each rule reaches only its own. ``capability_of``
     gives a new attempt its capability (sidecar.ops.auth.Capabilities, with
@@ -108,7 +108,7 @@ class RunActions:
         attempts: AttemptRegistry,
         settings: Settings,
         on_reread: Callable[[], None] = _no_reread,
-        audited_writes: AuditedWrites = AuditedWrites.APART,
+        lands: LandsFor = InOrder,
         grants: Grants | None = None,
         capability_of: Callable[[str], str] | None = None,
     ) -> None:
@@ -121,7 +121,7 @@ class RunActions:
         self._edit_queue = EditQueue()
         audit = Audit(ledger)
         self._audit = audit
-        self._path = WritePath(audit, settings, audited_writes)
+        self._path = WritePath(audit, settings, lands(audit, store))
         self._steps = Steps(self._path, audit, ledger)
         self._reads = Reads(store, audit)
         timeout = settings.store_timeout_seconds
@@ -242,7 +242,7 @@ class RunActions:
         deadline = partial(self._deadline, attempt)
         queued = (self.store, deadline, self._on_reread, self._edit_queue)
         edit = Edit(*queued, artifact_id, pointer, value.value, propose, principal)
-        return await self._path.write(attempt, write, edit.perform)
+        return await self._path.write(attempt, write, Calls(edit.perform))
 
     async def notice(
         self, *, attempt_id: str, thread_id: str, text: str, request_id: str

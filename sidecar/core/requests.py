@@ -196,14 +196,14 @@ class Claim:
         give_back: Callable[[int], None],
         *,
         error: BaseException | None = None,
-        store_called: bool = False,
+        reached_store: bool = False,
     ) -> None:
         """Settle a call that failed with ``error``. One that may have landed (an earlier
         call of it may have; or it called the store, and ``error`` does not say nothing
         landed) keeps its occurrence, bound to its claim: a repeat makes that same write
         again, under the same id. Any other gives its occurrence back (``give_back``)
         and is released: made again, it is the same write, with the same id."""
-        acted = store_called and (error is None or not nothing_landed(error))
+        acted = reached_store and (error is None or not nothing_landed(error))
         if (self.is_repeat_of_landed or acted) and occurrence is not None:
             self.unsettled(occurrence)
             return

@@ -20,18 +20,12 @@ caller gives up (:meth:`WritePath.to_the_end`): cut off between its intent and i
 outcome, it would leave the store and the ledger in a state nobody knows. Steps
 take phases 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
 
-A write that is one call of the store (:class:`OneCall`) goes through phases 3 to 5 as
-one job where the store client can make it so, as the assembly (which knows where the store
-and the ledger are) says with :class:`~sidecar.upstream.base.AuditedWrites`:
-
-- its store shares the ledger's file: a :class:`~sidecar.upstream.base.OneCommit` of the
-  intent, the store's rows and the outcome, in one transaction and one durable commit, all
-  three or none (:meth:`WritePath._in_one_commit`);
-- the store client is given the ledger of its own file or database: an
-  :class:`~sidecar.upstream.base.InTurn`, the three committed in turn by the client's batch
-  thread, one hand-off from the event loop and back (:meth:`WritePath._in_turn`).
-
-Everywhere else, and for every other write, the core makes the three phases itself.
+Phases 3 to 5 are one job, handed to the assembly's :class:`~sidecar.core.lands.Lands`,
+which answers what happened (the result or the error, and whether the store may have been
+called); the claim is settled from that answer here, in one place (:meth:`WritePath._land`).
+A write that is one call of the store (:class:`OneCall`) says so, so that it can land inside
+its audit's commit where the store shares the ledger's file; any other (:class:`Calls`, an
+Edit's re-reads) lands in order everywhere.
 """
 
 from __future__ import annotations
@@ -46,26 +40,15 @@ import structlog
 
 from sidecar.core import keys, leases
 from sidecar.core.attempts import Attempt
-from sidecar.core.audit import Audit, Subject, event, lost_best_effort, not_durable
+from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.lands import Job, Lands
 from sidecar.core.requests import Claim, nothing_landed
 from sidecar.core.types import Settings, WriteResult
-from sidecar.errors import (
-    ActonceError,
-    LeaseExpired,
-    StoreDeadlineExceeded,
-)
-from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
+from sidecar.errors import ActonceError
+from sidecar.ledger.base import AuditEvent, Phase
 from sidecar.rules import canonical, ids
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import (
-    AuditedWrites,
-    Committed,
-    InTurn,
-    OneCommit,
-    Settle,
-    StoreClient,
-    StoreWrite,
-)
+from sidecar.upstream.base import StoreClient, StoreWrite
 
 log = structlog.get_logger()
 
@@ -93,6 +76,32 @@ class OneCall:
             answer = refusal
         return self.classify(derived, answer)
 
+    def one_call(self, derived: str) -> StoreWrite | None:
+        return self.call(derived)
+
+    def deadline(self) -> float:
+        return self.timeout()
+
+
+@dataclass(frozen=True)
+class Calls:
+    """A perform of more than one call of the store (an Edit's read and patch): it lands in
+    order, whatever the layout."""
+
+    perform: Perform
+
+    async def __call__(self, derived: str) -> WriteResult:
+        return await self.perform(derived)
+
+    def one_call(self, _derived: str) -> StoreWrite | None:
+        return None
+
+    def classify(self, _derived: str, answer: object) -> WriteResult:
+        raise TypeError(f"a perform of several calls classifies no one answer: {answer!r}")
+
+    def deadline(self) -> float:
+        raise TypeError("a perform of several calls has a deadline per call")
+
 
 @dataclass(frozen=True)
 class Write:
@@ -119,7 +128,6 @@ class Landing:
     claim: Claim
     occurrence: int
     derived_id: str
-    store_called: bool = False
 
     @property
     def bound(self) -> bool:
@@ -137,16 +145,14 @@ class Landing:
 class WritePath:
     """The phases of a write, and the writes under way."""
 
-    def __init__(
-        self, audit: Audit, settings: Settings, audited: AuditedWrites = AuditedWrites.APART
-    ) -> None:
+    def __init__(self, audit: Audit, settings: Settings, lands: Lands) -> None:
         self.audit = audit
         self.settings = settings
-        # How the store client makes a one-call write with its audit, if it does.
-        self._audited = audited
+        # How a write lands with its audit: the assembly's choice (sidecar.core.lands).
+        self._lands = lands
         self._under_way: set[asyncio.Task[object]] = set()
 
-    async def write(self, attempt: Attempt, write: Write, perform: Perform) -> WriteResult:
+    async def write(self, attempt: Attempt, write: Write, perform: OneCall | Calls) -> WriteResult:
         """Make ``write`` in ``attempt``, phase by phase; ``perform`` calls the store."""
         canonical.require_request_id(write.request_id)
         bind_key(attempt, write)
@@ -156,90 +162,37 @@ class WritePath:
         landing = self.take_id(attempt, write, claim)
         return await self.to_the_end(attempt, self._land(landing, perform))
 
-    async def _land(self, landing: Landing, perform: Perform) -> WriteResult:
+    async def _land(self, landing: Landing, perform: OneCall | Calls) -> WriteResult:
+        """Phases 3 to 5, as the assembly's Lands makes them; the claim settled from what
+        it answers."""
         try:
-            if isinstance(perform, OneCall) and self._audited is AuditedWrites.AS_ONE:
-                result = await self._in_one_commit(landing, perform)
-            elif isinstance(perform, OneCall) and self._audited is AuditedWrites.IN_TURN:
-                result = await self._in_turn(landing, perform)
-            else:
-                await self._audit_intent(landing)
-                result = await self.perform(landing, perform)
-                await self._audit_outcome(landing, result)
-        except BaseException as error:  # a cancelled write, too, settles what it held
+            job = self._job(landing, perform)
+        except BaseException as error:  # nothing was written: the store was not called
             release(landing, error)
             raise
-        return answered(landing, result)
+        landed = await self._lands.land(job)
+        if landed.error is not None:  # a cancelled write, too, settles what it held
+            release(landing, landed.error, reached_store=landed.reached_store)
+            raise landed.error
+        assert landed.result is not None
+        return answered(landing, landed.result)
 
-    async def _in_one_commit(self, landing: Landing, perform: OneCall) -> WriteResult:
-        """Phases 3 to 5 as one transaction: the intent, the store's call and the outcome
-        are durable together or not at all, and nothing answers before they are."""
-        timeout = perform.timeout()  # the lease is checked before anything is written
-        one_commit = OneCommit(*self._job_parts(landing, perform, _refused_event))
-        intent = one_commit.intent
-        try:
-            settled = (await perform.store.call(one_commit, timeout)).result
-        except FencedError as fenced:  # refused with the intent: the store was not called
-            raise not_durable(intent, fenced) from fenced
-        except LeaseExpired:  # refused before anything was written
-            raise
-        except LedgerError as lost:
-            landing.store_called = True  # none of it committed, as far as SQLite says
-            raise not_durable(
-                intent, lost, because="the write and its audit did not commit"
-            ) from lost
-        except BaseException:
-            landing.store_called = True  # past its deadline, or cancelled: it may still land
-            raise
-        landing.store_called = True
-        if isinstance(settled, ActonceError):
-            raise settled
-        return settled
-
-    async def _in_turn(self, landing: Landing, perform: OneCall) -> WriteResult:
-        """Phases 3 to 5 as one job of the store client, committed in turn: the intent is
-        durable before the store is called, the outcome after it answers."""
-        timeout = perform.timeout()  # the lease is checked before anything is written
-        in_turn = InTurn(*self._job_parts(landing, perform, failure_event))
-        intent = in_turn.intent
-        try:
-            done = await perform.store.call(in_turn, timeout)
-        except LeaseExpired:  # refused before anything was written
-            raise
-        except LedgerError as refused:  # the intent is not durable: the store was not called
-            raise not_durable(
-                intent, refused, because="audit intent not persisted, the store was not called"
-            ) from refused
-        except StoreDeadlineExceeded as late:
-            if late.nothing_sent:  # it waited for the store's thread: nothing was written
-                raise
-            # Past the store's deadline its outcome is the core's to record, as apart.
-            landing.store_called = True
-            await self.audit.best_effort(
-                failure_event(landing, late), lost="audit_failure_record_lost"
-            )
-            raise
-        except BaseException:
-            landing.store_called = True  # past its deadline, or cancelled: it may still land
-            raise
-        landing.store_called = True
-        return _kept_in_turn(landing, done)
-
-    def _job_parts(
-        self,
-        landing: Landing,
-        perform: OneCall,
-        failure: Callable[[Landing, ActonceError], AuditEvent],
-    ) -> tuple[AuditEvent, StoreWrite, Settle[WriteResult | ActonceError], Callable[[], None]]:
-        """What a job of a write and its audit is made of: the intent, the store's call, how
-        its answer settles (``failure`` makes a failed write's event), and the lease's check
-        for the job to make where it runs, after any wait."""
-        attempt, store_timeout = landing.attempt, self.settings.store_timeout_seconds
-        return (
-            _intent(landing),
-            perform.call(landing.derived_id),
-            _settler(landing, perform, failure),
-            lambda: leases.check(attempt, store_timeout),
+    def _job(self, landing: Landing, perform: OneCall | Calls) -> Job:
+        """The write as one job: its intent, its calls of the store, how an answer settles
+        and the lease's check for the job to make where it runs, after any wait."""
+        attempt, derived = landing.attempt, landing.derived_id
+        store_timeout = self.settings.store_timeout_seconds
+        return Job(
+            intent=_intent(landing),
+            perform=lambda: perform(derived),
+            call=perform.one_call(derived),
+            classify=lambda answer: perform.classify(derived, answer),
+            timeout=perform.deadline,
+            check_lease=lambda: leases.check(attempt, store_timeout),
+            outcome=lambda result: outcome_event(landing, result),
+            failure=lambda error: failure_event(landing, error),
+            rolled_back=lambda error: _rolled_back_event(landing, error),
+            context=contextvars.copy_context(),
         )
 
     def take_id(self, attempt: Attempt, write: Write, claim: Claim) -> Landing:
@@ -258,29 +211,6 @@ class WritePath:
         )
         structlog.contextvars.bind_contextvars(derived_id=derived)
         return Landing(attempt, write, claim, occurrence, derived)
-
-    async def _audit_intent(self, landing: Landing) -> None:
-        await self.audit.required(
-            _intent(landing), because="audit intent not persisted, the store was not called"
-        )
-
-    async def perform(self, landing: Landing, perform: Perform) -> WriteResult:
-        """Call the store; from here on the write may land. A failure is recorded
-        as the write's outcome, best effort: its intent is already durable."""
-        landing.store_called = True
-        try:
-            return await perform(landing.derived_id)
-        except ActonceError as error:
-            await self.audit.best_effort(
-                failure_event(landing, error), lost="audit_failure_record_lost"
-            )
-            raise
-
-    async def _audit_outcome(self, landing: Landing, result: WriteResult) -> None:
-        await self.audit.required(
-            outcome_event(landing, result),
-            because="the write landed but its audit outcome was not persisted",
-        )
 
     async def to_the_end(self, attempt: Attempt, landing: Awaitable[T]) -> T:
         """Await ``landing`` in a task of its own that goes on if the caller gives up.
@@ -347,45 +277,7 @@ def derive(
     )
 
 
-def _kept_in_turn(landing: Landing, done: Committed[WriteResult | ActonceError]) -> WriteResult:
-    """What an InTurn's write answers: its result once its outcome is durable. A failure's
-    outcome is best effort, as in the phases apart; a success whose outcome was lost fails
-    closed, though it landed."""
-    result, lost = done.result, done.outcome_lost
-    if isinstance(result, ActonceError):
-        if lost is not None:
-            lost_best_effort(failure_event(landing, result), lost, lost="audit_failure_record_lost")
-        raise result
-    if lost is not None:
-        raise not_durable(
-            outcome_event(landing, result),
-            lost,
-            because="the write landed but its audit outcome was not persisted",
-        ) from lost
-    return result
-
-
-def _settler(
-    landing: Landing, perform: OneCall, failure: Callable[[Landing, ActonceError], AuditEvent]
-) -> Settle[WriteResult | ActonceError]:
-    """What a job makes of the store's answer where it runs (the store's thread): the
-    outcome's event (``failure``'s, when the write fails) and what the write answers, in this
-    call's context, so that the event names its front."""
-
-    def settle(answer: object) -> tuple[AuditEvent, WriteResult | ActonceError]:
-        try:
-            if isinstance(answer, ActonceError):
-                raise answer
-            result = perform.classify(landing.derived_id, answer)
-        except ActonceError as error:
-            return failure(landing, error), error
-        return outcome_event(landing, result), result
-
-    context = contextvars.copy_context()
-    return lambda answer: context.run(settle, answer)
-
-
-def _refused_event(landing: Landing, error: ActonceError) -> AuditEvent:
+def _rolled_back_event(landing: Landing, error: ActonceError) -> AuditEvent:
     """The outcome's event of a write in one commit that failed with ``error``: its rows
     rolled back with the call, nothing of it landed."""
     return event(landing.attempt, landing.write.rpc, Phase.OUTCOME, landing.subject, refused=error)
@@ -422,14 +314,13 @@ def answered(landing: Landing, result: WriteResult) -> WriteResult:
     return result
 
 
-def release(landing: Landing, error: BaseException) -> None:
-    """Settle what a write that failed with ``error`` held (sidecar.core.requests)."""
+def release(landing: Landing, error: BaseException, *, reached_store: bool = False) -> None:
+    """Settle what a write that failed with ``error`` held (sidecar.core.requests); one
+    that ``reached_store`` may have landed."""
     if isinstance(error, ActonceError):
         landing.attempt.failed += 1
     give_back = _give_back(landing.attempt, landing.write)
-    landing.claim.failed(
-        landing.occurrence, give_back, error=error, store_called=landing.store_called
-    )
+    landing.claim.failed(landing.occurrence, give_back, error=error, reached_store=reached_store)
 
 
 def _give_back(attempt: Attempt, write: Write) -> Callable[[int], None]:

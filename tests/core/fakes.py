@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
+from sidecar.core.lands import InOneCommit, InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Settings
 from sidecar.errors import ActonceError
 from sidecar.ledger import permits
@@ -42,7 +43,6 @@ from sidecar.store_contract import (
     StoredMessage,
 )
 from sidecar.upstream.base import (
-    AuditedWrites,
     Committed,
     CreateArtifact,
     CreateThread,
@@ -391,10 +391,10 @@ class InTurnStore(MemoryStore):
         return Committed(answer, result)
 
 
-def _audited_writes(store: MemoryStore) -> AuditedWrites:
+def _lands(store: MemoryStore) -> LandsFor:
     if isinstance(store, OneCommitStore):
-        return AuditedWrites.AS_ONE
-    return AuditedWrites.IN_TURN if isinstance(store, InTurnStore) else AuditedWrites.APART
+        return InOneCommit
+    return InTheStoresThread if isinstance(store, InTurnStore) else InOrder
 
 
 def run_actions(
@@ -407,5 +407,5 @@ def run_actions(
     """RunActions over the fakes; ``settings`` as sidecar.core.types.Settings takes them."""
     return RunActions(
         ledger=ledger, store=store, attempts=AttemptRegistry(), settings=Settings(**settings),
-        on_reread=on_reread, audited_writes=_audited_writes(store),
+        on_reread=on_reread, lands=_lands(store),
     )  # fmt: skip

@@ -24,6 +24,7 @@ import pytest
 
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
+from sidecar.core.lands import InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Outcome, Settings
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
@@ -474,17 +475,15 @@ class _CountingLoop(asyncio.SelectorEventLoop):
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
-@pytest.mark.parametrize(
-    ("audited", "wakes"), [(AuditedWrites.IN_TURN, 1), (AuditedWrites.APART, 3)]
-)
+@pytest.mark.parametrize(("lands", "wakes"), [(InTheStoresThread, 1), (InOrder, 3)])
 def test_a_write_in_turn_wakes_the_event_loop_once(
-    kind: str, audited: AuditedWrites, wakes: int, tmp_path: Path
+    kind: str, lands: LandsFor, wakes: int, tmp_path: Path
 ) -> None:
     async def run(loop: _CountingLoop) -> list[int]:
         async with apart(kind, tmp_path) as parts:
             actions = RunActions(ledger=parts.ledger, store=parts.client,
                                  attempts=AttemptRegistry(), settings=Settings(),
-                                 audited_writes=audited)  # fmt: skip
+                                 lands=lands)  # fmt: skip
             attempt = await actions.begin_attempt(
                 run_id="run", rule="r", checkpoint="cp", lease_deadline=None
             )
