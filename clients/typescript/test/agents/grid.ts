@@ -49,6 +49,9 @@ const PARALLEL = expect(
   [["ada", 500]],
 );
 
+/** A charge with no idempotency key beside a ticket: in doubt when killed after it was made. */
+const UNKEYED = expect(["Refund later"], ["charged cy 900", "opened a ticket: Refund later"], [["cy", 900]]);
+
 /** A framework's row: its worker module, its scenarios with what each leaves, its world. */
 export interface Framework {
   name: string;
@@ -68,7 +71,7 @@ export const GRID: Framework[] = [
       stream: PARALLEL,
       agent: PARALLEL,
       retry: expect([], ["charged bob 700", "looking into it"], [["bob", 700]]),
-      unkeyed: expect(["Refund later"], ["charged cy 900", "opened a ticket: Refund later"], [["cy", 900]]),
+      unkeyed: UNKEYED,
     },
     world: withCardWorld,
   },
@@ -88,6 +91,7 @@ export const GRID: Framework[] = [
       "agents-stream": PARALLEL,
       "agents-handoff": PARALLEL,
       "agents-approval": expect(["Disk full"], ["charged ada 500", "opened a ticket: Disk full"], [["ada", 500]]),
+      "agents-unkeyed": UNKEYED,
     },
     // The handoff's billing agent makes the parallel calls.
     quick: ["agents-handoff"],
@@ -98,7 +102,8 @@ export const GRID: Framework[] = [
     // (the model as it is) and with none (the model a durable model).
     name: "LangGraph.js",
     worker: "langgraph-worker.js",
-    scenarios: { "langgraph-checkpointer": PARALLEL, "langgraph-durable": PARALLEL },
+    scenarios: { "langgraph-checkpointer": PARALLEL, "langgraph-durable": PARALLEL, "langgraph-unkeyed": UNKEYED },
+    quick: ["langgraph-checkpointer", "langgraph-durable"],
     world: withCardWorld,
   },
   {

@@ -7,7 +7,9 @@
  * Scenarios: `langgraph-checkpointer`, a graph with a checkpointer that outlives the worker
  * (a file per run) and the model as it is: a redelivery resumes from the last checkpoint;
  * `langgraph-durable`, a graph with no checkpointer and the model a durable model: a
- * redelivery runs the graph again and its model's recorded turns are replayed.
+ * redelivery runs the graph again and its model's recorded turns are replayed;
+ * `langgraph-unkeyed`, with the checkpointer, a charge with no idempotency key, in doubt when
+ * killed after it was made: the tool's error is thrown, never checkpointed as its answer.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -23,6 +25,13 @@ import { charge, type Turn, WORDINGS } from "./scripted.js";
 import { ScriptedChatModel } from "./scripted-chat.js";
 
 const DISK = WORDINGS["Disk full"]!;
+const UNKEYED: Turn[] = [
+  [
+    ["open_ticket", { title: "Refund later" }],
+    ["charge_unkeyed", { customer: "cy", cents: 900 }],
+  ],
+  [],
+];
 const PARALLEL: Turn[] = [
   [
     ["open_ticket", { title: DISK }],
@@ -107,9 +116,25 @@ export async function run(job: Job): Promise<Result> {
         return made;
       },
     }),
+    actonce.tool({
+      name: "charge_unkeyed",
+      description: "Charge the customer's card with no idempotency key.",
+      schema: z.object({ customer: z.string(), cents: z.number() }),
+      execute: async ({ customer: name, cents }: { customer: string; cents: number }, call) => {
+        const made = await call.step("charge_unkeyed", { customer: name, cents }, async () => {
+          const id = await charge(job.processor, customer(name), cents, null);
+          landed();
+          return id;
+        });
+        await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
+        landed();
+        return made;
+      },
+    }),
   ];
-  const inner = new ScriptedChatModel(PARALLEL, job.killAtModel ?? 0);
-  const checkpointed = job.scenario === "langgraph-checkpointer";
+  const unkeyed = job.scenario === "langgraph-unkeyed";
+  const inner = new ScriptedChatModel(unkeyed ? UNKEYED : PARALLEL, job.killAtModel ?? 0);
+  const checkpointed = job.scenario !== "langgraph-durable";
   // With a checkpointer the model's answer is kept in the checkpoint; without, in a durable model turn.
   const model = (checkpointed ? inner : actonce.model(inner)).bindTools(tools);
   const graph = new StateGraph(MessagesAnnotation)

@@ -7,7 +7,8 @@
  * Scenarios: parallel calls with `run` (`agents-parallel`) and streamed
  * (`agents-stream`); a triage agent that hands off to the billing agent
  * (`agents-handoff`); a charge that needs a person's approval, given as the run is
- * interrupted, the run resumed from its state (`agents-approval`).
+ * interrupted, the run resumed from its state (`agents-approval`); a charge with no
+ * idempotency key, in doubt when killed after it was made (`agents-unkeyed`).
  */
 import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -30,6 +31,13 @@ export const AGENTS_SCRIPTS: Record<string, Turn[]> = {
   "agents-stream": [PARALLEL, []],
   // The triage agent's answer hands off; the billing agent answers the turns after it.
   "agents-handoff": [[["transfer_to_billing", {}]], PARALLEL, []],
+  "agents-unkeyed": [
+    [
+      ["open_ticket", { title: "Refund later" }],
+      ["charge_unkeyed", { customer: "cy", cents: 900 }],
+    ],
+    [],
+  ],
   "agents-approval": [
     [
       ["open_ticket", { title: DISK }],
@@ -82,6 +90,21 @@ export async function run(job: Job): Promise<Result> {
       return made;
     },
   });
+  const chargeUnkeyed = actonce.tool({
+    name: "charge_unkeyed",
+    description: "Charge the customer's card with no idempotency key.",
+    parameters: z.object({ customer: z.string(), cents: z.number() }),
+    execute: async ({ customer: name, cents }: { customer: string; cents: number }, call) => {
+      const made = await call.step("charge_unkeyed", { customer: name, cents }, async () => {
+        const id = await charge(job.processor, customer(name), cents, null);
+        landed();
+        return id;
+      });
+      await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
+      landed();
+      return made;
+    },
+  });
   const calls = { calls: 0 };
   const script = AGENTS_SCRIPTS[job.scenario]!;
   const model = (name: string) => actonce.model(scriptedAgentsModel(script, calls, job.killAtModel ?? 0), { name });
@@ -89,7 +112,7 @@ export async function run(job: Job): Promise<Result> {
     name: "billing",
     instructions: "Bill.",
     model: model("billing"),
-    tools: [openTicket, chargeCard],
+    tools: [openTicket, chargeCard, chargeUnkeyed],
   });
   const agent =
     job.scenario === "agents-handoff"
