@@ -88,7 +88,8 @@ pin-hashes: | $(STAMP)
 		-e '/^    # via actonce (pyproject.toml)$$/d' requirements/image.txt
 	$(PIP_COMPILE) --only-build-deps --output-file requirements/build.txt pyproject.toml
 
-$(TS_TARBALL): $(TS_CLIENT_STAMP)
+# Made again when a source of the client or its package.json changed.
+$(TS_TARBALL): $(TS_CLIENT_STAMP) $(TS_CLIENT)/package.json $(wildcard $(TS_CLIENT)/src/*.ts)
 	mkdir -p $(DIST) && rm -f $(DIST)/actonce-client-*.tgz
 	cd $(TS_CLIENT) && npm pack --silent --pack-destination $(abspath $(DIST)) >/dev/null
 

@@ -14,9 +14,11 @@ from tests.harness import RunningSidecar
 
 RUNNABLE = [s for s in snippets() if s.kind == "runnable"]
 
-# Where the snippets of the other kinds run, and how each test names the snippets it runs.
+# Where the snippets of the other kinds run, and how each test names the snippets it runs; a
+# TypeScript guide's agent (an example named ts-...) runs from the client's tarball.
 RUN_BY = {
     "example": (ROOT / "clients" / "python" / "tests" / "test_doc_agents.py", "{stem}"),
+    "ts-example": (ROOT / "clients" / "crosslang" / "test_install_agents.py", '"{name}"'),
     "mcp": (ROOT / "tests" / "fronts" / "mcp", 'readme_snippet("{name}")'),
 }
 
@@ -41,7 +43,8 @@ def test_every_other_marked_snippet_is_run_by_a_test() -> None:
     for snippet in snippets():
         if snippet.kind == "runnable":
             continue
-        where, form = RUN_BY[snippet.kind]
+        typescript = snippet.kind == "example" and snippet.name.startswith("ts-")
+        where, form = RUN_BY["ts-example" if typescript else snippet.kind]
         texts = [p.read_text() for p in ([where] if where.is_file() else where.rglob("*.py"))]
         named = form.format(name=snippet.name, stem=f'"{snippet.name.removesuffix("-agent")}"')
         assert any(named in text for text in texts), f"{snippet.page}: {snippet.name} runs nowhere"
