@@ -94,7 +94,7 @@ export const GRID: Framework[] = [
       "agents-unkeyed": UNKEYED,
     },
     // The handoff's billing agent makes the parallel calls.
-    quick: ["agents-handoff"],
+    quick: ["agents-handoff", "agents-approval", "agents-unkeyed"],
     world: withCardWorld,
   },
   {
@@ -103,7 +103,7 @@ export const GRID: Framework[] = [
     name: "LangGraph.js",
     worker: "langgraph-worker.js",
     scenarios: { "langgraph-checkpointer": PARALLEL, "langgraph-durable": PARALLEL, "langgraph-unkeyed": UNKEYED },
-    quick: ["langgraph-checkpointer", "langgraph-durable"],
+    quick: ["langgraph-checkpointer", "langgraph-durable", "langgraph-unkeyed"],
     world: withCardWorld,
   },
   {
