@@ -343,10 +343,13 @@ class RunActions:
         key: str = "",
         wait_seconds: float | None = None,
         within_seconds: float | None = None,
+        sent_by_sidecar: bool = False,
     ) -> WriteResult:
         """Begin a step. A BeginStep that repeats one of this attempt still running waits
         for it to end: ``wait_seconds`` (default: the settings'), and no longer than its
-        caller waits for the answer (``within_seconds``, when it says)."""
+        caller waits for the answer (``within_seconds``, when it says). A step whose call
+        the sidecar sends itself (``sent_by_sidecar``, the gateway's) is settled by the
+        sidecar alone: ``by_sidecar`` on its end, abort or failure."""
         canonical.require_name(tool, "tool")
         attempt = self._attempt(attempt_id)
         key = ids.require_key(key, run_id=attempt.run_id, scheme=attempt.id_scheme)
@@ -361,10 +364,17 @@ class RunActions:
             request_id=request_id,
             wait_seconds=wait,
             key=key,
+            sent_by_sidecar=sent_by_sidecar,
         )
 
     async def end_step(
-        self, *, attempt_id: str, step_id: str, result: JsonValue, request_id: str
+        self,
+        *,
+        attempt_id: str,
+        step_id: str,
+        result: JsonValue,
+        request_id: str,
+        by_sidecar: bool = False,
     ) -> WriteResult:
         canonical.require_name(step_id, "step_id")
         canonical.require_request_id(request_id)
@@ -375,10 +385,17 @@ class RunActions:
             result_json=result.text,
             result_digest=result.digest,
             request_id=request_id,
+            by_sidecar=by_sidecar,
         )
 
     async def abort_step(
-        self, *, attempt_id: str, step_id: str, reason: str, request_id: str
+        self,
+        *,
+        attempt_id: str,
+        step_id: str,
+        reason: str,
+        request_id: str,
+        by_sidecar: bool = False,
     ) -> WriteResult:
         canonical.require_name(step_id, "step_id")
         if len(reason.encode("utf-8", "surrogatepass")) > canonical.MAX_NAME_BYTES:
@@ -386,17 +403,27 @@ class RunActions:
         canonical.require_no_nul(reason, "reason")
         canonical.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
-        return await self._steps.abort(attempt, step_id, reason=reason, request_id=request_id)
+        return await self._steps.abort(
+            attempt, step_id, reason=reason, request_id=request_id, by_sidecar=by_sidecar
+        )
 
     async def fail_step(
-        self, *, attempt_id: str, step_id: str, error: str, request_id: str
+        self,
+        *,
+        attempt_id: str,
+        step_id: str,
+        error: str,
+        request_id: str,
+        by_sidecar: bool = False,
     ) -> WriteResult:
         """Record that a begun step's call was sent and failed, or that its tool answered
         an error: it may have acted and has not ended (sidecar.core.steps)."""
         canonical.require_name(step_id, "step_id")
         canonical.require_request_id(request_id)
         attempt = self._attempt(attempt_id)
-        return await self._steps.fail(attempt, step_id, error=error, request_id=request_id)
+        return await self._steps.fail(
+            attempt, step_id, error=error, request_id=request_id, by_sidecar=by_sidecar
+        )
 
     async def permit_step(
         self, *, attempt_id: str, step_id: str, timeout_seconds: float, keyed: bool

@@ -98,6 +98,9 @@ class StepState:
     step_id: str = ""
     status: StepStatus = StepStatus.RUNNING
     result_json: str = ""
+    # The sidecar sends this step's call itself (the MCP front's gateway): how the call
+    # ended is its answer's to say, never another caller's EndStep or AbortStep.
+    sent_by_sidecar: bool = False
     # Set whenever the step is not running: a repeat of it waits for this.
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     # Two EndSteps of one step at once: the second waits, then finds it ended.

@@ -42,6 +42,7 @@ from sidecar.errors import (
     ActonceError,
     AuditPersistenceFailed,
     InDoubt,
+    InvalidArgument,
     LeaseExpired,
     StepAborted,
     StepEnded,
@@ -77,6 +78,7 @@ class Steps:
         request_id: str,
         wait_seconds: float,
         key: str = "",
+        sent_by_sidecar: bool = False,
     ) -> WriteResult:
         identity = (
             ids.keyed_step_identity(tool, key) if key else ids.step_identity(tool, args_digest)
@@ -120,6 +122,7 @@ class Steps:
             identity=step.identity,
             occurrence=landing.occurrence,
             step_id=landing.derived_id,
+            sent_by_sidecar=sent_by_sidecar,
         )
         attempt.steps[landing.derived_id] = state
         return await self.path.to_the_end(attempt, self._land_begin(landing, state))
@@ -275,6 +278,19 @@ class Steps:
             )
         return state
 
+    def settled_by(self, attempt: Attempt, step_id: str, *, by_sidecar: bool) -> StepState:
+        """The begun step ``step_id``, for a caller to record how its call ended: refused
+        when the sidecar sends its call and the caller is not the sidecar. A call under way
+        that another caller aborted would be sent again by the next try, though it acted."""
+        state = self.begun(attempt, step_id)
+        if state.sent_by_sidecar and not by_sidecar:
+            raise InvalidArgument(
+                "step_id",
+                f"{step_id} is a call the sidecar's gateway sends: how it ended is its "
+                "answer's to say, not an EndStep's or an AbortStep's",
+            )
+        return state
+
     async def end(
         self,
         attempt: Attempt,
@@ -283,8 +299,9 @@ class Steps:
         result_json: str,
         result_digest: str,
         request_id: str,
+        by_sidecar: bool = False,
     ) -> WriteResult:
-        state = self.begun(attempt, step_id)
+        state = self.settled_by(attempt, step_id, by_sidecar=by_sidecar)
         return await self._once(
             attempt,
             request_id,
@@ -334,7 +351,13 @@ class Steps:
             return WriteResult(Outcome.APPLIED, id=step_id)
 
     async def abort(
-        self, attempt: Attempt, step_id: str, *, reason: str, request_id: str
+        self,
+        attempt: Attempt,
+        step_id: str,
+        *,
+        reason: str,
+        request_id: str,
+        by_sidecar: bool = False,
     ) -> WriteResult:
         """Record that a begun step's effect did not happen, so a later try may run it.
 
@@ -342,7 +365,7 @@ class Steps:
         its occurrence back, as a write that failed before it could land does,
         so that the same step begun again, now or by a retry, has the same id.
         """
-        state = self.begun(attempt, step_id)
+        state = self.settled_by(attempt, step_id, by_sidecar=by_sidecar)
         return await self._once(
             attempt,
             request_id,
@@ -383,13 +406,19 @@ class Steps:
             return WriteResult(Outcome.APPLIED, id=step_id)
 
     async def fail(
-        self, attempt: Attempt, step_id: str, *, error: str, request_id: str
+        self,
+        attempt: Attempt,
+        step_id: str,
+        *,
+        error: str,
+        request_id: str,
+        by_sidecar: bool = False,
     ) -> WriteResult:
         """Record that a begun step's call was sent and failed, or that its tool answered
         an error: it may have acted, and it has not ended. A later attempt never takes
         it for done: it runs an idempotent or read-only step again, and finds a
         non-idempotent one in doubt, with ``error`` for the operator to read."""
-        state = self.begun(attempt, step_id)
+        state = self.settled_by(attempt, step_id, by_sidecar=by_sidecar)
         fingerprint = ("FailStep", step_id, error)
         return await self._once(
             attempt, request_id, fingerprint, lambda: self._fail(attempt, state, error)

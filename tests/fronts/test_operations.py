@@ -20,8 +20,9 @@ from sidecar.fronts.operations import SERVICE, TABLE, Kind, entry, written
 LISTING = Path(__file__).parent / "mcp" / "tools_listing.json"
 # Keywords a core method takes from the front itself, not from a request's fields.
 FROM_THE_FRONT = {"within_seconds"}
-# Keywords a front passes only when it has more to say than the request (the gateway's wait).
-NOT_FROM_REQUESTS = {"wait_seconds"}
+# Keywords a front passes only when it has more to say than the request (the gateway's wait,
+# and that it sends a step's call itself and alone settles it).
+NOT_FROM_REQUESTS = {"wait_seconds", "sent_by_sidecar", "by_sidecar"}
 
 
 def _keywords(core: Callable[..., Any]) -> set[str]:

@@ -319,6 +319,7 @@ class Gateway:
             args=JsonValue.of(arguments, "args_json"),
             request_id=request_id,
             wait_seconds=self.timeout_seconds + REPEAT_WAIT_MARGIN_SECONDS,
+            sent_by_sidecar=True,
         )
         if step.outcome is Outcome.ALREADY_APPLIED:
             log.info("mcp_step_replayed", tool=listed, step_id=step.id)
@@ -498,6 +499,7 @@ class _Sending:
             step_id=self.step_id,
             reason=canonical.as_reason(f"not sent: {cause}"),
             request_id="",
+            by_sidecar=True,
         )
 
     async def _sent_without_answer(self, what: str) -> None:
@@ -509,6 +511,7 @@ class _Sending:
                 step_id=self.step_id,
                 error=f"sent, and {what}",
                 request_id="",
+                by_sidecar=True,
             )
         except ActonceError as error:
             # Not recorded (the ledger failed, the attempt was fenced): the step is still
@@ -535,7 +538,11 @@ class _Sending:
             await self._sent_without_answer(f"its answer could not be recorded: {exc.message}")
             raise AssertionError("unreachable: _sent_without_answer raised") from None
         await self.gateway.actions.end_step(
-            attempt_id=self.attempt_id, step_id=self.step_id, result=recorded, request_id=""
+            attempt_id=self.attempt_id,
+            step_id=self.step_id,
+            result=recorded,
+            request_id="",
+            by_sidecar=True,
         )
         return Called(result, Outcome.APPLIED, self.step_id)
 
@@ -549,6 +556,7 @@ class _Sending:
                 step_id=self.step_id,
                 reason=canonical.as_reason(f"the tool answered an error: {said}"),
                 request_id="",
+                by_sidecar=True,
             )
             return
         await actions.fail_step(
@@ -556,6 +564,7 @@ class _Sending:
             step_id=self.step_id,
             error=f"the tool answered an error: {said}",
             request_id="",
+            by_sidecar=True,
         )
 
 

@@ -26,6 +26,7 @@ from sidecar.errors import ActonceError
 from sidecar.fronts.mcp.gateway import ANSWER_LIMIT_BYTES, Gateway
 from sidecar.fronts.mcp.settings import ToolSpec, Upstream
 from sidecar.ledger.base import Phase
+from sidecar.rules.canonical import JsonValue
 from sidecar.rules.effects import ToolEffect
 from tests.core.fakes import MemoryLedger, MemoryStore, run_actions
 
@@ -38,6 +39,7 @@ EFFECTS = {
     "payments__send_mail": ToolSpec(WRITE, errors_mean_nothing_happened=True),
     "payments__large": ToolSpec(ToolEffect.READ_ONLY),
     "payments__slow": ToolSpec(WRITE),
+    "payments__hold": ToolSpec(WRITE),
     "payments__balance": ToolSpec(ToolEffect.READ_ONLY),
 }
 
@@ -48,6 +50,9 @@ class Payments:
 
     calls: Counter[str] = field(default_factory=Counter)
     keys: list[str] = field(default_factory=list)
+    # hold(): set once it charged, and what lets it answer.
+    holding: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
     def server(self) -> MCPServer:
         server = MCPServer("payments")
@@ -96,6 +101,14 @@ class Payments:
             self.calls["slow"] += 1
             await asyncio.sleep(30)
             return {}
+
+        @server.tool()
+        async def hold(customer: str) -> dict[str, Any]:
+            """A charge that answers only once the test lets it."""
+            self.calls["hold"] += 1
+            self.holding.set()
+            await self.release.wait()
+            return {"charged": customer}
 
         @server.tool(annotations=ToolAnnotations(read_only_hint=True))
         async def balance(customer: str) -> dict[str, Any]:
@@ -331,5 +344,44 @@ def test_a_call_past_its_deadline_was_sent_and_has_no_answer() -> None:
             reason = await w.refused(await w.begin(), "payments__slow", {})
             assert reason == "UPSTREAM_FAILED"
             assert w.payments.calls["slow"] == 1
+
+    run(test)
+
+
+def test_a_call_under_way_is_settled_by_the_gateway_alone() -> None:
+    """The agent's own AbortStep or EndStep of a gateway call still under way (its step id
+    derived as docs/derived-ids.md says) is refused and records nothing: aborted, the call
+    that charged would be sent again by the next try; only its answer says how it ended."""
+
+    async def test() -> None:
+        async with world() as w:
+            attempt = await w.begin()
+            arguments = {"customer": "hal"}
+            call = asyncio.ensure_future(w.gateway.call(attempt, "payments__hold", arguments))
+            await w.payments.holding.wait()
+            (step_id,) = {
+                e.event.derived_id for e in w.ledger.events if e.event.phase == Phase.STEP_PERMIT
+            }
+            before = w.phases()
+            with pytest.raises(ActonceError) as aborted:
+                await w.actions.abort_step(
+                    attempt_id=attempt, step_id=step_id, reason="nothing happened", request_id=""
+                )
+            with pytest.raises(ActonceError) as ended:
+                await w.actions.end_step(
+                    attempt_id=attempt,
+                    step_id=step_id,
+                    result=JsonValue.of({"forged": True}, "result_json"),
+                    request_id="",
+                )
+            assert aborted.value.reason == ended.value.reason == "INVALID_ARGUMENT"
+            assert w.phases() == before
+            w.payments.release.set()
+            called = await call
+            assert called.outcome is Outcome.APPLIED
+            assert called.result.structured_content == {"charged": "hal"}
+            again = await w.gateway.call(await w.begin(), "payments__hold", arguments)
+            assert again.outcome is Outcome.ALREADY_APPLIED
+            assert w.payments.calls["hold"] == 1
 
     run(test)
