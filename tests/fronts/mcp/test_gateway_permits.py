@@ -123,11 +123,13 @@ def test_a_call_in_flight_when_its_attempt_is_fenced_is_not_decidable_and_charge
 def test_a_call_whose_lease_passes_is_cut_at_the_lease_and_is_never_decided_while_sent(
     tmp_path: Path, start_charges: StartCharges
 ) -> None:
-    late = start_charges("late", charge_seconds=8)
+    late = start_charges("late", charge_seconds=12)
     config = sidecar_config(tmp_path / "data")
     sidecar, base = serve_gateway(config, tmp_path, late.url, "lease")
     try:
-        lease = (datetime.now(UTC) + timedelta(seconds=4)).isoformat()
+        # Long enough for the step to begin (a write needs the store's deadline, 5 s by
+        # default, left on its lease), shorter than the charge.
+        lease = (datetime.now(UTC) + timedelta(seconds=7)).isoformat()
         first = begin_with_lease(base, "run-l", lease)
         thread, answers = _in_background(base, first)
         step_id = _permitted_step(config, "run-l")
@@ -135,7 +137,7 @@ def test_a_call_whose_lease_passes_is_cut_at_the_lease_and_is_never_decided_whil
             e.event for e in ledger_events(config, "run-l") if e.event.phase == Phase.STEP_PERMIT
         )
         # The call's one deadline is the lease's end, not the upstream timeout's 30 s.
-        assert float(permit.detail["seconds"]) <= 4.0
+        assert float(permit.detail["seconds"]) <= 7.0
         refused = _resolve(config, step_id)
         assert refused.returncode != 0 and "under way" in refused.stderr, refused
         thread.join(30)
@@ -146,7 +148,7 @@ def test_a_call_whose_lease_passes_is_cut_at_the_lease_and_is_never_decided_whil
         assert code == 3 and [item["id"] for item in items] == [step_id]
         retry = begin(base, "run-l")
         assert error_of(call(base, retry, LATE, CUSTOMER)) == ("IN_DOUBT", "UNKNOWN")
-        time.sleep(9)  # longer than the upstream takes to act, whatever it does after the cut
+        time.sleep(12)  # longer than the upstream takes to act, whatever it does after the cut
     finally:
         sidecar.stop()
     assert len(late.lines("late ann")) <= 1
