@@ -23,9 +23,11 @@ import psycopg
 import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
+from actonce_api.v1 import types_pb2
 from grpc_health.v1 import health_pb2
 
 from sidecar.ledger import inspect
+from sidecar.ledger.base import Phase
 from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.postgres import PostgresLedgerReader
 from tests.faults.support import data, stored_by_n, wait_for
@@ -104,6 +106,8 @@ class _Run:
         self.number = number
         self.refusals: list[Refusal] = []
         self.acknowledged: dict[int, str] = {}
+        # Every answer of every attempt: (attempt_id, artifact id, outcome).
+        self.answers: list[tuple[str, str, str]] = []
 
     def go(self) -> None:
         for tries in range(20):
@@ -131,6 +135,7 @@ class _Run:
                 timeout=10,
             )
             self.acknowledged[n] = answer.id
+            self.answers.append((attempt, answer.id, types_pb2.Outcome.Name(answer.outcome)))
 
 
 def test_a_burst_through_pgbouncer_in_transaction_mode_with_kills_lands_once(
@@ -167,17 +172,25 @@ def test_a_burst_through_pgbouncer_in_transaction_mode_with_kills_lands_once(
     stored = stored_by_n(sidecar_config(tmp_path / "read", store_dsn=store), "k")
     assert len(stored) == RUNS * WRITES_PER_RUN
     assert all(len(ids) == 1 for ids in stored.values())
+    assert stored == {
+        run.number * 1000 + n: [i] for run in runs for n, i in run.acknowledged.items()
+    }
     reader = PostgresLedgerReader(ledger)
     try:
         verdict = inspect.verify(reader)
         assert verdict.intact, verdict
-        applied = Counter(
-            e.event.derived_id for e in reader.events() if e.event.outcome == "OUTCOME_APPLIED"
-        )
+        outcomes = [e.event for e in reader.events() if e.event.phase == Phase.OUTCOME]
     finally:
         reader.close()
+    applied = Counter(e.derived_id for e in outcomes if e.outcome == "OUTCOME_APPLIED")
     assert set(applied.values()) == {1}
-    assert {i for run in runs for i in run.acknowledged.values()} <= set(applied)
+    # Nothing answered before its outcome was durable: each answer is the outcome event of
+    # the attempt that gave it. Not each an APPLIED one: a sidecar killed after the store
+    # made a write and before its outcome committed answered nothing, and the run's retry
+    # finds the id used and answers ALREADY_APPLIED, as its own outcome records.
+    recorded = {(e.attempt_id, e.derived_id, e.outcome) for e in outcomes}
+    answered = {answer for run in runs for answer in run.answers}
+    assert answered <= recorded, answered - recorded
 
 
 def test_a_pooler_whose_connections_cannot_write_makes_the_sidecar_not_serving(
