@@ -141,10 +141,10 @@ def test_a_run_retried_across_languages_lands_every_write_once(
     assert py_retry[4]["id"] == derive_id(WriteType.CREATE, identity=ticket_identity,
                                           occurrence=1, **derive)  # fmt: skip
 
-    # What the store holds: each write once.
+    # What the store holds: each write once, read by a run of the rule that owns it.
     thread, ticket, twin = py_retry[0]["id"], py_retry[1]["id"], py_retry[4]["id"]
     with Client(target) as client:
-        reader = client.begin(f"reader-{uuid.uuid4()}", "reader")
+        reader = client.begin(f"reader-{uuid.uuid4()}", RULE)
         messages = reader.read_thread(thread)
         assert [(m.kind, m.text) for m in messages] == [
             ("notice", f"Filed {ticket}"),
