@@ -316,7 +316,9 @@ class Capabilities:
     issued under it (after the overlap a rotation allows), as it ends the console's
     sessions. The MAC is bound to the attempt's id, which names one run, rule and scope
     for the attempt's life; its lease and its end are the attempt's own: a write past the
-    lease is refused LEASE_EXPIRED, an ended attempt's calls UNKNOWN_ATTEMPT.
+    lease is refused LEASE_EXPIRED, an ended attempt's calls UNKNOWN_ATTEMPT. It has no
+    expiry of its own: a delivery's capability still begins scoped attempts of that
+    delivery once the sidecar no longer knows it (docs/security.md says what that leaves).
     """
 
     def __init__(self, token: TokenFile) -> None:
@@ -332,7 +334,11 @@ class Capabilities:
         """The attempt ``presented`` is the capability of; None when it is none."""
         try:
             form, attempt_id, encoded = (presented or b"").decode("ascii").split(".")
-            mac = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+            # Strict: a capability has one spelling, unpadded (urlsafe_b64decode skips junk).
+            if "=" in encoded:
+                raise ValueError("padded")
+            padded = encoded + "=" * (-len(encoded) % 4)
+            mac = base64.b64decode(padded, altchars=b"-_", validate=True)
         except ValueError:  # not ASCII, not three parts, not base64
             return None
         if form != CAPABILITY_FORM or not attempt_id:

@@ -123,3 +123,15 @@ def test_exemptions_name_health_and_reflection_or_none() -> None:
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
     }
+
+
+def test_a_capability_has_one_spelling(tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("s3cret-token\n")
+    capabilities = auth.Capabilities(auth.TokenFile(path))
+    issued = capabilities.issue("att_1")
+    assert capabilities.holder(issued.encode()) == "att_1"
+    form, attempt, mac = issued.split(".")
+    for spelled in (f"{mac[:4]}!!{mac[4:]}", f"{mac}=", f"{mac[:4]}={mac[4:]}"):
+        assert capabilities.holder(f"{form}.{attempt}.{spelled}".encode()) is None, spelled
+    assert capabilities.holder(f"{form}.att_2.{mac}".encode()) is None
