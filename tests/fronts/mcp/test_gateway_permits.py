@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from sidecar.config import Config
-from sidecar.ledger.base import Phase
+from sidecar.ledger import permits
+from sidecar.ledger.base import Phase, StoredEvent
 from tests.fronts.mcp.conftest import StartCharges
 from tests.fronts.mcp.gateway_support import (
     begin,
@@ -71,6 +72,12 @@ def _permitted_step(config: Config, run_id: str) -> str:
         return next((e.event.derived_id for e in events if e.event.phase == Phase.STEP_PERMIT), "")
 
     return str(_until(permitted, seconds=90))
+
+
+def _open_permit(config: Config, run_id: str, step_id: str) -> StoredEvent | None:
+    """The permit of ``step_id`` whose call has no recorded end yet, if there is one."""
+    events = [e for e in ledger_events(config, run_id) if e.event.derived_id == step_id]
+    return permits.open_permit(events)
 
 
 def _resolve(
@@ -205,14 +212,15 @@ def test_a_sidecar_frozen_between_its_permit_and_its_send_never_sends_after_a_de
     # is decidable; the redelivery charges on the second sidecar; the first wakes.
     # A handshake far longer than the call's deadline: the freeze comes during it, whatever
     # the machine's load, and the call cannot have been sent before it.
-    payments = start_charges("frozen", slow_handshake=8.0)
+    payments = start_charges("frozen", slow_handshake=30.0)
     ledger_dsn, store_dsn = pg.fresh_database("frozen_ledger"), pg.fresh_database("frozen_store")
     one = sidecar_config(tmp_path / "one", audit_dsn=ledger_dsn, store_dsn=store_dsn)
     two = sidecar_config(tmp_path / "two", audit_dsn=ledger_dsn, store_dsn=store_dsn)
-    timeout = ("--mcp-upstream-timeout", "3")
+    # Room for a loaded machine to freeze the sidecar well before the call's deadline.
+    timeout = ("--mcp-upstream-timeout", "8")
     first_sidecar, first_base = serve_gateway(one, tmp_path, payments.url, "one", *timeout)
     second_sidecar, second_base = serve_gateway(two, tmp_path, payments.url, "two", *timeout)
-    armed = payments.log.with_name(payments.log.name + ".slow")
+    armed = payments.log.with_suffix(".slow")
     try:
         attempt = begin(first_base, "run-z")
         listed = call(first_base, attempt, "payments__balance", {"customer": "ann"})
@@ -221,7 +229,8 @@ def test_a_sidecar_frozen_between_its_permit_and_its_send_never_sends_after_a_de
         thread, _answers = _in_background(first_base, attempt)
         step_id = _permitted_step(one, "run-z")
         os.kill(first_sidecar.process.pid, signal.SIGSTOP)
-        frozen_at = time.monotonic()
+        permit = _open_permit(one, "run-z", step_id)
+        assert permit is not None, "the call ended before the freeze: it was not frozen in flight"
         refused = _resolve(one, step_id)
         assert refused.returncode != 0 and "under way" in refused.stderr, refused
         assert payments.lines("late") == []  # what the person sees at the processor
@@ -229,9 +238,11 @@ def test_a_sidecar_frozen_between_its_permit_and_its_send_never_sends_after_a_de
         def decided() -> bool:
             return _resolve(one, step_id).returncode == 0
 
-        _until(decided, seconds=60)
-        # Decidable only once the permit's deadline passed and the frozen sidecar went silent.
-        assert time.monotonic() - frozen_at >= 3.0
+        _until(decided, seconds=90)
+        # Decidable only once the permit's deadline passed and the frozen sidecar went silent
+        # (the ledger is a PostgreSQL server on this host: one clock for both).
+        deadline = permits.deadline_of(permit)
+        assert deadline is not None and datetime.now(UTC) >= deadline, permit
         armed.unlink()
         redelivery = begin(second_base, "run-z")
         charged = call(second_base, redelivery, LATE, CUSTOMER)
