@@ -123,7 +123,7 @@ def generate(path: Path, count: int, seed: int = 7, *, days: float = 1.0) -> int
     original = schema.now
     schema.now = _Clock(rng, days)  # chain() stamps each event; give them a spread
     try:
-        seq, head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+        seq, head = conn.execute("SELECT seq, hash FROM audit_chains WHERE chain = 0").fetchone()
         seq, head = int(seq), str(head or GENESIS_HASH)
         written, n = 0, seq  # run numbers go on past those of an earlier call
         while written < count:
@@ -140,7 +140,8 @@ def generate(path: Path, count: int, seed: int = 7, *, days: float = 1.0) -> int
                 chained.begun,
             )
             conn.execute(
-                "UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1", (chained.seq, chained.head)
+                "UPDATE audit_chains SET seq = ?, hash = ? WHERE chain = 0",
+                (chained.seq, chained.head),
             )
             conn.execute("COMMIT")
             seq, head, written = chained.seq, chained.head, written + len(chained.rows)

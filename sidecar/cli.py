@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from sidecar import defaults, extras, version
 from sidecar.config import Config, commands, reading
 from sidecar.config.reading import ConfigError, add_settings, check_environment, resolve
+from sidecar.ledger.chains import POSTGRES_CHAINS
 from sidecar.ops import logs, tracing_settings
 from sidecar.ops.http_guard import beyond_loopback_problem, is_loopback_listen
 
@@ -164,6 +165,15 @@ def _migrate_arguments(sub: argparse.ArgumentParser) -> None:
         help="an existing role people decide as (audit resolve, the console): its members "
         "alone may append a decision; it must not be, nor contain, the writer role",
     )
+    sub.add_argument(
+        "--chains",
+        type=int,
+        default=POSTGRES_CHAINS,
+        metavar="N",
+        help="the hash chains a ledger that has none yet is partitioned into, each run's "
+        f"events in one, appended without waiting on the others (default {POSTGRES_CHAINS}); "
+        "a ledger keeps the count it was given",
+    )
 
 
 def _pending_arguments(sub: argparse.ArgumentParser) -> None:
@@ -219,7 +229,7 @@ _AUDIT_VALUES: tuple[str, ...] = (
     "by",
     "reason",
 )
-_AUDIT_VALUES += ("with_export", "before", "export", "writer_role", "operator_role")
+_AUDIT_VALUES += ("with_export", "before", "export", "writer_role", "operator_role", "chains")
 
 
 def _fail(message: str) -> NoReturn:

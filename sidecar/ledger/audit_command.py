@@ -24,6 +24,7 @@ from sidecar.ops.terminal import EscapingWriter, escaped
 
 if TYPE_CHECKING:
     from sidecar.ledger.operator import OperatorLedger
+    from sidecar.ledger.retention import PruneResult
 from sidecar.rules import canonical
 
 
@@ -193,7 +194,9 @@ def run_prune(values: dict[str, Any]) -> int:
         return 2
     finally:
         ledger.close()
-    if result.cut > result.after:
+    if result.chains:
+        _print_chains(result, export, str(values["before"]))
+    elif result.cut > result.after:
         print(
             f"pruned events #{result.after + 1} to #{result.cut} ({result.exported} events), "
             f"exported to {export}; the ledger's chain now begins after #{result.cut} "
@@ -208,6 +211,25 @@ def run_prune(values: dict[str, Any]) -> int:
         for hold in result.holds:
             print(f"    #{hold.seq}: {escaped(hold.why)}")
     return PENDING_FOUND if result.held_by_pending else 0
+
+
+def _print_chains(result: PruneResult, export: Path, before: str) -> None:
+    """What a prune of a ledger of many chains removed and kept, chain by chain."""
+    removed = [part for part in result.chains if part.cut > part.after]
+    if not removed:
+        print(f"nothing to prune before {before}: {export} is empty")
+    for part in removed:
+        print(
+            f"chain {part.chain}: pruned {part.exported} events after #{part.after} to "
+            f"#{part.cut}; the chain now begins after #{part.cut} (hash {part.hash})"
+        )
+    if removed:
+        print(f"{result.exported} events exported to {export}")
+    for part in result.chains:
+        if part.holds:
+            print(f"chain {part.chain}: kept events from #{part.cut + 1}, older than --before:")
+            for hold in part.holds:
+                print(f"    #{hold.seq}: {escaped(hold.why)}")
 
 
 def _pending(ledger: OperatorLedger, values: dict[str, Any]) -> int:
@@ -263,15 +285,20 @@ def run_migrate(values: dict[str, Any]) -> int:
             file=sys.stderr,
         )
         return 2
+    from sidecar.ledger.chains import POSTGRES_CHAINS
     from sidecar.ledger.pgschema import migrate
 
     try:
-        state = migrate(str(dsn), writer_role=role, operator_role=operator)
+        chains = int(values.get("chains") or POSTGRES_CHAINS)
+        state = migrate(str(dsn), writer_role=role, operator_role=operator, chains=chains)
     except LedgerError as exc:
         print(f"actonce: error: {exc}", file=sys.stderr)
         return 2
     was = "new" if state.migrated_from is None else f"was version {state.migrated_from}"
-    print(f"ledger schema at version {state.version} ({was}), owned by role {state.role}")
+    print(
+        f"ledger schema at version {state.version} ({was}), owned by role {state.role}, "
+        f"{state.chains} chain{'s' if state.chains != 1 else ''}"
+    )
     if role:
         print(
             f"role {role} may append events, and fence and bind runs of the rule they have; "

@@ -142,6 +142,9 @@ class StoredEvent:
     event: AuditEvent
     prev_hash: str
     hash: str
+    # The chain the event was appended to (sidecar.ledger.chains): prev_hash links to the
+    # event before it in that chain.
+    chain: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,21 +155,30 @@ class Checkpoint:
     seq: int
     hash: str
     events: int
+    chain: int = 0
+    # The checkpoint (of the same chain) this prune went on from, where the prune recorded
+    # it: a chain's numbers have gaps in a ledger of many chains.
+    follows: int | None = None
 
     @property
     def after(self) -> int:
         """The last event of the chain before what this prune removed."""
-        return self.seq - self.events
+        return self.seq - self.events if self.follows is None else self.follows
 
 
-def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str) -> str:
-    """The chain hash of an event: over its number, time, content and predecessor."""
+def event_hash(seq: int, ts: str, event: AuditEvent, prev_hash: str, chain: int = 0) -> str:
+    """The chain hash of an event: over its number, time, content, chain and predecessor.
+
+    Chain 0 is hashed without naming it, as every event was before a ledger had chains:
+    a ledger's history from then is chain 0's, its hashes unchanged."""
     # The fields as asdict() gives them, without its deep copy: the JSON is the same.
     content = {
         name: getattr(event, name)
         for name in _EVENT_FIELDS
         if name not in _HASHED_WHEN_SET or getattr(event, name)
     }
+    if chain:
+        content["chain"] = chain
     body = json.dumps(
         {"seq": seq, "ts": ts, **content},
         sort_keys=True,
@@ -270,29 +282,36 @@ class LedgerReader(Protocol):
         """Every run in the ledger, most recent first."""
         ...
 
-    def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
-        """Events in sequence order, all or one run's, from after ``after``."""
+    def events(
+        self, *, run_id: str | None = None, after: int = 0, chain: int | None = None
+    ) -> Iterator[StoredEvent]:
+        """Events in sequence order, all, one run's or one chain's, from after ``after``."""
         ...
 
     def count(self) -> int:
         """How many events the ledger holds."""
         ...
 
-    def head(self) -> tuple[int, str]:
-        """The chain's head as the ledger recorded it: last sequence number and hash."""
+    def heads(self) -> dict[int, tuple[int, str]]:
+        """Each chain's head as the ledger recorded it: last sequence number and hash."""
         ...
 
-    def checkpoint(self) -> tuple[int, str]:
-        """Where the chain the ledger holds begins: the sequence number and hash of the
-        last event the newest prune removed, or (0, GENESIS_HASH) if none was."""
+    def head(self) -> tuple[int, str]:
+        """The newest of the chains' heads: the ledger's newest event's number and hash."""
+        ...
+
+    def checkpoint(self, chain: int = 0) -> tuple[int, str]:
+        """Where ``chain`` as the ledger holds it begins: the sequence number and hash of
+        the last event of it the newest prune removed, or (0, GENESIS_HASH) if none was."""
         ...
 
     def checkpoints(self) -> list[Checkpoint]:
         """Every prune's checkpoint, oldest first."""
         ...
 
-    def first_seq(self) -> int | None:
-        """The number of the oldest event the ledger still holds; None when it holds none."""
+    def first_seq(self, chain: int | None = None) -> int | None:
+        """The number of the oldest event the ledger (or ``chain``) still holds; None when
+        it holds none."""
         ...
 
     def snapshot(self) -> AbstractContextManager[None]:

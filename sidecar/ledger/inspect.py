@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -62,8 +62,12 @@ def _broken(
 
 @dataclass
 class _Chain:
-    """A walk along the chain: the next sequence number and hash each event must link to
-    (None: the first event's own link is taken, as the chain's start)."""
+    """A walk along one chain: the next sequence number and hash each event must link to
+    (None: the first event's own link is taken, as the chain's start).
+
+    In a ledger of one chain the numbers have no gaps: ``expected`` is the next event's.
+    In a ledger of many (``gaps``) they come from one sequence shared by the chains: each
+    event's number is above the one before it in its chain, and the links say the rest."""
 
     expected: int
     prev: str | None
@@ -71,21 +75,31 @@ class _Chain:
     # The checkpoints' hashes by number: an event walked at a checkpoint must have it.
     marks: dict[int, str] = field(default_factory=dict)
     seen: Seen | None = None
+    chain: int = 0
+    gaps: bool = False
 
     def take(self, stored: StoredEvent) -> tuple[int, str] | None:
         """The first bad event and why, if ``stored`` does not follow the chain so far."""
-        if stored.seq != self.expected:
+        if stored.seq != self.expected and not (self.gaps and stored.seq > self.expected):
             return self.expected, (
                 f"event {self.expected} is missing: the next event is "
                 f"{stored.seq} (deleted or renumbered)"
             )
         prev = stored.prev_hash if self.prev is None else self.prev
         if stored.prev_hash != prev:
-            return stored.seq, (
-                "it does not link to the event before it (an event was "
+            # With gaps, what is missing lies between the last event that fit and this one.
+            return self.expected if self.gaps else stored.seq, (
+                f"event {stored.seq} does not link to the event before it in chain "
+                f"{self.chain} (an event was deleted, inserted or reordered)"
+                if self.gaps
+                else "it does not link to the event before it (an event was "
                 "deleted, inserted or reordered)"
             )
-        if event_hash(stored.seq, stored.ts, stored.event, prev) != stored.hash:
+        if stored.chain != self.chain:
+            return stored.seq, (
+                f"it says it is of chain {stored.chain}, but was walked in chain {self.chain}"
+            )
+        if event_hash(stored.seq, stored.ts, stored.event, prev, stored.chain) != stored.hash:
             return stored.seq, "its content does not match its hash (the event was edited)"
         if self.marks.get(stored.seq, stored.hash) != stored.hash:
             return stored.seq, (
@@ -93,7 +107,7 @@ class _Chain:
                 "than the event's: it was not recorded by a prune"
             )
         self.prev = stored.hash
-        self.expected += 1
+        self.expected = stored.seq + 1
         self.checked += 1
         if self.seen is not None:
             self.seen(stored)
@@ -128,47 +142,107 @@ def verify(
     nothing to remove) vouch for nothing and are checked as such.
 
     ``decisions`` is shown every event walked, in order, once it fits the chain.
+
+    A ledger of many chains (sidecar.ledger.chains) is walked chain by chain, each against
+    its own head and checkpoints, all in the one snapshot; the first chain that does not
+    fit is named.
     """
     with reader.snapshot():
+        heads = reader.heads()
         marks = reader.checkpoints()
-        low = reader.first_seq()
-        forged = _forged_checkpoint(marks, low)
-        if forged is not None:
-            return forged
-        after, prev = (marks[-1].seq, marks[-1].hash) if marks else (0, GENESIS_HASH)
-        by_seq = {mark.seq: mark.hash for mark in marks}
-        walked = _walk_exports(exports, by_seq, decisions) if exports else None
-        if isinstance(walked, Verdict):
-            return walked
-        if walked is None:
-            return _walk_ledger(
-                reader, after, prev, by_seq, progress, bool(exports), seen=decisions
-            )
-        chain, first = walked
-        if (chain.expected - 1, chain.prev) != (after, prev):
-            where = f"after event {after}" if after else "at the first event (never pruned)"
-            return _broken(
-                chain.expected,
-                f"the exports end at event {chain.expected - 1} but the ledger's "
-                f"chain begins {where}: an export is missing, or is not of this "
-                "ledger",
-                checked=chain.checked,
-                after=first,
-            )
-        return _walk_ledger(
-            reader,
-            after,
-            prev,
-            by_seq,
-            progress,
-            False,
-            exported=chain.checked,
-            first=first,
-            seen=decisions,
+        if len(heads) <= 1:
+            view = _ChainView(reader, 0, heads.get(0, (0, GENESIS_HASH)), gaps=False)
+            return _verify_chain(view, marks, progress, exports, exports, decisions)
+        exported = [path for path in exports if next(_read_export(path), None) is not None]
+        verdicts: list[Verdict] = []
+        for chain in sorted(heads):
+            view = _ChainView(reader, chain, heads[chain], gaps=True)
+            of_chain = [mark for mark in marks if mark.chain == chain]
+            verdict = _verify_chain(view, of_chain, progress, exports, exported, decisions)
+            if not verdict.intact:
+                return replace(verdict, problem=f"in chain {chain}: {verdict.problem}")
+            verdicts.append(verdict)
+        return Verdict(
+            True,
+            sum(v.checked for v in verdicts),
+            after=min(v.after for v in verdicts),
+            exported=sum(v.exported for v in verdicts),
+            leftover=sum(v.leftover for v in verdicts),
+            exports_empty=bool(exports) and not exported,
         )
 
 
-def _forged_checkpoint(marks: Sequence[Checkpoint], low: int | None) -> Verdict | None:
+@dataclass(frozen=True)
+class _ChainView:
+    """One chain of a ledger, as a walk reads it: its events, its oldest, its head."""
+
+    reader: LedgerReader
+    chain: int
+    head: tuple[int, str]
+    gaps: bool  # a ledger of many chains: the numbers along a chain have gaps
+
+    def events(self, after: int) -> Iterator[StoredEvent]:
+        if not self.gaps:  # a ledger of one chain (maybe one no sidecar has migrated yet)
+            return self.reader.events(after=after)
+        return self.reader.events(after=after, chain=self.chain)
+
+    def first_seq(self) -> int | None:
+        return self.reader.first_seq(None if not self.gaps else self.chain)
+
+    def walk(
+        self, expected: int, prev: str | None, marks: dict[int, str], seen: Seen | None
+    ) -> _Chain:
+        return _Chain(expected, prev, marks=marks, seen=seen, chain=self.chain, gaps=self.gaps)
+
+
+def _verify_chain(
+    view: _ChainView,
+    marks: Sequence[Checkpoint],
+    progress: Progress | None,
+    exports: Sequence[Path],
+    exported: Sequence[Path],
+    decisions: Seen | None,
+) -> Verdict:
+    """Walk one chain from its checkpoint (through ``exported``, the exports that hold any
+    event, first): the verdict on it."""
+    low = view.first_seq()
+    forged = _forged_checkpoint(marks, low, view)
+    if forged is not None:
+        return forged
+    after, prev = (marks[-1].seq, marks[-1].hash) if marks else (0, GENESIS_HASH)
+    by_seq = {mark.seq: mark.hash for mark in marks}
+    walked = _walk_exports(exported, by_seq, decisions, view) if exported else None
+    if isinstance(walked, Verdict):
+        return walked
+    if walked is None:
+        return _walk_ledger(view, after, prev, by_seq, progress, bool(exports), seen=decisions)
+    chain, first = walked
+    if (chain.expected - 1 if not view.gaps else after, chain.prev) != (after, prev):
+        where = f"after event {after}" if after else "at the first event (never pruned)"
+        return _broken(
+            chain.expected,
+            f"the exports end at event {chain.expected - 1} but the ledger's "
+            f"chain begins {where}: an export is missing, or is not of this "
+            "ledger",
+            checked=chain.checked,
+            after=first,
+        )
+    return _walk_ledger(
+        view,
+        after,
+        prev,
+        by_seq,
+        progress,
+        False,
+        exported=chain.checked,
+        first=first,
+        seen=decisions,
+    )
+
+
+def _forged_checkpoint(
+    marks: Sequence[Checkpoint], low: int | None, view: _ChainView
+) -> Verdict | None:
     """The verdict on a checkpoint no prune can have recorded: one that does not follow
     the one before it, or the newest while the first event it says was removed is still
     there (a prune deletes that one in the transaction that records it)."""
@@ -183,6 +257,20 @@ def _forged_checkpoint(marks: Sequence[Checkpoint], low: int | None) -> Verdict 
             )
         before = mark.seq
     newest = marks[-1] if marks else None
+    if view.gaps and newest is not None and newest.events and low is not None:
+        # The first event after the checkpoint before it is the first the prune removed:
+        # the one that links to that checkpoint's hash (or the genesis).
+        linked = marks[-2].hash if len(marks) > 1 else GENESIS_HASH
+        first = next(view.events(newest.after), None)
+        if first is None or first.seq > newest.seq or first.prev_hash != linked:
+            return None
+        return _broken(
+            first.seq,
+            f"the checkpoint after event #{newest.seq} says a prune removed the events of "
+            f"chain {view.chain} after #{newest.after} to #{newest.seq}, but event "
+            f"#{first.seq}, the first of them, is still in the ledger: it was not recorded "
+            "by a prune",
+        )
     if newest is not None and newest.events and low is not None and low <= newest.after + 1:
         return _broken(
             low,
@@ -195,7 +283,7 @@ def _forged_checkpoint(marks: Sequence[Checkpoint], low: int | None) -> Verdict 
 
 
 def _walk_ledger(
-    reader: LedgerReader,
+    view: _ChainView,
     after: int,
     prev: str,
     marks: dict[int, str],
@@ -208,14 +296,14 @@ def _walk_ledger(
 ) -> Verdict:
     """Walk every event the ledger holds: from the checkpoint, or from the oldest event
     left at or before it, which links to an event a prune removed."""
-    low = reader.first_seq()
+    low = view.first_seq()
     leftover = after - low + 1 if low is not None and low <= after else 0
-    chain = _Chain(low, None, marks=marks, seen=seen) if low is not None and leftover else None
-    chain = chain or _Chain(after + 1, prev, marks=marks, seen=seen)
+    chain = view.walk(low, None, marks, seen) if low is not None and leftover else None
+    chain = chain or view.walk(after + 1, prev, marks, seen)
     begin = after if first is None else first
     # What the head says is there, for the progress: counting the rows would read them all
     # a second time.
-    total = reader.head()[0] - chain.expected + 1
+    total = view.head[0] - chain.expected + 1
 
     def verdict(intact: bool, first_bad: int | None = None, problem: str = "") -> Verdict:
         # Events before the checkpoint that the exports hold too are counted once.
@@ -224,13 +312,13 @@ def _walk_ledger(
             intact, max(0, checked), first_bad, problem, begin, exported, leftover, exports_empty
         )
 
-    for stored in reader.events(after=chain.expected - 1):
+    for stored in view.events(chain.expected - 1):
         bad = chain.take(stored)
         if bad is not None:
             return verdict(False, *bad)
         if progress is not None and chain.checked % PROGRESS_EVERY == 0:
             progress(chain.checked, total)
-    head_seq, head_hash = reader.head()
+    head_seq, head_hash = view.head
     last = chain.expected - 1
     ends = (last, chain.prev) if last > after else (after, prev)
     if (head_seq, head_hash) != ends:
@@ -246,28 +334,28 @@ def _walk_ledger(
 
 
 def _walk_exports(
-    exports: Sequence[Path], marks: dict[int, str], seen: Seen | None = None
+    exports: Sequence[Path], marks: dict[int, str], seen: Seen | None, view: _ChainView
 ) -> tuple[_Chain, int] | Verdict | None:
-    """Walk the exports in the order of their first events: the chain they make and
-    the event it follows, the verdict naming the first event that does not fit, or None
-    when none holds an event."""
+    """Walk the exports (their events of the view's chain) in the order of their first
+    events: the chain they make and the event it follows, the verdict naming the first
+    event that does not fit, or None when none holds an event of it."""
     starts: list[tuple[int, Path]] = []
     for path in exports:
-        first = next(_read_export(path), None)
+        first = next(_read_export(path, view), None)
         if first is not None:  # a prune that removed nothing exported nothing
             starts.append((first.seq, path))
     if not starts:
         return None
     starts.sort()
-    begin = next(_read_export(starts[0][1]))
+    begin = next(_read_export(starts[0][1], view))
     after = begin.seq - 1
     # An export from the first event links to the genesis hash; a later one to its
     # predecessor's hash, which only an earlier export (or trust) vouches for.
     start = GENESIS_HASH if begin.seq == 1 else begin.prev_hash
-    chain = _Chain(begin.seq, start, marks=marks, seen=seen)
+    chain = view.walk(begin.seq, start, marks, seen)
     for _start, path in starts:
         try:
-            for stored in _read_export(path):
+            for stored in _read_export(path, view):
                 bad = chain.take(stored)
                 if bad is not None:
                     problem = f"in the export {path}: {bad[1]}"
@@ -386,6 +474,8 @@ def export_line(stored: StoredEvent) -> str:
         **asdict(stored.event),
         "prev_hash": stored.prev_hash,
         "hash": stored.hash,
+        # Chain 0 is not named, as no event was before a ledger had chains.
+        **({"chain": stored.chain} if stored.chain else {}),
     }
     return json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n"
 
@@ -401,25 +491,33 @@ def parse_export_line(line: str) -> StoredEvent:
             event,
             str(fields_["prev_hash"]),
             str(fields_["hash"]),
+            int(fields_.get("chain", 0)),
         )
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"a line is not an event: {exc}") from exc
 
 
-def _read_export(path: Path) -> Iterator[StoredEvent]:
+def _read_export(path: Path, view: _ChainView | None = None) -> Iterator[StoredEvent]:
+    """The events of an export (of the view's chain, in a ledger of many)."""
     with path.open(encoding="utf-8") as lines:
         for line in lines:
             if line.strip():
-                yield parse_export_line(line)
+                stored = parse_export_line(line)
+                if view is None or not view.gaps or stored.chain == view.chain:
+                    yield stored
 
 
 def export(reader: LedgerReader, out: TextIO, progress: Progress | None = None) -> int:
     """Every event the ledger holds as one JSON line, in sequence order: from its
-    checkpoint on, for a pruned ledger (``audit prune`` exported the rest)."""
+    checkpoint on, for a pruned ledger (``audit prune`` exported the rest); in a ledger of
+    many chains, each chain's events from its own checkpoint on."""
     written = 0
-    after, _hash = reader.checkpoint()
+    cut = {mark.chain: mark.seq for mark in reader.checkpoints()}  # each chain's newest
+    after = min((cut.get(chain, 0) for chain in reader.heads()), default=0)
     total = reader.head()[0] - after  # for the progress, without a pass to count the rows
     for stored in reader.events(after=after):
+        if stored.seq <= cut.get(stored.chain, 0):
+            continue  # left by a prune's deletion cut short: in its export already
         out.write(export_line(stored))
         written += 1
         if progress is not None and written % PROGRESS_EVERY == 0:

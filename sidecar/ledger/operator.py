@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.ledger.base import AuditEvent, LedgerError
+from sidecar.ledger.chains import chain_of
 from sidecar.ledger.liveness import POSTGRES_CLOCK, SQLITE_CLOCK
 from sidecar.ledger.operator_keys import OperatorKey, load_key
 from sidecar.ledger.operator_queries import (
     OUTCOMES,
     InFlight,
+    LockedHead,
     OperatorLedger,
     PendingTracker,
     RunFilter,
@@ -35,7 +37,6 @@ from sidecar.ledger.operator_queries import (
     RunsPage,
 )
 from sidecar.ledger.pending import DecisionRefused
-from sidecar.ledger.schema import EventClock
 from sidecar.ledger.sql import POSTGRES, SQLITE, Queries, ledger_clock
 
 # The queries' names stay importable from here, beside the backends that run them.
@@ -112,15 +113,17 @@ class SqliteOperatorLedger(OperatorLedger):
         return event if self._key is None else self._key.sign(event, seq, head)
 
     @contextlib.contextmanager
-    def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
-        # BEGIN IMMEDIATE takes the file's write lock, as the sidecar's writer does.
+    def _locked_chain(self, run_id: str) -> Iterator[LockedHead]:
+        # BEGIN IMMEDIATE takes the file's write lock, as the sidecar's writer does; the
+        # file has one chain.
         with self._lock:
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    row = conn.execute(self._queries.lock_head).fetchone()
-                    yield int(row[0]), str(row[1]), ledger_clock(row[2], row[3])
+                    query, params = self._queries.lock_heads([0])
+                    _chain, seq, hash_, newest, now = conn.execute(query, params).fetchone()
+                    yield LockedHead(0, seq, hash_, ledger_clock(newest, now), seq + 1)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -201,7 +204,7 @@ class PostgresOperatorLedger(OperatorLedger):
         return str(rows[0][0])
 
     @contextlib.contextmanager
-    def _locked_head(self) -> Iterator[tuple[int, str, EventClock]]:
+    def _locked_chain(self, run_id: str) -> Iterator[LockedHead]:
         with self._lock:
             conn = self._connection()
             try:
@@ -209,10 +212,19 @@ class PostgresOperatorLedger(OperatorLedger):
                     conn.execute(
                         "SELECT set_config('lock_timeout', %s, true)", (self._lock_timeout,)
                     )
-                    row = conn.execute(self._queries.lock_head)
-                    head = row.fetchone()
+                    counted = conn.execute(self._queries.chain_count).fetchone()
+                    chains = int(counted[0]) if counted else 1
+                    query, params = self._queries.lock_heads([chain_of(run_id, chains)])
+                    head = conn.execute(query, params).fetchone()
                     assert head is not None
-                    yield int(head[0]), str(head[1]), ledger_clock(head[2], head[3])
+                    chain, seq, hash_, newest, now = head
+                    number = int(seq) + 1
+                    if chains > 1:  # the chains share one sequence (sidecar.ledger.chains)
+                        assert self._queries.dialect.numbers is not None
+                        taken = conn.execute(self._queries.dialect.numbers, (1,)).fetchone()
+                        number = int(taken[0])
+                    clock = ledger_clock(newest, now)
+                    yield LockedHead(int(chain), int(seq), str(hash_), clock, number)
             except self._psycopg.Error as exc:
                 raise LedgerError(f"the decision was not recorded: {exc}") from exc
 

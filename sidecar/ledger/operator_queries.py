@@ -5,9 +5,10 @@ Written once over both SQL backends: the queries are here (or in
 of SQL with ``?`` placeholders; each backend (:mod:`sidecar.ledger.operator`)
 supplies the primitives: run a statement, and hold the chain's head locked for a
 transaction that appends. Every query pages or narrows in SQL through the ledger's
-indexes; none reads the ledger whole. A decision is appended inside the head's lock,
-after re-reading its id's events there, so that two operators deciding at once cannot
-both win, and the sidecars' own appends serialize with it as with each other.
+indexes; none reads the ledger whole. A decision is appended inside the lock of its run's
+chain (sidecar.ledger.chains), after re-reading its id's events there, so that two
+operators deciding at once cannot both win, and the sidecars' own appends to that run
+serialize with it as with each other.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any, Unpack
 
 from sidecar.ledger import permits
 from sidecar.ledger.base import (
-    GENESIS_HASH,
     AuditEvent,
     LedgerError,
     Phase,
@@ -51,9 +51,23 @@ from sidecar.ledger.sql import (
     RUN_SUMMARY,
     Queries,
     marks,
+    newest_head,
     phase,
     run_summary,
 )
+
+
+@dataclass(frozen=True)
+class LockedHead:
+    """A chain's head row, locked for a decision: the newest event's number and hash, the
+    clock the decision is stamped with, and the number it takes."""
+
+    chain: int
+    seq: int
+    hash: str
+    clock: EventClock
+    number: int
+
 
 # Ids per statement when reading many ids' events: well under both backends' limits.
 _CHUNK = 500
@@ -107,7 +121,8 @@ class RunsPage:
 
 
 class OperatorLedger:
-    """The queries; a backend subclass supplies ``_fetch``, ``_execute`` and ``_locked_head``."""
+    """The queries; a backend subclass supplies ``_fetch``, ``_execute`` and
+    ``_locked_chain``."""
 
     _queries: Queries  # the statements in the backend's words
     _clock: Clock  # the ledger's own time, in the backend's words
@@ -117,9 +132,8 @@ class OperatorLedger:
     def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
-    def _locked_head(self) -> contextlib.AbstractContextManager[tuple[int, str, EventClock]]:
-        """A transaction holding the chain's head row locked; yields (seq, hash) and the
-        clock its event is stamped with."""
+    def _locked_chain(self, run_id: str) -> contextlib.AbstractContextManager[LockedHead]:
+        """A transaction holding the head row of ``run_id``'s chain locked; yields it."""
         raise NotImplementedError
 
     def _execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
@@ -282,13 +296,16 @@ SELECT b.derived_id FROM audit_events b
         params = [run_id] * 4 if run_id is not None else []
         return [str(row[0]) for row in self._fetch(self._sql(sql), params) if row[0]]
 
-    def ids_since(self, seq: int) -> list[str]:
-        """The ids named by events after ``seq``: the only ones whose state can have changed."""
+    def ids_since(self, seq: int, chain: int = 0) -> list[str]:
+        """The ids named by events of ``chain`` after ``seq``: the only ones whose state can
+        have changed. Per chain: a chain's numbers increase in the order its events commit,
+        the ledger's across chains need not."""
         rows = self._fetch(
             self._sql(
-                "SELECT DISTINCT derived_id FROM audit_events WHERE seq > ? AND derived_id <> ''"
+                "SELECT DISTINCT derived_id FROM audit_events WHERE chain = ? AND seq > ? "
+                "AND derived_id <> ''"
             ),
-            [seq],
+            [chain, seq],
         )
         return [str(row[0]) for row in rows]
 
@@ -309,13 +326,23 @@ SELECT b.derived_id FROM audit_events b
     ) -> StoredEvent:
         """Append an operator's decision on ``item_id`` to the chain; DecisionRefused if
         there is nothing to decide (the decision already taken is named)."""
-        with self._locked_head() as (seq, head, clock):
+        before = self.events_for(item_id)
+        with self._locked_chain(before[0].event.run_id if before else "") as locked:
             events = self.events_for(item_id)
             self._refuse_in_flight(events)
-            event = self._attest(decision_event(events, item_id, decision, **note), seq + 1, head)
-            batch = chain([event], seq, head, {}, clock=clock)
+            decided = decision_event(events, item_id, decision, **note)
+            event = self._attest(decided, locked.number, locked.hash)
+            batch = chain(
+                [event],
+                locked.seq,
+                locked.hash,
+                {},
+                clock=locked.clock,
+                chain_id=locked.chain,
+                numbers=iter([locked.number]),
+            )
             self._execute_many(self._queries.insert_event, batch.rows)
-            self._execute_many(self._queries.set_head, [(batch.seq, batch.head)])
+            self._execute_many(self._queries.set_head, [(batch.seq, batch.head, locked.chain)])
         return self.event(batch.seq)
 
     def operator(self) -> str:
@@ -433,9 +460,14 @@ SELECT b.derived_id FROM audit_events b
     def run_count(self) -> int:
         return int(self._fetch("SELECT COUNT(*) FROM audit_runs")[0][0])
 
+    def heads(self) -> dict[int, tuple[int, str]]:
+        """Each chain's head: its newest event's number and hash."""
+        rows = self._fetch(self._queries.heads)
+        return {int(chain): (int(seq), str(hash_)) for chain, seq, hash_ in rows}
+
     def head(self) -> tuple[int, str]:
-        rows = self._fetch(self._queries.head)
-        return (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS_HASH)
+        """The newest event's number and hash, of any chain."""
+        return newest_head(self.heads())
 
 
 def _like_escape(text: str) -> str:
@@ -450,7 +482,9 @@ class PendingTracker:
     def __init__(self, ledger: OperatorLedger, *, full_after: int = 20_000) -> None:
         self.ledger = ledger
         self._full_after = full_after
-        self._head: int | None = None
+        # Each chain's head when last asked: a cursor per chain, since across chains the
+        # numbers need not commit in order (sidecar.ledger.chains).
+        self._heads: dict[int, int] | None = None
         self._items: dict[str, PendingItem] = {}
         self._lock = threading.Lock()
 
@@ -463,14 +497,26 @@ class PendingTracker:
 
     def undecided(self) -> list[PendingItem]:
         with self._lock:
-            head = self.ledger.head()[0]
-            if self._head is None or head < self._head or head - self._head > self._full_after:
+            heads = {chain: seq for chain, (seq, _hash) in self.ledger.heads().items()}
+            before = self._heads
+            moved = {
+                chain: (before or {}).get(chain, 0)
+                for chain, seq in heads.items()
+                if seq != (before or {}).get(chain, 0)
+            }
+            if (
+                before is None
+                or any(heads[chain] < seq for chain, seq in moved.items())
+                or any(heads[chain] - seq > self._full_after for chain, seq in moved.items())
+            ):
                 found = self.ledger.undecided()
-            elif head == self._head:
+            elif not moved:
                 found = list(self._items.values())
             else:
-                changed = set(self._items) | set(self.ledger.ids_since(self._head))
+                changed = set(self._items)
+                for chain, seq in moved.items():
+                    changed |= set(self.ledger.ids_since(seq, chain))
                 found = self.ledger.pending_of(sorted(changed))
-            self._head = head
+            self._heads = heads
             self._items = {item.id: item for item in found}
             return sorted(found, key=lambda item: item.seq, reverse=True)

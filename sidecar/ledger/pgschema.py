@@ -27,10 +27,18 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from sidecar.ledger.base import GENESIS_HASH, LedgerError, Phase
+from sidecar.ledger.base import LedgerError, Phase
+from sidecar.ledger.chains import MAX_CHAINS, POSTGRES_CHAINS
 from sidecar.ledger.schema import (
     ADDED_COLUMNS,
+    CHAIN_INDEX,
+    CHECKPOINT_COLUMNS,
+    DROP_OLD_HEAD,
+    INSERT_CHAIN,
+    OLD_HEAD,
     RECORD_VERSION,
+    chain_rows,
+    chains_table,
     checkpoints_table,
     run_rules_table,
     schema_table,
@@ -40,29 +48,28 @@ from sidecar.ledger.sql import POSTGRES, phase, present_columns
 from sidecar.ops import pgbounds
 
 # The PostgreSQL ledger's version: the shared schema's (sidecar.ledger.schema), then 3: every
-# event's author, the operator roles, the decision trigger and the fencing functions. A
-# SQLite ledger has no roles and stays at the shared version.
-SCHEMA_VERSION = 3
+# event's author, the operator roles, the decision trigger and the fencing functions; 4:
+# chains (sidecar.ledger.chains), numbered from one sequence, which replace ``audit_head``.
+# A SQLite ledger has no roles and stays at the shared version.
+SCHEMA_VERSION = 4
 
 SCHEMA = (
     tables("BIGINT")
     + checkpoints_table("BIGINT")
     + run_rules_table()
     + schema_table()
-    + """
-CREATE TABLE IF NOT EXISTS audit_head (
-    id BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (id),
-    seq BIGINT NOT NULL,
-    hash TEXT NOT NULL
-);
-INSERT INTO audit_head (id, seq, hash) VALUES (TRUE, 0, '{genesis}') ON CONFLICT DO NOTHING;
-"""
+    + chains_table("BIGINT")
+    # One number per event across the chains; CACHE 1 (the default), so that numbers
+    # increase along each chain whichever session takes them.
+    + "CREATE SEQUENCE IF NOT EXISTS audit_events_seq AS BIGINT CACHE 1;\n"
 )
 
-# What both roles below share: append an event (the head moves with it), read the rest.
+# What both roles below share: append an event (its chain's head moves with it), read the
+# rest.
 _APPEND_AND_READ = (
     ("audit_events", "SELECT, INSERT"),
-    ("audit_head", "SELECT, UPDATE"),
+    ("audit_chains", "SELECT, UPDATE"),
+    ("audit_events_seq", "USAGE"),
     ("audit_runs", "SELECT"),
     ("audit_scopes", "SELECT"),
     ("audit_run_rules", "SELECT"),
@@ -176,6 +183,7 @@ class SchemaState:
     role: str
     owner: bool  # the role owns the tables (or is a superuser): it can rewrite the audit
     migrated_from: int | None = None  # the version before this call brought it up to date
+    chains: int = 1  # the chains the ledger is partitioned into (sidecar.ledger.chains)
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
@@ -197,26 +205,36 @@ def schema_version(conn: psycopg.Connection[Any]) -> int | None:
 
 
 def _state(conn: psycopg.Connection[Any], version: int | None) -> SchemaState:
+    chains = 1
+    if version is not None and version >= SCHEMA_VERSION:
+        counted = conn.execute("SELECT COUNT(*) FROM audit_chains").fetchone()
+        chains = int(counted[0]) if counted else 1
     row = conn.execute(
         "SELECT current_user, COALESCE((SELECT pg_has_role(current_user, c.relowner, 'USAGE') "
         "FROM pg_class c WHERE c.oid = to_regclass('audit_events')), FALSE) "
         "OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
     ).fetchone()
     assert row is not None
-    return SchemaState(version, str(row[0]), bool(row[1]))
+    return SchemaState(version, str(row[0]), bool(row[1]), chains=chains)
 
 
-def _create(conn: psycopg.Connection[Any]) -> None:
+def _create(conn: psycopg.Connection[Any], chains: int = POSTGRES_CHAINS) -> None:
     """Create what is missing and record the version, under the schema's lock; the caller
-    commits."""
+    commits. A ledger without chains gets ``chains`` of them."""
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-    conn.execute(SCHEMA.replace("{genesis}", GENESIS_HASH))
+    conn.execute(SCHEMA)
     # A ledger written before a column came gains it in place, under the same lock;
     # earlier sidecars name their columns, so the defaults fill them.
     present = present_columns(conn, POSTGRES)
     for name, statement, _ in ADDED_COLUMNS:
         if name not in present:
             conn.execute(statement)
+    for _name, statement in CHECKPOINT_COLUMNS:
+        conn.execute(
+            statement.format(seq_type="BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS")
+        )
+    conn.execute(CHAIN_INDEX)
+    _make_chains(conn, chains)
     schema = _schema_name(conn)
     conn.execute(_ROLES_DDL.replace("{schema}", sql.Identifier(schema).as_string(conn)))
     # A writer runs the guards and the trigger's check, never what they guard; nobody else
@@ -224,6 +242,26 @@ def _create(conn: psycopg.Connection[Any]) -> None:
     for guard in GUARDS:
         conn.execute(f"REVOKE ALL ON FUNCTION {guard} FROM PUBLIC")
     conn.execute(RECORD_VERSION.replace("?", "%s"), (SCHEMA_VERSION,))
+
+
+def _make_chains(conn: psycopg.Connection[Any], chains: int) -> None:
+    """Give a ledger without chains its ``chains``: a ledger from before them keeps its
+    events as chain 0's history, hashes unchanged, and numbers from its old head on."""
+    found = conn.execute("SELECT COUNT(*) FROM audit_chains").fetchone()
+    if found is not None and found[0]:
+        return
+    if not 1 <= chains <= MAX_CHAINS:
+        raise LedgerError(f"a ledger has 1 to {MAX_CHAINS} chains, not {chains}")
+    old = conn.execute("SELECT to_regclass('audit_head') IS NOT NULL").fetchone()
+    head = conn.execute(OLD_HEAD).fetchone() if old is not None and old[0] else None
+    rows = chain_rows(chains, (int(head[0]), str(head[1])) if head else None)
+    with conn.cursor() as cur:
+        cur.executemany(INSERT_CHAIN.replace("?", "%s"), rows)
+    newest = conn.execute("SELECT MAX(seq) FROM audit_events").fetchone()
+    start = max(rows[0][1], int(newest[0]) if newest and newest[0] is not None else 0)
+    conn.execute("SELECT setval('audit_events_seq', %s, %s)", (max(start, 1), start > 0))
+    if head is not None:
+        conn.execute(DROP_OLD_HEAD)
 
 
 def ensure_schema(dsn: str) -> SchemaState:
@@ -252,9 +290,14 @@ def ensure_schema(dsn: str) -> SchemaState:
 
 
 def migrate(
-    dsn: str, *, writer_role: str | None = None, operator_role: str | None = None
+    dsn: str,
+    *,
+    writer_role: str | None = None,
+    operator_role: str | None = None,
+    chains: int = POSTGRES_CHAINS,
 ) -> SchemaState:
-    """``actonce audit migrate``: create or upgrade the schema as the owner, grant
+    """``actonce audit migrate``: create or upgrade the schema as the owner (a ledger
+    without chains gets ``chains``; one that has them keeps its count), grant
     ``writer_role`` exactly :data:`WRITER_GRANTS` and :data:`GUARDS`, and ``operator_role``
     exactly :data:`OPERATOR_GRANTS` and the right to decide (whatever each held before).
 
@@ -263,7 +306,7 @@ def migrate(
     try:
         with connect(dsn) as conn:
             before = schema_version(conn)
-            _create(conn)
+            _create(conn, chains)
             if operator_role:
                 _grant(conn, operator_role, OPERATOR_GRANTS)
                 conn.execute(
@@ -281,7 +324,9 @@ def migrate(
                 _refuse_deciding_writer(conn, writer_role)
             conn.commit()
             state = _state(conn, SCHEMA_VERSION)
-            return SchemaState(state.version, state.role, state.owner, migrated_from=before)
+            return SchemaState(
+                state.version, state.role, state.owner, migrated_from=before, chains=state.chains
+            )
     except psycopg.Error as exc:
         raise LedgerError(f"the migration failed: {one_line(exc)}") from exc
 
@@ -308,8 +353,9 @@ def _grant(conn: psycopg.Connection[Any], role: str, grants: tuple[tuple[str, st
     conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, name))
     for table, privileges in grants:
         target = sql.Identifier(table)
-        conn.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(target, name))
-        conn.execute(sql.SQL(f"GRANT {privileges} ON {{}} TO {{}}").format(target, name))
+        kind = "SEQUENCE " if table.endswith("_seq") else ""
+        conn.execute(sql.SQL(f"REVOKE ALL ON {kind}{{}} FROM {{}}").format(target, name))
+        conn.execute(sql.SQL(f"GRANT {privileges} ON {kind}{{}} TO {{}}").format(target, name))
 
 
 @dataclass(frozen=True)

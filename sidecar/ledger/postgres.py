@@ -69,7 +69,8 @@ def _connect(dsn: str, *, autocommit: bool, seconds: float = _CONNECT_TIMEOUT_SE
 _BOUNDED = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
 # Whether an append's transaction could write, and the head it would read.
 _WRITABLE = (
-    "SELECT current_setting('transaction_read_only') = 'off', (SELECT seq FROM audit_head LIMIT 1)"
+    "SELECT current_setting('transaction_read_only') = 'off', "
+    "(SELECT seq FROM audit_chains LIMIT 1)"
 )
 
 
@@ -93,6 +94,7 @@ class PostgresLedger(SqlLedger):
         lock_ms = max(1, lock_timeout_ms - min(250, lock_timeout_ms // 5))
         self._bounds = (f"{lock_ms}ms", f"{lock_ms * 2}ms")
         state = ensure_schema(dsn)
+        self._chains = state.chains
         if state.owner:
             log.warning(
                 "ledger_owned_by_sidecar",
@@ -128,7 +130,7 @@ class PostgresLedger(SqlLedger):
                     conn.cursor() as cur,
                 ):
                     cur.execute(_BOUNDED, self._bounds)
-                    results = append(cur, self._sql, events)
+                    results = append(cur, self._sql, events, self._chains)
                     committing = True
                 self._committed_at = time.monotonic()
                 return results
@@ -276,17 +278,19 @@ class PostgresLedgerReader(SqlLedgerReader[psycopg.Connection[Any]]):
         # A ledger no sidecar has opened since its newest columns came is read as it is.
         super().__init__(conn, POSTGRES, readable_columns(present_columns(conn, POSTGRES)))
 
-    def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
+    def events(
+        self, *, run_id: str | None = None, after: int = 0, chain: int | None = None
+    ) -> Iterator[StoredEvent]:
         # A server-side cursor streams a large ledger instead of loading it whole;
         # it lives in a transaction of its own.
-        query, params = self._events_query(run_id, after)
+        query, params = self._events_query(run_id, after, chain)
         with self._conn.transaction(), self._conn.cursor(name="audit_events_scan") as cur:
             cur.execute(query, params)
             for row in cur:
                 yield row_to_event(row)
 
-    def _has_checkpoints(self) -> bool:
-        found = self._conn.execute("SELECT to_regclass('audit_checkpoints')").fetchone()
+    def _has_table(self, name: str) -> bool:
+        found = self._conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()
         return found is not None and found[0] is not None
 
     @contextmanager

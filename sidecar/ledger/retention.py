@@ -32,6 +32,14 @@ one after the other; on SQLite the checkpoint's transaction is refused if anothe
 prune moved it since the plan, and no append waits for more than one batch. Verify
 reads only what follows the checkpoint, so a deletion cut short leaves a ledger that
 verifies, and the next prune removes the rest.
+
+A ledger of many chains (sidecar.ledger.chains) is pruned chain by chain, in the same one
+snapshot and into the same export: each chain has its own cut, moved back by the rules
+above among its own runs only, so that a run with something pending holds back its chain
+alone, and the others are pruned (the runs kept are reported, and the command exits 3).
+Each chain records its checkpoint (with the checkpoint it follows: a chain's numbers have
+gaps) and deletes its events in batches, only up to the last one the export holds: a batch
+that commits late in a chain takes a number above those the chain held at the snapshot.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sidecar.ledger.base import GENESIS_HASH, LedgerError
 from sidecar.ledger.inspect import _Chain, export_line
@@ -109,10 +117,15 @@ class PruneResult:
     hash: str = GENESIS_HASH  # the new checkpoint's hash
     holds: list[Hold] = field(default_factory=list)  # what moved the cut back, in order
     committing: bool = False  # the removal's commit was under way
+    chain: int | None = None  # the chain of a ledger of many; None: the ledger's one chain
+    # In a ledger of many chains, the prune of each chain that had anything before --before.
+    chains: list[PruneResult] = field(default_factory=list)
 
     @property
     def held_by_pending(self) -> bool:
-        return any(hold.pending for hold in self.holds)
+        return any(hold.pending for hold in self.holds) or any(
+            part.held_by_pending for part in self.chains
+        )
 
 
 class PruneRefused(LedgerError):
@@ -137,7 +150,11 @@ class Retention(OperatorLedger):
         with self._lock:
             try:
                 with self._snapshot():
-                    plan = self._plan(before)
+                    chains = sorted(self.heads())
+                    if len(chains) > 1:
+                        plan = self._plan_chains(before, chains)
+                    else:
+                        plan = self._plan(before)
                     self._export(plan, export, progress)
                     self._remove_in_snapshot(plan, before)
                     plan.committing = True
@@ -168,20 +185,32 @@ class Retention(OperatorLedger):
     def _stream(self, sql: str, params: list[object]) -> Iterator[tuple[Any, ...]]:
         raise NotImplementedError
 
-    def _delete_batch(self, low: int, high: int) -> None:
-        """Delete the events from ``low`` to ``high``, in a transaction of their own;
-        LedgerError when the ledger refused."""
+    def _delete_batch(self, low: int, high: int, chain: int | None = None) -> None:
+        """Delete the events from ``low`` to ``high`` (of ``chain``), in a transaction of
+        their own; LedgerError when the ledger refused."""
         raise NotImplementedError
 
-    def _delete_up_to(self, cut: int) -> None:
+    def _delete_up_to(self, cut: int, chain: int | None = None) -> None:
         """Delete the events up to ``cut`` (all pruned: a checkpoint at or after it is
-        recorded), oldest first, a batch per transaction."""
+        recorded) of ``chain`` (None: of the ledger's one chain), oldest first, a batch per
+        transaction."""
         while True:
-            low = self._fetch("SELECT MIN(seq) FROM audit_events")[0][0]
+            if chain is None:
+                low = self._fetch("SELECT MIN(seq) FROM audit_events")[0][0]
+            else:
+                query = self._sql("SELECT MIN(seq) FROM audit_events WHERE chain = ?")
+                low = self._fetch(query, [chain])[0][0]
             if low is None or int(low) > cut:
                 return
             try:
-                self._delete_batch(int(low), min(cut, int(low) + DELETE_BATCH - 1))
+                high = min(cut, int(low) + DELETE_BATCH - 1)
+                if chain is not None:  # DELETE_BATCH of the chain's events, not of numbers
+                    query = self._sql(
+                        "SELECT MAX(seq) FROM (SELECT seq FROM audit_events WHERE chain = ? "
+                        "AND seq <= ? ORDER BY seq LIMIT ?) AS batch"
+                    )
+                    high = int(self._fetch(query, [chain, cut, DELETE_BATCH])[0][0])
+                self._delete_batch(int(low), high, chain)
             except LedgerError as exc:
                 raise LedgerError(
                     f"events up to #{cut} are pruned (checkpoint recorded) but could not "
@@ -194,30 +223,48 @@ class Retention(OperatorLedger):
         writing it runs on this host)."""
         return datetime.now(UTC)
 
-    def checkpoint(self) -> tuple[int, str]:
-        rows = self._fetch(CHECKPOINT_QUERY)
-        return (int(rows[0][0]), str(rows[0][1])) if rows else (0, GENESIS_HASH)
+    def checkpoint(self, chain: int = 0) -> tuple[int, str]:
+        for found, seq, hash_ in self._fetch(CHECKPOINT_QUERY):
+            if int(found) == chain:
+                return int(seq), str(hash_)
+        return 0, GENESIS_HASH
 
-    def _plan(self, before: datetime) -> PruneResult:
-        """Where the cut falls, read in the caller's snapshot."""
-        after, _hash = self.checkpoint()
-        head = self.head()[0]
+    def _plan_chains(self, before: datetime, chains: list[int]) -> PruneResult:
+        """Each chain's cut, read in the caller's snapshot: a plan of the plans."""
+        pending = self.pending()
+        parts = [self._plan(before, chain, pending) for chain in chains]
+        parts = [part for part in parts if part.cut > part.after or part.holds]
+        plan = PruneResult(after=0, cut=0, requested=0, chains=parts)
+        plan.holds = [hold for part in parts for hold in part.holds]
+        return plan
+
+    def _plan(
+        self, before: datetime, chain: int | None = None, pending: list[Any] | None = None
+    ) -> PruneResult:
+        """Where the cut falls (in ``chain``, of a ledger of many), read in the caller's
+        snapshot."""
+        after, _hash = self.checkpoint(chain or 0)
+        of_chain = "" if chain is None else f"chain = {int(chain)} AND "
+        head = self.heads().get(chain or 0, (0, GENESIS_HASH))[0]
         first_kept = self._fetch(
             self._sql(
-                "SELECT seq FROM audit_events WHERE seq > ? AND ts >= ? ORDER BY seq LIMIT 1"
+                f"SELECT seq FROM audit_events WHERE {of_chain}seq > ? AND ts >= ? "
+                "ORDER BY seq LIMIT 1"
             ),
             [after, event_time(before)],
         )
         requested = int(first_kept[0][0]) - 1 if first_kept else head
-        plan = PruneResult(after=after, cut=requested, requested=requested)
+        plan = PruneResult(after=after, cut=requested, requested=requested, chain=chain)
         if plan.cut <= after:
             plan.cut = after
             return plan
         # The first event of each run with something pending; the earliest is the cut's.
         held: list[Hold] = []
-        for item in self.pending():
+        for item in self.pending() if pending is None else pending:
             rows = self._fetch(
-                self._sql("SELECT MIN(seq) FROM audit_events WHERE run_id = ? AND seq > ?"),
+                self._sql(
+                    f"SELECT MIN(seq) FROM audit_events WHERE {of_chain}run_id = ? AND seq > ?"
+                ),
                 [item.run_id, after],
             )
             first = rows[0][0] if rows else None
@@ -238,7 +285,8 @@ class Retention(OperatorLedger):
         while plan.cut > after:
             rows = self._fetch(
                 self._sql(
-                    "SELECT p.seq, p.run_id FROM audit_events p WHERE p.seq > ? AND p.seq <= ? "
+                    "SELECT p.seq, p.run_id FROM audit_events p WHERE "
+                    f"{of_chain.replace('chain', 'p.chain')}p.seq > ? AND p.seq <= ? "
                     "AND EXISTS (SELECT 1 FROM audit_events l WHERE l.run_id = p.run_id "
                     "AND l.seq > ?) ORDER BY p.seq LIMIT 1"
                 ),
@@ -254,32 +302,43 @@ class Retention(OperatorLedger):
 
     def _export(self, plan: PruneResult, path: Path, progress: Progress | None) -> None:
         """Write events (after, cut] to ``path``, a file that must not exist, fsync it and its
-        folder, and check they chain from the checkpoint; sets the plan's count and hash."""
-        after, prev = self.checkpoint()
-        chain = _Chain(after + 1, prev)
-        total = plan.cut - plan.after
+        folder, and check they chain from the checkpoint; sets the plan's count and hash
+        (each chain's, in a ledger of many)."""
         with files.new_private_text(path) as out:
-            rows = self._stream(
-                self._sql(
-                    f"SELECT {COLUMNS} FROM audit_events WHERE seq > ? AND seq <= ? ORDER BY seq"
-                ),
-                [plan.after, plan.cut],
-            )
-            for row in rows:
-                stored = row_to_event(row)
-                bad = chain.take(stored)
-                if bad is not None:
-                    raise PruneRefused(
-                        f"the ledger is not intact at event #{bad[0]}: {bad[1]}; nothing was "
-                        "pruned (run `actonce audit verify`)"
-                    )
-                out.write(export_line(stored))
-                if progress is not None and chain.checked % 5000 == 0:
-                    progress(chain.checked, total)
+            for part in plan.chains or [plan]:
+                self._export_part(part, out, progress)
             out.flush()
             os.fsync(out.fileno())
         _fsync_folder(path.parent)
-        if chain.expected - 1 != plan.cut:
+        plan.exported = sum(part.exported for part in plan.chains) or plan.exported
+
+    def _export_part(self, plan: PruneResult, out: IO[str], progress: Progress | None) -> None:
+        after, prev = self.checkpoint(plan.chain or 0)
+        gaps = plan.chain is not None
+        chain = _Chain(after + 1, prev, chain=plan.chain or 0, gaps=gaps)
+        total = plan.cut - plan.after
+        of_chain = "" if plan.chain is None else f"chain = {int(plan.chain)} AND "
+        rows = self._stream(
+            self._sql(
+                f"SELECT {COLUMNS} FROM audit_events WHERE {of_chain}seq > ? AND seq <= ? "
+                "ORDER BY seq"
+            ),
+            [plan.after, plan.cut],
+        )
+        for row in rows:
+            stored = row_to_event(row)
+            bad = chain.take(stored)
+            if bad is not None:
+                raise PruneRefused(
+                    f"the ledger is not intact at event #{bad[0]}: {bad[1]}; nothing was "
+                    "pruned (run `actonce audit verify`)"
+                )
+            out.write(export_line(stored))
+            if progress is not None and chain.checked % 5000 == 0:
+                progress(chain.checked, total)
+        if gaps:  # the chain's last event exported is its checkpoint
+            plan.cut = chain.expected - 1 if chain.checked else plan.after
+        elif chain.expected - 1 != plan.cut:
             raise PruneRefused(
                 f"event #{chain.expected} is missing; nothing was pruned "
                 "(run `actonce audit verify`)"
@@ -290,12 +349,28 @@ class Retention(OperatorLedger):
         plan.hash = chain.prev or prev
 
     def _checkpoint_row(self, plan: PruneResult, before: datetime) -> list[object]:
-        return [plan.cut, plan.hash, event_time(self.now()), event_time(before), plan.exported]
+        return [
+            plan.cut,
+            plan.hash,
+            event_time(self.now()),
+            event_time(before),
+            plan.exported,
+            plan.chain or 0,
+            None if plan.chain is None else plan.after,
+        ]
+
+    def _checkpoint_rows(self, plan: PruneResult, before: datetime) -> list[list[object]]:
+        """The checkpoint of each chain the prune removes events of."""
+        return [
+            self._checkpoint_row(part, before)
+            for part in plan.chains or [plan]
+            if part.cut > part.after
+        ]
 
 
 _INSERT_CHECKPOINT = (
-    "INSERT INTO audit_checkpoints (seq, hash, pruned_at, cut_before, events) "
-    "VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO audit_checkpoints (seq, hash, pruned_at, cut_before, events, chain, follows) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -348,7 +423,7 @@ class SqliteRetention(Retention, SqliteOperatorLedger):
         try:
             if self.checkpoint()[0] != plan.after:
                 raise PruneRefused("another prune ran meanwhile; nothing was pruned")
-            conn.execute(_INSERT_CHECKPOINT, self._checkpoint_row(plan, before))
+            conn.executemany(_INSERT_CHECKPOINT, self._checkpoint_rows(plan, before))
             high = min(plan.cut, plan.after + DELETE_BATCH)
             conn.execute("DELETE FROM audit_events WHERE seq > ? AND seq <= ?", (plan.after, high))
             conn.execute("COMMIT")
@@ -356,7 +431,7 @@ class SqliteRetention(Retention, SqliteOperatorLedger):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
 
-    def _delete_batch(self, low: int, high: int) -> None:
+    def _delete_batch(self, low: int, high: int, chain: int | None = None) -> None:
         try:
             self._conn.execute("DELETE FROM audit_events WHERE seq >= ? AND seq <= ?", (low, high))
         except sqlite3.Error as exc:
@@ -397,19 +472,32 @@ class PostgresRetention(Retention, PostgresOperatorLedger):
         # The checkpoint with the first batch, and what an earlier prune cut short left
         # before it: `audit verify` takes an event still there at or before the newest
         # checkpoint's first removed one as a sign that no prune recorded it.
-        if plan.cut > plan.after:
-            self._execute_many(self._sql(_INSERT_CHECKPOINT), [self._checkpoint_row(plan, before)])
+        rows = self._checkpoint_rows(plan, before)
+        if rows:
+            self._execute_many(self._sql(_INSERT_CHECKPOINT), rows)
+        if plan.chains:  # each chain's first removed event goes with its checkpoint
+            first_of = self._sql(
+                "DELETE FROM audit_events WHERE chain = ? AND seq = (SELECT MIN(seq) FROM "
+                "audit_events WHERE chain = ? AND seq > ?)"
+            )
+            removed = [part for part in plan.chains if part.cut > part.after]
+            if removed:
+                self._execute_many(first_of, [[p.chain, p.chain, p.after] for p in removed])
+        elif plan.cut > plan.after:
             first = min(plan.cut, plan.after + DELETE_BATCH)
             self._execute_many(self._sql("DELETE FROM audit_events WHERE seq <= ?"), [[first]])
 
     def _remove_after_snapshot(self, plan: PruneResult, before: datetime, export: Path) -> None:
-        self._delete_up_to(plan.cut)
+        for part in plan.chains or [plan]:
+            self._delete_up_to(part.cut, part.chain)
 
-    def _delete_batch(self, low: int, high: int) -> None:
+    def _delete_batch(self, low: int, high: int, chain: int | None = None) -> None:
+        of_chain = "" if chain is None else f"chain = {int(chain)} AND "
         with self._lock:
             try:
                 self._connection().execute(
-                    "DELETE FROM audit_events WHERE seq >= %s AND seq <= %s", (low, high)
+                    f"DELETE FROM audit_events WHERE {of_chain}seq >= %s AND seq <= %s",
+                    (low, high),
                 )
             except self._psycopg.Error as exc:
                 raise LedgerError(str(exc)) from exc

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from sidecar.ledger import liveness
 from sidecar.ledger.base import (
     FENCED_END,
+    GENESIS_HASH,
     AuditEvent,
     LedgerError,
     Phase,
@@ -32,13 +33,14 @@ from sidecar.ledger.base import (
 # or `actonce audit migrate`) runs the DDL below again, which creates only what is missing.
 # Any change to the DDL bumps it. 1: the tables, columns and checkpoints of the releases
 # before versions were recorded; 2: runs bound to their rules (``audit_run_rules``) and the
-# sidecars' heartbeats (``audit_sidecars``).
-SCHEMA_VERSION = 2
+# sidecars' heartbeats (``audit_sidecars``); 3: chains (``audit_chains``, each event's
+# ``chain``, each checkpoint's), which replace the single head row ``audit_head``.
+SCHEMA_VERSION = 3
 
 COLUMNS = (
     "seq, ts, run_id, attempt_id, rpc, phase, rule, checkpoint, write_type, derived_id, "
     "request_id, occurrence, digest, outcome, reason, failure_class, detail, prev_hash, hash, "
-    "scope, trace_id, span_id"
+    "scope, trace_id, span_id, chain"
 )
 
 # Columns added after ledgers existed, each with the statement that adds it and what a
@@ -51,6 +53,7 @@ ADDED_COLUMNS = (
     ("scope", "ALTER TABLE audit_events ADD COLUMN scope TEXT NOT NULL DEFAULT ''", "''"),
     ("trace_id", "ALTER TABLE audit_events ADD COLUMN trace_id TEXT", "NULL"),
     ("span_id", "ALTER TABLE audit_events ADD COLUMN span_id TEXT", "NULL"),
+    ("chain", "ALTER TABLE audit_events ADD COLUMN chain INTEGER NOT NULL DEFAULT 0", "0"),
 )
 
 
@@ -89,7 +92,8 @@ CREATE TABLE IF NOT EXISTS audit_events (
     hash TEXT NOT NULL,
     scope TEXT NOT NULL DEFAULT '',
     trace_id TEXT,
-    span_id TEXT
+    span_id TEXT,
+    chain INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS audit_events_run ON audit_events (run_id, seq);
 CREATE INDEX IF NOT EXISTS audit_events_derived ON audit_events (derived_id);
@@ -129,9 +133,49 @@ CREATE TABLE IF NOT EXISTS audit_checkpoints (
     hash TEXT NOT NULL,
     pruned_at TEXT NOT NULL,
     cut_before TEXT NOT NULL,
-    events {seq_type} NOT NULL
+    events {seq_type} NOT NULL,
+    chain INTEGER NOT NULL DEFAULT 0,
+    follows {seq_type}
 );
 """
+
+
+# A ledger's checkpoints from before chains gain these columns in place: they are chain 0's,
+# each following the checkpoint ``events`` before it (the numbers had no gaps then).
+CHECKPOINT_COLUMNS = (
+    ("chain", "ALTER TABLE audit_checkpoints ADD COLUMN chain INTEGER NOT NULL DEFAULT 0"),
+    ("follows", "ALTER TABLE audit_checkpoints ADD COLUMN follows {seq_type}"),
+)
+
+
+def chains_table(seq_type: str) -> str:
+    """DDL of the chains' heads: per chain, the number and hash of its newest event (0 and
+    the genesis hash while it has none). Its rows are the ledger's chains: their count is
+    fixed when the ledger is created or migrated (sidecar.ledger.chains)."""
+    return f"""
+CREATE TABLE IF NOT EXISTS audit_chains (
+    chain INTEGER PRIMARY KEY,
+    seq {seq_type} NOT NULL,
+    hash TEXT NOT NULL
+);
+"""
+
+
+# Each chain's events in order; created once the events table has its chain column.
+CHAIN_INDEX = "CREATE INDEX IF NOT EXISTS audit_events_chain ON audit_events (chain, seq)"
+# The single head of a ledger from before chains: chain 0's head once migrated, then dropped,
+# so that a sidecar of an earlier release fails its appends closed rather than writing a
+# second chain 0 beside the new one.
+OLD_HEAD = "SELECT seq, hash FROM audit_head"
+DROP_OLD_HEAD = "DROP TABLE audit_head"
+INSERT_CHAIN = "INSERT INTO audit_chains (chain, seq, hash) VALUES (?, ?, ?)"
+
+
+def chain_rows(count: int, head: tuple[int, str] | None) -> list[tuple[int, int, str]]:
+    """The head rows of a ledger of ``count`` chains: chain 0 takes ``head``, the single
+    head of a ledger from before chains, whose events are chain 0's history as they are."""
+    first = head or (0, GENESIS_HASH)
+    return [(0, *first)] + [(chain, 0, GENESIS_HASH) for chain in range(1, count)]
 
 
 def run_rules_table() -> str:
@@ -160,10 +204,15 @@ RECORD_VERSION = "INSERT INTO audit_schema (version) VALUES (?) ON CONFLICT DO N
 SCHEMA_VERSION_QUERY = "SELECT MAX(version) FROM audit_schema"
 
 
-# The ledger's checkpoint: the last event removed by the newest prune.
-CHECKPOINT_QUERY = "SELECT seq, hash FROM audit_checkpoints ORDER BY seq DESC LIMIT 1"
-# Every prune's checkpoint, oldest first, with how many events it removed.
-CHECKPOINTS_QUERY = "SELECT seq, hash, events FROM audit_checkpoints ORDER BY seq"
+# Each chain's checkpoint: the last event of it removed by the newest prune.
+CHECKPOINT_QUERY = (
+    "SELECT chain, seq, hash FROM audit_checkpoints c WHERE seq = "
+    "(SELECT MAX(seq) FROM audit_checkpoints o WHERE o.chain = c.chain) ORDER BY chain"
+)
+# Every prune's checkpoint, oldest first, with how many events it removed, and its chain.
+CHECKPOINTS_QUERY = "SELECT seq, hash, events, chain, follows FROM audit_checkpoints ORDER BY seq"
+# The chains' heads.
+HEADS_QUERY = "SELECT chain, seq, hash FROM audit_chains ORDER BY chain"
 
 
 # The row's columns by name, and those that hold an event's field under the field's name.
@@ -171,7 +220,9 @@ _COLUMN_NAMES = tuple(COLUMNS.split(", "))
 _EVENT_COLUMNS = tuple(name for name in _COLUMN_NAMES if name in AuditEvent.__dataclass_fields__)
 
 
-def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> tuple[object, ...]:
+def event_row(
+    seq: int, ts: str, event: AuditEvent, prev: str, digest: str, chain: int = 0
+) -> tuple[object, ...]:
     """An event as the row both SQL backends store (in COLUMNS order)."""
     row: dict[str, object] = {name: getattr(event, name) for name in _EVENT_COLUMNS}
     row.update(
@@ -179,6 +230,7 @@ def event_row(seq: int, ts: str, event: AuditEvent, prev: str, digest: str) -> t
         ts=ts,
         prev_hash=prev,
         hash=digest,
+        chain=chain,
         detail=json.dumps(event.detail, sort_keys=True, separators=(",", ":")),
         # No trace is NULL, as the columns' stand-in for a ledger from before them says.
         trace_id=event.trace_id or None,
@@ -204,6 +256,7 @@ def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
         event,
         str(stored["prev_hash"]),
         str(stored["hash"]),
+        int(str(stored["chain"] or 0)),
     )
 
 
@@ -286,8 +339,13 @@ def chain(
     run_rules: dict[str, str] | None = None,
     clock: EventClock = EventClock(),
     not_granted: Mapping[int, LedgerError] | None = None,
+    chain_id: int = 0,
+    numbers: Iterator[int] | None = None,
 ) -> ChainedBatch:
-    """Number, timestamp and hash a batch onto the chain after (seq, head).
+    """Number, timestamp and hash a batch onto chain ``chain_id`` after (seq, head).
+
+    Each event takes the number after the one before it, or, in a ledger of many chains,
+    the next of ``numbers`` (the ledger's sequence, increasing).
 
     ``newest`` holds the newest attempt of each (run, scope) the batch fences; an
     attempt begun earlier in the same batch counts, as it would had each event
@@ -329,11 +387,11 @@ def chain(
             else:
                 out.begun.append((event.run_id, event.attempt_id))
             newest[(event.run_id, event.scope)] = event.attempt_id
-        out.seq += 1
+        out.seq = out.seq + 1 if numbers is None else next(numbers)
         ts = clock.stamp()
         clock = EventClock(clock.now, ts)
-        digest = event_hash(out.seq, ts, event, out.head)
-        out.rows.append(event_row(out.seq, ts, event, out.head, digest))
+        digest = event_hash(out.seq, ts, event, out.head, chain_id)
+        out.rows.append(event_row(out.seq, ts, event, out.head, digest, chain_id))
         out.head = digest
         out.results.append(out.seq if refusal is None else refusal)
     return out

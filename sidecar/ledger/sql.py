@@ -1,10 +1,10 @@
 """The audit ledger's SQL, each statement written once for SQLite and PostgreSQL.
 
 A statement is written here with ``?`` placeholders; :class:`Queries` puts it in one
-database's words (its placeholder, the WHERE clause that names the chain's head row, the
-lock an append takes on that row). Phases are named by :class:`~sidecar.ledger.base.Phase`,
-never spelled again in SQL. :func:`append` is the one way a batch joins the chain, on
-either database; :class:`SqlLedger` and :class:`SqlLedgerReader` hold what the sidecar's
+database's words (its placeholder, the lock an append takes on its chains' head rows, where
+numbers come from). Phases are named by :class:`~sidecar.ledger.base.Phase`, never spelled
+again in SQL. :func:`append` is the one way a batch joins its chains (sidecar.ledger.chains),
+on either database; :class:`SqlLedger` and :class:`SqlLedgerReader` hold what the sidecar's
 ledger and ``actonce audit``'s reader ask of it the same way on both.
 """
 
@@ -26,11 +26,13 @@ from sidecar.ledger.base import (
     RunSummary,
     StoredEvent,
 )
+from sidecar.ledger.chains import chain_of
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import (
-    CHECKPOINT_QUERY,
     CHECKPOINTS_QUERY,
     COLUMNS,
+    HEADS_QUERY,
+    OLD_HEAD,
     EventClock,
     chain,
     fenced_keys,
@@ -59,8 +61,10 @@ class Dialect:
     """The words of SQL in which the ledger's databases differ."""
 
     placeholder: str
-    head_row: str  # the WHERE clause that names the chain's one head row
-    head_lock: str  # what an append adds to its read of the head, to hold it until commit
+    head_lock: str  # what an append adds to its read of its chains' heads, to hold them
+    # How a ledger of many chains numbers a batch's events, ``?`` of them: one sequence
+    # shared by the chains. None where a ledger has one chain (SQLite).
+    numbers: str | None
     columns: str  # the statement that names the events table's columns
     # A list goes as one array parameter: one statement for any number of runs, which the
     # driver prepares once, rather than one per count.
@@ -77,16 +81,17 @@ class Dialect:
 # SQLite's BEGIN IMMEDIATE already holds the whole file for the writer.
 SQLITE = Dialect(
     placeholder="?",
-    head_row="id = 1",
     head_lock="",
+    numbers=None,
     columns="SELECT name FROM pragma_table_info('audit_events')",
     array_parameter=False,
 )
-# Batches from several sidecars serialize on the head row.
+# Batches from several sidecars serialize on the head rows of the chains they append to,
+# locked in the chains' order so that two batches never wait on each other in a circle.
 POSTGRES = Dialect(
     placeholder="%s",
-    head_row="id",
     head_lock=" FOR UPDATE",
+    numbers="SELECT nextval('audit_events_seq') FROM generate_series(1, %s)",
     columns="SELECT column_name FROM information_schema.columns "
     "WHERE table_schema = current_schema() AND table_name = 'audit_events'",
     array_parameter=True,
@@ -127,16 +132,9 @@ class Queries:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
-        self.head = f"SELECT seq, hash FROM audit_head WHERE {dialect.head_row}"
-        # The head with what a batch stamps its events from: the newest event's time, and
-        # the database's clock (sidecar.ledger.schema.EventClock).
-        self.lock_head = (
-            "SELECT seq, hash, (SELECT e.ts FROM audit_events e WHERE e.seq = audit_head.seq), "
-            f"{dialect.clock} FROM audit_head WHERE {dialect.head_row}{dialect.head_lock}"
-        )
-        self.set_head = self.sql(
-            f"UPDATE audit_head SET seq = ?, hash = ? WHERE {dialect.head_row}"
-        )
+        self.heads = HEADS_QUERY
+        self.chain_count = "SELECT COUNT(*) FROM audit_chains"
+        self.set_head = self.sql("UPDATE audit_chains SET seq = ?, hash = ? WHERE chain = ?")
         self.insert_event = self.sql(
             f"INSERT INTO audit_events ({COLUMNS}) VALUES ({marks(len(COLUMNS.split(',')))})"
         )
@@ -174,16 +172,35 @@ class Queries:
         """A statement written with ``?`` placeholders, in this dialect's."""
         return text.replace("?", self.dialect.placeholder)
 
+    def lock_heads(self, chains: list[int]) -> tuple[str, Sequence[object]]:
+        """The heads of ``chains``, in the chains' order, each with what a batch stamps its
+        events from: the chain's newest event's time, and the database's clock
+        (sidecar.ledger.schema.EventClock); locked, where the dialect says, until commit."""
+        params: list[object] = [chains]
+        where = "chain = ANY(?)"
+        if not self.dialect.array_parameter:
+            where, params = f"chain IN ({marks(len(chains))})", list(chains)
+        query = (
+            "SELECT chain, seq, hash, (SELECT e.ts FROM audit_events e WHERE e.seq = c.seq), "
+            f"{self.dialect.clock} FROM audit_chains c WHERE {where} "
+            f"ORDER BY chain{self.dialect.head_lock}"
+        )
+        return self.sql(query), params
+
     def events_of(self, ids: int, columns: str = COLUMNS) -> str:
         """The events of ``ids`` derived ids, in order, ``columns`` of them."""
         return self.sql(
             f"SELECT {columns} FROM audit_events WHERE derived_id IN ({marks(ids)}) ORDER BY seq"
         )
 
-    def events(self, columns: str, *, of_run: bool, limit: bool = False) -> str:
-        """Events after a sequence number (``of_run``: of one run), in order, ``columns``
-        of them; parameters ``[run_id,] after[, limit]``."""
-        where = "run_id = ? AND seq > ?" if of_run else "seq > ?"
+    def events(
+        self, columns: str, *, of_run: bool, limit: bool = False, of_chain: bool = False
+    ) -> str:
+        """Events after a sequence number (``of_run``: of one run; ``of_chain``: of one
+        chain), in order, ``columns`` of them; parameters ``[run_id,] [chain,] after[,
+        limit]``."""
+        where = ("run_id = ? AND " if of_run else "") + ("chain = ? AND " if of_chain else "")
+        where += "seq > ?"
         text = f"SELECT {columns} FROM audit_events WHERE {where} ORDER BY seq"
         return self.sql(text + (" LIMIT ?" if limit else ""))
 
@@ -226,15 +243,29 @@ class Cursor(Protocol):
     def executemany(self, query: str, params: Sequence[Sequence[Any]], /) -> Any: ...
 
 
-def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | LedgerError]:
-    """Lay ``events`` onto the chain inside the caller's transaction: per event, its
-    sequence number, or the error that refused that event alone (a fenced intent)."""
-    # The chain's head is a row of its own, read (and, where the dialect says, locked)
-    # inside the transaction: it lets `audit verify` tell a ledger whose last events were
-    # deleted from one that simply ends there.
-    head = db.execute(sql.lock_head).fetchone()
-    seq, prev = int(head[0]), str(head[1])
-    clock = ledger_clock(head[2], head[3])
+def append(
+    db: Cursor, sql: Queries, events: list[AuditEvent], chains: int = 1
+) -> list[int | LedgerError]:
+    """Lay ``events`` onto their chains (a ledger of ``chains``) inside the caller's
+    transaction: per event, its sequence number, or the error that refused that event
+    alone (a fenced intent)."""
+    # Each chain's head is a row of its own, read (and, where the dialect says, locked)
+    # inside the transaction: it lets `audit verify` tell a chain whose last events were
+    # deleted from one that simply ends there. Everything read below concerns the batch's
+    # runs, each of which appends to one chain only: its lock serializes them.
+    if not events:
+        return []
+    by_chain: dict[int, list[int]] = {}
+    for index, event in enumerate(events):
+        by_chain.setdefault(chain_of(event.run_id, chains), []).append(index)
+    query, params = sql.lock_heads(sorted(by_chain))
+    heads = {int(row[0]): row for row in db.execute(query, params).fetchall()}
+    if len(heads) != len(by_chain):
+        raise LedgerError(
+            f"the ledger has no head for chain {min(set(by_chain) - set(heads))}: it was "
+            "made with fewer chains than this sidecar was told (run `actonce audit migrate`)"
+        )
+    clock = ledger_clock(None, next(iter(heads.values()))[4])
     # One statement per table for the newest attempts the batch fences, not one per
     # intent: each statement hands the interpreter back and forth with the event loop.
     keys = fenced_keys(events)
@@ -249,22 +280,55 @@ def append(db: Cursor, sql: Queries, events: list[AuditEvent]) -> list[int | Led
     run_rules = _run_rules(db, sql, events)
     events, refused = _permits(db, sql, events, clock)
     newest = newest_attempts(keys, unscoped, scoped)
-    batch = chain(events, seq, prev, newest, run_rules=run_rules, clock=clock, not_granted=refused)
-    begun: Sequence[tuple[str, ...]] = batch.begun
-    begun_scoped: Sequence[tuple[str, ...]] = batch.begun_scoped
+    numbers = _numbers(db, sql, len(events)) if chains > 1 else None
+    results: list[int | LedgerError] = [0] * len(events)
+    rows: list[tuple[object, ...]] = []
+    bound: list[tuple[str, ...]] = []
+    begun: list[tuple[str, ...]] = []
+    begun_scoped: list[tuple[str, ...]] = []
+    moved: list[tuple[int, str, int]] = []
+    for chain_id, indexes in sorted(by_chain.items()):
+        head = heads[chain_id]
+        batch = chain(
+            [events[i] for i in indexes],
+            int(head[1]),
+            str(head[2]),
+            newest,
+            run_rules=run_rules,
+            clock=EventClock(clock.now, str(head[3] or "")),
+            not_granted={n: refused[i] for n, i in enumerate(indexes) if i in refused},
+            chain_id=chain_id,
+            numbers=numbers,
+        )
+        for i, result in zip(indexes, batch.results, strict=True):
+            results[i] = result
+        rows += batch.rows
+        bound += batch.bound
+        begun += batch.begun
+        begun_scoped += batch.begun_scoped
+        if batch.rows:
+            moved.append((batch.seq, batch.head, chain_id))
     if sql.dialect.guarded:  # chain() left each begun run's rule in run_rules
         begun = [(*row, run_rules[row[0]]) for row in begun]
         begun_scoped = [(*row, run_rules[row[0]]) for row in begun_scoped]
-    if batch.bound:
-        db.executemany(sql.bind_run, batch.bound)
+    if bound:
+        db.executemany(sql.bind_run, bound)
     if begun:
         db.executemany(sql.begin_run, begun)
     if begun_scoped:
         db.executemany(sql.begin_scope, begun_scoped)
-    if batch.rows:
-        db.executemany(sql.insert_event, batch.rows)
-        db.execute(sql.set_head, (batch.seq, batch.head))
-    return batch.results
+    if rows:
+        db.executemany(sql.insert_event, rows)
+        db.executemany(sql.set_head, moved)
+    return results
+
+
+def _numbers(db: Cursor, sql: Queries, count: int) -> Iterator[int]:
+    """``count`` numbers from the ledger's sequence, increasing: taken while the batch's
+    chains are locked, so each chain's numbers increase in the order its events commit."""
+    assert sql.dialect.numbers is not None, "a ledger of many chains numbers from a sequence"
+    rows = db.execute(sql.dialect.numbers, (count,)).fetchall()
+    return iter(sorted(int(row[0]) for row in rows))
 
 
 def ledger_clock(newest_ts: object, database_now: object) -> EventClock:
@@ -333,6 +397,19 @@ class SqlLedger(GroupCommitLedger):
         return row_to_event(rows[0]).event if rows else None
 
 
+def newest_head(heads: dict[int, tuple[int, str]]) -> tuple[int, str]:
+    """The newest of the chains' heads: the ledger's newest event's number and hash."""
+    return max(heads.values(), default=(0, GENESIS_HASH))
+
+
+def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
+    """A checkpoint from a row of CHECKPOINTS_QUERY."""
+    seq, hash_, events, chain, follows = row
+    return Checkpoint(
+        int(seq), str(hash_), int(events), int(chain), None if follows is None else int(follows)
+    )
+
+
 class Connection(Protocol):
     def execute(self, query: str, params: Sequence[Any] = (), /) -> Any: ...
 
@@ -350,12 +427,19 @@ class SqlLedgerReader(Generic[_C]):
         # The columns a ledger no sidecar has migrated yet can answer.
         self._columns = columns
 
-    def _events_query(self, run_id: str | None, after: int) -> tuple[str, tuple[object, ...]]:
-        query = self._sql.events(self._columns, of_run=run_id is not None)
-        return query, ((run_id, after) if run_id is not None else (after,))
+    def _events_query(
+        self, run_id: str | None, after: int, chain: int | None
+    ) -> tuple[str, tuple[object, ...]]:
+        query = self._sql.events(
+            self._columns, of_run=run_id is not None, of_chain=chain is not None
+        )
+        params = (run_id,) if run_id is not None else ()
+        return query, (*params, *((chain,) if chain is not None else ()), after)
 
-    def events(self, *, run_id: str | None = None, after: int = 0) -> Iterator[StoredEvent]:
-        query, params = self._events_query(run_id, after)
+    def events(
+        self, *, run_id: str | None = None, after: int = 0, chain: int | None = None
+    ) -> Iterator[StoredEvent]:
+        query, params = self._events_query(run_id, after, chain)
         for row in self._conn.execute(query, params):
             yield row_to_event(row)
 
@@ -366,29 +450,45 @@ class SqlLedgerReader(Generic[_C]):
         row = self._conn.execute(self._sql.count).fetchone()
         return int(row[0]) if row else 0
 
-    def head(self) -> tuple[int, str]:
-        row = self._conn.execute(self._sql.head).fetchone()
-        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+    def heads(self) -> dict[int, tuple[int, str]]:
+        # A ledger no sidecar has opened since chains came has its one head, chain 0's.
+        if not self._has_table("audit_chains"):
+            row = self._conn.execute(OLD_HEAD).fetchone()
+            return {0: (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)}
+        rows = self._conn.execute(self._sql.heads).fetchall()
+        return {int(chain): (int(seq), str(hash_)) for chain, seq, hash_ in rows}
 
-    def checkpoint(self) -> tuple[int, str]:
+    def head(self) -> tuple[int, str]:
+        return newest_head(self.heads())
+
+    def checkpoint(self, chain: int = 0) -> tuple[int, str]:
         # A ledger no sidecar has opened since pruning came has no checkpoints table,
         # and was never pruned.
-        if not self._has_checkpoints():
-            return 0, GENESIS_HASH
-        row = self._conn.execute(CHECKPOINT_QUERY).fetchone()
-        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+        marks = [mark for mark in self.checkpoints() if mark.chain == chain]
+        return (marks[-1].seq, marks[-1].hash) if marks else (0, GENESIS_HASH)
 
     def checkpoints(self) -> list[Checkpoint]:
         if not self._has_checkpoints():
             return []
-        rows = self._conn.execute(CHECKPOINTS_QUERY).fetchall()
-        return [Checkpoint(int(seq), str(hash_), int(events)) for seq, hash_, events in rows]
+        query = CHECKPOINTS_QUERY
+        if not self._has_table("audit_chains"):  # nor the checkpoints' chains
+            query = "SELECT seq, hash, events, 0, NULL FROM audit_checkpoints ORDER BY seq"
+        rows = self._conn.execute(query).fetchall()
+        return [checkpoint_of(row) for row in rows]
 
-    def first_seq(self) -> int | None:
-        row = self._conn.execute("SELECT MIN(seq) FROM audit_events").fetchone()
+    def first_seq(self, chain: int | None = None) -> int | None:
+        if chain is None:
+            row = self._conn.execute("SELECT MIN(seq) FROM audit_events").fetchone()
+        else:
+            query = self._sql.sql("SELECT MIN(seq) FROM audit_events WHERE chain = ?")
+            row = self._conn.execute(query, (chain,)).fetchone()
         return int(row[0]) if row and row[0] is not None else None
 
     def _has_checkpoints(self) -> bool:
         """Whether the ledger has its checkpoints table; without touching it, which on
         PostgreSQL would end the snapshot's transaction when it is missing."""
+        return self._has_table("audit_checkpoints")
+
+    def _has_table(self, name: str) -> bool:
+        """Whether the ledger has table ``name``, without touching it."""
         raise NotImplementedError

@@ -19,11 +19,18 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from sidecar.ledger.base import GENESIS_HASH, AuditEvent, LedgerError, StoredEvent
+from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
 from sidecar.ledger.schema import (
     ADDED_COLUMNS,
+    CHAIN_INDEX,
+    CHECKPOINT_COLUMNS,
+    DROP_OLD_HEAD,
+    INSERT_CHAIN,
+    OLD_HEAD,
     RECORD_VERSION,
     SCHEMA_VERSION,
+    chain_rows,
+    chains_table,
     checkpoints_table,
     readable_columns,
     run_rules_table,
@@ -48,14 +55,7 @@ SCHEMA = (
     + checkpoints_table("INTEGER")
     + run_rules_table()
     + schema_table()
-    + """
-CREATE TABLE IF NOT EXISTS audit_head (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    seq INTEGER NOT NULL,
-    hash TEXT NOT NULL
-);
-INSERT OR IGNORE INTO audit_head (id, seq, hash) VALUES (1, 0, '{genesis}');
-"""
+    + chains_table("INTEGER")
 )
 
 
@@ -68,7 +68,7 @@ def connect(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
     # FULL: a commit in WAL mode is fsync'd before it returns; NORMAL would
     # lose the last commits on power loss, which an audit ledger must not.
     conn.execute("PRAGMA synchronous = FULL")
-    conn.executescript(SCHEMA.replace("{genesis}", GENESIS_HASH))
+    conn.executescript(SCHEMA)
     _migrate(conn)
     return conn
 
@@ -93,12 +93,34 @@ def _migrate(conn: sqlite3.Connection) -> None:
         for name, statement, _ in ADDED_COLUMNS:
             if name not in present:
                 conn.execute(statement)
+        marked = {str(row[0]) for row in conn.execute(
+            "SELECT name FROM pragma_table_info('audit_checkpoints')"
+        )}  # fmt: skip
+        for name, statement in CHECKPOINT_COLUMNS:
+            if name not in marked:
+                conn.execute(statement.format(seq_type="INTEGER"))
+        conn.execute(CHAIN_INDEX)
+        _chains(conn)
         conn.execute(RECORD_VERSION, (SCHEMA_VERSION,))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _chains(conn: sqlite3.Connection) -> None:
+    """Give the ledger its one chain, once: a ledger from before chains keeps its history
+    as chain 0's, from its old head."""
+    if conn.execute("SELECT COUNT(*) FROM audit_chains").fetchone()[0]:
+        return
+    old = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_head'"
+    ).fetchone()
+    head = conn.execute(OLD_HEAD).fetchone() if old else None
+    conn.executemany(INSERT_CHAIN, chain_rows(1, (int(head[0]), str(head[1])) if head else None))
+    if old:
+        conn.execute(DROP_OLD_HEAD)
 
 
 class SqliteLedger(SqlLedger):
@@ -172,12 +194,9 @@ class SqliteLedgerReader(SqlLedgerReader[sqlite3.Connection]):
         # A ledger no sidecar has opened since its newest columns came is read as it is.
         super().__init__(conn, SQLITE, readable_columns(present_columns(conn, SQLITE)))
 
-    def _has_checkpoints(self) -> bool:
-        return bool(
-            self._conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit_checkpoints'"
-            ).fetchone()
-        )
+    def _has_table(self, name: str) -> bool:
+        found = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+        return self._conn.execute(found, (name,)).fetchone() is not None
 
     def snapshot(self) -> AbstractContextManager[None]:
         return read_snapshot(self._conn)

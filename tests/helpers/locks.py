@@ -55,7 +55,7 @@ def lock_held(kind: str, target: str, statement: str) -> Iterator[subprocess.Pop
 
 def _ledger_lock(config: Config) -> tuple[str, str, str]:
     if config.audit_dsn:
-        return "postgres", config.audit_dsn, "LOCK TABLE audit_head IN ACCESS EXCLUSIVE MODE"
+        return "postgres", config.audit_dsn, "LOCK TABLE audit_chains IN ACCESS EXCLUSIVE MODE"
     return "sqlite", str(config.audit_path), "BEGIN EXCLUSIVE"
 
 

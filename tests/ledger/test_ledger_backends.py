@@ -275,14 +275,14 @@ def test_a_batch_whose_connection_is_lost_before_its_commit_is_written_again() -
             ledger = PostgresLedger(dsn, lock_timeout_ms=10_000)
             assert await ledger.append(_event(0)) == 1
             with psycopg.connect(dsn) as blocker, psycopg.connect(dsn, autocommit=True) as admin:
-                blocker.execute("SELECT seq FROM audit_head WHERE id FOR UPDATE")
+                blocker.execute("SELECT seq FROM audit_chains FOR UPDATE")
                 pending = asyncio.ensure_future(ledger.append(_event(1)))
                 writer = None
                 for _ in range(200):
                     # Its own connection: a transaction sees one snapshot of the activity.
                     row = admin.execute(
                         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE '%audit_head%' AND pid <> pg_backend_pid()"
+                        "AND query LIKE '%audit_chains%' AND pid <> pg_backend_pid()"
                     ).fetchone()
                     if row:
                         writer = row[0]
@@ -473,6 +473,8 @@ def test_a_ledger_written_before_trace_ids_gains_them_and_still_verifies(
 def _hash_before_traces(stored: StoredEvent) -> str:
     content = {k: v for k, v in dataclasses.asdict(stored.event).items()
                if k not in ("trace_id", "span_id", "scope")}  # fmt: skip
+    if stored.chain:  # the chain is hashed where it is not 0, as it was before traces
+        content["chain"] = stored.chain
     body = json.dumps({"seq": stored.seq, "ts": stored.ts, **content}, sort_keys=True,
                       separators=(",", ":"), ensure_ascii=True)  # fmt: skip
     return hashlib.sha256((stored.prev_hash + body).encode("ascii")).hexdigest()

@@ -22,6 +22,7 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from sidecar.cli import main
 from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent, Phase
+from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.retention import event_time, parse_before
 from tests.harness import sidecar_config, start_sidecar
 from tests.helpers import postgres as pg
@@ -73,8 +74,11 @@ class Ledger(LedgerPlace):
 def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
     if request.param == "postgres":
         dsn = pg.fresh_database("prune")
+        # One chain, numbered without gaps, as SQLite's: these tests name the events a
+        # prune removes by number (tests/ledger/test_chains.py prunes many chains).
+        migrate(dsn, chains=1)
         made = Ledger(None, dsn, "postgres", tmp_path)
-        made.append()  # creates the schema
+        made.append()
         yield made
         pg.drop_database(dsn)
     else:
@@ -406,7 +410,7 @@ def test_a_prune_cut_short_leaves_a_ledger_that_verifies_whole(
     ledger.append(*finished_run("a"), *finished_run("b"), *finished_run("c"))
     monkeypatch.setattr(retention, "DELETE_BATCH", 3)
     # The process dies after the checkpoint's transaction, before the other batches.
-    monkeypatch.setattr(retention.Retention, "_delete_up_to", lambda self, cut: None)
+    monkeypatch.setattr(retention.Retention, "_delete_up_to", lambda self, cut, chain=None: None)
     assert ledger.prune("e.jsonl", before=_between(ledger, 8)).returncode == 0
     assert ledger.seqs() == list(range(4, 13))
     short = ledger.verdict()

@@ -35,8 +35,8 @@ class CountingCursor:
 
     def execute(self, query: str, params: Sequence[Any] = (), /) -> _Rows:
         self.statements.append(query)
-        head = "FROM audit_head" in query
-        return _Rows([(0, GENESIS_HASH, None, None)] if head else [])
+        head = "FROM audit_chains" in query
+        return _Rows([(0, 0, GENESIS_HASH, None, None)] if head else [])
 
     def executemany(self, query: str, params: Sequence[Sequence[Any]], /) -> None:
         self.statements.append(query)

@@ -57,8 +57,8 @@ def fill(db: Any, placeholder: str, events: Iterator[AuditEvent]) -> int:
     marks = ", ".join([placeholder] * len(schema.COLUMNS.split(",")))
     cur = db.cursor()
     cur.executemany(f"INSERT INTO audit_events ({schema.COLUMNS}) VALUES ({marks})", batch.rows)
-    cur.execute(f"UPDATE audit_head SET seq = {placeholder}, hash = {placeholder}",
-                (batch.seq, batch.head))  # fmt: skip
+    cur.execute(f"UPDATE audit_chains SET seq = {placeholder}, hash = {placeholder} "
+                "WHERE chain = 0", (batch.seq, batch.head))  # fmt: skip
     db.commit()
     return batch.seq
 
