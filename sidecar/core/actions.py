@@ -21,9 +21,8 @@ from typing import TypeVar, Unpack
 import structlog
 
 from sidecar import store_contract
-from sidecar.core import leases
 from sidecar.core.access import ARTIFACT, THREAD, Access, Owners, Reach, Target
-from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
+from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart, store_deadline
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.deliveries import ScopedAttempts
 from sidecar.core.edit_queue import EditQueue
@@ -487,4 +486,4 @@ class RunActions:
         return replace(result, version=stored.version)
 
     def _deadline(self, attempt: Attempt) -> float:
-        return leases.store_deadline(attempt, self.settings.store_timeout_seconds)
+        return store_deadline(attempt, self.settings.store_timeout_seconds)

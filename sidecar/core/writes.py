@@ -38,8 +38,8 @@ from typing import TypeVar
 
 import structlog
 
-from sidecar.core import keys, leases
-from sidecar.core.attempts import Attempt
+from sidecar.core import keys
+from sidecar.core.attempts import Attempt, check_lease
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.core.lands import Job, Lands
 from sidecar.core.requests import Claim, nothing_landed
@@ -188,7 +188,7 @@ class WritePath:
             call=perform.one_call(derived),
             classify=lambda answer: perform.classify(derived, answer),
             timeout=perform.deadline,
-            check_lease=lambda: leases.check(attempt, store_timeout),
+            check_lease=lambda: check_lease(attempt, store_timeout),
             outcome=lambda result: outcome_event(landing, result),
             failure=lambda error: failure_event(landing, error),
             rolled_back=lambda error: _rolled_back_event(landing, error),
@@ -199,7 +199,7 @@ class WritePath:
         """Check the lease, take the write's occurrence (or the one its request_id
         is bound to), derive its id."""
         try:
-            leases.check(attempt, self.settings.store_timeout_seconds)
+            check_lease(attempt, self.settings.store_timeout_seconds)
         except ActonceError:
             claim.failed(claim.occurrence, _give_back(attempt, write))
             raise
