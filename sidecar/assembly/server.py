@@ -34,7 +34,7 @@ from sidecar.assembly.sidecar import SERVICE_NAME, Sidecar
 from sidecar.config import Config
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry
-from sidecar.core.lands import InOneCommit, InOrder, InTheStoresThread, LandsFor
+from sidecar.core.audit import InOneCommit, InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Settings
 from sidecar.fronts.grpc import servicer
 from sidecar.fronts.grpc.interceptors import (

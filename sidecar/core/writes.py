@@ -20,7 +20,7 @@ caller gives up (:meth:`WritePath.to_the_end`): cut off between its intent and i
 outcome, it would leave the store and the ledger in a state nobody knows. Steps
 take phases 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
 
-Phases 3 to 5 are one job, handed to the assembly's :class:`~sidecar.core.lands.Lands`,
+Phases 3 to 5 are one job, handed to the assembly's :class:`~sidecar.core.audit.Lands`,
 which answers what happened (the result or the error, and whether the store may have been
 called); the claim is settled from that answer here, in one place (:meth:`WritePath._land`).
 A write that is one call of the store (:class:`OneCall`) says so, so that it can land inside
@@ -40,8 +40,7 @@ import structlog
 
 from sidecar.core import keys
 from sidecar.core.attempts import Attempt, check_lease
-from sidecar.core.audit import Audit, Subject, event
-from sidecar.core.lands import Job, Lands
+from sidecar.core.audit import Audit, Job, Lands, Subject, event
 from sidecar.core.requests import Claim, nothing_landed
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import ActonceError
@@ -148,7 +147,7 @@ class WritePath:
     def __init__(self, audit: Audit, settings: Settings, lands: Lands) -> None:
         self.audit = audit
         self.settings = settings
-        # How a write lands with its audit: the assembly's choice (sidecar.core.lands).
+        # How a write lands with its audit: the assembly's choice (sidecar.core.audit).
         self._lands = lands
         self._under_way: set[asyncio.Task[object]] = set()
 
