@@ -182,7 +182,7 @@ def _fenced(event: AuditEvent, exc: FencedError) -> AttemptFenced:
     )
 
 
-# -- a write's landing -------------------------------------------------------------------
+# -- a write's landing -------------------------------------------------------------
 
 NOT_DURABLE = "audit intent not persisted, the store was not called"
 OUTCOME_LOST = "the write landed but its audit outcome was not persisted"

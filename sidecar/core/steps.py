@@ -33,9 +33,8 @@ from datetime import datetime
 import structlog
 
 from sidecar.core import attempts, audit, step_history, writes
-from sidecar.core.attempts import Attempt, StepState, StepStatus
+from sidecar.core.attempts import Attempt, Claim, StepState, StepStatus
 from sidecar.core.audit import Audit, Subject, event
-from sidecar.core.requests import Claim
 from sidecar.core.types import Outcome, StepPermit, WriteResult
 from sidecar.core.writes import Landing, Write, WritePath
 from sidecar.errors import (

@@ -3,9 +3,9 @@
 1. **Claim or replay**: a write named by a key the caller chose is refused KEY_REUSED
    first when its attempt used the key with other data (:mod:`sidecar.core.keys`). A
    call that repeats an earlier one of the attempt (by its request identity, or
-   identical to one without an answer yet: the repeat rule of
-   :mod:`sidecar.core.requests`) gets that call's answer, or makes its write again;
-   any other call claims a new one.
+   identical to one without an answer yet: the repeat rule in
+   :mod:`sidecar.core.attempts`) gets that call's answer, or makes its write again; any
+   other call claims a new one.
 2. **Take the id**: the lease is checked, the write takes its occurrence, and its
    id is derived.
 3. **Audit the intent**, fail closed: the store is not called without it.
@@ -39,9 +39,8 @@ from typing import TypeVar
 import structlog
 
 from sidecar.core import keys
-from sidecar.core.attempts import Attempt, check_lease
+from sidecar.core.attempts import Attempt, Claim, check_lease, nothing_landed
 from sidecar.core.audit import Audit, Job, Lands, Subject, event
-from sidecar.core.requests import Claim, nothing_landed
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import ActonceError
 from sidecar.ledger.base import AuditEvent, Phase
@@ -314,7 +313,7 @@ def answered(landing: Landing, result: WriteResult) -> WriteResult:
 
 
 def release(landing: Landing, error: BaseException, *, reached_store: bool = False) -> None:
-    """Settle what a write that failed with ``error`` held (sidecar.core.requests); one
+    """Settle what a write that failed with ``error`` held (sidecar.core.attempts); one
     that ``reached_store`` may have landed."""
     if isinstance(error, ActonceError):
         landing.attempt.failed += 1

@@ -334,7 +334,7 @@ class InProcessStoreClient:
             await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
 
 
-# -- writes in turn ----------------------------------------------------------------------
+# -- writes in turn ----------------------------------------------------------------
 #
 # A write's three commits in turn, as one job of the embedded store's thread for them.
 #

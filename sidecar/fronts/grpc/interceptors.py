@@ -282,7 +282,7 @@ def _varint(raw: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-# -- the drain's gate --------------------------------------------------------------------
+# -- the drain's gate --------------------------------------------------------------
 
 # Graceful drain: once told to stop, the sidecar answers every call it receives, and never
 # cancels one.
