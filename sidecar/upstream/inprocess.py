@@ -144,11 +144,7 @@ _BACKEND_CALLS = {
     ),
     PostMessage: lambda b, op: functools.partial(
         b.post_message,
-        op.message_id,
-        op.thread_id,
-        op.kind,
-        op.text,
-        request_turn=op.request_turn,
+        store.NewMessage(op.message_id, op.thread_id, op.kind, op.text, op.request_turn),
         principal=op.principal,
     ),
     ListMessages: lambda b, op: functools.partial(
