@@ -284,36 +284,6 @@ def _varint(raw: bytes, pos: int) -> tuple[int, int]:
 
 # -- the drain's gate --------------------------------------------------------------
 
-# Graceful drain: once told to stop, the sidecar answers every call it receives, and never
-# cancels one.
-#
-# grpc's own ``server.stop(grace)`` closes the listening socket at once, so an
-# agent that calls during the grace period gets a bare connection error; and it
-# drops the calls it had accepted but not yet handed to a handler (they wait in
-# grpc's queue while the event loop is busy): their callers see a bare
-# ``CANCELLED``, which no client can classify. Calls still running when the grace
-# runs out are cancelled the same way. The gate makes the drain explicit instead:
-#
-# - once closed, every RunActionsService call gets UNAVAILABLE with ErrorInfo
-#   reason ``SHUTTING_DOWN`` (class RETRYABLE): the queue retries the run
-#   elsewhere, and derived ids make that safe. The refusal carries
-#   ``grpc-retry-pushback-ms: -1``, so that no client's transport retries it
-#   against a sidecar that is going away;
-# - health and reflection calls pass, so probes see NOT_SERVING rather than an error;
-# - :meth:`CallGate.wait_idle` returns when the last call in flight has answered;
-# - :meth:`CallGate.cut` answers the calls still running when their time runs out
-#   with the same refusal, rather than letting grpc cancel them;
-# - :meth:`CallGate.wait_quiet` keeps the server answering until callers have
-#   stopped calling (each stops at its first SHUTTING_DOWN). Only then is grpc's
-#   server stopped: its queue is empty, so it has nothing left to cancel.
-#
-# The quiet is waited for after a cut as well, and the grace keeps time for it
-# (LINGER_SECONDS): the callers whose calls were cut, and agents that make their
-# first call only then, still call. grpc's ``stop`` cancels every call it has
-# accepted and not yet handed to a handler, and from then on the port refuses
-# connections: without the linger, a call that arrives in the instant the server
-# stops gets a bare ``CANCELLED``.
-
 # A caller that got SHUTTING_DOWN stops; this long without any call means they all have
 # (an agent busy between two calls for longer finds no listener: UNAVAILABLE, RETRYABLE).
 QUIET_SECONDS = 1.0
@@ -346,7 +316,38 @@ def _shutting_down() -> grpc.Status:
 
 
 class CallGate(RunActionsInterceptor):
-    """Counts RunActionsService calls in flight, and refuses new ones once closed."""
+    """Counts RunActionsService calls in flight, and refuses new ones once closed.
+
+    Graceful drain: once told to stop, the sidecar answers every call it receives, and never
+    cancels one.
+
+    grpc's own ``server.stop(grace)`` closes the listening socket at once, so an
+    agent that calls during the grace period gets a bare connection error; and it
+    drops the calls it had accepted but not yet handed to a handler (they wait in
+    grpc's queue while the event loop is busy): their callers see a bare
+    ``CANCELLED``, which no client can classify. Calls still running when the grace
+    runs out are cancelled the same way. The gate makes the drain explicit instead:
+
+    - once closed, every RunActionsService call gets UNAVAILABLE with ErrorInfo
+      reason ``SHUTTING_DOWN`` (class RETRYABLE): the queue retries the run
+      elsewhere, and derived ids make that safe. The refusal carries
+      ``grpc-retry-pushback-ms: -1``, so that no client's transport retries it
+      against a sidecar that is going away;
+    - health and reflection calls pass, so probes see NOT_SERVING rather than an error;
+    - :meth:`CallGate.wait_idle` returns when the last call in flight has answered;
+    - :meth:`CallGate.cut` answers the calls still running when their time runs out
+      with the same refusal, rather than letting grpc cancel them;
+    - :meth:`CallGate.wait_quiet` keeps the server answering until callers have
+      stopped calling (each stops at its first SHUTTING_DOWN). Only then is grpc's
+      server stopped: its queue is empty, so it has nothing left to cancel.
+
+    The quiet is waited for after a cut as well, and the grace keeps time for it
+    (LINGER_SECONDS): the callers whose calls were cut, and agents that make their
+    first call only then, still call. grpc's ``stop`` cancels every call it has
+    accepted and not yet handed to a handler, and from then on the port refuses
+    connections: without the linger, a call that arrives in the instant the server
+    stops gets a bare ``CANCELLED``.
+    """
 
     def __init__(self) -> None:
         self._running: set[asyncio.Task[Any]] = set()
