@@ -10,21 +10,12 @@ import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { Client, deliver, type NeutralRequest, Parked, runToolCall, turnKey } from "../src/index.js";
-import { REPO_DIR, type Sidecar, startSidecar } from "./sidecar.js";
+import { deliver, type NeutralRequest, Parked, runToolCall, turnKey } from "../src/index.js";
+import { liveSidecar, REPO_DIR } from "./sidecar.js";
 
-let sidecar: Sidecar;
-let client: Client;
-before(async () => {
-  sidecar = await startSidecar();
-  client = new Client(sidecar.target);
-});
-after(async () => {
-  client.close();
-  await sidecar.stop();
-});
+const live = liveSidecar();
 
 const RULE = "crosslang";
 const ASKED = "Tell the thread ada was charged, then that her ticket is open";
@@ -55,12 +46,12 @@ print(json.dumps({"key": dict(turn.key), "notice": written.id, "outcome": writte
 
 test("a TypeScript delivery continues a run a Python delivery began: its turn replayed, each write made once", async () => {
   const runId = `run-${randomUUID()}`;
-  const setup = await client.begin({ runId: `setup-${runId}`, rule: RULE });
+  const setup = await live.client.begin({ runId: `setup-${runId}`, rule: RULE });
   const thread = (await setup.createThread("cross-language")).id;
   await setup.end();
 
   const python = process.env["ACTONCE_PYTHON"] || join(REPO_DIR, ".venv", "bin", "python");
-  const { stdout } = await promisify(execFile)(python, ["-c", PYTHON_WORKER, sidecar.target, runId, thread]);
+  const { stdout } = await promisify(execFile)(python, ["-c", PYTHON_WORKER, live.sidecar.target, runId, thread]);
   const first = JSON.parse(stdout) as { key: unknown; notice: string; outcome: string };
   assert.equal(first.outcome, "APPLIED");
 
@@ -69,7 +60,7 @@ test("a TypeScript delivery continues a run a Python delivery began: its turn re
   // The key the TypeScript delivery asks under is the one the Python delivery recorded under.
   assert.deepEqual(key, first.key);
   type Answer = { tool_calls: { id: string; name: string; args: { text: string } }[] };
-  const result = await deliver(client, { runId, rule: RULE }, async (delivery) => {
+  const result = await deliver(live.client, { runId, rule: RULE }, async (delivery) => {
     const turn = await delivery.turn(
       key,
       async (): Promise<Answer> => assert.fail("the model was asked again"),
@@ -92,7 +83,7 @@ test("a TypeScript delivery continues a run a Python delivery began: its turn re
   );
   assert.equal(result[0]!.id, first.notice);
 
-  const reader = await client.begin({ runId: `read-${runId}`, rule: RULE });
+  const reader = await live.client.begin({ runId: `read-${runId}`, rule: RULE });
   const texts = (await reader.readThread(thread)).filter((m) => m.kind === "notice").map((m) => m.text);
   await reader.end();
   assert.deepEqual(texts.sort(), ["charged ada 500", "ticket open for ada"]);
