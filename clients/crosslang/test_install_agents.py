@@ -1,7 +1,8 @@
 """Each guide's complete agent (docs/typescript-agents.md) runs from ``make dist``'s tarball in
 a project outside the repository, with its framework from npm at the version the kill grid
-runs, under Node 20 and 22 (the AI SDK 7 and the OpenAI Agents SDK need 22, as the guide says;
-Node 22 is the ``node`` package of the client's devDependencies).
+runs, under Node 20 and 22 (Node 22 is the ``node`` package of the client's devDependencies).
+The AI SDK 7, ``openai`` 7 (under the OpenAI Agents SDK) and Mastra declare Node 22 in their
+``engines``; npm warns on 20 and installs them, and the agents run there too, as the guide says.
 
 The agent's code is taken from the page as it stands and type-checked (``tsc --strict``)
 against what the project installed; a scripted model stands in the model's place and a card
@@ -33,13 +34,15 @@ pytestmark = pytest.mark.timeout(900)
 # Each guide's example, the packages its project installs beside the tarball, and the Node
 # majors it runs under.
 AGENTS: dict[str, tuple[str, list[str], tuple[int, ...]]] = {
-    "ai-sdk": ("ts-ai-sdk-agent", ["ai", "zod"], (22,)),
-    "openai-agents": ("ts-openai-agents-agent", ["@openai/agents", "zod"], (22,)),
+    "ai-sdk": ("ts-ai-sdk-agent", ["ai", "zod"], (20, 22)),
+    "openai-agents": ("ts-openai-agents-agent", ["@openai/agents", "zod"], (20, 22)),
     "langgraph": (
         "ts-langgraph-agent",
         ["@langchain/langgraph", "@langchain/core", "zod"],
         (20, 22),
     ),
+    # Mastra's models are AI SDK models: its agent takes one, wrapped by the AI SDK's middleware.
+    "mastra": ("ts-mastra-agent", ["@mastra/core", "ai", "zod"], (20, 22)),
 }
 CASES = [(name, major) for name, (_, _, majors) in AGENTS.items() for major in majors]
 

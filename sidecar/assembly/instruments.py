@@ -1,28 +1,151 @@
-"""The metrics on the seams: a hook of the ledger's appends, and middleware of the store client.
+"""The metrics on the seams: an interceptor of the gRPC front, a hook of the ledger's appends,
+and middleware of the store client.
 
-Both feed the sidecar's registry (:class:`sidecar.ops.metrics.Metrics`), and both are what
-their seam asks for and nothing more: :class:`TimedAppends` is an
+All three feed the sidecar's registry (:class:`sidecar.ops.metrics.Metrics`, which declares
+every metric and counts none), and each is what its seam asks for and nothing more:
+:class:`MetricsInterceptor` is a
+:class:`~sidecar.fronts.grpc.interceptors.RunActionsInterceptor`, around every
+RunActionsService call (writes by RPC and outcome, refusals by reason and failure class,
+calls in flight, call latency); :class:`TimedAppends` is an
 :class:`~sidecar.ledger.group_commit.AppendHook`, around each append and each commit;
 :class:`TimedStore` is a :class:`~sidecar.upstream.base.StoreClient`, around each call.
+Every latency goes through :func:`observe`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import time
 from collections.abc import Sequence
-from contextvars import Context
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
+import grpc
+from actonce_api.v1 import types_pb2
+from prometheus_client import Histogram
+
 from sidecar.errors import ActonceError, LeaseExpired, StoreDeadlineExceeded, StoreUnavailable
+from sidecar.fronts.grpc.aborts import AbortWatchingContext, Trailing, error_info_of, status_code_of
+from sidecar.fronts.grpc.interceptors import (
+    Behavior,
+    Context,
+    Handler,
+    RunActionsInterceptor,
+    behavior_of,
+)
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError
 from sidecar.ledger.group_commit import Append
-from sidecar.ops.metrics import Metrics
+from sidecar.ops.metrics import WRITE_RPCS, Metrics
 from sidecar.store_contract import Refusal
 from sidecar.upstream.base import AUDITED, Committed, InTurn, OneCommit, StoreCall, StoreClient
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+
+
+def observe(metrics: Metrics, histogram: Histogram, seconds: float) -> None:
+    """``seconds`` into ``histogram`` (a child with its labels), with the trace's exemplar
+    when the sidecar traces."""
+    exemplar = metrics.exemplar
+    histogram.observe(seconds, exemplar() if exemplar is not None else None)
+
+
+# -- the gRPC front ----------------------------------------------------------------
+
+
+def _outcome_label(outcome: types_pb2.Outcome.ValueType) -> str:
+    name = types_pb2.Outcome.Name(outcome) if outcome else "OUTCOME_UNSPECIFIED"
+    return name.removeprefix("OUTCOME_").lower()
+
+
+class _CallRecord:
+    """One call's numbers, recorded once: at its abort, or when its handler returns.
+
+    An abort sends the status to the caller before it raises, so a refusal counted
+    only when the exception reaches the interceptor could be missing from a scrape
+    that the caller makes right after seeing the error. Counting at the abort
+    itself keeps the metrics ahead of every answer.
+    """
+
+    __slots__ = ("done", "is_write", "metrics", "rpc", "started")
+
+    def __init__(self, metrics: Metrics, rpc: str, is_write: bool) -> None:
+        self.metrics = metrics
+        self.rpc = rpc
+        self.is_write = is_write
+        self.started = time.perf_counter()
+        self.done = False
+        metrics.in_flight.labels(rpc).inc()
+
+    def finish(self, code: grpc.StatusCode, outcome: str, info: Any = None) -> None:
+        if self.done:
+            return
+        self.done = True
+        metrics, rpc = self.metrics, self.rpc
+        if info is not None:
+            metrics.refusals.labels(
+                rpc, info.reason or code.name, info.metadata.get("failure_class", "")
+            ).inc()
+        if self.is_write:
+            metrics.writes.labels(rpc, outcome).inc()
+        metrics.front_calls.labels(
+            "grpc", rpc, outcome or ("ok" if info is None else "failed")
+        ).inc()
+        metrics.in_flight.labels(rpc).dec()
+        observe(
+            metrics,
+            metrics.request_seconds.labels(rpc, code.name),
+            time.perf_counter() - self.started,
+        )
+
+    def refused(self, code: grpc.StatusCode | int | None, trailing: Trailing) -> None:
+        self.finish(status_code_of(code), "failed", error_info_of(trailing))
+
+
+class _CountingContext(AbortWatchingContext):
+    """The call's context, with its aborts counted before their status is sent."""
+
+    def __init__(self, context: Context, record: _CallRecord) -> None:
+        super().__init__(context)
+        self._record = record
+
+    def refused(self, code: grpc.StatusCode, trailing: Trailing) -> None:
+        self._record.refused(code, trailing)
+
+
+class MetricsInterceptor(RunActionsInterceptor):
+    """Counts every RunActionsService call; other services (health, reflection) pass."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def wrap(self, rpc: str, handler: Handler) -> Behavior:
+        inner = behavior_of(handler)
+        metrics = self.metrics
+        is_write = rpc in WRITE_RPCS
+
+        async def counted(request: Any, context: Context) -> Any:
+            record = _CallRecord(metrics, rpc, is_write)
+            try:
+                response = await inner(request, _CountingContext(context, record))
+            except asyncio.CancelledError:
+                # The caller went away, or the drain's grace ran out: no refusal was
+                # given, and whether a write landed is for its audit events to say.
+                record.finish(grpc.StatusCode.CANCELLED, "cancelled")
+                raise
+            except BaseException:
+                # Aborts were counted as they were sent; anything else escaping a
+                # handler is an error status of its own.
+                if not record.done:
+                    record.refused(context.code(), context.trailing_metadata())
+                raise
+            else:
+                outcome = _outcome_label(response.outcome) if is_write else ""
+                record.finish(grpc.StatusCode.OK, outcome)
+                return response
+
+        return counted
 
 
 # -- the ledger ------------------------------------------------------------------
@@ -47,9 +170,9 @@ class TimedAppends:
             metrics.audit_append_failures.inc()
             raise
         finally:
-            metrics.observe(metrics.audit_append_seconds, time.perf_counter() - started)
+            observe(metrics, metrics.audit_append_seconds, time.perf_counter() - started)
 
-    def commit(self, appends: Sequence[Context]) -> _TimedCommit:
+    def commit(self, appends: Sequence[contextvars.Context]) -> _TimedCommit:
         return _TimedCommit(self._metrics, len(appends))
 
 
@@ -73,7 +196,7 @@ class _TimedCommit:
         if error is not None:  # a failed append is counted where it is seen, once per append
             return
         metrics = self._metrics
-        metrics.observe(metrics.audit_commit_seconds, time.perf_counter() - self._started)
+        observe(metrics, metrics.audit_commit_seconds, time.perf_counter() - self._started)
         metrics.audit_commit_events.observe(self._events)
 
 
@@ -152,8 +275,8 @@ class TimedStore:
             if result:  # a write refused before the store was called makes no store call
                 self._observe(op.write.operation, result, took)
             for _ in range(events):
-                metrics.observe(metrics.audit_append_seconds, took)
+                observe(metrics, metrics.audit_append_seconds, took)
 
     def _observe(self, operation: str, result: str, seconds: float) -> None:
         metrics = self._metrics
-        metrics.observe(metrics.store_call_seconds.labels(operation, result), seconds)
+        observe(metrics, metrics.store_call_seconds.labels(operation, result), seconds)

@@ -28,18 +28,20 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar.assembly.instruments import TimedAppends, TimedStore
+from sidecar.assembly.instruments import MetricsInterceptor, TimedAppends, TimedStore
 from sidecar.assembly.pending_metrics import PendingCollector
 from sidecar.assembly.sidecar import SERVICE_NAME, Sidecar
 from sidecar.config import Config
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import PRESSURE, Attempt, AttemptRegistry
-from sidecar.core.lands import InOneCommit, InOrder, InTheStoresThread, LandsFor
+from sidecar.core.audit import InOneCommit, InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Settings
 from sidecar.fronts.grpc import servicer
-from sidecar.fronts.grpc.drain import CallGate
-from sidecar.fronts.grpc.interceptors import LogContextInterceptor, RequestDecodingInterceptor
-from sidecar.fronts.grpc.metrics import MetricsInterceptor
+from sidecar.fronts.grpc.interceptors import (
+    CallGate,
+    LogContextInterceptor,
+    RequestDecodingInterceptor,
+)
 from sidecar.fronts.grpc.status import to_grpc_status
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.group_commit import GroupCommitLedger

@@ -17,7 +17,7 @@ from actonce_api.v1 import run_actions_pb2
 from grpc_health.v1 import health, health_pb2
 
 from sidecar.core.actions import RunActions
-from sidecar.fronts.grpc.drain import LINGER_SECONDS, CallGate
+from sidecar.fronts.grpc.interceptors import LINGER_SECONDS, CallGate
 from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.liveness import Heartbeat
 from sidecar.ops.metrics import Metrics, MetricsEndpoint
@@ -119,14 +119,14 @@ class Sidecar:
         closed, then the store it may share a file with. ``None`` or 0 cuts calls in flight
         at once.
 
-        Every call the sidecar receives is answered, never cancelled (sidecar.fronts.grpc.drain):
-        calls still running when their time runs out, and calls that arrive while the
-        agents stop calling, are refused SHUTTING_DOWN. The server stops only once its
-        callers are quiet, or when closing must begin; after a cut too, since the callers
-        whose calls were cut, and agents that only start now, still call. Each step of
-        closing is bounded by what is left of the grace (and at least
-        CLOSE_STEP_FLOOR_SECONDS), so that a ledger or a store that stopped answering
-        cannot hold the exit.
+        Every call the sidecar receives is answered, never cancelled
+        (sidecar.fronts.grpc.interceptors.CallGate): calls still running when their time
+        runs out, and calls that arrive while the agents stop calling, are refused
+        SHUTTING_DOWN. The server stops only once its callers are quiet, or when closing
+        must begin; after a cut too, since the callers whose calls were cut, and agents
+        that only start now, still call. Each step of closing is bounded by what is left of
+        the grace (and at least CLOSE_STEP_FLOOR_SECONDS), so that a ledger or a store that
+        stopped answering cannot hold the exit.
         """
         if self._stopped:
             return

@@ -24,8 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from sidecar import store_contract
-from sidecar.core import leases
-from sidecar.core.attempts import Attempt
+from sidecar.core.attempts import Attempt, store_deadline
 from sidecar.core.audit import Audit, Subject, event
 from sidecar.errors import NotGranted
 from sidecar.ledger.base import Phase
@@ -110,9 +109,7 @@ class Reach:
         refusal is audited as its read event, as every read's failure is)."""
         # A write's lease bounds its every store call; a read's never did, nor does its owner's.
         timeout = (
-            leases.store_deadline(attempt, self._store_timeout)
-            if write_type
-            else self._store_timeout
+            store_deadline(attempt, self._store_timeout) if write_type else self._store_timeout
         )
         owner = await self._owners.of(target, timeout)
         if owner is None:

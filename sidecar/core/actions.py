@@ -21,14 +21,12 @@ from typing import TypeVar, Unpack
 import structlog
 
 from sidecar import store_contract
-from sidecar.core import leases
 from sidecar.core.access import ARTIFACT, THREAD, Access, Owners, Reach, Target
-from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
-from sidecar.core.audit import Audit, Subject, event
+from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart, store_deadline
+from sidecar.core.audit import Audit, InOrder, LandsFor, Subject, event
 from sidecar.core.deliveries import ScopedAttempts
 from sidecar.core.edit_queue import EditQueue
 from sidecar.core.edits import Edit
-from sidecar.core.lands import InOrder, LandsFor
 from sidecar.core.lifecycle import Lifecycle
 from sidecar.core.reads import Reads
 from sidecar.core.steps import Steps
@@ -92,7 +90,7 @@ class RunActions:
 
     ``on_reread`` hears of each re-read of an artifact after the store refused an
     edit with VERSION_CONFLICT (the metrics count them). ``lands`` makes how a write lands
-    with its audit (sidecar.core.lands): in order unless the assembly, which knows where the
+    with its audit (sidecar.core.audit): in order unless the assembly, which knows where the
     store and the ledger are, says otherwise.
     ``grants`` opens other rules' artifacts and threads to a rule's attempts
     (sidecar.core.access); without it, each rule reaches only its own. ``capability_of``
@@ -487,4 +485,4 @@ class RunActions:
         return replace(result, version=stored.version)
 
     def _deadline(self, attempt: Attempt) -> float:
-        return leases.store_deadline(attempt, self.settings.store_timeout_seconds)
+        return store_deadline(attempt, self.settings.store_timeout_seconds)

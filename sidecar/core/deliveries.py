@@ -5,7 +5,7 @@ Beginning a newer delivery fences the older ones' scoped attempts too: the ledge
 refuses, in the transaction that would store it, every event of a scoped attempt
 whose delivery is no longer the run's newest (sidecar.ledger.base.fenced), so a stale
 delivery's tool calls write nothing, on any sidecar sharing the ledger. A scoped
-attempt's lease is bounded by its delivery's (core/leases.py): the delivery's live
+attempt's lease is bounded by its delivery's (core/attempts.py): the delivery's live
 attempt, when it began on this sidecar. One begun on another sidecar cannot be seen
 from here, its lease nor its ExtendLease, so a scoped attempt that names it must
 bring a lease of its own: without one it could outlive the queue's lease unbounded.

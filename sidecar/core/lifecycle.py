@@ -13,8 +13,14 @@ from typing import Unpack
 
 import structlog
 
-from sidecar.core import deliveries, leases
-from sidecar.core.attempts import Attempt, AttemptRegistry, AttemptStart
+from sidecar.core import deliveries
+from sidecar.core.attempts import (
+    Attempt,
+    AttemptRegistry,
+    AttemptStart,
+    require_future_lease,
+    require_lease_running,
+)
 from sidecar.core.audit import Audit, event
 from sidecar.core.types import AttemptCounts, Outcome, Settings
 from sidecar.errors import ActonceError, AuditPersistenceFailed, InvalidArgument, RuleNotServed
@@ -44,9 +50,9 @@ class Lifecycle:
         """Move an attempt's lease, audited first: an operator must not take a step whose
         lease was extended for one that is no longer in flight. A lease that already ran out
         stays run out (LEASE_EXPIRED), and nothing is audited."""
-        leases.require_future(lease_deadline)
+        require_future_lease(lease_deadline)
         attempt = self.attempts.get(attempt_id)
-        leases.require_running(attempt)
+        require_lease_running(attempt)
         moved = event(
             attempt,
             "ExtendLease",
@@ -61,7 +67,7 @@ class Lifecycle:
         run_id, scope = start["run_id"], start.get("scope", "")
         lease_deadline = start["lease_deadline"]
         self._validate(run_id, start["rule"], start["checkpoint"], scope)
-        leases.require_future(lease_deadline)
+        require_future_lease(lease_deadline)
         delivery = deliveries.delivery_of(self.attempts, start)
         id_scheme = await self._id_scheme(run_id, scope)
         attempt = self.attempts.begin(id_scheme=id_scheme, delivery=delivery, **start)

@@ -32,10 +32,9 @@ from datetime import datetime
 
 import structlog
 
-from sidecar.core import audit, leases, step_history, writes
-from sidecar.core.attempts import Attempt, StepState, StepStatus
+from sidecar.core import attempts, audit, step_history, writes
+from sidecar.core.attempts import Attempt, Claim, StepState, StepStatus
 from sidecar.core.audit import Audit, Subject, event
-from sidecar.core.requests import Claim
 from sidecar.core.types import Outcome, StepPermit, WriteResult
 from sidecar.core.writes import Landing, Write, WritePath
 from sidecar.errors import (
@@ -214,10 +213,10 @@ class Steps:
         never sent: its step is aborted here, and the refusal raised."""
         started = time.monotonic()  # before anything is awaited: the bound ends no later
         state = self.begun(attempt, step_id)
-        ends = leases.deadline(attempt)
+        ends = attempts.lease_end(attempt)
         seconds = timeout_seconds
         if ends is not None:
-            seconds = min(seconds, (ends - leases.now()).total_seconds())
+            seconds = min(seconds, (ends - attempts.now()).total_seconds())
         if seconds <= 0.0:  # by this process's clock already: nothing to ask the ledger
             await self._not_permitted(attempt, state, _lease_passed(ends))
         if not (keyed or state.effect is effects.ToolEffect.NON_IDEMPOTENT_WRITE):

@@ -3,9 +3,9 @@
 1. **Claim or replay**: a write named by a key the caller chose is refused KEY_REUSED
    first when its attempt used the key with other data (:mod:`sidecar.core.keys`). A
    call that repeats an earlier one of the attempt (by its request identity, or
-   identical to one without an answer yet: the repeat rule of
-   :mod:`sidecar.core.requests`) gets that call's answer, or makes its write again;
-   any other call claims a new one.
+   identical to one without an answer yet: the repeat rule in
+   :mod:`sidecar.core.attempts`) gets that call's answer, or makes its write again; any
+   other call claims a new one.
 2. **Take the id**: the lease is checked, the write takes its occurrence, and its
    id is derived.
 3. **Audit the intent**, fail closed: the store is not called without it.
@@ -20,7 +20,7 @@ caller gives up (:meth:`WritePath.to_the_end`): cut off between its intent and i
 outcome, it would leave the store and the ledger in a state nobody knows. Steps
 take phases 2 and 6 from here and audit themselves (:mod:`sidecar.core.steps`).
 
-Phases 3 to 5 are one job, handed to the assembly's :class:`~sidecar.core.lands.Lands`,
+Phases 3 to 5 are one job, handed to the assembly's :class:`~sidecar.core.audit.Lands`,
 which answers what happened (the result or the error, and whether the store may have been
 called); the claim is settled from that answer here, in one place (:meth:`WritePath._land`).
 A write that is one call of the store (:class:`OneCall`) says so, so that it can land inside
@@ -38,11 +38,9 @@ from typing import TypeVar
 
 import structlog
 
-from sidecar.core import keys, leases
-from sidecar.core.attempts import Attempt
-from sidecar.core.audit import Audit, Subject, event
-from sidecar.core.lands import Job, Lands
-from sidecar.core.requests import Claim, nothing_landed
+from sidecar.core import keys
+from sidecar.core.attempts import Attempt, Claim, check_lease, nothing_landed
+from sidecar.core.audit import Audit, Job, Lands, Subject, event
 from sidecar.core.types import Settings, WriteResult
 from sidecar.errors import ActonceError
 from sidecar.ledger.base import AuditEvent, Phase
@@ -148,7 +146,7 @@ class WritePath:
     def __init__(self, audit: Audit, settings: Settings, lands: Lands) -> None:
         self.audit = audit
         self.settings = settings
-        # How a write lands with its audit: the assembly's choice (sidecar.core.lands).
+        # How a write lands with its audit: the assembly's choice (sidecar.core.audit).
         self._lands = lands
         self._under_way: set[asyncio.Task[object]] = set()
 
@@ -188,7 +186,7 @@ class WritePath:
             call=perform.one_call(derived),
             classify=lambda answer: perform.classify(derived, answer),
             timeout=perform.deadline,
-            check_lease=lambda: leases.check(attempt, store_timeout),
+            check_lease=lambda: check_lease(attempt, store_timeout),
             outcome=lambda result: outcome_event(landing, result),
             failure=lambda error: failure_event(landing, error),
             rolled_back=lambda error: _rolled_back_event(landing, error),
@@ -199,7 +197,7 @@ class WritePath:
         """Check the lease, take the write's occurrence (or the one its request_id
         is bound to), derive its id."""
         try:
-            leases.check(attempt, self.settings.store_timeout_seconds)
+            check_lease(attempt, self.settings.store_timeout_seconds)
         except ActonceError:
             claim.failed(claim.occurrence, _give_back(attempt, write))
             raise
@@ -315,7 +313,7 @@ def answered(landing: Landing, result: WriteResult) -> WriteResult:
 
 
 def release(landing: Landing, error: BaseException, *, reached_store: bool = False) -> None:
-    """Settle what a write that failed with ``error`` held (sidecar.core.requests); one
+    """Settle what a write that failed with ``error`` held (sidecar.core.attempts); one
     that ``reached_store`` may have landed."""
     if isinstance(error, ActonceError):
         landing.attempt.failed += 1

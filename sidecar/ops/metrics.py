@@ -3,12 +3,11 @@
 Nothing here is called from a handler or a rule. Every number comes from one of
 the places that sit around the domain code, or from the core's own word:
 
-- the gRPC front's interceptor (:mod:`sidecar.fronts.grpc.metrics`), around every
-  RunActionsService call: writes by RPC and outcome, refusals by reason and failure class,
-  calls in flight, call latency; the MCP front through :meth:`Metrics.front_call`;
-- the ledger's append hook and the store client's middleware
-  (:mod:`sidecar.assembly.instruments`): append latency and failures, commit latency and
-  batch size, store call latency by operation and result;
+- the gRPC front's interceptor, the ledger's append hook and the store client's middleware
+  (:mod:`sidecar.assembly.instruments`): writes by RPC and outcome, refusals by reason and
+  failure class, calls in flight, call latency; append latency and failures, commit latency
+  and batch size, store call latency by operation and result; the MCP front through
+  :meth:`Metrics.front_call`;
 - the core, which tells of each re-read an edit makes after a VERSION_CONFLICT
   (``RunActions(on_reread=...)``, fed to ``version_conflict_rereads``).
 
@@ -190,12 +189,6 @@ class Metrics:
             registry=self.registry,
             buckets=buckets,
         )
-
-    def observe(self, histogram: Histogram, seconds: float) -> None:
-        """``seconds`` into ``histogram`` (a child with its labels), with the trace's
-        exemplar when the sidecar traces."""
-        exemplar = self.exemplar
-        histogram.observe(seconds, exemplar() if exemplar is not None else None)
 
     def front_call(self, front: str) -> Callable[[str, str, ActonceError | None], None]:
         """The counting of a front other than gRPC's interceptor: its calls count as

@@ -123,6 +123,18 @@ class StoredProposal:
 
 
 @dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message to post: its id, its thread, its kind (`notice` or `message`), its text, and
+    whether a turn request commits with it (a message's only)."""
+
+    message_id: str
+    thread_id: str
+    kind: str
+    text: str
+    request_turn: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class StoredThread:
     """A thread; ``owner`` is the rule whose run made it, empty when made before owners were
     recorded."""
@@ -209,16 +221,9 @@ class StoreBackend(Protocol):
         ...
 
     def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool = False,
-        principal: Principal | None = None,
+        self, message: NewMessage, *, principal: Principal | None = None
     ) -> StoredMessage:
-        """Append a message; with `request_turn`, its turn request commits with it."""
+        """Append a message; with its `request_turn`, its turn request commits with it."""
         ...
 
     def list_messages(

@@ -22,6 +22,7 @@ from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from sidecar.refstore.backend import (
+    NewMessage,
     StoreBackend,
     StoreUnavailableError,
 )
@@ -220,11 +221,13 @@ class ArtifactStoreServicer(pb_grpc.ArtifactStoreServiceServicer):
         message = await self._call(
             context,
             self._backend.post_message,
-            request.message_id,
-            request.thread_id,
-            request.kind,
-            request.text,
-            request_turn=request.request_turn,
+            NewMessage(
+                request.message_id,
+                request.thread_id,
+                request.kind,
+                request.text,
+                request_turn=request.request_turn,
+            ),
             principal=decode_principal(request),
         )
         return pb.PostMessageResponse(message=encode_message(message))

@@ -46,6 +46,7 @@ from sidecar.refstore.backend import (
     MESSAGE_KINDS,
     OWNED,
     ArtifactPage,
+    NewMessage,
     ProposalFields,
     StoredArtifact,
     StoredMessage,
@@ -272,21 +273,14 @@ class SqlStoreBackend:
         return StoredThread(id=thread_id, title=title, owner=owner or "")
 
     def post_message(
-        self,
-        message_id: str,
-        thread_id: str,
-        kind: str,
-        text: str,
-        *,
-        request_turn: bool = False,
-        principal: Principal | None = None,
+        self, message: NewMessage, *, principal: Principal | None = None
     ) -> StoredMessage:
-        require_text(message_id, "message_id")
-        require_text(thread_id, "thread_id")
-        if kind not in MESSAGE_KINDS:
+        require_text(message.message_id, "message_id")
+        require_text(message.thread_id, "thread_id")
+        if message.kind not in MESSAGE_KINDS:
             raise StoreRefusal(RefusalCode.VALIDATION_FAILED, "kind must be 'notice' or 'message'")
-        require_text(text, "text")
-        if request_turn and kind == "notice":
+        require_text(message.text, "text")
+        if message.request_turn and message.kind == "notice":
             raise StoreRefusal(
                 RefusalCode.VALIDATION_FAILED,
                 "a notice starts no turn: request_turn needs a message",
@@ -296,28 +290,36 @@ class SqlStoreBackend:
             # The id first: a repeat of a post whose thread exists is "already done", and a used
             # message id always belongs to an existing thread. But not to a principal that may
             # not reach the thread named: it learns nothing, not even that the id is used.
-            used = _row(db, self._sql.message_used, message_id) is not None
-            thread = _row(db, self._sql.thread_for_update, thread_id)
+            used = _row(db, self._sql.message_used, message.message_id) is not None
+            thread = _row(db, self._sql.thread_for_update, message.thread_id)
             if thread is not None:
                 _require_reach(principal, thread[0], "thread")
             if used:
                 raise _id_used("message")
             if thread is None:
                 raise StoreRefusal(RefusalCode.NOT_FOUND, "no such thread")
-            (seq,) = db.execute(self._sql.next_seq, (thread_id,)).fetchone()
+            (seq,) = db.execute(self._sql.next_seq, (message.thread_id,)).fetchone()
             if not _inserted(
-                db, self._sql.insert_message, (message_id, thread_id, seq, kind, text)
+                db,
+                self._sql.insert_message,
+                (message.message_id, message.thread_id, seq, message.kind, message.text),
             ):
                 # Another writer took the id after the check above (it posted to another
                 # thread, whose lock this one does not hold).
                 raise _id_used("message")
-            if request_turn:
+            if message.request_turn:
                 # Same transaction as the message: no crash can leave a message untaken.
-                db.execute(self._sql.insert_turn_request, (message_id, thread_id))
+                db.execute(self._sql.insert_turn_request, (message.message_id, message.thread_id))
             return int(seq)
 
         seq = self._transact(work, write=True)
-        return StoredMessage(id=message_id, thread_id=thread_id, kind=kind, text=text, seq=seq)
+        return StoredMessage(
+            id=message.message_id,
+            thread_id=message.thread_id,
+            kind=message.kind,
+            text=message.text,
+            seq=seq,
+        )
 
     def list_messages(
         self, thread_id: str, *, principal: Principal | None = None

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
-from sidecar.core.lands import InOneCommit, InOrder, InTheStoresThread, LandsFor
+from sidecar.core.audit import InOneCommit, InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Settings
 from sidecar.errors import ActonceError
 from sidecar.ledger import permits

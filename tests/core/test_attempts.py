@@ -12,11 +12,12 @@ from sidecar.core.attempts import (
     ATTEMPT_BYTES,
     IDLE,
     PRESSURE,
+    REQUEST_BYTES,
     Attempt,
     AttemptRegistry,
+    Claim,
     Occurrences,
 )
-from sidecar.core.requests import REQUEST_BYTES, Claim
 from sidecar.errors import UnknownAttempt
 from sidecar.rules.ids import WriteType
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sidecar.core import leases
+from sidecar.core import attempts
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import AttemptFenced, InDoubt, LeaseExpired, StepDecided
@@ -156,7 +156,7 @@ def test_a_lease_that_passed_gets_no_permit(monkeypatch: pytest.MonkeyPatch) -> 
         attempt = await _attempt(actions, lease)
         step = await _begin(actions, attempt)
         # The call waited past the lease before it could be sent (a freeze, a slow handshake).
-        monkeypatch.setattr(leases, "now", lambda: lease + timedelta(seconds=1))
+        monkeypatch.setattr(attempts, "now", lambda: lease + timedelta(seconds=1))
         with pytest.raises(LeaseExpired) as refused:
             await actions.permit_step(
                 attempt_id=attempt, step_id=step.id, timeout_seconds=30.0, keyed=False
@@ -176,7 +176,7 @@ def test_the_ledgers_clock_refuses_a_lease_the_sidecars_clock_thinks_still_runs(
         # This sidecar's clock is 15 minutes slow: by it, the lease has 5 minutes left; by
         # the ledger's, it passed 10 minutes ago.
         slow = timedelta(minutes=15)
-        monkeypatch.setattr(leases, "now", lambda: datetime.now(UTC) - slow)
+        monkeypatch.setattr(attempts, "now", lambda: datetime.now(UTC) - slow)
         lease = datetime.now(UTC) - timedelta(minutes=10)
         attempt = await _attempt(actions, lease)
         step = await _begin(actions, attempt)

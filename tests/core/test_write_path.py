@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from sidecar.core import leases
+from sidecar.core import attempts
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, WriteResult
 from sidecar.errors import AuditPersistenceFailed, LeaseExpired, StoreDeadlineExceeded
@@ -33,7 +33,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr(leases, "now", lambda: clock.now)
+    monkeypatch.setattr(attempts, "now", lambda: clock.now)
     return clock
 
 

@@ -17,6 +17,7 @@ import pytest
 from sidecar.refstore.backend import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
+    NewMessage,
     StoreBackend,
     StoredArtifact,
     StoredMessage,
@@ -61,7 +62,7 @@ def test_used_ids_stay_used_after_reopening(store_place: StorePlace) -> None:
     first = store_place.open()
     first.create_artifact("a1", "note", '{"n": 1}')
     first.create_thread("t1", "Standup")
-    first.post_message("m1", "t1", "notice", "hello")
+    first.post_message(NewMessage("m1", "t1", "notice", "hello"))
     first.create_proposal("p1", kind="note", data_json="{}")
     first.close()
 
@@ -69,7 +70,7 @@ def test_used_ids_stay_used_after_reopening(store_place: StorePlace) -> None:
     calls: list[Callable[[], object]] = [
         lambda: reopened.create_artifact("a1", "note", '{"n": 2}'),
         lambda: reopened.create_thread("t1", "Other"),
-        lambda: reopened.post_message("m1", "t1", "notice", "hello again"),
+        lambda: reopened.post_message(NewMessage("m1", "t1", "notice", "hello again")),
         lambda: reopened.create_proposal("p1", kind="note", data_json='{"other": 1}'),
     ]
     for call in calls:
@@ -123,7 +124,7 @@ def test_racing_threads_posts_and_proposals_land_once(store_place: StorePlace) -
     for n in range(4):
         store = backends[n % 2]
         calls.append(partial(store.create_thread, "t2", "Two"))
-        calls.append(partial(store.post_message, "m1", "t1", "message", "hi"))
+        calls.append(partial(store.post_message, NewMessage("m1", "t1", "message", "hi")))
         calls.append(
             partial(store.create_proposal, "p1", artifact_id="a1", patch_json="[]", base_version=1)
         )
@@ -165,11 +166,7 @@ def test_racing_posts_to_one_thread_are_numbered_without_gaps(store_place: Store
         [
             partial(
                 backends[n % 2].post_message,
-                f"m{n}",
-                "t1",
-                "message",
-                f"text {n}",
-                request_turn=n % 2 == 0,
+                NewMessage(f"m{n}", "t1", "message", f"text {n}", request_turn=n % 2 == 0),
             )
             for n in range(10)
         ]
@@ -221,9 +218,9 @@ def test_an_archive_racing_a_proposed_edit_is_seen_by_it_or_comes_after(
         lambda b: b.create_artifact("a1", "no\0te", "{}"),
         lambda b: b.create_thread("t\0", "x"),
         lambda b: b.create_thread("t2", "x\0"),
-        lambda b: b.post_message("m\0", "t1", "notice", "x"),
-        lambda b: b.post_message("m1", "t\0", "notice", "x"),
-        lambda b: b.post_message("m1", "t1", "notice", "x\0y"),
+        lambda b: b.post_message(NewMessage("m\0", "t1", "notice", "x")),
+        lambda b: b.post_message(NewMessage("m1", "t\0", "notice", "x")),
+        lambda b: b.post_message(NewMessage("m1", "t1", "notice", "x\0y")),
         lambda b: b.create_proposal("p\0", kind="note", data_json="{}"),
         lambda b: b.create_proposal("p1", kind="no\0te", data_json="{}"),
         lambda b: b.create_proposal("p1", artifact_id="a\0", patch_json="[]", base_version=1),
@@ -320,7 +317,7 @@ def test_create_validates_its_input(
 def test_ids_are_unique_within_a_type_only(backend: StoreBackend) -> None:
     backend.create_artifact("x", "note", "{}")
     backend.create_thread("x", "A thread")
-    backend.post_message("x", "x", "notice", "hi")
+    backend.post_message(NewMessage("x", "x", "notice", "hi"))
     backend.create_proposal("x", artifact_id="x", patch_json="[]", base_version=1)
     assert backend.get_artifact("x").kind == "note"
     assert backend.get_proposal("x").artifact_id == "x"
@@ -599,9 +596,9 @@ def test_threads_need_a_title_and_a_fresh_id(backend: StoreBackend) -> None:
 def test_messages_are_numbered_per_thread(backend: StoreBackend) -> None:
     backend.create_thread("t1", "One")
     backend.create_thread("t2", "Two")
-    first = backend.post_message("m1", "t1", "notice", "a")
-    backend.post_message("m2", "t2", "message", "b")
-    backend.post_message("m3", "t1", "message", "c")
+    first = backend.post_message(NewMessage("m1", "t1", "notice", "a"))
+    backend.post_message(NewMessage("m2", "t2", "message", "b"))
+    backend.post_message(NewMessage("m3", "t1", "message", "c"))
     assert first == StoredMessage(id="m1", thread_id="t1", kind="notice", text="a", seq=1)
     assert [(m.id, m.seq, m.kind) for m in backend.list_messages("t1")] == [
         ("m1", 1, "notice"),
@@ -613,16 +610,18 @@ def test_messages_are_numbered_per_thread(backend: StoreBackend) -> None:
 def test_post_validates_and_needs_the_thread(backend: StoreBackend) -> None:
     backend.create_thread("t1", "One")
     bad_posts: list[Callable[[], object]] = [
-        lambda: backend.post_message("m1", "t1", "shout", "x"),
-        lambda: backend.post_message("m1", "t1", "", "x"),
-        lambda: backend.post_message("m1", "t1", "notice", ""),
+        lambda: backend.post_message(NewMessage("m1", "t1", "shout", "x")),
+        lambda: backend.post_message(NewMessage("m1", "t1", "", "x")),
+        lambda: backend.post_message(NewMessage("m1", "t1", "notice", "")),
     ]
     for call in bad_posts:
         assert refusal(call).code is RefusalCode.VALIDATION_FAILED
     # A notice starts no turn.
-    refused = refusal(lambda: backend.post_message("m1", "t1", "notice", "x", request_turn=True))
+    refused = refusal(
+        lambda: backend.post_message(NewMessage("m1", "t1", "notice", "x", request_turn=True))
+    )
     assert refused.code is RefusalCode.VALIDATION_FAILED
-    missing = refusal(lambda: backend.post_message("m1", "nope", "notice", "x"))
+    missing = refusal(lambda: backend.post_message(NewMessage("m1", "nope", "notice", "x")))
     assert missing.code is RefusalCode.NOT_FOUND
     assert backend.list_messages("t1") == ()
 
@@ -631,16 +630,16 @@ def test_a_used_message_id_is_refused_before_the_thread_is_looked_up(
     backend: StoreBackend,
 ) -> None:
     backend.create_thread("t1", "One")
-    backend.post_message("m1", "t1", "notice", "x")
-    used = refusal(lambda: backend.post_message("m1", "elsewhere", "notice", "x"))
+    backend.post_message(NewMessage("m1", "t1", "notice", "x"))
+    used = refusal(lambda: backend.post_message(NewMessage("m1", "elsewhere", "notice", "x")))
     assert (used.code, used.states) == (RefusalCode.INVALID_STATE, frozenset({ID_USED}))
 
 
 def test_send_records_the_message_and_its_turn_request(backend: StoreBackend) -> None:
     backend.create_thread("t1", "One")
-    backend.post_message("n1", "t1", "notice", "fyi")
-    backend.post_message("m1", "t1", "message", "please", request_turn=True)
-    backend.post_message("m2", "t1", "message", "later")
+    backend.post_message(NewMessage("n1", "t1", "notice", "fyi"))
+    backend.post_message(NewMessage("m1", "t1", "message", "please", request_turn=True))
+    backend.post_message(NewMessage("m2", "t1", "message", "later"))
     assert backend.list_turn_requests("t1") == ("m1",)
 
     # Keyed by the message id: asking again records nothing new.
@@ -658,20 +657,20 @@ def test_message_and_turn_request_commit_together(
     # writes would: the message must not be left behind without it.
     with store_place.turn_requests_refused():
         with pytest.raises(Exception, match="turn requests refused") as caught:
-            backend.post_message("m1", "t1", "message", "please", request_turn=True)
+            backend.post_message(NewMessage("m1", "t1", "message", "please", request_turn=True))
         assert not isinstance(caught.value, StoreRefusal)
         assert backend.list_messages("t1") == ()
         assert backend.list_turn_requests("t1") == ()
 
     # The id was not taken by the failed write.
-    backend.post_message("m1", "t1", "message", "please", request_turn=True)
+    backend.post_message(NewMessage("m1", "t1", "message", "please", request_turn=True))
     assert [m.id for m in backend.list_messages("t1")] == ["m1"]
     assert backend.list_turn_requests("t1") == ("m1",)
 
 
 def test_turn_requests_need_a_message_that_is_not_a_notice(backend: StoreBackend) -> None:
     backend.create_thread("t1", "One")
-    backend.post_message("n1", "t1", "notice", "fyi")
+    backend.post_message(NewMessage("n1", "t1", "notice", "fyi"))
     assert refusal(lambda: backend.request_turn("nope")).code is RefusalCode.NOT_FOUND
     assert refusal(lambda: backend.request_turn("n1")).code is RefusalCode.VALIDATION_FAILED
     assert backend.list_turn_requests("t1") == ()

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sidecar.refstore.backend import StoreBackend
+from sidecar.refstore.backend import NewMessage, StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.store_contract import Owner, Principal, RefusalCode, StoreRefusal
@@ -40,7 +40,7 @@ def _forbidden(call: object) -> StoreRefusal:
 def _invoice_and_thread(backend: StoreBackend) -> None:
     backend.create_artifact("inv-1", "invoice", '{"status": "open"}', principal=PAYMENTS)
     backend.create_thread("thr-1", "invoice 1", principal=PAYMENTS)
-    backend.post_message("msg-1", "thr-1", "message", "card 4242", principal=PAYMENTS)
+    backend.post_message(NewMessage("msg-1", "thr-1", "message", "card 4242"), principal=PAYMENTS)
 
 
 def test_a_create_records_its_principals_rule(backend: StoreBackend) -> None:
@@ -67,13 +67,19 @@ def test_another_rule_is_refused_on_every_call_and_changes_nothing(backend: Stor
         )
     )
     _forbidden(lambda: backend.list_messages("thr-1", principal=CHAT))
-    _forbidden(lambda: backend.post_message("msg-x", "thr-1", "notice", "SYSTEM", principal=CHAT))
+    _forbidden(
+        lambda: backend.post_message(
+            NewMessage("msg-x", "thr-1", "notice", "SYSTEM"), principal=CHAT
+        )
+    )
     _forbidden(lambda: backend.request_turn("msg-1", principal=CHAT))
     _forbidden(lambda: backend.list_turn_requests("thr-1", principal=CHAT))
     # A grant of another owner opens nothing of this one.
     _forbidden(lambda: backend.get_artifact("inv-1", principal=CHAT_GRANTED_KB))
     # A used message id tells a principal that may not reach the thread nothing either.
-    _forbidden(lambda: backend.post_message("msg-1", "thr-1", "message", "x", principal=CHAT))
+    _forbidden(
+        lambda: backend.post_message(NewMessage("msg-1", "thr-1", "message", "x"), principal=CHAT)
+    )
 
     held = backend.get_artifact("inv-1")
     assert (json.loads(held.data_json), held.version, held.archived) == (
@@ -91,7 +97,7 @@ def test_a_principal_reaches_the_owner_its_grant_names(backend: StoreBackend) ->
     _invoice_and_thread(backend)
     assert backend.get_artifact("inv-1", principal=CHAT_GRANTED_PAYMENTS).id == "inv-1"
     posted = backend.post_message(
-        "msg-2", "thr-1", "notice", "granted", principal=CHAT_GRANTED_PAYMENTS
+        NewMessage("msg-2", "thr-1", "notice", "granted"), principal=CHAT_GRANTED_PAYMENTS
     )
     assert posted.seq == 2
     patched = backend.patch_artifact("inv-1", 1, PAID, principal=CHAT_GRANTED_PAYMENTS)
@@ -119,7 +125,7 @@ def test_unowned_data_stays_reachable_until_its_owner_is_assigned_once(
     backend.create_thread("old-thr", "before owners")
     assert backend.get_owner(artifact_id="old-1") == Owner("", "invoice")
     assert backend.get_artifact("old-1", principal=CHAT).owner == ""
-    backend.post_message("old-msg", "old-thr", "notice", "anyone", principal=CHAT)
+    backend.post_message(NewMessage("old-msg", "old-thr", "notice", "anyone"), principal=CHAT)
 
     assert backend.assign_owner("artifacts", "old-1", "payments")
     assert backend.assign_owner("threads", "old-thr", "payments")
@@ -192,7 +198,9 @@ def test_a_schema_1_store_is_upgraded_its_data_unowned_and_reachable(
             else SqliteStoreBackend(tmp_path / "store.db")
         )
         assert backend.get_artifact("old-1", principal=CHAT).owner == ""
-        backend.post_message("m-1", "old-thr", "notice", "still reachable", principal=CHAT)
+        backend.post_message(
+            NewMessage("m-1", "old-thr", "notice", "still reachable"), principal=CHAT
+        )
         backend.create_artifact("new-1", "invoice", "{}", principal=PAYMENTS)
         assert backend.get_owner(artifact_id="new-1").owner == "payments"
         assert backend.assign_owner("artifacts", "old-1", "payments")

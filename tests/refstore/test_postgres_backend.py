@@ -23,7 +23,7 @@ from actonce_api.store.v1 import artifact_store_pb2 as pb
 from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 
 from sidecar.errors import FailureClass, StoreUnavailable
-from sidecar.refstore.backend import StoreUnavailableError
+from sidecar.refstore.backend import NewMessage, StoreUnavailableError
 from sidecar.refstore.postgres import SCHEMA_VERSION, PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.upstream.base import CreateArtifact
@@ -145,7 +145,7 @@ def test_callers_beyond_the_pool_wait_for_a_connection(dsn: str) -> None:
 
         def post(n: int) -> None:
             try:
-                backend.post_message(f"m{n}", "t1", "message", "x")
+                backend.post_message(NewMessage(f"m{n}", "t1", "message", "x"))
             except BaseException as error:
                 failures.append(error)
 
@@ -307,7 +307,7 @@ def test_stale_pooled_connections_are_replaced_without_failing_a_call(
 
         def post(n: int) -> None:
             start.wait()
-            backend.post_message(f"m{n}", "t1", "notice", "x")
+            backend.post_message(NewMessage(f"m{n}", "t1", "notice", "x"))
 
         threads = [threading.Thread(target=post, args=(n,)) for n in range(3)]
         for thread in threads:
@@ -316,7 +316,7 @@ def test_stale_pooled_connections_are_replaced_without_failing_a_call(
             thread.join(timeout=60)
         own_server.run("restart")
         # Nothing was in flight: the first call after the restart succeeds outright.
-        backend.post_message("m3", "t1", "notice", "x")
+        backend.post_message(NewMessage("m3", "t1", "notice", "x"))
         assert sorted(m.id for m in backend.list_messages("t1")) == ["m0", "m1", "m2", "m3"]
     finally:
         backend.close()

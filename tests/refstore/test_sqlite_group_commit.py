@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from sidecar.refstore.backend import StoredArtifact, StoredMessage
+from sidecar.refstore.backend import NewMessage, StoredArtifact, StoredMessage
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.store_contract import ID_USED, RefusalCode, StoreRefusal
 
@@ -65,8 +65,13 @@ def test_a_refusal_rolls_back_only_its_own_call(tmp_path: Path) -> None:
     for i in range(16):
         calls.append(partial(store.create_artifact, f"new-{i}", "k", DATA))
         calls.append(lambda: store.create_artifact("used", "k", DATA))
-        calls.append(partial(store.post_message, f"m-{i}", "t", "notice", "hi"))
-        calls.append(partial(store.post_message, f"x-{i}", "no-such-thread", "notice", "hi"))
+        calls.append(partial(store.post_message, NewMessage(f"m-{i}", "t", "notice", "hi")))
+        calls.append(
+            partial(
+                store.post_message,
+                NewMessage(f"x-{i}", "no-such-thread", "notice", "hi"),
+            )
+        )
     answers = together(calls)
     for i in range(16):
         assert not isinstance(answers[4 * i], Exception)
@@ -106,7 +111,10 @@ def test_a_transaction_that_dies_fails_every_call_in_it(tmp_path: Path) -> None:
             partial(store.create_artifact, a, "k", DATA) for a in ids
         ]
         calls.append(
-            partial(store.post_message, f"m-{round_}", "t", "message", "hi", request_turn=True)
+            partial(
+                store.post_message,
+                NewMessage(f"m-{round_}", "t", "message", "hi", request_turn=True),
+            )
         )
         answers = together(calls)
         assert isinstance(answers[-1], Exception)
@@ -138,7 +146,7 @@ def test_a_batch_answers_each_call_in_order_after_one_commit(tmp_path: Path) -> 
         [
             lambda: store.create_artifact("a", "k", DATA),
             lambda: store.create_artifact("a", "k", DATA),
-            lambda: store.post_message("m", "t", "notice", "hi"),
+            lambda: store.post_message(NewMessage("m", "t", "notice", "hi")),
             lambda: store.create_artifact("", "k", DATA),
             lambda: store.get_artifact("a"),
         ]
@@ -163,7 +171,7 @@ def test_a_batch_whose_transaction_dies_answers_every_call_with_the_failure(
     answers = store.run_batch(
         [
             lambda: store.create_artifact("before", "k", DATA),
-            lambda: store.post_message("m", "t", "message", "hi", request_turn=True),
+            lambda: store.post_message(NewMessage("m", "t", "message", "hi", request_turn=True)),
             lambda: store.create_artifact("after", "k", DATA),
         ]
     )

@@ -315,8 +315,8 @@ def test_a_refusal_is_counted_before_its_status_is_sent() -> None:
     # when the handler's abort begins to send.
     import asyncio
 
+    from sidecar.assembly.instruments import MetricsInterceptor
     from sidecar.errors import UnknownAttempt
-    from sidecar.fronts.grpc.metrics import MetricsInterceptor
     from sidecar.fronts.grpc.status import to_grpc_status
     from sidecar.ops.metrics import Metrics
 

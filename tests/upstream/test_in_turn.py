@@ -24,7 +24,7 @@ import pytest
 
 from sidecar.core.actions import RunActions
 from sidecar.core.attempts import AttemptRegistry
-from sidecar.core.lands import InOrder, InTheStoresThread, LandsFor
+from sidecar.core.audit import InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Outcome, Settings
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase

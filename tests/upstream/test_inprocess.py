@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
-from sidecar.refstore.backend import StoreBackend
+from sidecar.refstore.backend import NewMessage, StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
 from sidecar.refstore.sqlite import SqliteStoreBackend
@@ -138,7 +138,7 @@ def test_refusals_are_the_same(clients: Clients, case: str) -> None:
     backend = clients.backend
     backend.create_artifact("art", "ticket", HOT)
     backend.create_thread("thr", "title")
-    backend.post_message("msg", "thr", "notice", "hello")
+    backend.post_message(NewMessage("msg", "thr", "notice", "hello"))
     backend.create_artifact("old", "ticket", HOT)
     backend.archive_artifact("old")
     patch = '[{"op":"add","path":"/x","value":1}]'

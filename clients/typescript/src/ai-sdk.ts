@@ -1,5 +1,5 @@
 /**
- * The AI SDK on actonce (`@actonce/client/ai-sdk`; the AI SDK 7 needs Node 22).
+ * The AI SDK on actonce (`@actonce/client/ai-sdk`; the AI SDK 7 declares Node 22 in its engines).
  *
  *     const actonce = new Actonce(client, { rule: "billing" });
  *     const model = actonce.model(openai("gpt-5"));          // durable model turns
@@ -22,25 +22,9 @@ import {
   type FlexibleSchema,
   type LanguageModelMiddleware, tool as aiTool, type Tool, type ToolExecutionOptions, wrapLanguageModel } from "ai";
 
-import type { Client } from "./client.js";
-import {
-  type Codec,
-  currentDelivery,
-  deliver,
-  type DeliverOptions,
-  type Delivery,
-  type Parked,
-  runToolCall,
-  type ToolCall,
-} from "./deliveries.js";
-import {
-  answeredCalls,
-  type NeutralMessage,
-  type NeutralRequest,
-  type NeutralTool,
-  parsedArguments,
-  turnKey,
-} from "./turns.js";
+import { type ToolRetries, TurnsIntegration, turnDelivery } from "./agent-base.js";
+import type { Codec, ToolCall } from "./deliveries.js";
+import { answeredCalls, type NeutralRequest, type NeutralTool, parsedArguments, type SourcedMessage, turnKey } from "./turns.js";
 
 type WrapGenerate = NonNullable<LanguageModelMiddleware["wrapGenerate"]>;
 type WrapStream = NonNullable<LanguageModelMiddleware["wrapStream"]>;
@@ -74,20 +58,11 @@ export interface DurableModelOptions {
   name?: string;
 }
 
-function deliveryOf(): Delivery {
-  const delivery = currentDelivery();
-  if (delivery === undefined) {
-    throw new Error("a durable model called outside a delivery: run the agent inside deliver()");
-  }
-  return delivery;
-}
-
 function keyOf(name: string, params: CallParams): Record<string, unknown> {
   return { ...turnKey(name, neutralRequest(params)) };
 }
 
 type PromptMessage = CallParams["prompt"][number];
-type Sourced = NeutralMessage & { callIds?: string[]; callId?: string };
 
 /**
  * An AI SDK call's request in the neutral form of docs/model-turns.md: the prompt's
@@ -95,7 +70,7 @@ type Sourced = NeutralMessage & { callIds?: string[]; callId?: string };
  * and the tools offered.
  */
 export function neutralRequest(params: Pick<CallParams, "prompt" | "tools">): NeutralRequest {
-  const messages: Sourced[] = params.prompt.flatMap((message: PromptMessage): Sourced[] => {
+  const messages: SourcedMessage[] = params.prompt.flatMap((message: PromptMessage): SourcedMessage[] => {
     switch (message.role) {
       case "system":
         return [{ role: "system", content: message.content }];
@@ -119,7 +94,7 @@ export function neutralRequest(params: Pick<CallParams, "prompt" | "tools">): Ne
         ];
       }
       case "tool":
-        return message.content.flatMap((part): Sourced[] =>
+        return message.content.flatMap((part): SourcedMessage[] =>
           // What a result says is left out of the key: only the call it answers.
           part.type === "tool-result" ? [{ role: "tool", callId: part.toolCallId }] : [],
         );
@@ -151,11 +126,11 @@ export function durableTurns(options: DurableModelOptions = {}): LanguageModelMi
   return {
     specificationVersion: "v4",
     wrapGenerate: async ({ doGenerate, params }) => {
-      const recorded = await deliveryOf().turn(keyOf(name, params), async () => generated(await doGenerate()), RECORDED);
+      const recorded = await turnDelivery().turn(keyOf(name, params), async () => generated(await doGenerate()), RECORDED);
       return asGenerated(recorded);
     },
     wrapStream: async ({ doStream, params }) => {
-      const delivery = deliveryOf();
+      const delivery = turnDelivery();
       let live: ReadableStreamDefaultController<StreamPart>;
       const stream = new ReadableStream<StreamPart>({ start: (controller) => void (live = controller) });
       const held: StreamPart[] = [];
@@ -284,7 +259,7 @@ function asStreamed(recorded: Recorded): StreamPart[] {
 // -- tools ----------------------------------------------------------------------------
 
 /** An AI SDK tool whose `execute` takes the tool call's `ToolCall` besides its input. */
-export interface ActonceToolDefinition<INPUT, OUTPUT> {
+export interface ActonceToolDefinition<INPUT, OUTPUT> extends ToolRetries {
   description?: string;
   title?: string;
   inputSchema: FlexibleSchema<INPUT>;
@@ -293,43 +268,13 @@ export interface ActonceToolDefinition<INPUT, OUTPUT> {
   needsApproval?: boolean;
   strict?: boolean;
   execute: (input: INPUT, call: ToolCall, options: ToolExecutionOptions<unknown>) => Promise<OUTPUT>;
-  /** Tries after the first, after a RETRYABLE actonce error or a `transient` one (default 0). */
-  retries?: number;
-  /** Whether an error of the tool's own downstream calls is worth another try. */
-  transient?: (error: unknown) => boolean;
-}
-
-export interface ActonceOptions {
-  /** The automation the runs belong to. */
-  rule: string;
-  /** Each tool call's attempt's lease, in milliseconds from its start (default: the
-   * delivery's lease). */
-  leaseMs?: number;
 }
 
 /**
  * The AI SDK's side of actonce: deliveries of the queue's runs, durable models, and tools
  * whose every call is a scoped attempt of the delivery.
  */
-export class Actonce {
-  constructor(
-    readonly client: Client,
-    readonly options: ActonceOptions,
-  ) {}
-
-  /**
-   * Run one delivery of the queue's run `runId` (see `deliver` of `@actonce/client`): `body`
-   * runs the agent, with `delivery.signal` as its `abortSignal`. Answers `body`'s result, or
-   * `Parked`; throws what ended the delivery, for the queue.
-   */
-  deliver<T>(
-    runId: string,
-    body: (delivery: Delivery) => Promise<T>,
-    options: Omit<DeliverOptions, "runId" | "rule"> = {},
-  ): Promise<T | Parked> {
-    return deliver(this.client, { needsTurns: true, ...options, runId, rule: this.options.rule }, body);
-  }
-
+export class Actonce extends TurnsIntegration {
   /** `model` with every call a durable model turn. */
   model(model: WrappableModel, options: DurableModelOptions = {}): ReturnType<typeof wrapLanguageModel> {
     return durableModel(model, options);
@@ -344,18 +289,15 @@ export class Actonce {
    */
   tool<INPUT, OUTPUT>(definition: ActonceToolDefinition<INPUT, OUTPUT>): Tool<INPUT, OUTPUT> {
     const { execute, retries, transient, ...rest } = definition;
-    const leaseMs = this.options.leaseMs;
     return aiTool({
       ...rest,
       execute: (input: INPUT, options: ToolExecutionOptions<unknown>) =>
-        runToolCall(options.toolCallId, (call) => execute(input, call, options), {
-          retries,
-          transient,
-          leaseMs,
-          signal: options.abortSignal,
-        }),
+        this.callTool(options.toolCallId, { retries, transient }, options.abortSignal, (call) =>
+          execute(input, call, options),
+        ),
     } as unknown as Tool<INPUT, OUTPUT>);
   }
 }
 
+export type { ActonceOptions } from "./agent-base.js";
 export { deliver, Parked, type ParkedItem, ToolCall } from "./deliveries.js";

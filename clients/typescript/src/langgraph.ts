@@ -46,29 +46,31 @@ import { convertToOpenAITool } from "@langchain/core/utils/function_calling";
 import { Command, MemorySaver } from "@langchain/langgraph";
 import { ToolNode } from "@langchain/langgraph/prebuilt";
 
-import type { Client } from "./client.js";
+import { AgentIntegration, type ToolRetries, turnDelivery } from "./agent-base.js";
 import { ActonceError } from "./errors.js";
 import {
   type Codec,
-  currentDelivery,
-  deliver,
   type DeliverOptions,
   type Delivery,
   isRetryable,
   type Parked,
   refusedMessage,
-  runToolCall,
   type ToolCall,
 } from "./deliveries.js";
-import { answeredCalls, type NeutralMessage, type NeutralRequest, type NeutralTool, turnKey } from "./turns.js";
+import {
+  answeredCalls,
+  type NeutralMessage,
+  type NeutralRequest,
+  type NeutralTool,
+  type SourcedMessage,
+  turnKey,
+} from "./turns.js";
 
 /** The key of the queue's run id in the graph's `configurable` and its run's metadata (the
  * Python client's too). */
 export const RUN_ID_KEY = "actonce_run_id";
 
 // -- the neutral request ----------------------------------------------------------------
-
-type Sourced = NeutralMessage & { callIds?: string[]; callId?: string };
 
 const ROLES: Record<string, string> = { human: "user", ai: "assistant", system: "system", tool: "tool" };
 
@@ -92,7 +94,7 @@ function contentOf(content: unknown): [string, unknown[]] {
  * `user`), text and non-text blocks.
  */
 export function conversation(messages: readonly BaseMessage[]): NeutralMessage[] {
-  const made: Sourced[] = messages.map((message): Sourced => {
+  const made: SourcedMessage[] = messages.map((message): SourcedMessage => {
     const [text, parts] = contentOf(message.content);
     if (isAIMessage(message)) {
       const calls = message.tool_calls ?? [];
@@ -189,8 +191,7 @@ export class DurableChatModel extends BaseChatModel {
   }
 
   async _generate(messages: BaseMessage[], options: this["ParsedCallOptions"], _run?: CallbackManagerForLLMRun): Promise<ChatResult> {
-    const delivery = currentDelivery();
-    if (delivery === undefined) throw new Error("a durable model called outside a delivery: run the graph with deliver()");
+    const delivery = turnDelivery("the graph");
     const key = { ...turnKey(this.turnName, this.request(messages)) };
     const { signal } = options as { signal?: AbortSignal };
     const answer = await delivery.turn(key, async () => asMessage(await this.inner.invoke(messages, { signal })), RECORDED);
@@ -228,23 +229,12 @@ export function retryPolicy(options: { transient?: (error: unknown) => boolean; 
 type ToolFields = Parameters<typeof langchainTool>[1];
 
 /** A LangChain tool whose `execute` takes the tool call's `ToolCall` besides its input. */
-export interface ActonceToolDefinition<INPUT, OUTPUT> {
+export interface ActonceToolDefinition<INPUT, OUTPUT> extends ToolRetries {
   name: string;
   description: string;
   /** The tool's schema: a zod object or a JSON schema. */
   schema: ToolFields["schema"];
   execute: (input: INPUT, call: ToolCall, config: RunnableConfig) => Promise<OUTPUT>;
-  /** Tries after the first, after a RETRYABLE actonce error or a `transient` one (default 0). */
-  retries?: number;
-  /** Whether an error of the tool's own downstream calls is worth another try. */
-  transient?: (error: unknown) => boolean;
-}
-
-export interface ActonceOptions {
-  /** The automation the runs belong to. */
-  rule: string;
-  /** Each tool call's attempt's lease, in milliseconds from its start (default: the delivery's). */
-  leaseMs?: number;
 }
 
 /** A compiled graph, as `deliver` runs it. */
@@ -301,12 +291,7 @@ function durable(graph: Graph<unknown, unknown>): boolean {
  * LangGraph.js's side of actonce: deliveries of the queue's runs on a graph, durable models,
  * and tools whose every call is a scoped attempt of the delivery.
  */
-export class Actonce {
-  constructor(
-    readonly client: Client,
-    readonly options: ActonceOptions,
-  ) {}
-
+export class Actonce extends AgentIntegration {
   /** `model` with every call a durable model turn (for a graph with no checkpointer). */
   model(model: Answering, options: DurableModelOptions = {}): DurableChatModel {
     return durableModel(model, options);
@@ -319,16 +304,12 @@ export class Actonce {
    */
   tool<INPUT, OUTPUT>(definition: ActonceToolDefinition<INPUT, OUTPUT>): StructuredToolInterface {
     const { execute, retries, transient, name, description, schema } = definition;
-    const leaseMs = this.options.leaseMs;
     const run = async (input: unknown, config: RunnableConfig & { toolCall?: { id?: string }; toolCallId?: string }) => {
       const toolCallId = config.toolCall?.id ?? config.toolCallId ?? "";
       try {
-        return await runToolCall(toolCallId, (call) => execute(input as INPUT, call, config), {
-          retries,
-          transient,
-          leaseMs,
-          signal: config.signal,
-        });
+        return await this.callTool(toolCallId, { retries, transient }, config.signal, (call) =>
+          execute(input as INPUT, call, config),
+        );
       } catch (error) {
         const refused = refusedMessage(error);
         if (refused === undefined) throw error;
@@ -364,7 +345,7 @@ export class Actonce {
   ): Promise<O | Record<string, unknown> | Parked> {
     const { config = {}, ...lease } = options;
     const kept = durable(graph as Graph<unknown, unknown>);
-    return deliver(this.client, { ...lease, needsTurns: !kept, runId, rule: this.options.rule }, async (delivery) => {
+    return this.deliverRun(runId, async (delivery) => {
       const runConfig = {
         ...config,
         configurable: { ...config.configurable, thread_id: threadId, [RUN_ID_KEY]: runId },
@@ -381,9 +362,10 @@ export class Actonce {
       if (interrupts.length > 0) return { ...(state.values as object), __interrupt__: interrupts };
       if (state.next.length === 0) return state.values as O;
       return graph.invoke(null, runConfig);
-    });
+    }, { ...lease, needsTurns: !kept });
   }
 }
 
+export type { ActonceOptions } from "./agent-base.js";
 export { deliver, Parked, type ParkedItem, ToolCall } from "./deliveries.js";
 export type { Delivery };

@@ -1,5 +1,5 @@
 /**
- * Mastra on actonce (`@actonce/client/mastra`; Mastra needs Node 22.13).
+ * Mastra on actonce (`@actonce/client/mastra`; Mastra declares Node 22.13 in its engines).
  *
  *     const actonce = new Actonce(client, { rule: "billing" });
  *     const agent = new Agent({ id: "billing", name: "billing", instructions,
@@ -19,14 +19,9 @@
 import type { Agent } from "@mastra/core/agent";
 import { createTool } from "@mastra/core/tools";
 
-import {
-  type ActonceOptions,
-  Actonce as AiSdkActonce,
-  type DurableModelOptions,
-  type WrappableModel,
-} from "./ai-sdk.js";
-import type { Client } from "./client.js";
-import { type DeliverOptions, type Delivery, type Parked, runToolCall, type ToolCall } from "./deliveries.js";
+import { type ToolRetries, TurnsIntegration } from "./agent-base.js";
+import { type DurableModelOptions, durableModel, type WrappableModel } from "./ai-sdk.js";
+import type { ToolCall } from "./deliveries.js";
 
 type CreateToolOptions = Parameters<typeof createTool>[0];
 /** A model as a Mastra agent takes it. */
@@ -34,45 +29,23 @@ export type MastraModel = ConstructorParameters<typeof Agent>[0]["model"];
 type MastraContext = Parameters<NonNullable<CreateToolOptions["execute"]>>[1];
 
 /** A Mastra tool whose `execute` takes the tool call's `ToolCall` besides its input. */
-export interface ActonceMastraTool<INPUT, OUTPUT> {
+export interface ActonceMastraTool<INPUT, OUTPUT> extends ToolRetries {
   id: string;
   description: string;
   inputSchema: CreateToolOptions["inputSchema"];
   outputSchema?: CreateToolOptions["outputSchema"];
   requireApproval?: boolean;
   execute: (input: INPUT, call: ToolCall, context: MastraContext) => Promise<OUTPUT>;
-  /** Tries after the first, after a RETRYABLE actonce error or a `transient` one (default 0). */
-  retries?: number;
-  /** Whether an error of the tool's own downstream calls is worth another try. */
-  transient?: (error: unknown) => boolean;
 }
 
-/** Mastra's side of actonce: the AI SDK integration's deliveries and durable models, and Mastra tools. */
-export class Actonce {
-  readonly #aiSdk: AiSdkActonce;
-
-  constructor(
-    readonly client: Client,
-    readonly options: ActonceOptions,
-  ) {
-    this.#aiSdk = new AiSdkActonce(client, options);
-  }
-
-  /** Run one delivery of the queue's run `runId`: `body` runs the agent, with
-   * `delivery.signal` as its `abortSignal`. Answers `body`'s result or `Parked`; throws
-   * what ended the delivery, for the queue. */
-  deliver<T>(
-    runId: string,
-    body: (delivery: Delivery) => Promise<T>,
-    options: Omit<DeliverOptions, "runId" | "rule"> = {},
-  ): Promise<T | Parked> {
-    return this.#aiSdk.deliver(runId, body, options);
-  }
-
+/** Mastra's side of actonce: deliveries, the AI SDK integration's durable models, and Mastra
+ * tools. `deliver(runId, body)`: `body` runs the agent, with `delivery.signal` as its
+ * `abortSignal`. */
+export class Actonce extends TurnsIntegration {
   /** `model` (an AI SDK model, as Mastra's are) with every call a durable model turn. */
   model(model: WrappableModel, options: DurableModelOptions = {}): MastraModel {
     // Mastra names its own copy of the AI SDK's provider types: the same model, another type.
-    return this.#aiSdk.model(model, options) as unknown as MastraModel;
+    return durableModel(model, options) as unknown as MastraModel;
   }
 
   /**
@@ -83,18 +56,12 @@ export class Actonce {
    */
   tool<INPUT, OUTPUT>(definition: ActonceMastraTool<INPUT, OUTPUT>): ReturnType<typeof createTool> {
     const { execute, retries, transient, ...rest } = definition;
-    const leaseMs = this.options.leaseMs;
     return createTool({
       ...rest,
-      execute: (input: unknown, context: MastraContext) => {
-        const toolCallId = context?.agent?.toolCallId ?? "";
-        return runToolCall(toolCallId, (call) => execute(input as INPUT, call, context), {
-          retries,
-          transient,
-          leaseMs,
-          signal: context?.abortSignal,
-        });
-      },
+      execute: (input: unknown, context: MastraContext) =>
+        this.callTool(context?.agent?.toolCallId ?? "", { retries, transient }, context?.abortSignal, (call) =>
+          execute(input as INPUT, call, context),
+        ),
     } as CreateToolOptions);
   }
 }

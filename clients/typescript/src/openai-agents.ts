@@ -36,19 +36,17 @@ import {
   Usage,
 } from "@openai/agents";
 
-import type { Client } from "./client.js";
+import { type ToolRetries, TurnsIntegration, turnDelivery } from "./agent-base.js";
+import { type Codec, refusedMessage, type ToolCall } from "./deliveries.js";
 import {
-  type Codec,
-  currentDelivery,
-  deliver,
-  type DeliverOptions,
-  type Delivery,
-  type Parked,
-  refusedMessage,
-  runToolCall,
-  type ToolCall,
-} from "./deliveries.js";
-import { answeredCalls, type NeutralMessage, type NeutralRequest, type NeutralTool, parsedArguments, turnKey } from "./turns.js";
+  answeredCalls,
+  type NeutralMessage,
+  type NeutralRequest,
+  type NeutralTool,
+  parsedArguments,
+  type SourcedMessage,
+  turnKey,
+} from "./turns.js";
 
 type ToolOptions = Parameters<typeof agentsTool>[0];
 type ToolCallDetails = Parameters<FunctionTool["invoke"]>[2];
@@ -74,8 +72,6 @@ const RECORDED: Codec<ModelResponse> = {
 
 // -- the neutral request ----------------------------------------------------------------
 
-type Sourced = NeutralMessage & { callIds?: string[]; callId?: string };
-
 function plainItem(item: object): Record<string, unknown> {
   const { id: _, providerData: __, ...rest } = item as Record<string, unknown>;
   return rest;
@@ -94,7 +90,7 @@ function contentOf(content: unknown): [string, unknown[]] {
   return [text.join(""), parts];
 }
 
-function say(messages: Sourced[], role: string, content: string, parts: unknown[] = []): void {
+function say(messages: SourcedMessage[], role: string, content: string, parts: unknown[] = []): void {
   messages.push(parts.length > 0 ? { role, content, parts } : { role, content });
 }
 
@@ -106,7 +102,7 @@ function say(messages: Sourced[], role: string, content: string, parts: unknown[
  * call it answers, by position; reasoning left out; any other item as it is, its id left out.
  */
 export function conversation(instructions: string | undefined, input: string | AgentInputItem[]): NeutralMessage[] {
-  const messages: Sourced[] = [];
+  const messages: SourcedMessage[] = [];
   if (instructions !== undefined) say(messages, "system", instructions);
   if (typeof input === "string") {
     say(messages, "user", input);
@@ -164,14 +160,6 @@ export interface DurableModelOptions {
   name?: string;
 }
 
-function deliveryOf(): Delivery {
-  const delivery = currentDelivery();
-  if (delivery === undefined) {
-    throw new Error("a durable model called outside a delivery: run the agent inside deliver()");
-  }
-  return delivery;
-}
-
 /**
  * A `Model` whose every call is a durable model turn of the current delivery, keyed by its
  * name and what it was asked: the response is recorded before the SDK acts on it (runs its
@@ -190,7 +178,7 @@ export class DurableModel implements Model {
 
   async getResponse(request: ModelRequest): Promise<ModelResponse> {
     const key = { ...turnKey(this.name, neutralRequest(request)) };
-    return deliveryOf().turn(key, () => this.model.getResponse(request), RECORDED);
+    return turnDelivery().turn(key, () => this.model.getResponse(request), RECORDED);
   }
 
   /** The model's events as they come, but its `response_done`, which the SDK acts on: it
@@ -199,7 +187,7 @@ export class DurableModel implements Model {
     const key = { ...turnKey(this.name, neutralRequest(request)) };
     const live = new Channel<StreamEvent>();
     let done: StreamEvent | undefined;
-    const recording = deliveryOf().turn<ModelResponse>(
+    const recording = turnDelivery().turn<ModelResponse>(
       key,
       async () => {
         for await (const event of this.model.getStreamedResponse(request)) {
@@ -272,7 +260,7 @@ export function handleToolError(_context: RunContext<unknown>, error: unknown): 
 }
 
 /** A function tool whose `execute` takes the tool call's `ToolCall` besides its input. */
-export interface ActonceToolDefinition<INPUT, OUTPUT> {
+export interface ActonceToolDefinition<INPUT, OUTPUT> extends ToolRetries {
   name: string;
   description: string;
   /** The SDK's `parameters`: a zod object or a JSON schema. */
@@ -281,43 +269,15 @@ export interface ActonceToolDefinition<INPUT, OUTPUT> {
   /** The SDK's approval: the run is interrupted for a person before the call is made. */
   needsApproval?: ToolOptions["needsApproval"];
   execute: (input: INPUT, call: ToolCall, context: RunContext<unknown> | undefined, details: ToolCallDetails) => Promise<OUTPUT>;
-  /** Tries after the first, after a RETRYABLE actonce error or a `transient` one (default 0). */
-  retries?: number;
-  /** Whether an error of the tool's own downstream calls is worth another try. */
-  transient?: (error: unknown) => boolean;
-}
-
-export interface ActonceOptions {
-  /** The automation the runs belong to. */
-  rule: string;
-  /** Each tool call's attempt's lease, in milliseconds from its start (default: the delivery's). */
-  leaseMs?: number;
 }
 
 /**
  * The OpenAI Agents SDK's side of actonce: deliveries of the queue's runs, durable models,
  * and function tools whose every call is a scoped attempt of the delivery.
+ * `deliver(runId, body)`: `body` runs the agent (`run(agent, input, { signal:
+ * delivery.signal })`; a run resumed from its `RunState` after an approval too).
  */
-export class Actonce {
-  constructor(
-    readonly client: Client,
-    readonly options: ActonceOptions,
-  ) {}
-
-  /**
-   * Run one delivery of the queue's run `runId` (see `deliver` of `@actonce/client`): `body`
-   * runs the agent (`run(agent, input, { signal: delivery.signal })`; a run resumed from its
-   * `RunState` after an approval too). Answers `body`'s result, or `Parked`; throws what
-   * ended the delivery, for the queue.
-   */
-  deliver<T>(
-    runId: string,
-    body: (delivery: Delivery) => Promise<T>,
-    options: Omit<DeliverOptions, "runId" | "rule"> = {},
-  ): Promise<T | Parked> {
-    return deliver(this.client, { needsTurns: true, ...options, runId, rule: this.options.rule }, body);
-  }
-
+export class Actonce extends TurnsIntegration {
   /** `model` with every call a durable model turn; name it after its agent. */
   model(model: Model, options: DurableModelOptions = {}): DurableModel {
     return new DurableModel(model, options);
@@ -332,19 +292,16 @@ export class Actonce {
    */
   tool<INPUT, OUTPUT>(definition: ActonceToolDefinition<INPUT, OUTPUT>): FunctionTool {
     const { execute, retries, transient, ...rest } = definition;
-    const leaseMs = this.options.leaseMs;
     return agentsTool({
       ...rest,
       errorFunction: handleToolError,
       execute: (input: unknown, context?: RunContext<unknown>, details?: ToolCallDetails) =>
-        runToolCall(details?.toolCall?.callId ?? "", (call) => execute(input as INPUT, call, context, details), {
-          retries,
-          transient,
-          leaseMs,
-          signal: details?.signal,
-        }),
+        this.callTool(details?.toolCall?.callId ?? "", { retries, transient }, details?.signal, (call) =>
+          execute(input as INPUT, call, context, details),
+        ),
     } as ToolOptions) as FunctionTool;
   }
 }
 
+export type { ActonceOptions } from "./agent-base.js";
 export { deliver, Parked, type ParkedItem, ToolCall } from "./deliveries.js";

@@ -35,6 +35,11 @@ export interface NeutralMessage {
   parts?: unknown[];
 }
 
+/** A message in the neutral form that still carries its framework's ids: an assistant's
+ * calls' (`callIds`, in order) or a tool result's (`callId`), which `answeredCalls` turns into
+ * positions. */
+export type SourcedMessage = NeutralMessage & { callIds?: readonly string[]; callId?: string };
+
 /** A tool offered, in the neutral form. */
 export interface NeutralTool {
   name: string;
@@ -110,9 +115,7 @@ export function turnKey(name: string, request: NeutralRequest): { form: number; 
  * with its framework id that no earlier result answered; null for an id that names no call.
  * Give it the request's messages with each tool result's framework id in `callId`.
  */
-export function answeredCalls(
-  messages: readonly (NeutralMessage & { callIds?: readonly string[]; callId?: string })[],
-): NeutralMessage[] {
+export function answeredCalls(messages: readonly SourcedMessage[]): NeutralMessage[] {
   const calls: string[] = [];
   const answered = new Set<number>();
   return messages.map(({ callIds, callId, ...message }) => {

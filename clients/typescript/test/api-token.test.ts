@@ -11,10 +11,10 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { credentials, Metadata, type ServiceError, status } from "@grpc/grpc-js";
 
-import { ActonceError, API_TOKEN_ENV, API_TOKEN_FILE_ENV, Attempt, Client } from "../src/index.js";
+import { API_TOKEN_ENV, API_TOKEN_FILE_ENV, Attempt, Client } from "../src/index.js";
 import { RunActionsServiceClient, RunActionsServiceService } from "../src/gen/actonce/v1/run_actions.js";
 import { ApiToken, REREAD_MS } from "../src/token.js";
-import { SEND_RULE, type Sidecar, startSidecar } from "./sidecar.js";
+import { rejection, SEND_RULE, type Sidecar, startSidecar } from "./sidecar.js";
 
 const TOKEN = "ts-t0ken-6d02";
 const folder = mkdtempSync(join(tmpdir(), "actonce-ts-token-"));
@@ -40,16 +40,6 @@ after(async () => {
 });
 
 const runId = () => `run-${randomUUID()}`;
-
-async function rejection(promise: Promise<unknown>): Promise<ActonceError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ActonceError, `${error} is not an ActonceError`);
-    return error;
-  }
-  assert.fail("the call succeeded");
-}
 
 type Call = (client: Client, attempt: Attempt) => Promise<unknown>;
 

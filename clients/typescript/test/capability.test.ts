@@ -13,7 +13,7 @@ import { after, before, describe, test } from "node:test";
 import { status } from "@grpc/grpc-js";
 
 import { ActonceError, API_TOKEN_ENV, API_TOKEN_FILE_ENV, Client } from "../src/index.js";
-import { SEND_RULE, type Sidecar, startSidecar } from "./sidecar.js";
+import { rejection, SEND_RULE, type Sidecar, startSidecar } from "./sidecar.js";
 
 const TOKEN = "ts-capability-t0ken-41c7";
 let guarded: Sidecar;
@@ -35,16 +35,6 @@ after(async () => {
 });
 
 const newRun = () => ({ runId: `run-${randomUUID()}`, rule: SEND_RULE, checkpoint: "cp" });
-
-async function rejection(promise: Promise<unknown>): Promise<ActonceError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ActonceError, `${error} is not an ActonceError`);
-    return error;
-  }
-  assert.fail("the call succeeded");
-}
 
 function assertCapabilityRefused(error: ActonceError, what: string): void {
   assert.deepEqual(

@@ -1,23 +1,12 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { status } from "@grpc/grpc-js";
 
-import { ActonceError, type Attempt, Client, ids, rawJson, type Write } from "../src/index.js";
-import { SEND_RULE, type Sidecar, startSidecar } from "./sidecar.js";
+import { type Attempt, ids, rawJson, type Write } from "../src/index.js";
+import { liveSidecar, rejection, SEND_RULE } from "./sidecar.js";
 
-let sidecar: Sidecar;
-let client: Client;
-
-before(async () => {
-  sidecar = await startSidecar();
-  client = new Client(sidecar.target);
-});
-
-after(async () => {
-  client.close();
-  await sidecar.stop();
-});
+const live = liveSidecar();
 
 const runId = () => `run-${randomUUID()}`;
 
@@ -31,20 +20,10 @@ async function writeAll(attempt: Attempt): Promise<Record<string, Write>> {
   return { thread, ticket, edit, notice, send };
 }
 
-async function rejection(promise: Promise<unknown>): Promise<ActonceError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ActonceError, `${error} is not an ActonceError`);
-    return error;
-  }
-  assert.fail("the call succeeded");
-}
-
 describe("against a live sidecar", () => {
   test("writes apply", async () => {
     const run = { runId: runId(), rule: SEND_RULE, checkpoint: "cp-1" };
-    const attempt = await client.begin(run);
+    const attempt = await live.client.begin(run);
     const written = await writeAll(attempt);
     for (const [name, write] of Object.entries(written)) assert.equal(write.outcome, "APPLIED", name);
 
@@ -75,9 +54,9 @@ describe("against a live sidecar", () => {
 
   test("a retried attempt gets the same ids, already applied", async () => {
     const run = { runId: runId(), rule: SEND_RULE, checkpoint: "cp-1" };
-    const first = await writeAll(await client.begin(run));
+    const first = await writeAll(await live.client.begin(run));
     // The first attempt dies without ending; the run is retried from its checkpoint.
-    const retry = await client.begin(run);
+    const retry = await live.client.begin(run);
     const again = await writeAll(retry);
     for (const [name, write] of Object.entries(again)) {
       assert.equal(write.id, first[name]!.id, name);
@@ -89,10 +68,10 @@ describe("against a live sidecar", () => {
 
   test("scoped attempts keep their own ids and do not fence each other", async () => {
     const run = { runId: runId(), rule: "scopes", checkpoint: "cp-1" };
-    const thread = await (await client.begin(run)).createThread("Tool calls");
+    const thread = await (await live.client.begin(run)).createThread("Tool calls");
     const calls = [
-      await client.begin({ ...run, scope: "call_1" }),
-      await client.begin({ ...run, scope: "call_2" }),
+      await live.client.begin({ ...run, scope: "call_1" }),
+      await live.client.begin({ ...run, scope: "call_2" }),
     ];
     const posted: Write[] = [];
     for (const attempt of calls) {
@@ -105,7 +84,7 @@ describe("against a live sidecar", () => {
     }
     assert.notEqual(posted[0]!.id, posted[1]!.id);
     // A new attempt of call_1 fences the older one only.
-    const newer = await client.begin({ ...run, scope: "call_1" });
+    const newer = await live.client.begin({ ...run, scope: "call_1" });
     assert.equal((await rejection(calls[0]!.notice(thread.id, "late"))).reason, "ATTEMPT_FENCED");
     assert.equal((await calls[1]!.notice(thread.id, "still on")).outcome, "APPLIED");
     assert.equal((await newer.notice(thread.id, "Charged.")).id, posted[0]!.id);
@@ -113,24 +92,24 @@ describe("against a live sidecar", () => {
 
   test("a newer delivery fences the tool calls of an older one", async () => {
     const run = { runId: runId(), rule: "deliveries" };
-    const older = await client.begin(run);
+    const older = await live.client.begin(run);
     const thread = await older.createThread("Deliveries");
-    const toolCall = await client.begin({ ...run, scope: "call_1", deliveryAttemptId: older.id });
+    const toolCall = await live.client.begin({ ...run, scope: "call_1", deliveryAttemptId: older.id });
     assert.equal((await toolCall.notice(thread.id, "before the redelivery")).outcome, "APPLIED");
-    await client.begin(run); // the queue delivers the job again
+    await live.client.begin(run); // the queue delivers the job again
     // The older delivery's tool call is another scope than the newer delivery's, yet fenced.
     assert.equal((await rejection(toolCall.notice(thread.id, "late"))).reason, "ATTEMPT_FENCED");
-    const unscoped = client.begin({ ...run, deliveryAttemptId: older.id });
+    const unscoped = live.client.begin({ ...run, deliveryAttemptId: older.id });
     assert.equal((await rejection(unscoped)).reason, "INVALID_ARGUMENT");
   });
 
   test("an aborted step runs in a later attempt", async () => {
     const run = { runId: runId(), rule: "steps" };
-    const first = await client.begin(run);
+    const first = await live.client.begin(run);
     const step = await first.beginStep("charge_card", "NON_IDEMPOTENT_WRITE", { amount: 10 });
     assert.equal(await first.abortStep(step.id, "connection refused"), "APPLIED");
     assert.equal((await rejection(first.endStep(step.id, { charged: true }))).reason, "STEP_ABORTED");
-    const retry = await client.begin(run);
+    const retry = await live.client.begin(run);
     const again = await retry.beginStep("charge_card", "NON_IDEMPOTENT_WRITE", { amount: 10 });
     assert.equal(again.id, step.id);
     assert.equal(again.done, false);
@@ -139,7 +118,7 @@ describe("against a live sidecar", () => {
   });
 
   test("invalid JSON is refused", async () => {
-    const attempt = await client.begin({ runId: runId(), rule: "refusals" });
+    const attempt = await live.client.begin({ runId: runId(), rule: "refusals" });
     const error = await rejection(attempt.create("ticket", rawJson("{")));
     assert.equal(error.code, status.INVALID_ARGUMENT);
     assert.equal(error.reason, "INVALID_ARGUMENT");
@@ -152,7 +131,7 @@ describe("against a live sidecar", () => {
   });
 
   test("send off the allowlist is permanent", async () => {
-    const attempt = await client.begin({ runId: runId(), rule: "not-a-sender" });
+    const attempt = await live.client.begin({ runId: runId(), rule: "not-a-sender" });
     const thread = await attempt.createThread("Refusals");
     const error = await rejection(attempt.send(thread.id, "may I?"));
     assert.deepEqual([error.reason, error.failureClass, error.code], ["FORBIDDEN", "PERMANENT", status.PERMISSION_DENIED]);
@@ -160,7 +139,7 @@ describe("against a live sidecar", () => {
   });
 
   test("an ended attempt is unknown to the sidecar, and retryable", async () => {
-    const attempt = await client.begin({ runId: runId(), rule: "refusals" });
+    const attempt = await live.client.begin({ runId: runId(), rule: "refusals" });
     await attempt.end();
     const error = await rejection(attempt.create("ticket", {}));
     assert.equal(error.reason, "UNKNOWN_ATTEMPT");
@@ -168,7 +147,7 @@ describe("against a live sidecar", () => {
   });
 
   test("request_id replay", async () => {
-    const attempt = await client.begin({ runId: runId(), rule: "replay" });
+    const attempt = await live.client.begin({ runId: runId(), rule: "replay" });
     const first = await attempt.create("ticket", { title: "once" }, { requestId: "req-1" });
     assert.deepEqual(await attempt.create("ticket", { title: "once" }, { requestId: "req-1" }), first);
     // Without the same request_id the same data is a second, distinct write.
@@ -184,7 +163,7 @@ describe("against a live sidecar", () => {
   });
 
   test("a request_id's limit is 512 bytes in any text", async () => {
-    const attempt = await client.begin({ runId: runId(), rule: "limits" });
+    const attempt = await live.client.begin({ runId: runId(), rule: "limits" });
     const atTheLimit = "é".repeat(256); // 512 bytes of UTF-8, 256 characters
     assert.equal((await attempt.create("ticket", {}, { requestId: atTheLimit })).outcome, "APPLIED");
     const over = await rejection(attempt.create("ticket", {}, { requestId: `${atTheLimit}a` }));

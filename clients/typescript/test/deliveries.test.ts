@@ -1,7 +1,7 @@
 /** Deliveries, steps, per-call deadlines and cancellation, against a live sidecar (Node 20). */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 
 import {
   ActonceError,
@@ -14,21 +14,10 @@ import {
   Parked,
   runToolCall,
 } from "../src/index.js";
-import { type Sidecar, startSidecar } from "./sidecar.js";
+import { liveSidecar } from "./sidecar.js";
 import { startTestkit } from "./testkit.js";
 
-let sidecar: Sidecar;
-let client: Client;
-
-before(async () => {
-  sidecar = await startSidecar();
-  client = new Client(sidecar.target);
-});
-
-after(async () => {
-  client.close();
-  await sidecar.stop();
-});
+const live = liveSidecar();
 
 const RULE = "deliveries";
 const runId = () => `run-${randomUUID()}`;
@@ -40,7 +29,7 @@ describe("deliveries", () => {
     let asked = 0;
     const ask = async () => ({ toolCalls: [{ id: `call_${++asked}` }] });
     const turn = (key: Record<string, unknown>) =>
-      deliver(client, { runId: run, rule: RULE }, (d) => d.turn(key, ask, JSON_CODEC));
+      deliver(live.client, { runId: run, rule: RULE }, (d) => d.turn(key, ask, JSON_CODEC));
     const first = await turn({ model: "m", turn: 0 });
     assert.deepEqual(await turn({ model: "m", turn: 0 }), first);
     assert.equal(asked, 1);
@@ -51,7 +40,7 @@ describe("deliveries", () => {
   test("a turn too large to record is refused before anything acts on it, and asked again later", async () => {
     const run = runId();
     const big = async () => "x".repeat(1 << 20);
-    const once = () => deliver(client, { runId: run, rule: RULE }, (d) => d.turn({ turn: 0 }, big, JSON_CODEC));
+    const once = () => deliver(live.client, { runId: run, rule: RULE }, (d) => d.turn({ turn: 0 }, big, JSON_CODEC));
     await assert.rejects(once(), (e: unknown) => e instanceof ModelResponseTooLarge && e.refused);
     // The step was aborted, not left begun: the turn is asked again, and refused again.
     await assert.rejects(once(), ModelResponseTooLarge);
@@ -64,14 +53,14 @@ describe("deliveries", () => {
     let resume!: () => void;
     const paused = new Promise<void>((done) => (resume = done));
     let thread = "";
-    const first = deliver(client, { runId: run, rule: RULE }, async (d) => {
+    const first = deliver(live.client, { runId: run, rule: RULE }, async (d) => {
       older = d;
       thread = (await d.attempt.createThread("fences")).id;
       await paused;
       return runToolCall("call_1", (call) => call.attempt.notice(thread, "late"));
     });
     while (older === undefined || thread === "") await new Promise((r) => setTimeout(r, 10));
-    const newer = await deliver(client, { runId: run, rule: RULE }, async () =>
+    const newer = await deliver(live.client, { runId: run, rule: RULE }, async () =>
       runToolCall("call_1", (call) => call.attempt.notice(thread, "on time")),
     );
     assert.ok(!(newer instanceof Parked));
@@ -88,7 +77,7 @@ describe("deliveries", () => {
     });
     assert.ok(notSent(refused));
     const charge = (fail: unknown) =>
-      deliver(client, { runId: run, rule: RULE }, () =>
+      deliver(live.client, { runId: run, rule: RULE }, () =>
         runToolCall("call_1", (call) =>
           call.step("charge", { cents: 5 }, async (key) => {
             calls++;
@@ -111,7 +100,7 @@ describe("deliveries", () => {
   test("a refusal is the tool's to hand back; a retryable error is tried again", async () => {
     const run = runId();
     let tries = 0;
-    const made = await deliver(client, { runId: run, rule: RULE }, () =>
+    const made = await deliver(live.client, { runId: run, rule: RULE }, () =>
       runToolCall(
         "call_1",
         async (call) => {
@@ -124,7 +113,7 @@ describe("deliveries", () => {
     );
     assert.ok(!(made instanceof Parked));
     assert.equal(tries, 2);
-    const refused = deliver(client, { runId: run, rule: RULE }, async () => {
+    const refused = deliver(live.client, { runId: run, rule: RULE }, async () => {
       await runToolCall("call_2", (call) => call.attempt.readArtifact("art_aaaaaaaaaaaaaaaaaaaaaaaaaa")).catch(
         (e: unknown) => e,
       );
@@ -138,7 +127,7 @@ describe("deliveries", () => {
     const soon = () => new Date(Math.floor(Date.now() / 1000) * 1000 + 60_000);
     let beats = 0;
     const result = await deliver(
-      client,
+      live.client,
       { runId: run, rule: RULE, leaseDeadline: soon(), heartbeatEveryMs: 20, heartbeat: () => (beats++ < 2 ? soon() : undefined) },
       async (d) => {
         await new Promise<void>((done) => d.signal.addEventListener("abort", () => done(), { once: true }));
@@ -152,14 +141,14 @@ describe("deliveries", () => {
 
 describe("per-call bounds", () => {
   test("a call cancelled before it is sent rejects at once, and one in flight is cancelled", async () => {
-    const attempt = await client.begin({ runId: runId(), rule: RULE });
+    const attempt = await live.client.begin({ runId: runId(), rule: RULE });
     const stop = new AbortController();
     stop.abort();
     await assert.rejects(
       attempt.create("ticket", {}, { signal: stop.signal }),
       (e: unknown) => e instanceof ActonceError && e.reason === "CANCELLED" && e.unknown,
     );
-    const proxy = await startTestkit("holding_proxy.py", sidecar.target);
+    const proxy = await startTestkit("holding_proxy.py", live.sidecar.target);
     const held = new Client(proxy.target);
     try {
       const late = await held.begin({ runId: runId(), rule: RULE });

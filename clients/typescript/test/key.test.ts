@@ -6,40 +6,19 @@
  */
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { status } from "@grpc/grpc-js";
 
-import { ActonceError, Client, ids } from "../src/index.js";
-import { type Sidecar, startSidecar } from "./sidecar.js";
+import { ids } from "../src/index.js";
+import { liveSidecar, rejection } from "./sidecar.js";
 
-let sidecar: Sidecar;
-let client: Client;
-
-before(async () => {
-  sidecar = await startSidecar();
-  client = new Client(sidecar.target);
-});
-
-after(async () => {
-  client.close();
-  await sidecar.stop();
-});
+const live = liveSidecar();
 
 const newRun = () => ({ runId: `run-${randomUUID()}`, rule: "keys", checkpoint: "cp-1" });
 
-async function rejection(promise: Promise<unknown>): Promise<ActonceError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof ActonceError, `${error} is not an ActonceError`);
-    return error;
-  }
-  assert.fail("the call succeeded");
-}
-
 test("a keyed create lands once across redeliveries whose data holds their time", async () => {
   const run = newRun();
-  const first = await client.begin(run);
+  const first = await live.client.begin(run);
   assert.equal(first.idScheme.version, 3, "a new run derives under scheme 3, which takes keys");
   const made = { number: 1234, seenAt: "2026-12-06T05:40:00Z" };
   const created = await first.create("order", made, { key: "order-1234" });
@@ -58,7 +37,7 @@ test("a keyed create lands once across redeliveries whose data holds their time"
 
   // The queue delivers the job again: a new attempt of the run from the same checkpoint,
   // whose data holds a later time.
-  const redelivery = await client.begin(run);
+  const redelivery = await live.client.begin(run);
   const found = await redelivery.create("order", { ...made, seenAt: "2026-12-06T05:41:00Z" }, { key: "order-1234" });
   assert.deepEqual([found.outcome, found.id], ["ALREADY_APPLIED", created.id]);
   const stored = await redelivery.readArtifact(created.id);
@@ -69,7 +48,7 @@ test("a keyed create lands once across redeliveries whose data holds their time"
 
 test("keyed threads and steps are one write each", async () => {
   const run = newRun();
-  const first = await client.begin(run);
+  const first = await live.client.begin(run);
   const thread = await first.createThread("Order 1234 at 05:40", { key: "order-1234" });
   const retitled = await rejection(first.createThread("Order 5678", { key: "order-1234" }));
   assert.equal(retitled.reason, "KEY_REUSED");
@@ -81,7 +60,7 @@ test("keyed threads and steps are one write each", async () => {
   );
   assert.deepEqual([reargued.reason, reargued.failureClass], ["KEY_REUSED", "REFUSED"]);
 
-  const redelivery = await client.begin(run);
+  const redelivery = await live.client.begin(run);
   const foundThread = await redelivery.createThread("Order 1234 at 05:41", { key: "order-1234" });
   assert.deepEqual([foundThread.outcome, foundThread.id], ["ALREADY_APPLIED", thread.id]);
   const later = { ...args, at: "05:41" };
@@ -90,7 +69,7 @@ test("keyed threads and steps are one write each", async () => {
 });
 
 test("a key over 255 bytes is refused naming the field key", async () => {
-  const attempt = await client.begin(newRun());
+  const attempt = await live.client.begin(newRun());
   const refused = await rejection(attempt.create("order", { n: 1 }, { key: "k".repeat(256) }));
   assert.equal(refused.reason, "INVALID_ARGUMENT");
   assert.deepEqual(

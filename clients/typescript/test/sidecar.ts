@@ -2,6 +2,7 @@
  * A real `actonce serve` for the tests: a free loopback port, data in a
  * temporary folder, ready once its health service says SERVING.
  */
+import assert from "node:assert/strict";
 import { credentials, makeGenericClientConstructor, type ServiceError } from "@grpc/grpc-js";
 import { service as healthService } from "grpc-health-check";
 import { type ChildProcess, spawn } from "node:child_process";
@@ -9,8 +10,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { after, before } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
+
+import { ActonceError, Client } from "../src/index.js";
 
 /** The one rule the test sidecar's send allowlist names. */
 export const SEND_RULE = "allowed-sender";
@@ -101,4 +105,40 @@ export async function startSidecar(...flags: string[]): Promise<Sidecar> {
     throw new Error(`${(error as Error).message}\n${output}`);
   }
   return { target, dataDir, stop };
+}
+
+/** A sidecar (with extra flags if any) and a client on it for one test file: started before
+ * its tests, stopped after them. */
+export function liveSidecar(...flags: string[]): { readonly sidecar: Sidecar; readonly client: Client } {
+  let sidecar: Sidecar | undefined;
+  let client: Client | undefined;
+  before(async () => {
+    sidecar = await startSidecar(...flags);
+    client = new Client(sidecar.target);
+  });
+  after(async () => {
+    client?.close();
+    await sidecar?.stop();
+  });
+  return {
+    get sidecar() {
+      assert.ok(sidecar !== undefined, "the sidecar starts before the file's tests");
+      return sidecar;
+    },
+    get client() {
+      assert.ok(client !== undefined, "the client is made before the file's tests");
+      return client;
+    },
+  };
+}
+
+/** The ActonceError `promise` rejects with; the test fails if it resolves, or rejects with another error. */
+export async function rejection(promise: Promise<unknown>): Promise<ActonceError> {
+  try {
+    await promise;
+  } catch (error) {
+    assert.ok(error instanceof ActonceError, `${error} is not an ActonceError`);
+    return error;
+  }
+  assert.fail("the call succeeded");
 }

@@ -10,7 +10,7 @@ takes. ``POST /attempts`` takes BeginAttempt's fields from its JSON body the sam
 A call's request identity, for harnesses that can set one, is
 ``_meta["actonce/request_id"]`` or the HTTP header ``actonce-request-id`` (given
 both, they must agree). Without one, the core's repeat rule tells a repeat from a
-new call (sidecar.core.requests).
+new call (sidecar.core.attempts).
 
 The SDK parses the JSON-RPC body with a parser that keeps the last of duplicate
 keys; the gRPC front refuses them (RFC 8785 needs I-JSON). The body, which the

@@ -4,7 +4,7 @@ An upstream's tool ``charge`` is listed as ``NAME__tool`` (``payments__charge``)
 A call of it is a step of the attempt (``RunActions.begin_step`` /
 ``end_step``), so its step id is the core's derivation from the run, the
 checkpoint, the listed name, the canonical arguments and the occurrence, and the
-core's repeat rule holds (sidecar.core.requests, sidecar.core.steps):
+core's repeat rule holds (sidecar.core.attempts, sidecar.core.steps):
 
 - a step an earlier attempt ended answers its recorded result, and the
   upstream is not called; a read-only tool is called every time;

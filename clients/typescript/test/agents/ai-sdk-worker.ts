@@ -8,34 +8,15 @@
  * tool's retries after a transient error; a charge with no idempotency key (in doubt when
  * killed after it was made, parked, and made once after `actonce audit resolve`).
  */
-import { writeFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { generateText, stepCountIs, streamText, ToolLoopAgent } from "ai";
 import { z } from "zod";
 
-import { ActonceError, Client } from "../../src/index.js";
-import { Actonce, Parked } from "../../src/ai-sdk.js";
-import { charge, scriptedModel, type Turn, WORDINGS } from "./scripted.js";
+import { Client } from "../../src/index.js";
+import { Actonce } from "../../src/ai-sdk.js";
+import { scriptedModel, type Turn, WORDINGS } from "./scripted.js";
+import { billing, CHARGE, DESCRIBED, delivered, type Job, main, type Result, RULE, TICKET, Writes } from "./worker.js";
 
-/** One delivery: which scenario, which run, where everything is. */
-export interface Job {
-  scenario: string;
-  runId: string;
-  target: string;
-  processor: string;
-  threadId: string;
-  result: string;
-  killAt?: number; // the write after which the process kills itself (0: none)
-  killAtModel?: number; // the model call as which the process kills itself (0: none)
-}
-
-/** What a delivery did. */
-export interface Result {
-  state: string; // "done", the reason it parked on, or the error's reason
-  writes: number;
-  modelCalls: number;
-  parked: string[];
-}
+export type { Job, Result } from "./worker.js";
 
 const DISK = WORDINGS["Disk full"]!;
 const PARALLEL: Turn[] = [
@@ -67,27 +48,13 @@ export const SCRIPTS: Record<string, Turn[]> = {
 };
 
 export async function run(job: Job): Promise<Result> {
-  let writes = 0;
-  const landed = () => {
-    writes++;
-    if (writes === job.killAt) process.kill(process.pid, "SIGKILL");
-  };
+  const writes = new Writes(job);
   const client = new Client(job.target);
-  const actonce = new Actonce(client, { rule: "billing-agent" }) // grid.ts RULE;
+  const actonce = new Actonce(client, { rule: RULE });
   const hiccups = new Set<string>(); // tool calls that already failed once in this process
-  const customer = (name: string) => `${job.runId}-${name}`;
+  const bodies = billing(job, writes);
   const tools = {
-    open_ticket: actonce.tool({
-      description: "Open a ticket and tell the thread.",
-      inputSchema: z.object({ title: z.string() }),
-      execute: async ({ title }, call) => {
-        const ticket = await call.attempt.create("ticket", { title, run: job.runId });
-        landed();
-        await call.attempt.notice(job.threadId, `opened a ticket: ${title}`);
-        landed();
-        return ticket.id;
-      },
-    }),
+    open_ticket: actonce.tool({ description: DESCRIBED.open_ticket, inputSchema: TICKET, execute: bodies.open_ticket }),
     flaky_notice: actonce.tool({
       description: "Post a notice; the first try in a process fails after it.",
       inputSchema: z.object({ text: z.string() }),
@@ -95,7 +62,7 @@ export async function run(job: Job): Promise<Result> {
       transient: (error) => error instanceof TransientError,
       execute: async ({ text }, call) => {
         const posted = await call.attempt.notice(job.threadId, text);
-        landed();
+        writes.landed();
         if (!hiccups.has(call.toolCallId)) {
           hiccups.add(call.toolCallId);
           throw new TransientError("the network hiccuped");
@@ -103,78 +70,37 @@ export async function run(job: Job): Promise<Result> {
         return posted.id;
       },
     }),
-    charge_card: actonce.tool({
-      description: "Charge the customer's card, keyed by the step's id.",
-      inputSchema: z.object({ customer: z.string(), cents: z.number() }),
-      execute: async ({ customer: name, cents }, call) => {
-        const made = await call.step(
-          "charge_card",
-          { customer: name, cents },
-          async (key) => {
-            const id = await charge(job.processor, customer(name), cents, key);
-            landed();
-            return id;
-          },
-          { effect: "IDEMPOTENT_WRITE" },
-        );
-        await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
-        landed();
-        return made;
-      },
-    }),
+    charge_card: actonce.tool({ description: DESCRIBED.charge_card, inputSchema: CHARGE, execute: bodies.charge_card }),
     charge_unkeyed: actonce.tool({
-      description: "Charge the customer's card with no idempotency key.",
-      inputSchema: z.object({ customer: z.string(), cents: z.number() }),
-      execute: async ({ customer: name, cents }, call) => {
-        const made = await call.step("charge_unkeyed", { customer: name, cents }, async () => {
-          const id = await charge(job.processor, customer(name), cents, null);
-          landed();
-          return id;
-        });
-        await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
-        landed();
-        return made;
-      },
+      description: DESCRIBED.charge_unkeyed,
+      inputSchema: CHARGE,
+      execute: bodies.charge_unkeyed,
     }),
   };
   const inner = scriptedModel(SCRIPTS[job.scenario]!, job.killAtModel ?? 0);
   const model = actonce.model(inner);
-  let state: string;
-  let parked: string[] = [];
-  try {
-    const result = await actonce.deliver(job.runId, async (delivery) => {
-      const common = { model, tools, prompt: "Bill.", stopWhen: stepCountIs(5), abortSignal: delivery.signal };
-      if (job.scenario === "stream") {
-        const streamed = streamText(common);
-        for await (const _part of streamed.fullStream) void _part;
-        return streamed.text;
-      }
-      if (job.scenario === "agent") {
-        const agent = new ToolLoopAgent({ model, tools, stopWhen: stepCountIs(5) });
-        return (await agent.generate({ prompt: "Bill.", abortSignal: delivery.signal })).text;
-      }
-      return (await generateText(common)).text;
-    });
-    if (result instanceof Parked) {
-      state = result.items[0]!.reason;
-      parked = result.items.map((item) => item.id);
-    } else {
-      state = result === "done" ? "done" : `answered ${JSON.stringify(result)}`;
-    }
-  } catch (error) {
-    if (process.env["GRID_DEBUG"]) console.error(error);
-    state = error instanceof ActonceError ? error.reason : `${(error as Error).name}: ${(error as Error).message}`;
-  } finally {
-    client.close();
-  }
-  return { state, writes, modelCalls: inner.calls, parked };
+  const { state, parked } = await delivered(
+    () =>
+      actonce.deliver(job.runId, async (delivery) => {
+        const common = { model, tools, prompt: "Bill.", stopWhen: stepCountIs(5), abortSignal: delivery.signal };
+        if (job.scenario === "stream") {
+          const streamed = streamText(common);
+          for await (const _part of streamed.fullStream) void _part;
+          return streamed.text;
+        }
+        if (job.scenario === "agent") {
+          const agent = new ToolLoopAgent({ model, tools, stopWhen: stepCountIs(5) });
+          return (await agent.generate({ prompt: "Bill.", abortSignal: delivery.signal })).text;
+        }
+        return (await generateText(common)).text;
+      }),
+    () => client.close(),
+  );
+  return { state, writes: writes.count, modelCalls: inner.calls, parked };
 }
 
 class TransientError extends Error {
   override name = "TransientError";
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const job = JSON.parse(process.argv[2]!) as Job;
-  writeFileSync(job.result, JSON.stringify(await run(job)));
-}
+await main(import.meta.url, run);

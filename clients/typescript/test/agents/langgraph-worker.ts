@@ -12,17 +12,15 @@
  * killed after it was made: the tool's error is thrown, never checkpointed as its answer.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { type BaseMessage, HumanMessage, isAIMessage } from "@langchain/core/messages";
 import type { RunnableConfig } from "@langchain/core/runnables";
 import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from "@langchain/langgraph";
-import { z } from "zod";
 
-import { actonceCause, Client } from "../../src/index.js";
-import { Actonce, Parked, retryPolicy } from "../../src/langgraph.js";
-import type { Job, Result } from "./ai-sdk-worker.js";
-import { charge, type Turn, WORDINGS } from "./scripted.js";
+import { Client } from "../../src/index.js";
+import { Actonce, retryPolicy } from "../../src/langgraph.js";
+import { type Turn, WORDINGS } from "./scripted.js";
 import { ScriptedChatModel } from "./scripted-chat.js";
+import { answered, billing, CHARGE, DESCRIBED, delivered, type Job, main, type Result, RULE, TICKET, Writes } from "./worker.js";
 
 const DISK = WORDINGS["Disk full"]!;
 const UNKEYED: Turn[] = [
@@ -75,61 +73,18 @@ class FileSaver extends MemorySaver {
 }
 
 export async function run(job: Job): Promise<Result> {
-  let writes = 0;
-  const landed = () => {
-    writes++;
-    if (writes === job.killAt) process.kill(process.pid, "SIGKILL");
-  };
+  const writes = new Writes(job);
   const client = new Client(job.target);
-  const actonce = new Actonce(client, { rule: "billing-agent" }); // grid.ts RULE
-  const customer = (name: string) => `${job.runId}-${name}`;
+  const actonce = new Actonce(client, { rule: RULE });
+  const bodies = billing(job, writes);
   const tools = [
-    actonce.tool({
-      name: "open_ticket",
-      description: "Open a ticket and tell the thread.",
-      schema: z.object({ title: z.string() }),
-      execute: async ({ title }: { title: string }, call) => {
-        const ticket = await call.attempt.create("ticket", { title, run: job.runId });
-        landed();
-        await call.attempt.notice(job.threadId, `opened a ticket: ${title}`);
-        landed();
-        return ticket.id;
-      },
-    }),
-    actonce.tool({
-      name: "charge_card",
-      description: "Charge the customer's card, keyed by the step's id.",
-      schema: z.object({ customer: z.string(), cents: z.number() }),
-      execute: async ({ customer: name, cents }: { customer: string; cents: number }, call) => {
-        const made = await call.step(
-          "charge_card",
-          { customer: name, cents },
-          async (key) => {
-            const id = await charge(job.processor, customer(name), cents, key);
-            landed();
-            return id;
-          },
-          { effect: "IDEMPOTENT_WRITE" },
-        );
-        await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
-        landed();
-        return made;
-      },
-    }),
+    actonce.tool({ name: "open_ticket", description: DESCRIBED.open_ticket, schema: TICKET, execute: bodies.open_ticket }),
+    actonce.tool({ name: "charge_card", description: DESCRIBED.charge_card, schema: CHARGE, execute: bodies.charge_card }),
     actonce.tool({
       name: "charge_unkeyed",
-      description: "Charge the customer's card with no idempotency key.",
-      schema: z.object({ customer: z.string(), cents: z.number() }),
-      execute: async ({ customer: name, cents }: { customer: string; cents: number }, call) => {
-        const made = await call.step("charge_unkeyed", { customer: name, cents }, async () => {
-          const id = await charge(job.processor, customer(name), cents, null);
-          landed();
-          return id;
-        });
-        await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
-        landed();
-        return made;
-      },
+      description: DESCRIBED.charge_unkeyed,
+      schema: CHARGE,
+      execute: bodies.charge_unkeyed,
     }),
   ];
   const unkeyed = job.scenario === "langgraph-unkeyed";
@@ -149,29 +104,12 @@ export async function run(job: Job): Promise<Result> {
     })
     .addEdge("tools", "agent")
     .compile(checkpointed ? { checkpointer: new FileSaver(`${job.result}.checkpoints`) } : {});
-  let state: string;
-  let parked: string[] = [];
-  try {
-    const result = await actonce.deliver(graph, job.runId, `thread-${job.runId}`, {
-      messages: [new HumanMessage("Bill.")],
-    });
-    if (result instanceof Parked) {
-      state = result.items[0]!.reason;
-      parked = result.items.map((item) => item.id);
-    } else {
-      const last = (result as { messages: BaseMessage[] }).messages.at(-1);
-      state = last?.content === "done" ? "done" : `answered ${JSON.stringify(last?.content)}`;
-    }
-  } catch (error) {
-    if (process.env["GRID_DEBUG"]) console.error(error);
-    state = actonceCause(error)?.reason ?? `${(error as Error).name}: ${(error as Error).message}`;
-  } finally {
-    client.close();
-  }
-  return { state, writes, modelCalls: inner.calls, parked };
+  const { state, parked } = await delivered(
+    () => actonce.deliver(graph, job.runId, `thread-${job.runId}`, { messages: [new HumanMessage("Bill.")] }),
+    () => client.close(),
+    (result) => answered((result as { messages: BaseMessage[] }).messages.at(-1)?.content),
+  );
+  return { state, writes: writes.count, modelCalls: inner.calls, parked };
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const job = JSON.parse(process.argv[2]!) as Job;
-  writeFileSync(job.result, JSON.stringify(await run(job)));
-}
+await main(import.meta.url, run);

@@ -10,15 +10,12 @@
  * interrupted, the run resumed from its state (`agents-approval`); a charge with no
  * idempotency key, in doubt when killed after it was made (`agents-unkeyed`).
  */
-import { writeFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { Agent, run as runAgent, setTracingDisabled } from "@openai/agents";
-import { z } from "zod";
 
-import { actonceCause, Client } from "../../src/index.js";
-import { Actonce, Parked } from "../../src/openai-agents.js";
-import type { Job, Result } from "./ai-sdk-worker.js";
-import { charge, scriptedAgentsModel, type Turn, WORDINGS } from "./scripted.js";
+import { Client } from "../../src/index.js";
+import { Actonce } from "../../src/openai-agents.js";
+import { scriptedAgentsModel, type Turn, WORDINGS } from "./scripted.js";
+import { billing, CHARGE, DESCRIBED, delivered, type Job, main, type Result, RULE, TICKET, Writes } from "./worker.js";
 
 const DISK = WORDINGS["Disk full"]!;
 const PARALLEL: Turn = [
@@ -49,110 +46,55 @@ export const AGENTS_SCRIPTS: Record<string, Turn[]> = {
 
 export async function run(job: Job): Promise<Result> {
   setTracingDisabled(true);
-  let writes = 0;
-  const landed = () => {
-    writes++;
-    if (writes === job.killAt) process.kill(process.pid, "SIGKILL");
-  };
+  const writes = new Writes(job);
   const client = new Client(job.target);
-  const actonce = new Actonce(client, { rule: "billing-agent" }); // grid.ts RULE
-  const customer = (name: string) => `${job.runId}-${name}`;
-  const openTicket = actonce.tool({
-    name: "open_ticket",
-    description: "Open a ticket and tell the thread.",
-    parameters: z.object({ title: z.string() }),
-    execute: async ({ title }: { title: string }, call) => {
-      const ticket = await call.attempt.create("ticket", { title, run: job.runId });
-      landed();
-      await call.attempt.notice(job.threadId, `opened a ticket: ${title}`);
-      landed();
-      return ticket.id;
-    },
-  });
-  const chargeCard = actonce.tool({
-    name: "charge_card",
-    description: "Charge the customer's card, keyed by the step's id.",
-    parameters: z.object({ customer: z.string(), cents: z.number() }),
-    needsApproval: job.scenario === "agents-approval",
-    execute: async ({ customer: name, cents }: { customer: string; cents: number }, call) => {
-      const made = await call.step(
-        "charge_card",
-        { customer: name, cents },
-        async (key) => {
-          const id = await charge(job.processor, customer(name), cents, key);
-          landed();
-          return id;
-        },
-        { effect: "IDEMPOTENT_WRITE" },
-      );
-      await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
-      landed();
-      return made;
-    },
-  });
-  const chargeUnkeyed = actonce.tool({
-    name: "charge_unkeyed",
-    description: "Charge the customer's card with no idempotency key.",
-    parameters: z.object({ customer: z.string(), cents: z.number() }),
-    execute: async ({ customer: name, cents }: { customer: string; cents: number }, call) => {
-      const made = await call.step("charge_unkeyed", { customer: name, cents }, async () => {
-        const id = await charge(job.processor, customer(name), cents, null);
-        landed();
-        return id;
-      });
-      await call.attempt.notice(job.threadId, `charged ${name} ${cents}`);
-      landed();
-      return made;
-    },
-  });
+  const actonce = new Actonce(client, { rule: RULE });
+  const bodies = billing(job, writes);
+  const tools = [
+    actonce.tool({ name: "open_ticket", description: DESCRIBED.open_ticket, parameters: TICKET, execute: bodies.open_ticket }),
+    actonce.tool({
+      name: "charge_card",
+      description: DESCRIBED.charge_card,
+      parameters: CHARGE,
+      needsApproval: job.scenario === "agents-approval",
+      execute: bodies.charge_card,
+    }),
+    actonce.tool({
+      name: "charge_unkeyed",
+      description: DESCRIBED.charge_unkeyed,
+      parameters: CHARGE,
+      execute: bodies.charge_unkeyed,
+    }),
+  ];
   const calls = { calls: 0 };
   const script = AGENTS_SCRIPTS[job.scenario]!;
   const model = (name: string) => actonce.model(scriptedAgentsModel(script, calls, job.killAtModel ?? 0), { name });
-  const billing = new Agent({
-    name: "billing",
-    instructions: "Bill.",
-    model: model("billing"),
-    tools: [openTicket, chargeCard, chargeUnkeyed],
-  });
+  const billingAgent = new Agent({ name: "billing", instructions: "Bill.", model: model("billing"), tools });
   const agent =
     job.scenario === "agents-handoff"
-      ? new Agent({ name: "triage", instructions: "Hand billing to billing.", model: model("triage"), handoffs: [billing] })
-      : billing;
-  let state: string;
-  let parked: string[] = [];
-  try {
-    const result = await actonce.deliver(job.runId, async (delivery) => {
-      const options = { signal: delivery.signal, maxTurns: 6 };
-      if (job.scenario === "agents-stream") {
-        const streamed = await runAgent(agent, "Bill.", { ...options, stream: true });
-        for await (const _event of streamed) void _event;
-        await streamed.completed;
-        return streamed.finalOutput;
-      }
-      let ran = await runAgent(agent, "Bill.", options);
-      // A person approves each call the run was interrupted for; the run goes on from its state.
-      while (ran.interruptions.length > 0) {
-        for (const asked of ran.interruptions) ran.state.approve(asked);
-        ran = await runAgent(agent, ran.state, options);
-      }
-      return ran.finalOutput;
-    });
-    if (result instanceof Parked) {
-      state = result.items[0]!.reason;
-      parked = result.items.map((item) => item.id);
-    } else {
-      state = result === "done" ? "done" : `answered ${JSON.stringify(result)}`;
-    }
-  } catch (error) {
-    if (process.env["GRID_DEBUG"]) console.error(error);
-    state = actonceCause(error)?.reason ?? `${(error as Error).name}: ${(error as Error).message}`;
-  } finally {
-    client.close();
-  }
-  return { state, writes, modelCalls: calls.calls, parked };
+      ? new Agent({ name: "triage", instructions: "Hand billing to billing.", model: model("triage"), handoffs: [billingAgent] })
+      : billingAgent;
+  const { state, parked } = await delivered(
+    () =>
+      actonce.deliver(job.runId, async (delivery) => {
+        const options = { signal: delivery.signal, maxTurns: 6 };
+        if (job.scenario === "agents-stream") {
+          const streamed = await runAgent(agent, "Bill.", { ...options, stream: true });
+          for await (const _event of streamed) void _event;
+          await streamed.completed;
+          return streamed.finalOutput;
+        }
+        let ran = await runAgent(agent, "Bill.", options);
+        // A person approves each call the run was interrupted for; the run goes on from its state.
+        while (ran.interruptions.length > 0) {
+          for (const asked of ran.interruptions) ran.state.approve(asked);
+          ran = await runAgent(agent, ran.state, options);
+        }
+        return ran.finalOutput;
+      }),
+    () => client.close(),
+  );
+  return { state, writes: writes.count, modelCalls: calls.calls, parked };
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const job = JSON.parse(process.argv[2]!) as Job;
-  writeFileSync(job.result, JSON.stringify(await run(job)));
-}
+await main(import.meta.url, run);
