@@ -374,11 +374,31 @@ export interface DeliverOptions extends Lease {
   signal?: AbortSignal;
   /** Refuse a tool call before any recorded model turn (a framework with no checkpointer). */
   needsTurns?: boolean;
+  /**
+   * The delivery's attempt, when a harness began it and handed it over (its id, run and
+   * capability: `client.attempt(...)`): an agent that holds no API token, only that
+   * attempt's capability, delivers in it and begins its tool calls under it. Without it,
+   * `deliver` begins the delivery's attempt itself, which needs the API token.
+   */
+  attempt?: Attempt;
+}
+
+/** The delivery's attempt a harness began and handed over, checked against the run. */
+function handed(given: Attempt, runId: string, rule: string): Attempt {
+  const { run } = given;
+  const scope = run.scope ?? "";
+  if (run.runId !== runId || run.rule !== rule || scope !== "") {
+    throw new TypeError(
+      `the attempt handed over is of run ${JSON.stringify(run.runId)} (rule ${JSON.stringify(run.rule)}, ` +
+        `scope ${JSON.stringify(scope)}): a delivery of run ${JSON.stringify(runId)} needs an unscoped attempt of it`,
+    );
+  }
+  return given;
 }
 
 /**
  * Run one delivery of the queue's run: begin its attempt (which fences every older
- * delivery's tool calls), run `body` inside it (its tools' attempts name it, its model
+ * delivery's tool calls), or take the one a harness handed over (`attempt`), run `body` inside it (its tools' attempts name it, its model
  * turns are recorded in it, the heartbeat moves its lease meanwhile), wait for its tool
  * calls, and end its attempt (a fenced delivery's end is refused, and left: the newer
  * delivery goes on).
@@ -394,7 +414,10 @@ export async function deliver<T>(
 ): Promise<T | Parked> {
   const { runId, rule, leaseDeadline, heartbeat, heartbeatEveryMs, signal, needsTurns } = options;
   signal?.throwIfAborted();
-  const attempt = await client.begin({ runId, rule, leaseDeadline }, { signal });
+  const attempt =
+    options.attempt === undefined
+      ? await client.begin({ runId, rule, leaseDeadline }, { signal })
+      : handed(options.attempt, runId, rule);
   const delivery = new Delivery(client, attempt, needsTurns ?? false, leaseDeadline);
   const onAbort = () => delivery.abort(signal?.reason);
   signal?.addEventListener("abort", onAbort, { once: true });
