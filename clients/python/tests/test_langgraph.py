@@ -123,9 +123,12 @@ def test_every_error_but_a_refusal_is_raised_past_the_model(failure: Exception) 
 def test_the_retry_policy_retries_retryable_and_the_listed_transient_errors_only() -> None:
     retry_on = retry_policy(transient=(ConnectionError,)).retry_on
     assert callable(retry_on)
-    assert retry_on(error(FailureClass.RETRYABLE, "ATTEMPT_FENCED"))
+    assert retry_on(error(FailureClass.RETRYABLE, "UNKNOWN_ATTEMPT"))
+    assert retry_on(error(FailureClass.RETRYABLE, "LEASE_EXPIRED"))
     assert retry_on(ConnectionResetError())
-    for never in [error(FailureClass.UNKNOWN, "IN_DOUBT"),
+    # A fenced delivery is fenced again on every retry: the fence ends it.
+    for never in [error(FailureClass.RETRYABLE, "ATTEMPT_FENCED"),
+                  error(FailureClass.UNKNOWN, "IN_DOUBT"),
                   error(FailureClass.UNKNOWN, "AUDIT_PERSISTENCE_FAILED"),
                   error(FailureClass.PERMANENT, "FORBIDDEN"),
                   error(FailureClass.REFUSED, "NOT_FOUND"), ValueError("a bug")]:  # fmt: skip

@@ -103,6 +103,13 @@ export function isRetryable(error: unknown): boolean {
   return error instanceof ActonceError && error.retryable;
 }
 
+/** Whether another try of a tool call may help: a RETRYABLE actonce error, but not
+ * ATTEMPT_FENCED. A fenced try's delivery was fenced by a newer one, and every later try
+ * of it would be fenced again: the fence ends the delivery, and the newer one goes on. */
+export function retryMayHelp(error: unknown): boolean {
+  return isRetryable(error) && (error as ActonceError).reason !== "ATTEMPT_FENCED";
+}
+
 /** How a framework's model response is recorded as JSON, and read back. */
 export interface Codec<T> {
   encode(response: T): unknown;
@@ -556,7 +563,8 @@ export interface ToolRunOptions {
 /**
  * Run one tool call of the current delivery: each try a fresh attempt scoped to the tool
  * call's id and named by the delivery, ended when the tool returns. Tried again only after
- * a RETRYABLE actonce error or a `transient` one. A refusal is thrown for the framework to
+ * a RETRYABLE actonce error (never ATTEMPT_FENCED: a fenced delivery is fenced again) or a
+ * `transient` one. A refusal is thrown for the framework to
  * hand to the model; any other error also fails the delivery (`Delivery.fail`), whatever the
  * framework does with it.
  */
@@ -579,7 +587,7 @@ export async function runToolCall<T>(
       try {
         attempt = await delivery.beginTool(toolCallId, { leaseMs }, { signal: stop });
       } catch (error) {
-        if (tries <= retries && isRetryable(error)) continue;
+        if (tries <= retries && retryMayHelp(error)) continue;
         if (!refusedMessage(error)) delivery.fail(error);
         throw error;
       }
@@ -590,7 +598,7 @@ export async function runToolCall<T>(
       } catch (error) {
         await endQuietly(attempt);
         const ours = error instanceof ActonceError;
-        if (tries <= retries && (isRetryable(error) || (!ours && transient(error)))) continue;
+        if (tries <= retries && (retryMayHelp(error) || (!ours && transient(error)))) continue;
         if (!refusedMessage(error)) delivery.fail(error);
         throw error;
       }

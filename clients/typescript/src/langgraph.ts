@@ -52,9 +52,9 @@ import {
   type Codec,
   type DeliverOptions,
   type Delivery,
-  isRetryable,
   type Parked,
   refusedMessage,
+  retryMayHelp,
   type ToolCall,
 } from "./deliveries.js";
 import {
@@ -215,14 +215,15 @@ export function durableModel(model: Answering, options: DurableModelOptions = {}
 /**
  * A node's retry policy (`addNode(name, node, { retryPolicy })`) that retries RETRYABLE
  * actonce errors and the `transient` errors of the tools' own downstream calls, and
- * nothing else. Each retry begins a fresh attempt per tool call, so its writes are the
+ * nothing else: not ATTEMPT_FENCED, which a newer delivery's begin caused and every retry
+ * would meet again (it ends the delivery). Each retry begins a fresh attempt per tool call, so its writes are the
  * first try's writes, made once.
  */
 export function retryPolicy(options: { transient?: (error: unknown) => boolean; maxAttempts?: number } = {}) {
   const { transient = () => false, maxAttempts = 3 } = options;
   return {
     maxAttempts,
-    retryOn: (error: unknown) => isRetryable(error) || (!(error instanceof ActonceError) && transient(error)),
+    retryOn: (error: unknown) => retryMayHelp(error) || (!(error instanceof ActonceError) && transient(error)),
   };
 }
 

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { describe, test } from "node:test";
+import { status } from "@grpc/grpc-js";
 
 import {
   ActonceError,
@@ -14,6 +15,7 @@ import {
   Parked,
   runToolCall,
 } from "../src/index.js";
+import { retryPolicy } from "../src/langgraph.js";
 import { liveSidecar } from "./sidecar.js";
 import { startTestkit } from "./testkit.js";
 
@@ -67,6 +69,39 @@ describe("deliveries", () => {
     assert.equal(newer.outcome, "APPLIED");
     resume();
     await assert.rejects(first, (e: unknown) => e instanceof ActonceError && e.reason === "ATTEMPT_FENCED");
+  });
+
+  test("a fenced tool call is not tried again, by runToolCall nor by LangGraph's retry policy: the delivery ends fenced", async () => {
+    const run = runId();
+    let begins = 0;
+    let tries = 0;
+    const fenced = deliver(live.client, { runId: run, rule: RULE }, (d) => {
+      const beginTool = d.beginTool.bind(d);
+      d.beginTool = (...args) => {
+        begins++;
+        return beginTool(...args);
+      };
+      return runToolCall(
+        "call_1",
+        async (call) => {
+          tries++;
+          // A newer delivery of the run begins: this one, and its tool calls, are fenced.
+          await (await live.client.begin({ runId: run, rule: RULE })).end();
+          return call.attempt.create("ticket", { title: "late" });
+        },
+        { retries: 2 },
+      );
+    });
+    const error = await fenced.then(
+      (answer) => assert.fail(`not fenced: ${String(answer)}`),
+      (thrown: unknown) => thrown,
+    );
+    assert.ok(error instanceof ActonceError && error.reason === "ATTEMPT_FENCED" && error.retryable, String(error));
+    assert.deepEqual([begins, tries], [1, 1], "a fenced tool call was tried again");
+    const policy = retryPolicy();
+    assert.equal(policy.retryOn(error), false, "LangGraph's retry policy retries a fence");
+    const unknownAttempt = new ActonceError("gone", status.NOT_FOUND, "UNKNOWN_ATTEMPT", "RETRYABLE");
+    assert.equal(policy.retryOn(unknownAttempt), true);
   });
 
   test("a step known not sent is aborted and made by the next try; one that may have acted parks", async () => {

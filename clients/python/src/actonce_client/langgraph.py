@@ -248,11 +248,14 @@ def retry_policy(
 ) -> RetryPolicy:
     """A node's RetryPolicy that retries RETRYABLE actonce errors, and the
     ``transient`` errors of the tools' own downstream calls (a connection reset,
-    say), and nothing else. Each retry begins a fresh attempt per tool call, so
-    its writes are the first try's writes, made once."""
+    say), and nothing else: not ATTEMPT_FENCED, which a newer delivery's begin
+    caused and every retry would meet again (it ends the delivery). Each retry
+    begins a fresh attempt per tool call, so its writes are the first try's
+    writes, made once."""
 
     def retry_on(error: Exception) -> bool:
-        return is_retryable(error) or (
+        fenced = isinstance(error, ActonceError) and error.reason == "ATTEMPT_FENCED"
+        return (is_retryable(error) and not fenced) or (
             isinstance(error, transient) and not isinstance(error, ActonceError)
         )
 
