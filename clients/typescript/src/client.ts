@@ -22,6 +22,7 @@ import { randomUUID } from "node:crypto";
 
 import { ActonceError, fromServiceError } from "./errors.js";
 import { type IdScheme, VERSION_1 } from "./ids.js";
+import { checkChoice } from "./inputs.js";
 import { RunActionsServiceClient } from "./gen/actonce/v1/run_actions.js";
 import { Outcome as OutcomeCode, ToolEffect } from "./gen/actonce/v1/types.js";
 import { resolveTarget } from "./settings.js";
@@ -475,7 +476,7 @@ export class Attempt {
       {
         attemptId: this.id,
         tool,
-        effect: EFFECTS[effect],
+        effect: EFFECTS[checkChoice(effect, "effect", EFFECTS)],
         argsJson: jsonText(args),
         requestId: newRequestIdUnless(options),
         key: options.key ?? "",

@@ -25,6 +25,21 @@ export function invalidInput(field: string, description: string): ActonceError {
   ]);
 }
 
+/**
+ * One of an enum's names, as the client sends it: anything else (a typo from untyped
+ * JavaScript) is refused before a request is made, an ActonceError of INVALID_ARGUMENT and
+ * class PERMANENT (the calling code's mistake, not the model's: a later try makes it again)
+ * naming the field and the names it takes.
+ */
+export function checkChoice<K extends string>(value: unknown, field: string, allowed: Readonly<Record<K, unknown>>): K {
+  if (typeof value === "string" && Object.hasOwn(allowed, value)) return value as K;
+  const names = Object.keys(allowed).join(", ");
+  const description = `is ${JSON.stringify(value) ?? String(value)}; it must be one of ${names}`;
+  throw new ActonceError(`${field}: ${description}`, status.INVALID_ARGUMENT, "INVALID_ARGUMENT", "PERMANENT", {}, [
+    { field, description },
+  ]);
+}
+
 function utf8Bytes(value: string): number {
   return Buffer.byteLength(value, "utf8");
 }

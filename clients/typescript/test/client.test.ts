@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { describe, test } from "node:test";
 import { status } from "@grpc/grpc-js";
 
-import { type Attempt, ids, rawJson, type Write } from "../src/index.js";
+import { type Attempt, type Effect, ids, rawJson, type Write } from "../src/index.js";
 import { liveSidecar, rejection, SEND_RULE } from "./sidecar.js";
 
 const live = liveSidecar();
@@ -50,6 +50,25 @@ describe("against a live sidecar", () => {
     assert.equal((await attempt.extendLease(lease)).getTime(), lease.getTime());
     // Five writes, and the step: its end is not another write.
     assert.deepEqual(await attempt.end(), { applied: 6, alreadyApplied: 0, skipped: 0, failed: 0 });
+  });
+
+  test("a step's effect that is none of Effect's names is refused before it is sent", async () => {
+    const attempt = await live.client.begin({ runId: runId(), rule: SEND_RULE });
+    for (const effect of ["WRITE", "", undefined, 1, "toString"]) {
+      // As untyped JavaScript would call it.
+      const error = await rejection(attempt.beginStep("t", effect as unknown as Effect, { a: 1 }));
+      assert.deepEqual(
+        [error.code, error.reason, error.failureClass, error.violations.map((v) => v.field)],
+        [status.INVALID_ARGUMENT, "INVALID_ARGUMENT", "PERMANENT", ["effect"]],
+        String(effect),
+      );
+      assert.match(error.message, /must be one of READ_ONLY, IDEMPOTENT_WRITE, NON_IDEMPOTENT_WRITE/);
+    }
+    // Nothing was sent: the step begins now, as new.
+    const step = await attempt.beginStep("t", "NON_IDEMPOTENT_WRITE", { a: 1 });
+    assert.deepEqual([step.outcome, step.done], ["APPLIED", false]);
+    await attempt.endStep(step.id, null);
+    await attempt.end();
   });
 
   test("a retried attempt gets the same ids, already applied", async () => {

@@ -9,6 +9,7 @@ import {
   Client,
   deliver,
   type Delivery,
+  type Effect,
   MODEL_TURN,
   ModelResponseTooLarge,
   notSent,
@@ -102,6 +103,20 @@ describe("deliveries", () => {
     assert.equal(policy.retryOn(error), false, "LangGraph's retry policy retries a fence");
     const unknownAttempt = new ActonceError("gone", status.NOT_FOUND, "UNKNOWN_ATTEMPT", "RETRYABLE");
     assert.equal(policy.retryOn(unknownAttempt), true);
+  });
+
+  test("a step with a bad effect ends the delivery with the caller's error: nothing was sent, nothing parks", async () => {
+    let calls = 0;
+    const answer = deliver(live.client, { runId: runId(), rule: RULE }, () =>
+      runToolCall("call_1", (call) =>
+        call.step("charge", { cents: 5 }, async () => ++calls, { effect: "WRITE" as unknown as Effect }),
+      ),
+    );
+    await assert.rejects(
+      answer,
+      (e: unknown) => e instanceof ActonceError && e.reason === "INVALID_ARGUMENT" && e.permanent,
+    );
+    assert.equal(calls, 0);
   });
 
   test("a step known not sent is aborted and made by the next try; one that may have acted parks", async () => {
