@@ -3,6 +3,10 @@ a project outside the repository, with its framework from npm at the version the
 runs, under Node 20 and 22 (Node 22 is the ``node`` package of the client's devDependencies).
 The AI SDK 7, ``openai`` 7 (under the OpenAI Agents SDK) and Mastra declare Node 22 in their
 ``engines``; npm warns on 20 and installs them, and the agents run there too, as the guide says.
+The client itself is installed first, alone, with ``--engine-strict`` under Node 20: a
+dependency of the client that declares a newer Node than the client's floor fails the test.
+The tarball must be the client as it stands (its package.json fields and its build equal to
+clients/typescript's): a stale one is refused, not tested.
 
 The agent's code is taken from the page as it stands and type-checked (``tsc --strict``)
 against what the project installed; a scripted model stands in the model's place and a card
@@ -17,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,6 +73,43 @@ def _node(major: int) -> str:
     return node
 
 
+# What a tarball's package.json must hold as clients/typescript/package.json does.
+PACKED_FIELDS = ("name", "version", "engines", "exports", "dependencies", "peerDependencies",
+                 "peerDependenciesMeta")  # fmt: skip
+
+
+def _stale(tarball: Path, build: Path) -> list[str]:
+    """What of ``tarball`` differs from the client as it stands: a field of its package.json,
+    or a file of build/src missing from it or unlike ``build``'s (clients/typescript/build,
+    just compiled with the same options ``npm pack`` compiles with)."""
+    source = json.loads((TS / "package.json").read_text())
+    differ: list[str] = []
+    with tarfile.open(tarball) as packed:
+        members = {m.name.removeprefix("package/"): m for m in packed.getmembers() if m.isfile()}
+        manifest = packed.extractfile(members["package.json"])
+        assert manifest is not None
+        packed_json = json.loads(manifest.read())
+        differ += [f"package.json {f}" for f in PACKED_FIELDS
+                   if packed_json.get(f) != source.get(f)]  # fmt: skip
+        for built in sorted((build / "src").rglob("*")):
+            if built.suffix not in {".js", ".ts"} or not built.is_file():
+                continue
+            name = built.relative_to(build.parent).as_posix()
+            member = members.get(name)
+            content = None if member is None else packed.extractfile(member)
+            if content is None or content.read() != built.read_bytes():
+                differ.append(name)
+    return differ
+
+
+def _install_client(project: Path, tarball: Path) -> None:
+    """Install the client's tarball alone under Node 20 with ``--engine-strict``: npm refuses
+    any package of its tree that declares a newer Node than that."""
+    _node(20)  # npm runs on the `node` of the PATH
+    _run(["npm", "install", "--engine-strict", "--no-audit", "--no-fund", "--prefer-offline",
+          f"./{tarball.name}"], project)  # fmt: skip
+
+
 def _example(name: str) -> str:
     found = re.search(rf"<!-- example: {name} -->\n```ts\n(.*?)```", GUIDE.read_text(), re.S)
     assert found, f"docs/typescript-agents.md has no example {name}"
@@ -86,6 +128,8 @@ def project(tmp_path_factory: pytest.TempPathFactory, typescript_build: Path) ->
     installed (one install for all: each is an optional peer of the client), each guide's
     agent type-checked against them."""
     assert TARBALL.is_file(), f"{TARBALL} is missing: run `make dist-packages`"
+    stale = _stale(TARBALL, typescript_build)
+    assert not stale, f"{TARBALL} is not the client as it stands: {stale}; run `make dist-packages`"
     pinned = json.loads((TS / "package.json").read_text())["devDependencies"]
     packages = sorted({p for _, wanted, _ in AGENTS.values() for p in wanted} | {"@types/node"})
     project = tmp_path_factory.mktemp("guides") / "agents"
@@ -93,6 +137,9 @@ def project(tmp_path_factory: pytest.TempPathFactory, typescript_build: Path) ->
     _run(["npm", "init", "-y"], project)
     _run(["npm", "pkg", "set", "type=module"], project)
     shutil.copy2(TARBALL, project / TARBALL.name)
+    _install_client(project, TARBALL)
+    # The frameworks declare Node 22 (see above): installed beside the client without
+    # --engine-strict, which would refuse them on Node 20.
     wanted = [f"./{TARBALL.name}", *(f"{p}@{pinned[p]}" for p in packages)]
     _run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline", *wanted], project)
     for framework, (example, _, _) in AGENTS.items():
@@ -116,3 +163,44 @@ def test_the_guides_complete_agent(framework: str, major: int, project: Path, ta
     assert seen["answers"] == ["done", "done"], seen
     assert seen["calls"] == seen["first"], f"the second delivery asked the model again: {seen}"
     assert seen["charges"] == [["ada", 500]], seen
+
+
+def _package(folder: Path, manifest: dict[str, object]) -> Path:
+    """``manifest`` packed by npm into a tarball in ``folder``."""
+    folder.mkdir(parents=True)
+    (folder / "package.json").write_text(json.dumps(manifest))
+    name = _run(["npm", "pack", "--silent"], folder).strip().splitlines()[-1]
+    return folder / name
+
+
+def test_the_client_is_installed_engine_strict(tmp_path: Path) -> None:
+    """The client's install refuses, under Node 20, a package declaring a newer Node."""
+    newer = _package(tmp_path / "newer", {"name": "needs-node-22", "version": "1.0.0",
+                                           "engines": {"node": ">=22"}})  # fmt: skip
+    project = tmp_path / "project"
+    project.mkdir()
+    _run(["npm", "init", "-y"], project)
+    shutil.copy2(newer, project / newer.name)
+    with pytest.raises(AssertionError, match="EBADENGINE"):
+        _install_client(project, newer)
+
+
+def test_a_stale_tarball_is_refused(tmp_path: Path, typescript_build: Path) -> None:
+    """A tarball whose dependencies or build differ from the client's is found stale."""
+    source = json.loads((TS / "package.json").read_text())
+    packed = tmp_path / "package"
+    shutil.copytree(typescript_build / "src", packed / "build" / "src")
+    (packed / "package.json").write_text(json.dumps(source))
+    current = tmp_path / "current.tgz"
+    with tarfile.open(current, "w:gz") as out:
+        out.add(packed, arcname="package")
+    assert _stale(current, typescript_build) == []
+
+    (packed / "package.json").write_text(
+        json.dumps({**source, "dependencies": {**source["dependencies"], "left-pad": "1.3.0"}})
+    )
+    (packed / "build" / "src" / "index.js").write_text("// an older build\n")
+    stale = tmp_path / "stale.tgz"
+    with tarfile.open(stale, "w:gz") as out:
+        out.add(packed, arcname="package")
+    assert _stale(stale, typescript_build) == ["package.json dependencies", "build/src/index.js"]
