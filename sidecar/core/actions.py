@@ -474,12 +474,15 @@ class RunActions:
 
     async def _with_stored_version(self, result: WriteResult, attempt: Attempt) -> WriteResult:
         """A create an earlier call made answers the version the store holds, as the
-        create that made it did: the store's refusal of the used id says none. The write
-        is done whatever this read finds: a failed read leaves the version unsaid (0)."""
+        create that made it did: the store's refusal of the used id says none. A store
+        that refuses the read (the artifact is not the rule's to read) leaves the version
+        unsaid (0). A store that does not answer fails the call as it failed, retryable:
+        one request identity gets one answer, and a version of 0 beside another call's
+        read of the same create would be a second one. The repeat reads it again."""
         owner = Principal(attempt.rule)
         try:
             stored = await self.store.call(GetArtifact(result.id, owner), self._deadline(attempt))
-        except (Refusal, ActonceError) as exc:
+        except Refusal as exc:
             log.warning("version_unread", artifact_id=result.id, error=str(exc))
             return result
         return replace(result, version=stored.version)

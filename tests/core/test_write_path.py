@@ -10,7 +10,12 @@ import pytest
 from sidecar.core import attempts
 from sidecar.core.actions import RunActions
 from sidecar.core.types import Outcome, WriteResult
-from sidecar.errors import AuditPersistenceFailed, LeaseExpired, StoreDeadlineExceeded
+from sidecar.errors import (
+    AuditPersistenceFailed,
+    LeaseExpired,
+    StoreDeadlineExceeded,
+    StoreUnavailable,
+)
 from sidecar.ledger.base import Phase
 from sidecar.rules.canonical import Document, JsonValue
 from sidecar.rules.effects import ToolEffect
@@ -83,6 +88,35 @@ def test_a_repeat_of_a_write_whose_store_call_timed_out_gets_its_id_not_a_new_on
         repeat = await _create(actions, attempt, "q1")
         assert repeat.outcome is Outcome.ALREADY_APPLIED
         assert {repeat.id, other.id} == set(store.artifacts) - {"art-1"}
+
+    asyncio.run(run())
+
+
+def test_a_create_found_made_never_answers_a_version_it_could_not_read() -> None:
+    # A redelivery's create finds its id used and reads the version the store holds. Twin
+    # calls of one request identity each read it: a store that stops answering one of those
+    # reads must not make that call answer version 0 while its twin answers 1.
+    async def run() -> None:
+        trace, _ledger, _store, actions = _fakes()
+        first = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
+        made = await _create(actions, first, "q1")
+        second = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
+
+        def unreachable(name: str) -> None:
+            if name == "store.get_artifact":
+                trace.answering = lambda name: None
+                raise StoreUnavailable("the store did not answer")
+
+        trace.answering = unreachable
+        with pytest.raises(StoreUnavailable) as refused:
+            await _create(actions, second, "q1")
+        assert refused.value.failure_class.value == "RETRYABLE"
+        repeat = await _create(actions, second, "q1")
+        assert (repeat.outcome, repeat.id, repeat.version) == (
+            Outcome.ALREADY_APPLIED,
+            made.id,
+            made.version,
+        )
 
     asyncio.run(run())
 
