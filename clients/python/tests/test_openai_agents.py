@@ -13,6 +13,7 @@ from the run's saved RunState.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import scenarios
@@ -23,6 +24,7 @@ from scripted_agents_model import ScriptedModel
 from actonce_client import Client
 from actonce_client.openai_agents import Actonce, Parked, ToolCall, deliver, queue_run
 from actonce_client.testing import LocalSidecar
+from actonce_client.tool_calls import ToolAttempts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -97,3 +99,34 @@ def test_a_tool_outside_a_queue_run_refuses_to_write(client: Client) -> None:
     with pytest.raises(Exception) as raised:
         Runner.run_sync(agent, "go")
     assert "queue run id" in str(raised.value) + str(raised.value.__cause__)
+
+
+def test_a_tool_call_whose_delivery_a_newer_one_fenced_is_not_tried_again(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A retryable error is tried again, up to the tool's retries, each try in an attempt
+    # begun anew; ATTEMPT_FENCED is not: a newer delivery of the run fenced this one, and
+    # every try would meet the fence.
+    set_tracing_disabled(True)
+    actonce = Actonce(client, rule="editor")
+    begun: list[str] = []
+    begin = ToolAttempts.begin
+
+    def counted(self: ToolAttempts, *args: Any, **kwargs: Any) -> Any:
+        begun.append("begin")
+        return begin(self, *args, **kwargs)
+
+    monkeypatch.setattr(ToolAttempts, "begin", counted)
+
+    @actonce.tool(retries=2)
+    def post(call: ToolCall) -> str:
+        """Post a ticket."""
+        if len(begun) == 1:
+            client.begin("run-fenced", "editor")  # the queue delivered the run again
+        return call.attempt.create("ticket", {"title": "t"}).id
+
+    agent = Agent(name="editor", tools=[post], model=ScriptedModel([[("post", {})], []]))
+    with pytest.raises(Exception) as raised:
+        deliver(agent, "run-fenced", "go")
+    assert "ATTEMPT_FENCED" in str(raised.value) + str(raised.value.__cause__)
+    assert begun == ["begin"]

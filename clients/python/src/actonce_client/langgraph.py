@@ -89,6 +89,7 @@ from actonce_client.tool_calls import (
     end_quietly,
     is_retryable,
     refused_message,
+    retry_may_help,
 )
 
 __all__ = [
@@ -254,10 +255,7 @@ def retry_policy(
     writes, made once."""
 
     def retry_on(error: Exception) -> bool:
-        fenced = isinstance(error, ActonceError) and error.reason == "ATTEMPT_FENCED"
-        return (is_retryable(error) and not fenced) or (
-            isinstance(error, transient) and not isinstance(error, ActonceError)
-        )
+        return retry_may_help(error, transient)
 
     return RetryPolicy(max_attempts=max_attempts, retry_on=retry_on, **kwargs)
 

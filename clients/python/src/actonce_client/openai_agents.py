@@ -66,7 +66,6 @@ from actonce_client.deliveries import (
     Parked,
     ParkedItem,
 )
-from actonce_client.errors import ActonceError
 from actonce_client.model_turns import (
     Conversation,
     ModelTurn,
@@ -86,6 +85,7 @@ from actonce_client.tool_calls import (
     end_quietly,
     is_retryable,
     refused_message,
+    retry_may_help,
 )
 
 __all__ = [
@@ -555,10 +555,7 @@ class Actonce:
         wrapped = signature.replace(parameters=[first, *signature.parameters.values()])
 
         def may_retry(error: Exception, tries: int) -> bool:
-            return tries <= retries and (
-                is_retryable(error)
-                or (isinstance(error, transient) and not isinstance(error, ActonceError))
-            )
+            return tries <= retries and retry_may_help(error, transient)
 
         run = (
             self._async_runner(func, context, may_retry)

@@ -165,6 +165,16 @@ def is_retryable(error: BaseException) -> bool:
     return isinstance(error, ActonceError) and error.retryable
 
 
+def retry_may_help(error: BaseException, transient: tuple[type[Exception], ...] = ()) -> bool:
+    """Whether an integration tries a tool call again after ``error``: a RETRYABLE actonce
+    error but ATTEMPT_FENCED (a newer delivery fenced this one, and every retry would meet
+    the fence again: it ends the delivery), or one of the tool's own ``transient`` errors
+    of its downstream calls (a connection reset, say)."""
+    if isinstance(error, ActonceError):
+        return error.retryable and error.reason != "ATTEMPT_FENCED"
+    return isinstance(error, transient)
+
+
 def refused_message(error: BaseException) -> str | None:
     """What the model is told of a REFUSED call (bad input, an artifact not found),
     which it can correct; None for every other error, which is not the model's."""
