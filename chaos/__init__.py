@@ -10,7 +10,11 @@ store's database and the audit ledger directly, trusting nothing the sidecar ans
 ``report`` sums seeds up.
 
 ``python -m chaos --seeds 200 --backend sqlite`` runs seeds 0..199; a failing seed is printed
-and ``python -m chaos --seed N --backend ...`` replays its plan and kill schedule. Process
+and ``python -m chaos --seed N --backend ...`` replays its plan and kill schedule. With
+``--backend postgres --sidecars N`` each seed runs N sidecars sharing its ledger (of many
+chains, as a new PostgreSQL one is) and its store: each attempt of a run, redeliveries and
+twins included, goes to one the seed picks, each kill and freeze hits one, and the checker
+reads the one ledger and store as with one (a replay needs the same ``--sidecars``). Process
 timing is the operating system's, so a replay makes the same calls and kills at the same call
 counts, not at the same microsecond.
 """

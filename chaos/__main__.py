@@ -56,6 +56,14 @@ def _parser() -> argparse.ArgumentParser:
         default=min(3, os.cpu_count() or 1),
         help="seeds run at once, each in a worker process",
     )
+    parser.add_argument(
+        "--sidecars",
+        type=int,
+        default=1,
+        help="`actonce serve` processes per seed (default 1); more than one share the seed's "
+        "PostgreSQL ledger and store (--backend postgres only), each attempt going to one the "
+        "seed picks and each kill hitting one",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "chaos" / "out")
     parser.add_argument("--keep", action="store_true", help="keep every seed's files and databases")
     parser.add_argument(
@@ -68,8 +76,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _progress(done: SeedResult) -> None:
     mark = "ok" if done.ok else "FAILED"
+    spread = "" if done.sidecars == 1 else f" on {done.sidecars_used}/{done.sidecars}"
     print(
-        f"[{done.backend}] seed {done.seed:>4} {done.topology:<10} "
+        f"[{done.backend}{spread}] "
+        f"seed {done.seed:>4} {done.topology:<10} "
         f"kills {done.sidecar_kills}/{done.store_kills} freezes {done.freezes} "
         f"charges {done.gateway_charges} decided {done.decisions} "
         f"faults {sum(done.caller_faults.values()):>3} attempts {done.attempts:>3} "
@@ -79,7 +89,15 @@ def _progress(done: SeedResult) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.sidecars < 1:
+        parser.error("--sidecars must be 1 or more")
+    if args.sidecars > 1 and (args.backend != "postgres" or args.quick):
+        parser.error(
+            f"--sidecars {args.sidecars} needs --backend postgres: several sidecars share one "
+            "ledger and one store only on PostgreSQL (a SQLite ledger is one process's file)"
+        )
     backends = ("sqlite", "postgres") if args.backend == "both" or args.quick else (args.backend,)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             topology=args.topology,
             keep=args.keep or args.seed is not None,
             progress=_progress,
+            sidecars=args.sidecars,
         ):
             results.append(done)
             if len(results) % 10 == 0:

@@ -42,8 +42,9 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar, cast
 
 import grpc
@@ -56,7 +57,16 @@ from grpc_status import rpc_status
 
 from chaos.gateway import Answer, Unanswered, call_charge
 from chaos.operator import Operator
-from chaos.plan import Effect, Op, OpKind, RunPlan, Segment, render_json
+from chaos.plan import (
+    Effect,
+    Op,
+    OpKind,
+    RunPlan,
+    Segment,
+    attempt_sidecar,
+    render_json,
+    sidecar_name,
+)
 from chaos.processes import Killer, clock
 from chaos.upstream import charge_id
 
@@ -165,27 +175,65 @@ class AttemptFailed(Exception):
 
 @dataclass(frozen=True)
 class Method(Generic[R]):
-    """One RPC of the service, called as an agent calls it."""
+    """One RPC of the service, called as an agent calls it: on the sidecar its attempt went
+    to, or on the one ``sidecar`` pins (BeginAttempt, which has no attempt yet)."""
 
     name: str
     response: type[R]
-    call: grpc.UnaryUnaryMultiCallable[Message, Message]
+    api: Api
+    sidecar: int | None = None
+
+    def on(self, sidecar: int) -> Method[R]:
+        return replace(self, sidecar=sidecar)
+
+    def sidecar_for(self, request: Message) -> int:
+        return self.sidecar if self.sidecar is not None else self.api.sidecar_of(request)
+
+    def call(self, request: Message) -> grpc.UnaryUnaryMultiCallable[Message, Message]:
+        """The callable of the sidecar ``request`` goes to."""
+        return self.api.callable(self.sidecar_for(request), self.name, self.response)
 
     def __call__(self, request: Message) -> R:
-        return cast(R, self.call(request, timeout=CALL_TIMEOUT_SECONDS))
+        return cast(R, self.call(request)(request, timeout=CALL_TIMEOUT_SECONDS))
 
 
 class Api:
-    """Blocking calls to a sidecar's RunActionsService."""
+    """Blocking calls to the RunActionsService of one sidecar or several sharing a ledger
+    and a store; a call of an attempt goes to the sidecar its BeginAttempt went to."""
 
-    def __init__(self, target: str) -> None:
-        self.target = target
+    def __init__(self, target: str | Sequence[str]) -> None:
+        self.targets = [target] if isinstance(target, str) else list(target)
+        self.target = self.targets[0]
         # Short reconnect backoff: after a restart the agent should find the sidecar at once,
         # not after gRPC's default backoff of up to two minutes.
-        self.channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self.channels = [grpc.insecure_channel(t, options=_CHANNEL_OPTIONS) for t in self.targets]
+        self.channel = self.channels[0]
+        self._callables: dict[tuple[int, str], grpc.UnaryUnaryMultiCallable[Message, Message]] = {}
+        self._routes: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def method(self, name: str, response: type[R]) -> Method[R]:
-        return Method(name, response, self._callable(self.channel, name, response))
+        return Method(name, response, self)
+
+    def route(self, attempt_id: str, sidecar: int) -> None:
+        """Send the calls of ``attempt_id`` to sidecar number ``sidecar``."""
+        with self._lock:
+            self._routes[attempt_id] = sidecar
+
+    def sidecar_of(self, request: Message) -> int:
+        """The sidecar a request goes to: its attempt's (every request but BeginAttempt's
+        names its attempt)."""
+        with self._lock:
+            return self._routes.get(getattr(request, "attempt_id", ""), 0)
+
+    def callable(
+        self, sidecar: int, name: str, response: type[Message]
+    ) -> grpc.UnaryUnaryMultiCallable[Message, Message]:
+        with self._lock:
+            key = (sidecar, name)
+            if key not in self._callables:
+                self._callables[key] = self._callable(self.channels[sidecar], name, response)
+            return self._callables[key]
 
     @staticmethod
     def _callable(
@@ -203,14 +251,15 @@ class Api:
         """Make the call as a caller that gives up on it: its answer if one came in time,
         else the grpc.RpcError (or grpc.FutureCancelledError) the caller saw."""
         if fault is CallerFault.DEADLINE:
-            return cast(R, method.call(request, timeout=rng.uniform(0.001, 0.060)))
+            return cast(R, method.call(request)(request, timeout=rng.uniform(0.001, 0.060)))
         if fault is CallerFault.CANCEL:
-            future = method.call.future(request, timeout=CALL_TIMEOUT_SECONDS)
+            future = method.call(request).future(request, timeout=CALL_TIMEOUT_SECONDS)
             time.sleep(rng.uniform(0.0, 0.040))
             future.cancel()
             return cast(R, future.result())
         # RESET: a connection of its own, closed while the call is in flight.
-        channel = grpc.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
+        target = self.targets[method.sidecar_for(request)]
+        channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         try:
             call = self._callable(channel, method.name, method.response)
             future = call.future(request, timeout=CALL_TIMEOUT_SECONDS)
@@ -220,7 +269,8 @@ class Api:
         return cast(R, future.result())
 
     def close(self) -> None:
-        self.channel.close()
+        for channel in self.channels:
+            channel.close()
 
 
 @dataclass(frozen=True)
@@ -284,6 +334,8 @@ class RunResult:
     # one delivered again by a person.
     dead_lettered: int = 0
     violations: list[str] = field(default_factory=list)
+    # The sidecar (by number) each attempt that began went to, twins' included.
+    on_sidecars: list[int] = field(default_factory=list)
 
 
 def expected_result(op: Op) -> Any:
@@ -322,11 +374,12 @@ class Agent:
         caller_fault_rate: float = 0.0,
         max_attempts: int = 300,
         deadline_seconds: float = 240.0,
-        gateway: str = "",
+        gateway: str | Sequence[str] = "",
         operator: Operator | None = None,
     ) -> None:
         self.plan = plan
-        self.gateway = gateway  # the sidecar's MCP front, http://HOST:PORT
+        # Each sidecar's MCP front, http://HOST:PORT, in the order of api's targets.
+        self.gateways = [gateway] if isinstance(gateway, str) else list(gateway)
         self.operator = operator
         self.killer = killer
         self.seed = seed
@@ -378,10 +431,13 @@ class Agent:
                 # begins an attempt of its own, which fences this one.
                 self._count(CallerFault.OVERLAP)
                 twin_rng = random.Random(f"{self.seed}/{self.plan.run_id}/{self.result.attempts}/t")
-                twin = threading.Thread(target=self._twin, args=(segment, dict(ids), twin_rng))
+                twin = threading.Thread(
+                    target=self._twin,
+                    args=(segment, dict(ids), twin_rng, self._sidecar(self.result.attempts, True)),
+                )
                 twin.start()
             try:
-                self._attempt(segment, known, rng)
+                self._attempt(segment, known, rng, self._sidecar(self.result.attempts))
             except AttemptFailed as failed:
                 failure = failed.failure
                 self.result.failures[failure.reason or failure.code] += 1
@@ -455,7 +511,18 @@ class Agent:
 
     # -- one attempt ------------------------------------------------------------
 
-    def _attempt(self, segment: Segment, known: dict[int, str], rng: random.Random) -> None:
+    def _sidecar(self, attempt: int, twin: bool = False) -> int:
+        """The sidecar attempt number ``attempt`` (or its twin) goes to."""
+        sidecars = len(self.api.targets)
+        return attempt_sidecar(self.seed, self.plan.run_id, attempt, sidecars, twin=twin)
+
+    def _service(self, attempt: str) -> str:
+        """The harness's name of the sidecar ``attempt`` is on, for a kill waiting for it."""
+        return sidecar_name(self.api.sidecar_of(pb.EndAttemptRequest(attempt_id=attempt)))
+
+    def _attempt(
+        self, segment: Segment, known: dict[int, str], rng: random.Random, sidecar: int = 0
+    ) -> None:
         request = pb.BeginAttemptRequest(
             run_id=self.plan.run_id, rule=self.plan.rule, checkpoint=segment.checkpoint
         )
@@ -464,7 +531,10 @@ class Agent:
             lease = Timestamp()
             lease.FromNanoseconds(int((time.time() + segment.lease_seconds) * 1e9))
             request.lease_deadline.CopyFrom(lease)
-        attempt = self._call(self._begin, request).attempt_id
+        attempt = self._call(self._begin.on(sidecar), request).attempt_id
+        self.api.route(attempt, sidecar)
+        with self._lock:
+            self.result.on_sidecars.append(sidecar)
         try:
             for phase in segment.phases:
                 self._phase(attempt, phase, known, rng)
@@ -479,12 +549,14 @@ class Agent:
             raise
         self._call(self._end, pb.EndAttemptRequest(attempt_id=attempt))
 
-    def _twin(self, segment: Segment, known: dict[int, str], rng: random.Random) -> None:
+    def _twin(
+        self, segment: Segment, known: dict[int, str], rng: random.Random, sidecar: int = 0
+    ) -> None:
         """A second worker's attempt of the run: its answers count like any, its end does
         not move the queue on."""
         time.sleep(rng.uniform(0.0, 0.05))
         try:
-            self._attempt(segment, known, rng)
+            self._attempt(segment, known, rng, sidecar)
         except AttemptFailed as failed:
             failure = failed.failure
             # Fenced, in doubt about a step the other attempt began, or a gateway charge that
@@ -621,7 +693,7 @@ class Agent:
     def _charge(self, attempt: str, op: Op, rng: random.Random, request_id: str) -> None:
         """The gateway charge: a tools/call through the MCP front, maybe given up on and
         repeated with its request identity, maybe sent twice at once with it."""
-        self.killer.before_step(self.plan.run_id)
+        self.killer.before_step(self.plan.run_id, self._service(attempt))
         if self.operator is not None:
             self.operator.watch(self.plan.run_id)
         in_header = rng.random() < 0.5
@@ -673,7 +745,8 @@ class Agent:
         self._trail(f"{attempt[-6:]} {request_id or '-'} calls, for up to {timeout:.1f}s")
         try:
             answer = call_charge(
-                self.gateway, attempt, op.tool, op.args,
+                self.gateways[self.api.sidecar_of(pb.EndAttemptRequest(attempt_id=attempt))],
+                attempt, op.tool, op.args,
                 timeout=timeout, request_id=request_id, in_header=in_header,
             )  # fmt: skip
         except Unanswered as gone:
@@ -710,7 +783,7 @@ class Agent:
 
     def _step(self, attempt: str, op: Op, rng: random.Random, request_id: str) -> None:
         if op.effect is Effect.NON_IDEMPOTENT_WRITE:
-            self.killer.before_step(self.plan.run_id)
+            self.killer.before_step(self.plan.run_id, self._service(attempt))
         began = self._write(
             self._begin_step,
             pb.BeginStepRequest(

@@ -39,7 +39,7 @@ import enum
 import json
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 # Only this rule may Send; it is on the sidecar's allowlist in every seed.
@@ -185,6 +185,9 @@ class SeedPlan:
     # What time does (see the module's docstring); all off in a plan without a gateway
     # charge but the freezes.
     time: TimeFaults = field(default_factory=TimeFaults)
+    # How many sidecars share the seed's ledger and store (PostgreSQL only when more than
+    # one): each attempt goes to one of them (attempt_sidecar), each kill names one.
+    sidecars: int = 1
 
     @property
     def gateway(self) -> bool:
@@ -406,15 +409,37 @@ class _RunBuilder:
         )
 
 
+def sidecar_name(number: int) -> str:
+    """The harness's name of sidecar ``number``: the first is "sidecar", as with one."""
+    return "sidecar" if number == 0 else f"sidecar{number}"
+
+
+def attempt_sidecar(
+    seed: int, run_id: str, attempt: int, sidecars: int, *, twin: bool = False
+) -> int:
+    """The sidecar (by number) that attempt ``attempt`` of ``run_id`` goes to, a twin's
+    apart: any of them alike, so that a redelivery usually lands on another sidecar than
+    the attempt it fences. With one sidecar nothing is drawn."""
+    if sidecars <= 1:
+        return 0
+    return random.Random(f"{seed}/{run_id}/{attempt}/{'t' if twin else ''}sidecar").randrange(
+        sidecars
+    )
+
+
 def make_plan(
     seed: int,
     *,
     topology: str | None = None,
     max_kills: int = 4,
     caller_faults: bool = True,
+    sidecars: int = 1,
 ) -> SeedPlan:
     """The plan of ``seed``; ``topology`` forces where the store runs; without
-    ``caller_faults`` the agent never gives up on a call."""
+    ``caller_faults`` the agent never gives up on a call. With ``sidecars`` more than one,
+    each kill and freeze at a call count names one of them, drawn from a generator of its
+    own (the plan is otherwise the seed's with one); one waiting for a run's step ("sidecar"
+    with ``at_step``) hits the sidecar that run's attempt is on."""
     rng = random.Random(seed)
     fault_rate = rng.choice((0.05, 0.15, 0.3))
     chosen = topology or ("standalone" if rng.random() < 0.5 else "embedded")
@@ -444,6 +469,14 @@ def make_plan(
     runs = tuple(_with_gateway_charge(run, seed, n, timing, faults) for n, run in enumerate(runs))
     if max_kills:
         kills += _freezes(timing, runs, horizon)
+    if sidecars > 1:
+        which = random.Random(f"{seed}/sidecars")
+        kills = [
+            kill
+            if kill.at_step or kill.target != "sidecar"
+            else replace(kill, target=sidecar_name(which.randrange(sidecars)))
+            for kill in kills
+        ]
     return SeedPlan(
         seed=seed,
         topology=chosen,
@@ -453,6 +486,7 @@ def make_plan(
         writes=sum(1 for run in runs for _ in run.ops()),
         caller_fault_rate=fault_rate if caller_faults else 0.0,
         time=faults,
+        sidecars=sidecars,
     )
 
 

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from chaos.plan import FREEZE, Kill
@@ -36,7 +36,8 @@ from tests.helpers.health import ANY_ANSWER, NeverAnswered, wait_for_health
 # of its own, so that a seed running beside it cannot take a port whose server is down.
 _PORT_BASE = 20000
 _PORT_BLOCKS = 2000
-# The sidecar's gRPC port, the store's, the sidecar's MCP front's and the upstream's.
+# The sidecar's gRPC port, the store's, the sidecar's MCP front's and the upstream's; and
+# with more sidecars, a gRPC port and an MCP port for each further one.
 _BLOCK = 4
 
 
@@ -53,19 +54,35 @@ class Ports:
     store: int
     mcp: int
     upstream: int
+    # The gRPC and MCP ports of the sidecars after the first, in pairs.
+    more: tuple[int, ...] = ()
+
+    @property
+    def sidecars(self) -> list[int]:
+        """Every sidecar's gRPC port, the first's first."""
+        return [self.sidecar, *self.more[0::2]]
+
+    @property
+    def mcps(self) -> list[int]:
+        """Every sidecar's MCP port, in the same order."""
+        return [self.mcp, *self.more[1::2]]
 
 
-def seed_ports(seed: int, salt: int) -> Ports:
+def seed_ports(seed: int, salt: int, sidecars: int = 1) -> Ports:
     """Free loopback ports for ``seed``, from its own block.
 
     ``salt`` is drawn once per harness invocation, so that two invocations running the same
-    seeds at once (a quick run beside a long one) get different blocks.
+    seeds at once (a quick run beside a long one) get different blocks. With more sidecars
+    the blocks are wider and fewer, within the same range.
     """
-    for step in range(_PORT_BLOCKS):
-        block = (seed + salt + step * 7919) % _PORT_BLOCKS
-        ports = [_PORT_BASE + block * _BLOCK + n for n in range(_BLOCK)]
+    size = _BLOCK + 2 * (max(sidecars, 1) - 1)
+    blocks = _PORT_BLOCKS * _BLOCK // size
+    for step in range(blocks):
+        block = (seed + salt + step * 7919) % blocks
+        ports = [_PORT_BASE + block * size + n for n in range(size)]
         if all(_free(port) for port in ports):
-            return Ports(*ports)
+            sidecar, store, mcp, upstream = ports[:_BLOCK]
+            return Ports(sidecar, store, mcp, upstream, more=tuple(ports[_BLOCK:]))
     raise HarnessError("no free ports")
 
 
@@ -280,13 +297,15 @@ class Killer:
             while self._pending and self._pending[0].at_call <= self._calls:
                 self._queue.put(self._pending.pop(0))
 
-    def before_step(self, run_id: str) -> None:
-        """The run is about to begin its non-idempotent step; a kill waiting for it starts.
-        A freeze waiting for it starts at once, beside whatever kill is under way: queued
-        behind a kill's restart, it would come after the step."""
+    def before_step(self, run_id: str, sidecar: str = "sidecar") -> None:
+        """The run is about to begin its non-idempotent step on ``sidecar``; a kill waiting
+        for it starts. A freeze waiting for it starts at once, beside whatever kill is under
+        way: queued behind a kill's restart, it would come after the step."""
         with self._lock:
             for kill in [k for k in self._step_kills if k.at_step == run_id]:
                 self._step_kills.remove(kill)
+                if kill.target == "sidecar" and sidecar in self._services:
+                    kill = replace(kill, target=sidecar)  # the sidecar the step is on
                 if kill.action == FREEZE:
                     freezing = threading.Thread(target=self._freeze, args=(kill,), daemon=True)
                     self._freezing.append(freezing)

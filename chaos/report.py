@@ -171,7 +171,8 @@ def failures(results: Sequence[SeedResult], limit: int = 20) -> str:
     for r in sorted((r for r in results if not r.ok), key=lambda r: (r.backend, r.seed)):
         out.append(
             f"seed {r.seed} ({r.backend}, {r.topology}) FAILED: replay with "
-            f"`python -m chaos --seed {r.seed} --backend {r.backend}`; files and the plan "
+            f"`python -m chaos --seed {r.seed} --backend {r.backend}"
+            f"{'' if r.sidecars == 1 else f' --sidecars {r.sidecars}'}`; files and the plan "
             f"(plan.json) in {r.workdir}"
         )
         if r.error:
@@ -195,10 +196,11 @@ def summary_markdown(rows: Sequence[Totals], results: Sequence[SeedResult], comm
         if topologies["twofiles"]
         else ""
     )
+    sidecars = max((r.sidecars for r in results), default=1)
     lines = [
         "# Chaos summary",
         "",
-        f"`{command}`",
+        f"`{command}` (sidecars per seed: {sidecars})",
         "",
         table(rows),
         "",

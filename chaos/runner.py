@@ -8,6 +8,11 @@ serves the sidecar's MCP front in front of it, and may have an operator (chaos.o
 after the sidecar stops, ``actonce audit pending`` lists what is left for a person, and the
 upstream's file says what it charged. What a seed leaves behind is deleted unless it failed
 or ``keep`` is set.
+
+With ``sidecars`` more than one (PostgreSQL only), that many ``actonce serve`` processes, each
+with a data folder and ports of its own, share the seed's ledger and its store (the store's
+process, or its PostgreSQL database when the store runs inside each sidecar); the seed fails
+when that ledger has a single chain, as one migrated with ``--chains 1`` would.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psycopg
+
 from chaos.agent import GATEWAY_TIMEOUT_SECONDS, Agent, Api, RunResult
 from chaos.checker import (
     Findings,
@@ -34,7 +41,7 @@ from chaos.checker import (
     read_sqlite_store,
 )
 from chaos.operator import Operator, settled
-from chaos.plan import FREEZE, GATEWAY_TOOL, OpKind, SeedPlan, make_plan
+from chaos.plan import FREEZE, GATEWAY_TOOL, OpKind, SeedPlan, make_plan, sidecar_name
 from chaos.processes import (
     HarnessError,
     Killer,
@@ -65,6 +72,9 @@ class SeedResult:
     seed: int
     backend: str
     topology: str = ""
+    sidecars: int = 1
+    # How many of them an attempt began on.
+    sidecars_used: int = 0
     runs: int = 0
     attempts: int = 0
     writes: int = 0
@@ -112,12 +122,18 @@ def run_seed(
     topology: str | None = None,
     keep: bool = False,
     port_salt: int = 0,
+    sidecars: int = 1,
 ) -> SeedResult:
     """Run one seed and check it; never raises (a harness failure is the result's error)."""
     started = time.monotonic()
-    plan = make_plan(seed, topology=topology)
+    plan = make_plan(seed, topology=topology, sidecars=sidecars)
     result = SeedResult(
-        seed=seed, backend=backend, topology=plan.topology, runs=len(plan.runs), writes=plan.writes
+        seed=seed,
+        backend=backend,
+        topology=plan.topology,
+        runs=len(plan.runs),
+        writes=plan.writes,
+        sidecars=sidecars,
     )
     seed_dir = workdir / f"{backend}-{seed}"
     shutil.rmtree(seed_dir, ignore_errors=True)
@@ -179,6 +195,7 @@ def _said(run: RunResult) -> dict[str, object]:
         "gateway_step": run.gateway_step,
         "gateway_trail": run.trail,
         "violations": run.violations,
+        "on_sidecars": run.on_sidecars,
     }
 
 
@@ -254,7 +271,9 @@ def play(
     store_dsn = databases[1] if databases else None
     services: dict[str, Service] = {}
     store_target: str | None = None
-    ports = seed_ports(plan.seed, port_salt)
+    ports = seed_ports(plan.seed, port_salt, plan.sidecars)
+    if plan.sidecars > 1 and not databases:
+        raise HarnessError("several sidecars share a PostgreSQL ledger and store only")
     if plan.topology == "twofiles" and not databases:
         _folder_of_two_files(seed_dir / "sidecar")
     if plan.topology == "standalone":
@@ -275,7 +294,6 @@ def play(
         effects = seed_dir / "effects.json"
         effects.write_text(json.dumps({GATEWAY_TOOL: "TOOL_EFFECT_NON_IDEMPOTENT_WRITE"}))
         extra = [
-            "--mcp-listen", f"127.0.0.1:{ports.mcp}",
             "--mcp-upstream", f"{NAME}={upstream.url}",
             "--tool-effects", str(effects),
             "--mcp-upstream-timeout", str(plan.time.upstream_timeout),
@@ -288,17 +306,24 @@ def play(
         and not shutil.which("faketime")
     ):
         raise HarnessError("faketime is missing: `make faketime` installs it")
-    sidecar = Service("sidecar", [], ports.sidecar, seed_dir / "sidecar.log", needs_serving=False)
-    sidecar.command = sidecar_command(
-        sidecar.port,
-        seed_dir / "sidecar",
-        store_target=store_target,
-        audit_dsn=ledger_dsn,
-        store_dsn=None if store_target else store_dsn,
-        extra=extra,
-        prefix=_skew(plan.time.sidecar_skew) if skewed else (),
-    )
-    services["sidecar"] = sidecar
+    # With several, each sidecar has a data folder of its own; they share the PostgreSQL
+    # ledger, and the store (its process, or its PostgreSQL database).
+    sidecars: list[Service] = []
+    for number, (port, mcp) in enumerate(zip(ports.sidecars, ports.mcps, strict=True)):
+        name = sidecar_name(number)
+        sidecar = Service(name, [], port, seed_dir / f"{name}.log", needs_serving=False)
+        mcp_flags = ["--mcp-listen", f"127.0.0.1:{mcp}"] if upstream is not None else []
+        sidecar.command = sidecar_command(
+            sidecar.port,
+            seed_dir / name,
+            store_target=store_target,
+            audit_dsn=ledger_dsn,
+            store_dsn=None if store_target else store_dsn,
+            extra=[*mcp_flags, *extra],
+            prefix=_skew(plan.time.sidecar_skew) if skewed else (),
+        )
+        services[name] = sidecar
+        sidecars.append(sidecar)
     ledger = _ledger_flags(seed_dir, ledger_dsn)
     operator: Operator | None = None
     agents: list[Agent] = []
@@ -311,6 +336,8 @@ def play(
                 raise HarnessError(str(exc)) from None
         for service in services.values():
             service.start()
+        if plan.sidecars > 1 and ledger_dsn is not None:
+            _require_chains(ledger_dsn)  # the first sidecar made the ledger
         if upstream is not None and plan.time.operator:
             charges = {
                 run.run_id: (str(op.args["customer"]), int(op.args["cents"]))
@@ -321,7 +348,7 @@ def play(
             prefix = _skew(plan.time.operator_skew) if skewed else ()
             operator = Operator(ledger, upstream, charges, prefix=prefix)
         killer = Killer(plan.kills, services)
-        api = Api(sidecar.target)
+        api = Api([sidecar.target for sidecar in sidecars])
         agents = [
             Agent(
                 run,
@@ -330,7 +357,7 @@ def play(
                 seed=plan.seed,
                 lost_checkpoint_rate=plan.lost_checkpoint_rate,
                 caller_fault_rate=plan.caller_fault_rate,
-                gateway=f"http://127.0.0.1:{ports.mcp}",
+                gateway=[f"http://127.0.0.1:{mcp}" for mcp in ports.mcps],
                 operator=operator,
             )
             for run in plan.runs
@@ -378,6 +405,16 @@ def play(
     )
 
 
+def _require_chains(ledger_dsn: str) -> None:
+    """Several sidecars are tried on a ledger of many chains, as a new PostgreSQL one is:
+    on one chain they would only take turns at its head."""
+    with psycopg.connect(ledger_dsn) as conn:
+        row = conn.execute("SELECT COUNT(*) FROM audit_chains").fetchone()
+    chains = int(row[0]) if row else 0
+    if chains <= 1:
+        raise HarnessError(f"the ledger has {chains} chain(s): several sidecars need many")
+
+
 def _tally(result: SeedResult, played: Played) -> None:
     for run in played.results.values():
         result.attempts += run.attempts
@@ -387,8 +424,9 @@ def _tally(result: SeedResult, played: Played) -> None:
         result.dead_lettered += run.dead_lettered
         for kind, count in run.caller_faults.items():
             result.caller_faults[kind] = result.caller_faults.get(kind, 0) + count
+    result.sidecars_used = len({n for run in played.results.values() for n in run.on_sidecars})
     kills = [k for k in played.kills if k.action != FREEZE]
-    result.sidecar_kills = sum(1 for k in kills if k.target == "sidecar" and k.was_running)
+    result.sidecar_kills = sum(1 for k in kills if k.target.startswith("sidecar") and k.was_running)
     result.store_kills = sum(1 for k in kills if k.target == "store" and k.was_running)
     freezes = [k for k in played.kills if k.action == FREEZE and k.was_running]
     result.freezes = len(freezes)
@@ -413,6 +451,7 @@ def run_seeds(
     topology: str | None = None,
     keep: bool = False,
     progress: Callable[[SeedResult], None] | None = None,
+    sidecars: int = 1,
 ) -> Iterator[SeedResult]:
     """Run seeds on ``jobs`` worker processes; results as they finish."""
     seeds = list(seeds)
@@ -427,6 +466,7 @@ def run_seeds(
                 topology=topology,
                 keep=keep,
                 port_salt=salt,
+                sidecars=sidecars,
             )
             if progress is not None:
                 progress(done)
@@ -445,6 +485,7 @@ def run_seeds(
                 topology=topology,
                 keep=keep,
                 port_salt=salt,
+                sidecars=sidecars,
             )
             for seed in seeds
         ]
