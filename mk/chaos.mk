@@ -1,15 +1,18 @@
 # Crash harness, fault tests and fuzzing. Included by the Makefile.
 #   make test-chaos   quick mode: a few seeds per backend, and lint and types of chaos/
 #   make chaos        long mode: CHAOS_SEEDS seeds on SQLite and on PostgreSQL
+#   make chaos-sidecars  long mode on PostgreSQL with CHAOS_SIDECARS sidecars per seed sharing
+#                     its ledger (of many chains) and store
 #   make fuzz         atheris on the JSON and JSON Pointer parsing
-# Both chaos modes run some processes with a clock minutes off under Debian's faketime, which
+# The chaos modes run some processes with a clock minutes off under Debian's faketime, which
 # `make faketime` (mk/ledger.mk) installs with apt-get where it is missing.
 CHAOS_SEEDS ?= 200
 CHAOS_JOBS ?= 4
+CHAOS_SIDECARS ?= 4
 
 TEST_TARGETS += test-chaos
 
-.PHONY: test-chaos chaos lint-chaos
+.PHONY: test-chaos chaos chaos-sidecars lint-chaos
 
 lint-chaos: $(STAMP)
 	$(VENV)/bin/ruff check chaos
@@ -21,6 +24,10 @@ test-chaos: lint-chaos faketime
 
 chaos: $(STAMP) faketime
 	$(PY) -m chaos --seeds $(CHAOS_SEEDS) --backend both --jobs $(CHAOS_JOBS)
+
+chaos-sidecars: $(STAMP) faketime
+	$(PY) -m chaos --seeds $(CHAOS_SEEDS) --backend postgres --sidecars $(CHAOS_SIDECARS) \
+		--jobs $(CHAOS_JOBS) --out chaos/out/sidecars
 
 # Coverage-guided fuzzing (atheris) of the JSON and JSON Pointer parsing, FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 60
