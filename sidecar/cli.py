@@ -132,6 +132,23 @@ def _verify_arguments(sub: argparse.ArgumentParser) -> None:
         help="an export `audit prune` wrote, verified with the ledger as one chain; "
         "repeat it for every prune since the first event",
     )
+    sub.add_argument(
+        "--jobs",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="walk a PostgreSQL ledger's chains with N workers at once, each on a connection "
+        "of its own, all reading one snapshot; the verdict is the one-by-one walk's "
+        "(default 4, or the CPUs if fewer; 1 walks the chains one after another). A SQLite "
+        "ledger has one chain: N changes nothing there",
+    )
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
 
 
 def _prune_arguments(sub: argparse.ArgumentParser) -> None:
@@ -230,6 +247,7 @@ _AUDIT_VALUES: tuple[str, ...] = (
     "reason",
 )
 _AUDIT_VALUES += ("with_export", "before", "export", "writer_role", "operator_role", "chains")
+_AUDIT_VALUES += ("jobs",)
 
 
 def _fail(message: str) -> NoReturn:

@@ -10,6 +10,7 @@ because of it (so that cron and alerting can use it).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
@@ -30,13 +31,20 @@ from sidecar.rules import canonical
 
 def open_reader(values: dict[str, Any]) -> LedgerReader:
     if values.get("audit_dsn"):
-        from sidecar.ledger.postgres import PostgresLedgerReader
+        # A reader whose snapshot verify's other workers can adopt (sidecar.ledger.pgsnapshot).
+        from sidecar.ledger.pgsnapshot import SharingReader
 
-        return PostgresLedgerReader(str(values["audit_dsn"]))
+        return SharingReader(str(values["audit_dsn"]))
     from sidecar.ledger.sqlite import SqliteLedgerReader
 
     path = values.get("audit_db") or defaults.DATA_DIR / "audit.db"
     return SqliteLedgerReader(Path(path))
+
+
+def default_jobs() -> int:
+    """The workers of ``audit verify`` when ``--jobs`` is not given: a few, no more than the
+    machine's CPUs (its walk hashes every event)."""
+    return min(4, os.cpu_count() or 1)
 
 
 def _progress(done: int, total: int) -> None:
@@ -88,8 +96,18 @@ def _verify(reader: LedgerReader, values: dict[str, Any]) -> int:
     on PostgreSQL, an operator key's signature on SQLite)."""
     key_file = values.get("operator_key")
     signatures = SignatureCheck(load_key(Path(key_file)) if key_file else None)
+    shared: inspect.SharedSnapshot | None = None
+    if values.get("audit_dsn"):
+        from sidecar.ledger.pgsnapshot import SharedPostgresSnapshot
+
+        shared = SharedPostgresSnapshot(str(values["audit_dsn"]))
     verdict = inspect.verify(
-        reader, _progress, values.get("with_export") or (), decisions=signatures.take
+        reader,
+        _progress,
+        values.get("with_export") or (),
+        decisions=signatures.take,
+        jobs=int(values.get("jobs") or default_jobs()),
+        shared=shared,
     )
     if not verdict.intact:
         print(

@@ -7,10 +7,12 @@ These read through a LedgerReader and write text to a stream, so that
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from sidecar.ledger.base import (
     GENESIS_HASH,
@@ -31,6 +33,19 @@ Progress = Callable[[int, int], None]
 # Shown each event of the chain, in order, once it is known to fit: who made each decision
 # is checked this way, in the one pass (sidecar.ledger.operator_keys).
 Seen = Callable[[StoredEvent], None]
+
+
+class SharedSnapshot(Protocol):
+    """More readers that see exactly what one reader's snapshot sees, each on a connection of
+    its own: what a walk of the chains by several workers at once needs (PostgreSQL)."""
+
+    def share(self, reader: LedgerReader) -> str:
+        """Inside ``reader.snapshot()``: an id other readers can adopt its snapshot by."""
+        ...
+
+    def reader(self, snapshot: str) -> AbstractContextManager[LedgerReader]:
+        """A reader of its own, reading in the snapshot ``snapshot`` until the block ends."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -120,6 +135,8 @@ def verify(
     exports: Sequence[Path] = (),
     *,
     decisions: Seen | None = None,
+    jobs: int = 1,
+    shared: SharedSnapshot | None = None,
 ) -> Verdict:
     """Walk the chain: every event the ledger holds, and the exports before it; name the
     first event that does not fit.
@@ -141,11 +158,14 @@ def verify(
     the ledger verify as one chain. Exports that hold no event (prunes that found
     nothing to remove) vouch for nothing and are checked as such.
 
-    ``decisions`` is shown every event walked, in order, once it fits the chain.
+    ``decisions`` is shown every event walked, in order, once it fits the chain (in a walk
+    by several workers, the decisions among them, after the walk, in the same order).
 
     A ledger of many chains (sidecar.ledger.chains) is walked chain by chain, each against
     its own head and checkpoints, all in the one snapshot; the first chain that does not
-    fit is named.
+    fit is named. With ``jobs`` above 1 and ``shared``, ``jobs`` workers walk the chains at
+    once, each reader in the snapshot of ``reader`` (see _walk_in_parallel); the verdict is
+    the one the walk of one worker gives.
     """
     with reader.snapshot():
         heads = reader.heads()
@@ -154,22 +174,163 @@ def verify(
             view = _ChainView(reader, 0, heads.get(0, (0, GENESIS_HASH)), gaps=False)
             return _verify_chain(view, marks, progress, exports, exports, decisions)
         exported = [path for path in exports if next(_read_export(path), None) is not None]
-        verdicts: list[Verdict] = []
-        for chain in sorted(heads):
-            view = _ChainView(reader, chain, heads[chain], gaps=True)
-            of_chain = [mark for mark in marks if mark.chain == chain]
-            verdict = _verify_chain(view, of_chain, progress, exports, exported, decisions)
+        walk = _ChainWalk(heads, marks, exports, exported)
+        if jobs > 1 and shared is not None:
+            verdicts = _walk_in_parallel(reader, walk, shared, jobs, progress, decisions)
+        else:
+            verdicts = {}
+            for chain in sorted(heads):
+                verdicts[chain] = walk.verify(reader, chain, progress, decisions)
+                if not verdicts[chain].intact:
+                    break
+        return walk.verdict(verdicts)
+
+
+@dataclass(frozen=True)
+class _ChainWalk:
+    """The walk of a ledger of many chains: what every chain's walk needs, read once in the
+    snapshot, and the one verdict its chains' verdicts make."""
+
+    heads: dict[int, tuple[int, str]]
+    marks: Sequence[Checkpoint]
+    exports: Sequence[Path]
+    exported: Sequence[Path]
+
+    def verify(
+        self, reader: LedgerReader, chain: int, progress: Progress | None, seen: Seen | None
+    ) -> Verdict:
+        view = _ChainView(reader, chain, self.heads[chain], gaps=True)
+        of_chain = [mark for mark in self.marks if mark.chain == chain]
+        return _verify_chain(view, of_chain, progress, self.exports, self.exported, seen)
+
+    def verdict(self, verdicts: dict[int, Verdict]) -> Verdict:
+        """The first chain that does not fit, in chain order, named; or every chain intact."""
+        for chain in sorted(verdicts):
+            verdict = verdicts[chain]
             if not verdict.intact:
                 return replace(verdict, problem=f"in chain {chain}: {verdict.problem}")
-            verdicts.append(verdict)
         return Verdict(
             True,
-            sum(v.checked for v in verdicts),
-            after=min(v.after for v in verdicts),
-            exported=sum(v.exported for v in verdicts),
-            leftover=sum(v.leftover for v in verdicts),
-            exports_empty=bool(exports) and not exported,
+            sum(v.checked for v in verdicts.values()),
+            after=min(v.after for v in verdicts.values()),
+            exported=sum(v.exported for v in verdicts.values()),
+            leftover=sum(v.leftover for v in verdicts.values()),
+            exports_empty=bool(self.exports) and not self.exported,
         )
+
+
+def _walk_in_parallel(
+    reader: LedgerReader,
+    walk: _ChainWalk,
+    shared: SharedSnapshot,
+    jobs: int,
+    progress: Progress | None,
+    decisions: Seen | None,
+) -> dict[int, Verdict]:
+    """The chains' verdicts, walked by ``jobs`` workers at once, each on its own reader.
+
+    Every worker must see the ledger as ``reader``'s snapshot does: a chain read in a later
+    snapshot than its head and checkpoints would look cut or forged while sidecars append,
+    and the chains would not be the one ledger of one moment the serial walk verifies. So
+    ``reader`` shares its snapshot (on PostgreSQL, ``pg_export_snapshot()`` in its
+    REPEATABLE READ transaction) and each other worker's reader adopts it (``SET
+    TRANSACTION SNAPSHOT``) before it reads anything; ``reader`` is a worker too.
+
+    Workers take the chains in order, and none starts a chain after one found broken: every
+    chain before the first broken one is walked, so the first broken chain is the one the
+    serial walk names, with the same event and reason. The decisions are kept per chain
+    and shown after the walk, chain after chain, as the serial walk shows them."""
+    snapshot = shared.share(reader)
+    order = iter(sorted(walk.heads))
+    verdicts: dict[int, Verdict] = {}
+    seen: dict[int, list[StoredEvent]] = {}
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+    tally = _Tally(progress, reader.count() if progress is not None else 0)
+    broken: list[int] = []
+
+    def next_chain() -> int | None:
+        with lock:
+            if failed:
+                return None
+            chain = next(order, None)
+            return None if chain is None or (broken and chain > broken[0]) else chain
+
+    def work(of: LedgerReader) -> None:
+        while (chain := next_chain()) is not None:
+            kept: list[StoredEvent] = []  # the chain's decisions alone: memory stays small
+            keep = _decisions_into(kept) if decisions is not None else None
+            verdict = walk.verify(of, chain, tally.of(chain), keep)
+            with lock:
+                verdicts[chain] = verdict
+                seen[chain] = kept
+                if not verdict.intact and (not broken or chain < broken[0]):
+                    broken[:] = [chain]
+
+    def worker() -> None:
+        try:
+            with shared.reader(snapshot) as of:
+                work(of)
+        except BaseException as exc:  # a worker's failure is the walk's
+            with lock:
+                failed.append(exc)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(jobs - 1)]
+    for thread in threads:
+        thread.start()
+    try:
+        work(reader)
+    except BaseException as exc:
+        with lock:
+            failed.append(exc)
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
+    tally.done()
+    if decisions is not None:
+        for chain in sorted(verdicts):
+            for stored in seen[chain]:
+                decisions(stored)
+    return verdicts
+
+
+def _decisions_into(kept: list[StoredEvent]) -> Seen:
+    """Shown the events of a chain: keeps its decisions in ``kept``."""
+
+    def keep(stored: StoredEvent) -> None:
+        if stored.event.phase == Phase.DECISION:
+            kept.append(stored)
+
+    return keep
+
+
+class _Tally:
+    """The progress of chains walked at once, as one count over the ledger."""
+
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self._progress = progress
+        self._total = total
+        self._by_chain: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def of(self, chain: int) -> Progress | None:
+        if self._progress is None:
+            return None
+
+        def report(checked: int, _total: int) -> None:
+            with self._lock:
+                self._by_chain[chain] = checked
+                done = sum(self._by_chain.values())
+                if self._progress is not None and done < self._total:
+                    self._progress(done, self._total)  # the last report ends the line
+
+        return report
+
+    def done(self) -> None:
+        if self._progress is not None:
+            done = sum(self._by_chain.values())
+            self._progress(done, done)
 
 
 @dataclass(frozen=True)
