@@ -122,11 +122,12 @@ def test_a_ledger_appended_to_while_verify_runs_verifies_intact(dsn: str) -> Non
     appender.start()
     try:
         outcomes = []
-        while batches < 3:  # verifies until batches committed while they ran
+        while batches < 3 and appender.is_alive():  # until batches committed meanwhile
             outcomes.append(_cli(dsn, "verify", "--jobs", "4"))
     finally:
         stop.set()
         appender.join()
+    assert batches >= 3, "the appender stopped"
     assert all(done.returncode == 0 for done in outcomes), outcomes
     assert all(done.stdout.startswith("ledger intact:") for done in outcomes), outcomes
     assert _sql(dsn, "SELECT COUNT(*) FROM audit_events")[0][0] > before
