@@ -1,4 +1,5 @@
-"""Each guide's complete agent (docs/typescript-agents.md) runs from ``make dist``'s tarball in
+"""Each TypeScript guide's complete agent (docs/ai-sdk.md, docs/openai-agents-js.md,
+docs/langgraph-js.md, docs/mastra.md) runs from ``make dist``'s tarball in
 a project outside the repository, with its framework from npm at the version the kill grid
 runs, under Node 20 and 22 (Node 22 is the ``node`` package of the client's devDependencies).
 The AI SDK 7, ``openai`` 7 (under the OpenAI Agents SDK) and Mastra declare Node 22 in their
@@ -31,25 +32,31 @@ from actonce_client.testing import LocalSidecar
 CLIENTS = Path(__file__).resolve().parent.parent
 REPO = CLIENTS.parent
 TS = CLIENTS / "typescript"
-GUIDE = REPO / "docs" / "typescript-agents.md"
+DOCS = REPO / "docs"
 NODE_22 = TS / "node_modules" / "node" / "bin" / "node"
 # Fresh npm projects: minutes on a busy machine.
 pytestmark = pytest.mark.timeout(900)
 
-# Each guide's example, the packages its project installs beside the tarball, and the Node
-# majors it runs under.
-AGENTS: dict[str, tuple[str, list[str], tuple[int, ...]]] = {
-    "ai-sdk": ("ts-ai-sdk-agent", ["ai", "zod"], (20, 22)),
-    "openai-agents": ("ts-openai-agents-agent", ["@openai/agents", "zod"], (20, 22)),
+# Each framework's guide (its page under docs/) and the example on it, the packages its
+# project installs beside the tarball, and the Node majors it runs under.
+AGENTS: dict[str, tuple[str, str, list[str], tuple[int, ...]]] = {
+    "ai-sdk": ("ai-sdk.md", "ts-ai-sdk-agent", ["ai", "zod"], (20, 22)),
+    "openai-agents": (
+        "openai-agents-js.md",
+        "ts-openai-agents-agent",
+        ["@openai/agents", "zod"],
+        (20, 22),
+    ),
     "langgraph": (
+        "langgraph-js.md",
         "ts-langgraph-agent",
         ["@langchain/langgraph", "@langchain/core", "zod"],
         (20, 22),
     ),
     # Mastra's models are AI SDK models: its agent takes one, wrapped by the AI SDK's middleware.
-    "mastra": ("ts-mastra-agent", ["@mastra/core", "ai", "zod"], (20, 22)),
+    "mastra": ("mastra.md", "ts-mastra-agent", ["@mastra/core", "ai", "zod"], (20, 22)),
 }
-CASES = [(name, major) for name, (_, _, majors) in AGENTS.items() for major in majors]
+CASES = [(name, major) for name, (_, _, _, majors) in AGENTS.items() for major in majors]
 
 
 def _version() -> str:
@@ -110,9 +117,10 @@ def _install_client(project: Path, tarball: Path) -> None:
           f"./{tarball.name}"], project)  # fmt: skip
 
 
-def _example(name: str) -> str:
-    found = re.search(rf"<!-- example: {name} -->\n```ts\n(.*?)```", GUIDE.read_text(), re.S)
-    assert found, f"docs/typescript-agents.md has no example {name}"
+def _example(page: str, name: str) -> str:
+    text = (DOCS / page).read_text()
+    found = re.search(rf"<!-- example: {name} -->\n```ts\n(.*?)```", text, re.S)
+    assert found, f"docs/{page} has no example {name}"
     return found.group(1)
 
 
@@ -131,7 +139,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, typescript_build: Path) ->
     stale = _stale(TARBALL, typescript_build)
     assert not stale, f"{TARBALL} is not the client as it stands: {stale}; run `make dist-packages`"
     pinned = json.loads((TS / "package.json").read_text())["devDependencies"]
-    packages = sorted({p for _, wanted, _ in AGENTS.values() for p in wanted} | {"@types/node"})
+    packages = sorted({p for _, _, wanted, _ in AGENTS.values() for p in wanted} | {"@types/node"})
     project = tmp_path_factory.mktemp("guides") / "agents"
     project.mkdir()
     _run(["npm", "init", "-y"], project)
@@ -142,8 +150,8 @@ def project(tmp_path_factory: pytest.TempPathFactory, typescript_build: Path) ->
     # --engine-strict, which would refuse them on Node 20.
     wanted = [f"./{TARBALL.name}", *(f"{p}@{pinned[p]}" for p in packages)]
     _run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline", *wanted], project)
-    for framework, (example, _, _) in AGENTS.items():
-        (project / f"{framework}.ts").write_text(_example(example))
+    for framework, (page, example, _, _) in AGENTS.items():
+        (project / f"{framework}.ts").write_text(_example(page, example))
     for name in ["guide-driver.js", "scripted.js", "scripted-chat.js"]:
         shutil.copy2(typescript_build / "test" / "agents" / name, project / name)
     tsc = TS / "node_modules" / "typescript" / "bin" / "tsc"

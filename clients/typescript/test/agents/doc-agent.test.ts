@@ -1,4 +1,4 @@
-/** docs/typescript-agents.md's complete agent runs as it stands there, under Node 22: the
+/** docs/ai-sdk.md's complete agent runs as it stands there, under Node 22: the
  * code is taken from the page, a scripted model stands in the model's place and a card
  * processor in the card API's, and a run is delivered twice. */
 import assert from "node:assert/strict";
@@ -24,7 +24,7 @@ after(async () => {
 });
 
 test("the guide's complete agent writes once across two deliveries", async () => {
-  const page = readFileSync(join(REPO_DIR, "docs", "typescript-agents.md"), "utf8");
+  const page = readFileSync(join(REPO_DIR, "docs", "ai-sdk.md"), "utf8");
   const code = /<!-- example: ts-ai-sdk-agent -->\n```ts\n([\s\S]*?)```/.exec(page)?.[1];
   assert.ok(code, "the guide has no complete agent");
   const { outputText } = ts.transpileModule(code, {

@@ -1,7 +1,8 @@
 /**
- * Runs a guide's complete agent (docs/typescript-agents.md) as a project outside the
- * repository has it: `node guide-driver.js FRAMEWORK AGENT_MODULE`, beside scripted.js (and
- * scripted-chat.js for LangGraph.js), with ACTONCE_TARGET set. Mastra's model is an AI SDK
+ * Runs a guide's complete agent (docs/ai-sdk.md, docs/openai-agents-js.md,
+ * docs/langgraph-js.md, docs/mastra.md) as a project outside the repository has it:
+ * `node guide-driver.js FRAMEWORK AGENT_MODULE`, beside scripted.js (and scripted-chat.js for
+ * LangGraph.js), with ACTONCE_TARGET set. Mastra's model is an AI SDK
  * model: the same scripted one as the AI SDK's. A card processor stands in the
  * card API's place (CARD_API) and a scripted model in the model's; one run is delivered
  * twice. Prints what it saw as JSON: each delivery's answer, the model calls after the first
