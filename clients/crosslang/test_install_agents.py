@@ -1,7 +1,8 @@
 """Each TypeScript guide's complete agent (docs/ai-sdk.md, docs/openai-agents-js.md,
-docs/langgraph-js.md, docs/mastra.md) runs from ``make dist``'s tarball in
-a project outside the repository, with its framework from npm at the version the kill grid
-runs, under Node 20 and 22 (Node 22 is the ``node`` package of the client's devDependencies).
+docs/langgraph-js.md, docs/mastra.md, docs/mcp-typescript.md) runs from ``make dist``'s
+tarball in a project outside the repository, with its framework from npm at the version the
+kill grid runs, under Node 20 and 22 (Node 22 is the ``node`` package of the client's
+devDependencies).
 The AI SDK 7, ``openai`` 7 (under the OpenAI Agents SDK) and Mastra declare Node 22 in their
 ``engines``; npm warns on 20 and installs them, and the agents run there too, as the guide says.
 The client itself is installed first, alone, with ``--engine-strict`` under Node 20: a
@@ -12,7 +13,10 @@ clients/typescript's): a stale one is refused, not tested.
 The agent's code is taken from the page as it stands and type-checked (``tsc --strict``)
 against what the project installed; a scripted model stands in the model's place and a card
 processor in the card API's (clients/typescript/test/agents/guide-driver.ts); one run is
-delivered twice, and the card is charged once.
+delivered twice, and the card is charged once. The MCP guide's agent writes through the
+sidecar's MCP front (``actonce serve --mcp-listen``) instead: its driver (mcp-guide-driver.js,
+beside this file) delivers a run of two tickets twice, and the support thread holds one notice
+for each, each naming a ticket of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from actonce_client.testing import LocalSidecar
+from actonce_client.testing import LocalSidecar, free_port
 
 CLIENTS = Path(__file__).resolve().parent.parent
 REPO = CLIENTS.parent
@@ -55,7 +59,16 @@ AGENTS: dict[str, tuple[str, str, list[str], tuple[int, ...]]] = {
     ),
     # Mastra's models are AI SDK models: its agent takes one, wrapped by the AI SDK's middleware.
     "mastra": ("mastra.md", "ts-mastra-agent", ["@mastra/core", "ai", "zod"], (20, 22)),
+    # An AI SDK agent whose tool calls the MCP front's own tools.
+    "mcp": (
+        "mcp-typescript.md",
+        "ts-mcp-agent",
+        ["@modelcontextprotocol/sdk", "ai", "zod"],
+        (20, 22),
+    ),
 }
+# What runs the MCP guide's agent (beside this file): it reads the thread the agent writes to.
+MCP_DRIVER = "mcp-guide-driver.js"
 CASES = [(name, major) for name, (_, _, _, majors) in AGENTS.items() for major in majors]
 
 
@@ -125,9 +138,11 @@ def _example(page: str, name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def target() -> Iterator[str]:
-    with LocalSidecar() as sidecar:
-        yield sidecar.target
+def sidecar() -> Iterator[dict[str, str]]:
+    """An ``actonce serve`` with its MCP front: what an agent's environment names of it."""
+    mcp = f"127.0.0.1:{free_port()}"
+    with LocalSidecar(args=["--mcp-listen", mcp]) as running:
+        yield {"ACTONCE_TARGET": running.target, "ACTONCE_MCP_URL": f"http://{mcp}/mcp"}
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +169,7 @@ def project(tmp_path_factory: pytest.TempPathFactory, typescript_build: Path) ->
         (project / f"{framework}.ts").write_text(_example(page, example))
     for name in ["guide-driver.js", "scripted.js", "scripted-chat.js"]:
         shutil.copy2(typescript_build / "test" / "agents" / name, project / name)
+    shutil.copy2(Path(__file__).parent / MCP_DRIVER, project / MCP_DRIVER)
     tsc = TS / "node_modules" / "typescript" / "bin" / "tsc"
     options = ["--strict", "--module", "nodenext", "--moduleResolution", "nodenext",
                "--target", "es2022", "--lib", "es2022,dom", "--skipLibCheck",
@@ -163,14 +179,22 @@ def project(tmp_path_factory: pytest.TempPathFactory, typescript_build: Path) ->
 
 
 @pytest.mark.parametrize(("framework", "major"), CASES)
-def test_the_guides_complete_agent(framework: str, major: int, project: Path, target: str) -> None:
-    env = {**os.environ, "ACTONCE_TARGET": target}
-    printed = _run([_node(major), "guide-driver.js", framework, f"{framework}.js"], project, env)
+def test_the_guides_complete_agent(
+    framework: str, major: int, project: Path, sidecar: dict[str, str]
+) -> None:
+    env = {**os.environ, **sidecar}
+    driver = [MCP_DRIVER] if framework == "mcp" else ["guide-driver.js", framework]
+    printed = _run([_node(major), *driver, f"{framework}.js"], project, env)
     seen = json.loads(printed.strip().splitlines()[-1])
     assert seen["node"].startswith(f"v{major}.")
     assert seen["answers"] == ["done", "done"], seen
     assert seen["calls"] == seen["first"], f"the second delivery asked the model again: {seen}"
-    assert seen["charges"] == [["ada", 500]], seen
+    if framework == "mcp":
+        # Each ticket made once, and told once: a write made again would be a notice more.
+        assert sorted(seen["tickets"]) == ["Disk full", "Printer jammed"], seen
+        assert len(set(seen["notices"])) == len(seen["notices"]) == 2, seen
+    else:
+        assert seen["charges"] == [["ada", 500]], seen
 
 
 def _package(folder: Path, manifest: dict[str, object]) -> Path:
