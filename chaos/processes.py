@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -200,6 +201,40 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     # Started with start_new_session: the group's id is the process's.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
+
+
+# Where the faketime wrapper keeps the semaphore and the memory it shares with its child,
+# each named by the wrapper's pid; it removes them when it exits, not when it is killed.
+SHARED_MEMORY = Path("/dev/shm")
+_FAKETIME_LEFTOVER = re.compile(r"(?:sem\.faketime_sem|faketime_shm)_(\d+)")
+
+
+def clear_stale_faketime(shared: Path = SHARED_MEMORY) -> list[str]:
+    """Remove what faketime wrappers the harness killed left behind, and name it.
+
+    A wrapper killed with its sidecar's group leaves ``faketime_sem_<pid>`` and
+    ``faketime_shm_<pid>``; once the pids wrap (32,768 of them here), a new wrapper that
+    gets a dead one's pid cannot make its semaphore ("sem_open: File exists") and the
+    sidecar never starts. What a live process holds is left alone."""
+    cleared: list[str] = []
+    for entry in shared.glob("*faketime_*"):
+        found = _FAKETIME_LEFTOVER.fullmatch(entry.name)
+        if found is None or _alive(int(found[1])):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            entry.unlink()
+            cleared.append(entry.name)
+    return cleared
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def sidecar_command(

@@ -47,6 +47,7 @@ from chaos.processes import (
     Killer,
     KillRecord,
     Service,
+    clear_stale_faketime,
     seed_ports,
     sidecar_command,
     store_command,
@@ -250,7 +251,10 @@ def _folder_of_two_files(folder: Path) -> None:
 
 def _skew(offset: str) -> tuple[str, ...]:
     """The prefix that runs a command with its clock ``offset`` off (faketime), or none."""
-    return ("faketime", "-f", offset) if offset else ()
+    if not offset:
+        return ()
+    clear_stale_faketime()
+    return ("faketime", "-f", offset)
 
 
 def _ledger_flags(seed_dir: Path, ledger_dsn: str | None) -> list[str]:
