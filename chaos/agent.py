@@ -166,11 +166,14 @@ def failure_of(error: grpc.RpcError) -> Failure:
 
 
 class AttemptFailed(Exception):
-    """A call of the attempt failed; the attempt is over."""
+    """A call of the attempt failed; the attempt is over. ``lease_lapsed``: its begin was
+    refused for a lease already past when it arrived (the sidecar was frozen longer than the
+    lease while the begin waited), as a queue's lease runs out before its worker starts."""
 
-    def __init__(self, failure: Failure) -> None:
+    def __init__(self, failure: Failure, *, lease_lapsed: bool = False) -> None:
         super().__init__(str(failure))
         self.failure = failure
+        self.lease_lapsed = lease_lapsed
 
 
 @dataclass(frozen=True)
@@ -441,6 +444,8 @@ class Agent:
             except AttemptFailed as failed:
                 failure = failed.failure
                 self.result.failures[failure.reason or failure.code] += 1
+                if failed.lease_lapsed:
+                    continue  # the lease ran out before the begin arrived: the queue delivers again
                 charging = _charges_upstream(segment)
                 if failure.reason == "IN_DOUBT":
                     # ADR-111: never re-run automatically; the run settles for an operator.
@@ -531,7 +536,17 @@ class Agent:
             lease = Timestamp()
             lease.FromNanoseconds(int((time.time() + segment.lease_seconds) * 1e9))
             request.lease_deadline.CopyFrom(lease)
-        attempt = self._call(self._begin.on(sidecar), request).attempt_id
+        sent = time.monotonic()
+        try:
+            attempt = self._call(self._begin.on(sidecar), request).attempt_id
+        except AttemptFailed as failed:
+            lapsed = (
+                segment.lease_seconds > 0
+                and time.monotonic() - sent >= segment.lease_seconds
+                and failed.failure.reason == "INVALID_ARGUMENT"
+                and "lease_deadline" in failed.failure.message
+            )
+            raise AttemptFailed(failed.failure, lease_lapsed=lapsed) from None
         self.api.route(attempt, sidecar)
         with self._lock:
             self.result.on_sidecars.append(sidecar)
@@ -562,6 +577,8 @@ class Agent:
             # Fenced, in doubt about a step the other attempt began, or a gateway charge that
             # may have acted: each as it should be.
             may_have_acted = _charges_upstream(segment) and failure.failure_class == "UNKNOWN"
+            if failed.lease_lapsed:
+                return  # its lease ran out before its begin arrived
             if failure.reason == AUDIT_PERSISTENCE_FAILED:
                 self._dead_letter(failure)  # its delivery only: the queue's goes on
             elif not failure.retryable and failure.reason != "IN_DOUBT" and not may_have_acted:
