@@ -4,15 +4,32 @@ into it as the sidecar writes them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sidecar.cli import main
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import AuditEvent
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
+
+
+def audit_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """The command line's own entry point on ``argv``, in this process (one interpreter start
+    per command would dominate the ledger's tests): its exit code, stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 @dataclass

@@ -4,8 +4,6 @@ of one chain migrates in place (sidecar.ledger.chains)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +12,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from sidecar.cli import main
 from sidecar.ledger import inspect
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, Phase
 from sidecar.ledger.chains import POSTGRES_CHAINS, chain_of
@@ -23,7 +20,7 @@ from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.postgres import PostgresLedgerReader
 from sidecar.ledger.sql import POSTGRES, Queries, append
 from tests.helpers import postgres as pg
-from tests.ledger.support import LedgerPlace
+from tests.ledger.support import LedgerPlace, audit_cli
 from tests.ledger.test_upgrade import RELEASE, _load
 
 
@@ -73,15 +70,7 @@ def _verify(dsn: str, *exports: Path) -> inspect.Verdict:
 
 
 def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = ["audit", *args, "--audit-dsn", dsn]
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+    return audit_cli(["audit", *args, "--audit-dsn", dsn])
 
 
 def test_runs_spread_over_chains_and_each_chain_links_to_itself(dsn: str) -> None:
@@ -131,13 +120,34 @@ def test_a_follower_misses_no_event_a_chain_commits_after_a_later_number(dsn: st
     assert _verify(dsn).intact
 
 
+def _cut_tail(dsn: str, run: str) -> int:
+    """The last event of ``run``'s chain deleted (not the ledger's newest): its chain."""
+    cut = chain_of(run, POSTGRES_CHAINS)
+    seq = _sql(dsn, "SELECT MAX(seq) FROM audit_events WHERE chain = %s", (cut,))[0][0]
+    _sql(dsn, "DELETE FROM audit_events WHERE seq = %s", (seq,))
+    return cut
+
+
+def _forge_checkpoint(dsn: str, run: str) -> int:
+    """A checkpoint no prune recorded in ``run``'s chain, its first two events still there."""
+    forged = chain_of(run, POSTGRES_CHAINS)
+    seq, digest = _sql(
+        dsn, "SELECT seq, hash FROM audit_events WHERE chain = %s ORDER BY seq LIMIT 1 OFFSET 1",
+        (forged,),
+    )[0]  # fmt: skip
+    _sql(
+        dsn,
+        "INSERT INTO audit_checkpoints (seq, hash, pruned_at, cut_before, events, chain, follows) "
+        "VALUES (%s, %s, '', '', 2, %s, 0)",
+        (seq, digest, forged),
+    )
+    return forged
+
+
 def test_verify_catches_a_cut_tail_in_any_chain(dsn: str) -> None:
     runs = _runs_in_distinct_chains(3)
     LedgerPlace(None, dsn).append(*[e for run in runs for e in _run(run)])
-    # The last event of the first run's chain, which is not the ledger's newest.
-    cut = chain_of(runs[0], POSTGRES_CHAINS)
-    seq = _sql(dsn, "SELECT MAX(seq) FROM audit_events WHERE chain = %s", (cut,))[0][0]
-    _sql(dsn, "DELETE FROM audit_events WHERE seq = %s", (seq,))
+    cut = _cut_tail(dsn, runs[0])  # not the ledger's newest event
     verdict = _verify(dsn)
     assert not verdict.intact
     assert f"in chain {cut}:" in verdict.problem and "deleted from the end" in verdict.problem
@@ -146,19 +156,7 @@ def test_verify_catches_a_cut_tail_in_any_chain(dsn: str) -> None:
 def test_verify_catches_a_forged_checkpoint_in_any_chain(dsn: str) -> None:
     runs = _runs_in_distinct_chains(3)
     LedgerPlace(None, dsn).append(*[e for run in runs for e in _run(run)])
-    forged = chain_of(runs[1], POSTGRES_CHAINS)
-    seq, digest = _sql(
-        dsn, "SELECT seq, hash FROM audit_events WHERE chain = %s ORDER BY seq LIMIT 1 OFFSET 1",
-        (forged,),
-    )[0]  # fmt: skip
-    # A checkpoint no prune recorded: it says the chain's first two events were removed,
-    # and they are still there.
-    _sql(
-        dsn,
-        "INSERT INTO audit_checkpoints (seq, hash, pruned_at, cut_before, events, chain, follows) "
-        "VALUES (%s, %s, '', '', 2, %s, 0)",
-        (seq, digest, forged),
-    )
+    forged = _forge_checkpoint(dsn, runs[1])
     verdict = _verify(dsn)
     assert not verdict.intact
     assert f"in chain {forged}:" in verdict.problem and "not recorded by a prune" in (

@@ -3,8 +3,6 @@ still verifies, alone and with its exports, with sidecars writing meanwhile."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sqlite3
 import subprocess
@@ -19,14 +17,13 @@ import psycopg
 import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
 
-from sidecar.cli import main
 from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent, Phase
 from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.retention import event_time, parse_before
 from tests.harness import sidecar_config, start_sidecar
 from tests.helpers import postgres as pg
-from tests.ledger.support import LedgerPlace
+from tests.ledger.support import LedgerPlace, audit_cli
 
 
 @dataclass
@@ -38,15 +35,7 @@ class Ledger(LedgerPlace):
         """`actonce audit ARGS` on this ledger, through the command line's own entry point,
         in this process (one interpreter start per command would dominate these tests)."""
         where = ["--audit-dsn", self.dsn] if self.dsn else ["--audit-db", str(self.db)]
-        argv = ["audit", *args, *where]
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(argv)
-                code = 0
-            except SystemExit as exit_:
-                code = int(exit_.code or 0)
-        return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+        return audit_cli(["audit", *args, *where])
 
     def prune(self, export: str, before: str = "0h") -> subprocess.CompletedProcess[str]:
         return self.cli("prune", "--before", before, "--export", str(self.folder / export))

@@ -18,7 +18,14 @@ from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.pgsnapshot import SharedPostgresSnapshot, SharingReader
 from sidecar.ledger.sql import POSTGRES, Queries, append
 from tests.helpers import postgres as pg
-from tests.ledger.test_chains import _cli, _run, _runs_in_distinct_chains, _sql
+from tests.ledger.test_chains import (
+    _cli,
+    _cut_tail,
+    _forge_checkpoint,
+    _run,
+    _runs_in_distinct_chains,
+    _sql,
+)
 
 CHAINS = 40  # runs in this many distinct chains: ten for each of four workers
 
@@ -56,30 +63,6 @@ def test_an_intact_ledger_of_many_chains_verifies_intact_with_four_workers(dsn: 
     serial, parallel = _both(dsn)
     assert parallel == serial
     assert parallel.startswith(f"ledger intact: {CHAINS * 3} events"), parallel
-
-
-def _cut_tail(dsn: str, run: str) -> int:
-    """The last event of ``run``'s chain deleted (not the ledger's newest): its chain."""
-    cut = chain_of(run, POSTGRES_CHAINS)
-    seq = _sql(dsn, "SELECT MAX(seq) FROM audit_events WHERE chain = %s", (cut,))[0][0]
-    _sql(dsn, "DELETE FROM audit_events WHERE seq = %s", (seq,))
-    return cut
-
-
-def _forge_checkpoint(dsn: str, run: str) -> int:
-    """A checkpoint no prune recorded in ``run``'s chain, its first two events still there."""
-    forged = chain_of(run, POSTGRES_CHAINS)
-    seq, digest = _sql(
-        dsn, "SELECT seq, hash FROM audit_events WHERE chain = %s ORDER BY seq LIMIT 1 OFFSET 1",
-        (forged,),
-    )[0]  # fmt: skip
-    _sql(
-        dsn,
-        "INSERT INTO audit_checkpoints (seq, hash, pruned_at, cut_before, events, chain, follows) "
-        "VALUES (%s, %s, '', '', 2, %s, 0)",
-        (seq, digest, forged),
-    )
-    return forged
 
 
 @pytest.mark.parametrize("harm", ["cut tail", "forged checkpoint"])
