@@ -103,9 +103,22 @@ for bundle in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificate
         break
     fi
 done
-buildah build --quiet --isolation chroot --pull-never "${secret[@]}" \
-    -f Dockerfile -t "$IMAGE" . >"$WORK/build.log" 2>&1 \
-    || { tail -40 "$WORK/build.log" >&2; exit 1; }
+# Each RUN step re-executes buildah from a sealed in-memory copy of itself. Sealing that copy
+# fails with EBUSY while the kernel still counts a reference to one of its pages from another
+# CPU's page cache batch, which a busy machine shows now and then ("sealing memfd copy: Device
+# or resource busy"). Nothing of the build is wrong then, so only that failure is tried again.
+build() {
+    buildah build --quiet --isolation chroot --pull-never "${secret[@]}" \
+        -f Dockerfile -t "$IMAGE" . >"$WORK/build.log" 2>&1
+}
+for try in 1 2 3; do
+    build && break
+    if [ "$try" = 3 ] || ! grep -q 'sealing memfd copy: Device or resource busy' "$WORK/build.log"; then
+        tail -40 "$WORK/build.log" >&2
+        exit 1
+    fi
+    step "buildah could not seal its own copy (EBUSY); building again"
+done
 
 step "checking the image's configuration"
 "$PY" scripts/image_check.py config "$(buildah inspect --type image "$IMAGE")"
