@@ -48,11 +48,14 @@ class HoldingProxy:
             writer.close()
             return
         frames = _Frames()
-        await asyncio.gather(
-            self._pipe(reader, up_writer, frames=frames),
-            self._pipe(up_reader, writer),
-            return_exceptions=True,
-        )
+        # Stopping the proxy cancels the connections still open. Python 3.11's stream server
+        # logs a traceback for a connection task that ends cancelled, so one ends quietly.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(
+                self._pipe(reader, up_writer, frames=frames),
+                self._pipe(up_reader, writer),
+                return_exceptions=True,
+            )
 
     def reset_seen(self) -> None:
         if not self.released.is_set():
