@@ -1,14 +1,14 @@
-"""The storage interface of the reference store, and the rules every backend shares.
+"""The reference store's records, and its input rules that do not depend on storage.
 
-`StoreBackend` is what the gRPC servicer calls; one module per backend implements it (`sqlite`,
-`postgres`). A backend knows nothing of gRPC: it takes and returns plain values and frozen
-records (the contract's `StoredArtifact` and `StoredMessage`, and the store's own below), refuses
-with the contract's `StoreRefusal` (`sidecar.store_contract`), and raises
-`StoreUnavailableError` when its database cannot be reached (a backend on a local file never
-does).
+`sidecar.refstore.sql.StoreBackend` is what the gRPC servicer calls; a subclass per database
+gives it its connections (`sqlite`, `postgres`). It knows nothing of gRPC: it takes and
+returns plain values and frozen records (the contract's `StoredArtifact` and `StoredMessage`,
+and the store's own below), refuses with the contract's `StoreRefusal`
+(`sidecar.store_contract`), and raises `StoreUnavailableError` when its database cannot be
+reached (a store on a local file never is unreachable).
 
 The input rules that do not depend on storage (what valid JSON, a valid JSON Patch, a message
-kind, a stored string, a page size and a page token are) live here too, so every backend refuses
+kind, a stored string, a page size and a page token are) live here, so that every call refuses
 the same input with the same code.
 """
 
@@ -18,7 +18,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import Protocol, TypedDict, Unpack
+from typing import TypedDict, Unpack
 
 import jsonpatch
 import jsonpointer
@@ -40,7 +40,6 @@ __all__ = [
     "ArtifactPage",
     "Owner",
     "Principal",
-    "StoreBackend",
     "StoreUnavailableError",
     "StoredArtifact",
     "StoredMessage",
@@ -142,119 +141,6 @@ class StoredThread:
     id: str
     title: str
     owner: str = ""
-
-
-class StoreBackend(Protocol):
-    """Durable storage for artifacts, proposals, threads, messages and turn requests.
-
-    Ids are chosen by the caller and unique forever within their type (artifact, proposal,
-    thread, message); a used id is refused with INVALID_STATE whose states include ID_USED.
-    Each write is atomic. Implementations must be safe to call from several threads: the
-    servicer runs every call in a worker thread.
-
-    Every call takes the ``principal`` it acts for (None: not checked). A create records its
-    rule as the owner; any other call on owned data is refused with FORBIDDEN unless
-    ``store_contract.may_reach`` says the principal reaches its owner.
-    """
-
-    def create_artifact(
-        self, artifact_id: str, kind: str, data_json: str, *, principal: Principal | None = None
-    ) -> StoredArtifact:
-        """Make an artifact at version 1, owned by the principal's rule."""
-        ...
-
-    def get_artifact(
-        self, artifact_id: str, *, principal: Principal | None = None
-    ) -> StoredArtifact:
-        """Read an artifact; NOT_FOUND when missing."""
-        ...
-
-    def patch_artifact(
-        self,
-        artifact_id: str,
-        expected_version: int,
-        patch_json: str,
-        *,
-        principal: Principal | None = None,
-    ) -> StoredArtifact:
-        """Apply an RFC 6902 patch if the version still matches; bump the version."""
-        ...
-
-    def archive_artifact(
-        self, artifact_id: str, *, principal: Principal | None = None
-    ) -> StoredArtifact:
-        """Archive an artifact; archiving an archived one is INVALID_STATE {ARCHIVED}."""
-        ...
-
-    def list_artifacts(
-        self,
-        kind: str,
-        page_size: int = 0,
-        page_token: str = "",
-        *,
-        principal: Principal | None = None,
-    ) -> ArtifactPage:
-        """List a kind's artifacts in id order, archived ones included; with a principal,
-        only those it may reach."""
-        ...
-
-    def create_proposal(
-        self,
-        proposal_id: str,
-        *,
-        principal: Principal | None = None,
-        **fields: Unpack[ProposalFields],
-    ) -> StoredProposal:
-        """Record a proposed create (kind, data_json) or edit (artifact_id, patch_json, ...)."""
-        ...
-
-    def get_proposal(
-        self, proposal_id: str, *, principal: Principal | None = None
-    ) -> StoredProposal:
-        """Read a proposal; NOT_FOUND when missing."""
-        ...
-
-    def create_thread(
-        self, thread_id: str, title: str, *, principal: Principal | None = None
-    ) -> StoredThread:
-        """Make a thread, owned by the principal's rule."""
-        ...
-
-    def post_message(
-        self, message: NewMessage, *, principal: Principal | None = None
-    ) -> StoredMessage:
-        """Append a message; with its `request_turn`, its turn request commits with it."""
-        ...
-
-    def list_messages(
-        self, thread_id: str, *, principal: Principal | None = None
-    ) -> tuple[StoredMessage, ...]:
-        """A thread's messages, oldest first; NOT_FOUND for an unknown thread."""
-        ...
-
-    def request_turn(self, message_id: str, *, principal: Principal | None = None) -> bool:
-        """Ask for the thread's turn for a message (not a notice); False when already asked."""
-        ...
-
-    def list_turn_requests(
-        self, thread_id: str, *, principal: Principal | None = None
-    ) -> tuple[str, ...]:
-        """Message ids with a turn request, oldest first; NOT_FOUND for an unknown thread."""
-        ...
-
-    def get_owner(self, *, artifact_id: str = "", thread_id: str = "") -> Owner:
-        """The owner of an artifact (with its kind) or a thread; NOT_FOUND when missing.
-        Not checked against any principal: it says nothing of the content."""
-        ...
-
-    def assign_owner(self, table: str, record_id: str, owner: str) -> bool:
-        """Set the owner of a record of ``table`` (one of OWNED) that has none; False when
-        it has one already (it is never changed) or does not exist."""
-        ...
-
-    def close(self) -> None:
-        """Release the storage; later calls fail."""
-        ...
 
 
 def require_text(value: str, field: str) -> str:

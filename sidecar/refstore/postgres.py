@@ -44,7 +44,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from sidecar.ops import pgbounds
 from sidecar.refstore.backend import StoreUnavailableError
-from sidecar.refstore.sql import Dialect, SqlStoreBackend
+from sidecar.refstore.sql import Dialect, StoreBackend
 
 __all__ = ["SCHEMA_VERSION", "PostgresStoreBackend"]
 
@@ -214,7 +214,7 @@ def _one(cursor: psycopg.Cursor[tuple[Any, ...]]) -> tuple[Any, ...]:
     return row
 
 
-class PostgresStoreBackend(SqlStoreBackend):
+class PostgresStoreBackend(StoreBackend):
     """A `StoreBackend` on a PostgreSQL database, safe to share between processes.
 
     `dsn` is a libpq connection string or URI; ValueError when it is not one. The tables are

@@ -1,7 +1,7 @@
 """The reference store's rules on SQL, written once for both of its databases.
 
-`SqlStoreBackend` implements every `StoreBackend` call: what it validates, which rows it reads,
-which states refuse a write, how a version is checked and bumped, how a listing pages. A
+`StoreBackend` makes every call of the store: what it validates, which rows it reads, which
+states refuse a write, how a version is checked and bumped, how a listing pages. A
 dialect (`sqlite`, `postgres`) supplies only what truly differs between the databases: how a
 call gets its connection and transaction (`_transact`), and the few words in which the
 statements of `queries` differ (table names, placeholder, row locks). As in DBOS's system
@@ -73,13 +73,25 @@ from sidecar.store_contract import (
     may_reach,
 )
 
-__all__ = ["Connection", "Dialect", "SqlStoreBackend"]
+__all__ = ["Connection", "Dialect", "StoreBackend"]
 
 _T = TypeVar("_T")
 
 
-class SqlStoreBackend:
-    """A `StoreBackend` whose rules are here and whose database a subclass supplies."""
+class StoreBackend:
+    """Durable storage for artifacts, proposals, threads, messages and turn requests.
+
+    Ids are chosen by the caller and unique forever within their type (artifact, proposal,
+    thread, message); a used id is refused with INVALID_STATE whose states include ID_USED.
+    Each write is atomic. It is safe to call from several threads: the
+    servicer runs every call in a worker thread.
+
+    Every call takes the ``principal`` it acts for (None: not checked). A create records its
+    rule as the owner; any other call on owned data is refused with FORBIDDEN unless
+    ``store_contract.may_reach`` says the principal reaches its owner.
+
+    Its rules are here; a subclass supplies the database (``sqlite``, ``postgres``).
+    """
 
     def __init__(self, dialect: Dialect) -> None:
         self._sql = Queries(dialect)
@@ -89,6 +101,7 @@ class SqlStoreBackend:
         raise NotImplementedError
 
     def close(self) -> None:
+        """Release the storage; later calls fail."""
         raise NotImplementedError
 
     # Artifacts
@@ -96,6 +109,7 @@ class SqlStoreBackend:
     def create_artifact(
         self, artifact_id: str, kind: str, data_json: str, *, principal: Principal | None = None
     ) -> StoredArtifact:
+        """Make an artifact at version 1, owned by the principal's rule."""
         require_text(artifact_id, "artifact_id")
         require_text(kind, "kind")
         data = compact_json(parse_document(data_json, "data_json"))
@@ -113,6 +127,8 @@ class SqlStoreBackend:
     def get_artifact(
         self, artifact_id: str, *, principal: Principal | None = None
     ) -> StoredArtifact:
+        """Read an artifact; NOT_FOUND when missing."""
+
         def work(db: Connection) -> StoredArtifact:
             return _reached(principal, self._artifact(db, artifact_id, lock=False))
 
@@ -126,6 +142,7 @@ class SqlStoreBackend:
         *,
         principal: Principal | None = None,
     ) -> StoredArtifact:
+        """Apply an RFC 6902 patch if the version still matches; bump the version."""
         patch = parse_patch(patch_json)
 
         def work(db: Connection) -> StoredArtifact:
@@ -151,6 +168,8 @@ class SqlStoreBackend:
     def archive_artifact(
         self, artifact_id: str, *, principal: Principal | None = None
     ) -> StoredArtifact:
+        """Archive an artifact; archiving an archived one is INVALID_STATE {ARCHIVED}."""
+
         def work(db: Connection) -> StoredArtifact:
             current = _reached(principal, self._artifact(db, artifact_id, lock=True))
             if current.archived:
@@ -170,6 +189,8 @@ class SqlStoreBackend:
         *,
         principal: Principal | None = None,
     ) -> ArtifactPage:
+        """List a kind's artifacts in id order, archived ones included; with a principal,
+        only those it may reach."""
         require_text(kind, "kind")
         size = page_size_for(page_size)
         after = decode_page_token(kind, page_token)
@@ -197,6 +218,7 @@ class SqlStoreBackend:
         principal: Principal | None = None,
         **fields: Unpack[ProposalFields],
     ) -> StoredProposal:
+        """Record a proposed create (kind, data_json) or edit (artifact_id, patch_json, ...)."""
         proposal = replace(
             proposal_for(proposal_id, **fields), owner=principal.rule if principal else ""
         )
@@ -242,6 +264,7 @@ class SqlStoreBackend:
     def get_proposal(
         self, proposal_id: str, *, principal: Principal | None = None
     ) -> StoredProposal:
+        """Read a proposal; NOT_FOUND when missing."""
         row = self._transact(lambda db: _row(db, self._sql.proposal, proposal_id), write=False)
         if row is None:
             raise StoreRefusal(RefusalCode.NOT_FOUND, "no such proposal")
@@ -261,6 +284,7 @@ class SqlStoreBackend:
     def create_thread(
         self, thread_id: str, title: str, *, principal: Principal | None = None
     ) -> StoredThread:
+        """Make a thread, owned by the principal's rule."""
         require_text(thread_id, "thread_id")
         require_text(title, "title")
         owner = _owner_of(principal)
@@ -275,6 +299,7 @@ class SqlStoreBackend:
     def post_message(
         self, message: NewMessage, *, principal: Principal | None = None
     ) -> StoredMessage:
+        """Append a message; with its `request_turn`, its turn request commits with it."""
         require_text(message.message_id, "message_id")
         require_text(message.thread_id, "thread_id")
         if message.kind not in MESSAGE_KINDS:
@@ -324,6 +349,8 @@ class SqlStoreBackend:
     def list_messages(
         self, thread_id: str, *, principal: Principal | None = None
     ) -> tuple[StoredMessage, ...]:
+        """A thread's messages, oldest first; NOT_FOUND for an unknown thread."""
+
         def work(db: Connection) -> list[tuple[Any, ...]]:
             self._require_thread(db, thread_id, principal)
             rows: list[tuple[Any, ...]] = db.execute(self._sql.messages, (thread_id,)).fetchall()
@@ -332,6 +359,8 @@ class SqlStoreBackend:
         return tuple(_message(row) for row in self._transact(work, write=False))
 
     def request_turn(self, message_id: str, *, principal: Principal | None = None) -> bool:
+        """Ask for the thread's turn for a message (not a notice); False when already asked."""
+
         def work(db: Connection) -> bool:
             row = _row(db, self._sql.message_turn, message_id)
             if row is None:
@@ -352,6 +381,8 @@ class SqlStoreBackend:
     def list_turn_requests(
         self, thread_id: str, *, principal: Principal | None = None
     ) -> tuple[str, ...]:
+        """Message ids with a turn request, oldest first; NOT_FOUND for an unknown thread."""
+
         def work(db: Connection) -> list[tuple[Any, ...]]:
             self._require_thread(db, thread_id, principal)
             rows: list[tuple[Any, ...]] = db.execute(
@@ -364,6 +395,8 @@ class SqlStoreBackend:
     # Owners
 
     def get_owner(self, *, artifact_id: str = "", thread_id: str = "") -> Owner:
+        """The owner of an artifact (with its kind) or a thread; NOT_FOUND when missing.
+        Not checked against any principal: it says nothing of the content."""
         if bool(artifact_id) == bool(thread_id):
             raise StoreRefusal(
                 RefusalCode.VALIDATION_FAILED, "name an artifact_id or a thread_id, exactly one"
@@ -383,6 +416,8 @@ class SqlStoreBackend:
         return self._transact(work, write=False)
 
     def assign_owner(self, table: str, record_id: str, owner: str) -> bool:
+        """Set the owner of a record of ``table`` (one of OWNED) that has none; False when
+        it has one already (it is never changed) or does not exist."""
         if table not in OWNED:
             raise ValueError(f"owners are assigned to {', '.join(OWNED)}, not {table!r}")
         require_text(owner, "owner")

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from sidecar.ops import files
-from sidecar.refstore.sql import Connection, Dialect, SqlStoreBackend
+from sidecar.refstore.sql import Connection, Dialect, StoreBackend
 
 __all__ = ["SCHEMA_VERSION", "SqliteStoreBackend"]
 
@@ -108,7 +108,7 @@ _UPGRADE_FROM_1 = tuple(
 _DIALECT = Dialect(table_prefix="", placeholder="?", update_lock="", share_lock="")
 
 
-class SqliteStoreBackend(SqlStoreBackend):
+class SqliteStoreBackend(StoreBackend):
     """A `StoreBackend` on one SQLite file.
 
     One connection, guarded by a lock, serves every thread: SQLite serializes writers anyway,

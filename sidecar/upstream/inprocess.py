@@ -57,6 +57,7 @@ from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, LedgerError
 from sidecar.ops.scheduling import BatchThread
 from sidecar.refstore import backend as store
+from sidecar.refstore.sql import StoreBackend
 from sidecar.store_contract import Refusal
 from sidecar.upstream.base import (
     AuditedWrites,
@@ -109,7 +110,7 @@ class SharedLedger(Protocol):
 
 
 # Each call of the contract as the backend's method, bound to the call's arguments.
-_BACKEND_CALLS: dict[type[StoreCall[Any]], Callable[[store.StoreBackend, Any], Callable[[], Any]]]
+_BACKEND_CALLS: dict[type[StoreCall[Any]], Callable[[StoreBackend, Any], Callable[[], Any]]]
 _BACKEND_CALLS = {
     CreateArtifact: lambda b, op: functools.partial(
         b.create_artifact, op.artifact_id, op.kind, op.data_json, principal=op.principal
@@ -201,7 +202,7 @@ class InProcessStoreClient:
 
     def __init__(
         self,
-        backend: store.StoreBackend,
+        backend: StoreBackend,
         *,
         timeout_seconds: float = defaults.STORE_TIMEOUT_SECONDS,
         workers: int = DEFAULT_WORKERS,
