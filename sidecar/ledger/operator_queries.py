@@ -157,7 +157,7 @@ class OperatorLedger:
     @functools.cached_property
     def _columns(self) -> str:
         # A ledger opened read-only may not have been migrated: read it as it is.
-        names = self._fetch(self._queries.dialect.columns)
+        names = self._fetch(self._queries.dialect.columns.format(table="audit_events"))
         return readable_columns({str(row[0]) for row in names})
 
     # -- pending and decisions ----------------------------------------------------

@@ -30,9 +30,6 @@ from psycopg import sql
 from sidecar.ledger.base import LedgerError, Phase
 from sidecar.ledger.chains import MAX_CHAINS, POSTGRES_CHAINS
 from sidecar.ledger.schema import (
-    ADDED_COLUMNS,
-    CHAIN_INDEX,
-    CHECKPOINT_COLUMNS,
     DROP_OLD_HEAD,
     INSERT_CHAIN,
     OLD_HEAD,
@@ -44,7 +41,7 @@ from sidecar.ledger.schema import (
     schema_table,
     tables,
 )
-from sidecar.ledger.sql import POSTGRES, phase, present_columns
+from sidecar.ledger.sql import POSTGRES, add_columns, phase
 from sidecar.ops import pgbounds
 
 # The PostgreSQL ledger's version: the shared schema's (sidecar.ledger.schema), then 3: every
@@ -223,17 +220,7 @@ def _create(conn: psycopg.Connection[Any], chains: int = POSTGRES_CHAINS) -> Non
     commits. A ledger without chains gets ``chains`` of them."""
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
     conn.execute(SCHEMA)
-    # A ledger written before a column came gains it in place, under the same lock;
-    # earlier sidecars name their columns, so the defaults fill them.
-    present = present_columns(conn, POSTGRES)
-    for name, statement, _ in ADDED_COLUMNS:
-        if name not in present:
-            conn.execute(statement)
-    for _name, statement in CHECKPOINT_COLUMNS:
-        conn.execute(
-            statement.format(seq_type="BIGINT").replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS")
-        )
-    conn.execute(CHAIN_INDEX)
+    add_columns(conn, POSTGRES, "BIGINT")
     _make_chains(conn, chains)
     schema = _schema_name(conn)
     conn.execute(_ROLES_DDL.replace("{schema}", sql.Identifier(schema).as_string(conn)))

@@ -29,6 +29,9 @@ from sidecar.ledger.base import (
 from sidecar.ledger.chains import chain_of
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import (
+    ADDED_COLUMNS,
+    CHAIN_INDEX,
+    CHECKPOINT_COLUMNS,
     CHECKPOINTS_QUERY,
     COLUMNS,
     HEADS_QUERY,
@@ -48,6 +51,7 @@ __all__ = [
     "Queries",
     "SqlLedger",
     "SqlLedgerReader",
+    "add_columns",
     "append",
     "marks",
     "phase",
@@ -65,7 +69,7 @@ class Dialect:
     # How a ledger of many chains numbers a batch's events, ``?`` of them: one sequence
     # shared by the chains. None where a ledger has one chain (SQLite).
     numbers: str | None
-    columns: str  # the statement that names the events table's columns
+    columns: str  # the statement that names a ``{table}``'s columns
     # A list goes as one array parameter: one statement for any number of runs, which the
     # driver prepares once, rather than one per count.
     array_parameter: bool
@@ -83,7 +87,7 @@ SQLITE = Dialect(
     placeholder="?",
     head_lock="",
     numbers=None,
-    columns="SELECT name FROM pragma_table_info('audit_events')",
+    columns="SELECT name FROM pragma_table_info('{table}')",
     array_parameter=False,
 )
 # Batches from several sidecars serialize on the head rows of the chains they append to,
@@ -93,7 +97,7 @@ POSTGRES = Dialect(
     head_lock=" FOR UPDATE",
     numbers="SELECT nextval('audit_events_seq') FROM generate_series(1, %s)",
     columns="SELECT column_name FROM information_schema.columns "
-    "WHERE table_schema = current_schema() AND table_name = 'audit_events'",
+    "WHERE table_schema = current_schema() AND table_name = '{table}'",
     array_parameter=True,
     clock="clock_timestamp()",
     guarded=True,
@@ -117,9 +121,25 @@ def phase(name: str) -> str:
     return f"'{name}'"
 
 
-def present_columns(db: Connection, dialect: Dialect) -> set[str]:
-    """The columns the events table has: a ledger not yet migrated lacks the newest."""
-    return {str(row[0]) for row in db.execute(dialect.columns).fetchall()}
+def present_columns(db: Connection, dialect: Dialect, table: str = "audit_events") -> set[str]:
+    """The columns ``table`` has: a ledger not yet migrated lacks the newest."""
+    query = dialect.columns.format(table=table)
+    return {str(row[0]) for row in db.execute(query).fetchall()}
+
+
+def add_columns(db: Connection, dialect: Dialect, seq_type: str) -> None:
+    """Give a ledger written before a column came each column it lacks, in place, and the
+    index on events' chains; the caller holds the lock that keeps two sidecars from both
+    adding one. Earlier sidecars name their columns, so the defaults fill them."""
+    for table, added in (
+        ("audit_events", ADDED_COLUMNS),
+        ("audit_checkpoints", CHECKPOINT_COLUMNS),
+    ):
+        present = present_columns(db, dialect, table)
+        for name, statement, *_ in added:
+            if name not in present:
+                db.execute(statement.format(seq_type=seq_type))
+    db.execute(CHAIN_INDEX)
 
 
 def marks(count: int) -> str:

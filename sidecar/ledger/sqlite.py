@@ -21,9 +21,6 @@ from typing import Any, Protocol, TypeVar
 
 from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
 from sidecar.ledger.schema import (
-    ADDED_COLUMNS,
-    CHAIN_INDEX,
-    CHECKPOINT_COLUMNS,
     DROP_OLD_HEAD,
     INSERT_CHAIN,
     OLD_HEAD,
@@ -37,7 +34,14 @@ from sidecar.ledger.schema import (
     schema_table,
     tables,
 )
-from sidecar.ledger.sql import SQLITE, SqlLedger, SqlLedgerReader, append, present_columns
+from sidecar.ledger.sql import (
+    SQLITE,
+    SqlLedger,
+    SqlLedgerReader,
+    add_columns,
+    append,
+    present_columns,
+)
 from sidecar.ops import files
 
 _T = TypeVar("_T")
@@ -89,17 +93,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
     # keeps two sidecars opening the file together from both adding it.
     conn.execute("BEGIN IMMEDIATE")
     try:
-        present = present_columns(conn, SQLITE)
-        for name, statement, _ in ADDED_COLUMNS:
-            if name not in present:
-                conn.execute(statement)
-        marked = {str(row[0]) for row in conn.execute(
-            "SELECT name FROM pragma_table_info('audit_checkpoints')"
-        )}  # fmt: skip
-        for name, statement in CHECKPOINT_COLUMNS:
-            if name not in marked:
-                conn.execute(statement.format(seq_type="INTEGER"))
-        conn.execute(CHAIN_INDEX)
+        add_columns(conn, SQLITE, "INTEGER")
         _chains(conn)
         conn.execute(RECORD_VERSION, (SCHEMA_VERSION,))
         conn.execute("COMMIT")
