@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from sidecar import defaults, extras, version
 from sidecar.config import Config, commands, reading
 from sidecar.config.reading import ConfigError, add_settings, check_environment, resolve
-from sidecar.ledger.chains import POSTGRES_CHAINS
+from sidecar.ledger.schema import POSTGRES_CHAINS
 from sidecar.ops import logs, tracing_settings
 from sidecar.ops.http_guard import beyond_loopback_problem, is_loopback_listen
 

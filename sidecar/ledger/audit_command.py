@@ -303,8 +303,8 @@ def run_migrate(values: dict[str, Any]) -> int:
             file=sys.stderr,
         )
         return 2
-    from sidecar.ledger.chains import POSTGRES_CHAINS
     from sidecar.ledger.pgschema import migrate
+    from sidecar.ledger.schema import POSTGRES_CHAINS
 
     try:
         chains = int(values.get("chains") or POSTGRES_CHAINS)

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.ledger.base import AuditEvent, LedgerError
-from sidecar.ledger.chains import chain_of
 from sidecar.ledger.liveness import POSTGRES_CLOCK, SQLITE_CLOCK
 from sidecar.ledger.operator_keys import OperatorKey, load_key
 from sidecar.ledger.operator_queries import (
@@ -37,6 +36,7 @@ from sidecar.ledger.operator_queries import (
     RunsPage,
 )
 from sidecar.ledger.pending import DecisionRefused
+from sidecar.ledger.schema import chain_of
 from sidecar.ledger.sql import POSTGRES, SQLITE, Queries, ledger_clock
 
 # The queries' names stay importable from here, beside the backends that run them.
@@ -219,7 +219,7 @@ class PostgresOperatorLedger(OperatorLedger):
                     assert head is not None
                     chain, seq, hash_, newest, now = head
                     number = int(seq) + 1
-                    if chains > 1:  # the chains share one sequence (sidecar.ledger.chains)
+                    if chains > 1:  # the chains share one sequence (sidecar.ledger.schema.chain_of)
                         assert self._queries.dialect.numbers is not None
                         taken = conn.execute(self._queries.dialect.numbers, (1,)).fetchone()
                         number = int(taken[0])

@@ -6,7 +6,7 @@ of SQL with ``?`` placeholders; each backend (:mod:`sidecar.ledger.operator`)
 supplies the primitives: run a statement, and hold the chain's head locked for a
 transaction that appends. Every query pages or narrows in SQL through the ledger's
 indexes; none reads the ledger whole. A decision is appended inside the lock of its run's
-chain (sidecar.ledger.chains), after re-reading its id's events there, so that two
+chain (sidecar.ledger.schema.chain_of), after re-reading its id's events there, so that two
 operators deciding at once cannot both win, and the sidecars' own appends to that run
 serialize with it as with each other.
 """
@@ -483,7 +483,7 @@ class PendingTracker:
         self.ledger = ledger
         self._full_after = full_after
         # Each chain's head when last asked: a cursor per chain, since across chains the
-        # numbers need not commit in order (sidecar.ledger.chains).
+        # numbers need not commit in order (sidecar.ledger.schema.chain_of).
         self._heads: dict[int, int] | None = None
         self._items: dict[str, PendingItem] = {}
         self._lock = threading.Lock()

@@ -28,11 +28,12 @@ import psycopg
 from psycopg import sql
 
 from sidecar.ledger.base import LedgerError, Phase
-from sidecar.ledger.chains import MAX_CHAINS, POSTGRES_CHAINS
 from sidecar.ledger.schema import (
     DROP_OLD_HEAD,
     INSERT_CHAIN,
+    MAX_CHAINS,
     OLD_HEAD,
+    POSTGRES_CHAINS,
     RECORD_VERSION,
     chain_rows,
     chains_table,
@@ -46,7 +47,7 @@ from sidecar.ops import pgbounds
 
 # The PostgreSQL ledger's version: the shared schema's (sidecar.ledger.schema), then 3: every
 # event's author, the operator roles, the decision trigger and the fencing functions; 4:
-# chains (sidecar.ledger.chains), numbered from one sequence, which replace ``audit_head``.
+# chains (sidecar.ledger.schema.chain_of), numbered from one sequence, which replace ``audit_head``.
 # A SQLite ledger has no roles and stays at the shared version.
 SCHEMA_VERSION = 4
 
@@ -180,7 +181,7 @@ class SchemaState:
     role: str
     owner: bool  # the role owns the tables (or is a superuser): it can rewrite the audit
     migrated_from: int | None = None  # the version before this call brought it up to date
-    chains: int = 1  # the chains the ledger is partitioned into (sidecar.ledger.chains)
+    chains: int = 1  # the chains the ledger is partitioned into (sidecar.ledger.schema.chain_of)
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:

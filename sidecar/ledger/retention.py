@@ -33,7 +33,7 @@ prune moved it since the plan, and no append waits for more than one batch. Veri
 reads only what follows the checkpoint, so a deletion cut short leaves a ledger that
 verifies, and the next prune removes the rest.
 
-A ledger of many chains (sidecar.ledger.chains) is pruned chain by chain, in the same one
+A ledger of many chains (sidecar.ledger.schema.chain_of) is pruned chain by chain, in the same one
 snapshot and into the same export: each chain has its own cut, moved back by the rules
 above among its own runs only, so that a run with something pending holds back its chain
 alone, and the others are pruned (the runs kept are reported, and the command exits 3).

@@ -3,7 +3,7 @@
 A statement is written here with ``?`` placeholders; :class:`Queries` puts it in one
 database's words (its placeholder, the lock an append takes on its chains' head rows, where
 numbers come from). Phases are named by :class:`~sidecar.ledger.base.Phase`, never spelled
-again in SQL. :func:`append` is the one way a batch joins its chains (sidecar.ledger.chains),
+again in SQL. :func:`append` is the one way a batch joins its chains (``chain_of``),
 on either database; :class:`SqlLedger` and :class:`SqlLedgerReader` hold what the sidecar's
 ledger and ``actonce audit``'s reader ask of it the same way on both.
 """
@@ -26,7 +26,6 @@ from sidecar.ledger.base import (
     RunSummary,
     StoredEvent,
 )
-from sidecar.ledger.chains import chain_of
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import (
     ADDED_COLUMNS,
@@ -38,6 +37,7 @@ from sidecar.ledger.schema import (
     OLD_HEAD,
     EventClock,
     chain,
+    chain_of,
     fenced_keys,
     newest_attempts,
     row_to_event,

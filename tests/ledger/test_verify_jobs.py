@@ -13,9 +13,9 @@ import pytest
 
 from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent, LedgerReader, Phase, StoredEvent
-from sidecar.ledger.chains import POSTGRES_CHAINS, chain_of
 from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.pgsnapshot import SharedPostgresSnapshot, SharingReader
+from sidecar.ledger.schema import POSTGRES_CHAINS, chain_of
 from sidecar.ledger.sql import POSTGRES, Queries, append
 from tests.helpers import postgres as pg
 from tests.ledger.test_chains import (
