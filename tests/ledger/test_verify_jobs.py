@@ -17,6 +17,7 @@ from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.pgsnapshot import SharedPostgresSnapshot, SharingReader
 from sidecar.ledger.schema import POSTGRES_CHAINS, chain_of
 from sidecar.ledger.sql import POSTGRES, Queries, append
+from tests.helpers import pgbouncer
 from tests.helpers import postgres as pg
 from tests.ledger.test_chains import (
     _cli,
@@ -196,3 +197,20 @@ def test_the_decisions_are_shown_in_the_order_the_one_by_one_walk_shows_them(dsn
         assert verdict.intact, verdict
         shown[jobs] = [e.seq for e in seen if e.event.phase == Phase.DECISION]
     assert shown[4] == shown[1] and len(shown[1]) == len(decided)
+
+
+@pytest.mark.skipif(not pgbouncer.available(), reason="needs Debian's pgbouncer: make pgbouncer")
+def test_verify_with_four_workers_through_pgbouncer_in_transaction_mode(dsn: str) -> None:
+    """An operator's DSN is often the fleet's pooler's: the workers' snapshot, exported by
+    one transaction and adopted by the others, holds there too, and so does the verdict."""
+    runs = _many_chains(dsn)
+    with pgbouncer.Pooler(pg.server_dsn()) as pooler:
+        pooled = pooler.dsn(dsn)
+        intact = _cli(pooled, "verify", "--jobs", "4")
+        assert intact.returncode == 0, intact
+        assert intact.stdout.startswith(f"ledger intact: {CHAINS * 3} events"), intact
+        chain = _cut_tail(dsn, max(runs, key=lambda run: chain_of(run, POSTGRES_CHAINS)))
+        direct, through = _cli(dsn, "verify", "--jobs", "4"), _cli(pooled, "verify", "--jobs", "4")
+    assert through.returncode == direct.returncode != 0, (direct, through)
+    assert through.stdout == direct.stdout
+    assert f"in chain {chain}:" in through.stdout and "deleted from the end" in through.stdout
