@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -16,10 +17,12 @@ from actonce_client import (
     Counts,
     Effect,
     FailureClass,
+    InvalidInput,
     Outcome,
     RawJSON,
     Write,
 )
+from actonce_client.aio import AsyncClient
 from actonce_client.ids import WriteType, create_identity, derive_id, post_identity
 
 
@@ -133,6 +136,35 @@ def test_an_aborted_step_runs_in_a_later_attempt(client: Client) -> None:
     with pytest.raises(ActonceError) as ended:
         retry.abort_step(again.id, "too late")
     assert ended.value.reason == "STEP_ENDED"
+
+
+@pytest.mark.parametrize("effect", ["CHARGE", "non_idempotent_write", 3, None, Effect.UNSPECIFIED])
+def test_a_step_with_a_bad_effect_is_refused_before_anything_is_sent(
+    client: Client, effect: object
+) -> None:
+    run_id = _run_id()
+    attempt = client.begin(run_id, "steps")
+    with pytest.raises(InvalidInput) as refused:
+        attempt.begin_step("charge_card", effect, {"amount": 10})  # type: ignore[arg-type]
+    assert (refused.value.reason, refused.value.field) == ("INVALID_ARGUMENT", "effect")
+    assert "NON_IDEMPOTENT_WRITE" in str(refused.value)
+    # An effect may be given by its name, as the TypeScript client takes it.
+    step = attempt.begin_step("charge_card", "NON_IDEMPOTENT_WRITE", {"amount": 10})
+    assert step.done is False
+    assert attempt.end_step(step.id, {"charged": True}) is Outcome.APPLIED
+
+
+def test_the_async_client_refuses_a_bad_effect_as_the_client_does(target: str) -> None:
+    async def run() -> InvalidInput:
+        async with AsyncClient(target) as client:
+            attempt = await client.begin(_run_id(), "steps")
+            with pytest.raises(InvalidInput) as refused:
+                await attempt.begin_step("charge_card", "CHARGE", {"amount": 10})
+            step = await attempt.begin_step("charge_card", "READ_ONLY", {"amount": 10})
+            assert step.done is False
+            return refused.value
+
+    assert asyncio.run(run()).field == "effect"
 
 
 def test_invalid_json_is_refused(client: Client) -> None:

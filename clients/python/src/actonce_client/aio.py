@@ -38,6 +38,7 @@ from actonce_client.client import (
     Step,
     Write,
     begin_request,
+    effect_value,
     json_text,
     new_request_id,
     outcome_of,
@@ -263,7 +264,7 @@ class AsyncAttempt:
     async def begin_step(
         self,
         tool: str,
-        effect: Effect,
+        effect: Effect | str,
         args: Any,
         *,
         key: str = "",
@@ -272,7 +273,7 @@ class AsyncAttempt:
         rid = request_id or new_request_id()
         response = await self._client._call(
             self._stub.BeginStep,
-            pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect.value,
+            pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect_value(effect),
                                 args_json=json_text(args), request_id=rid, key=key),
             request_id=rid,
         )  # fmt: skip

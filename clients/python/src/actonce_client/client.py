@@ -28,7 +28,7 @@ from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 from actonce_client import target as targets
 from actonce_client.auth import ApiToken, call_metadata
-from actonce_client.errors import from_rpc_error
+from actonce_client.errors import InvalidInput, from_rpc_error
 
 DEFAULT_TIMEOUT = 10.0
 """Seconds a call may take unless told otherwise: above the sidecar's own
@@ -83,6 +83,19 @@ class Effect(enum.IntEnum):
     READ_ONLY = types_pb2.TOOL_EFFECT_READ_ONLY
     IDEMPOTENT_WRITE = types_pb2.TOOL_EFFECT_IDEMPOTENT_WRITE
     NON_IDEMPOTENT_WRITE = types_pb2.TOOL_EFFECT_NON_IDEMPOTENT_WRITE
+
+
+_EFFECTS = ("READ_ONLY", "IDEMPOTENT_WRITE", "NON_IDEMPOTENT_WRITE")
+
+
+def effect_value(effect: Effect | str) -> types_pb2.ToolEffect.ValueType:
+    """A step's effect on the wire, given as an :class:`Effect` or its name. Anything else
+    is refused here, before anything is sent, as the sidecar would refuse it: a step sent
+    with a wrong effect would otherwise fail after its call may have begun."""
+    name = effect.name if isinstance(effect, Effect) else effect
+    if not isinstance(name, str) or name not in _EFFECTS:
+        raise InvalidInput("effect", f"is {effect!r}; it must be one of {', '.join(_EFFECTS)}")
+    return types_pb2.ToolEffect.ValueType(Effect[name])
 
 
 @dataclass(frozen=True)
@@ -448,7 +461,7 @@ class Attempt:
     def begin_step(
         self,
         tool: str,
-        effect: Effect,
+        effect: Effect | str,
         args: Any,
         *,
         key: str = "",
@@ -465,7 +478,7 @@ class Attempt:
         rid = request_id or new_request_id()
         response = self._client._call(
             self._stub.BeginStep,
-            pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect.value,
+            pb.BeginStepRequest(attempt_id=self.id, tool=tool, effect=effect_value(effect),
                                 args_json=_json_text(args), request_id=rid, key=key),
             request_id=rid,
         )  # fmt: skip
