@@ -191,8 +191,13 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
 def schema_version(conn: psycopg.Connection[Any]) -> int | None:
     """The version the ledger was brought up to: None when it has no events table, 1 for
     a ledger of the releases before versions were recorded."""
+    # Read from pg_class, as of this statement: to_regclass answers from the session's
+    # cache, which still says "no such table" for one another session has made since this
+    # transaction looked (the version is read again once the schema's lock is held).
     found = conn.execute(
-        "SELECT to_regclass('audit_events') IS NOT NULL, to_regclass('audit_schema') IS NOT NULL"
+        "SELECT bool_or(relname = 'audit_events'), bool_or(relname = 'audit_schema') "
+        "FROM pg_class WHERE relnamespace = current_schema()::regnamespace "
+        "AND relname IN ('audit_events', 'audit_schema')"
     ).fetchone()
     if found is None or not found[0]:
         return None
@@ -216,10 +221,16 @@ def _state(conn: psycopg.Connection[Any], version: int | None) -> SchemaState:
     return SchemaState(version, str(row[0]), bool(row[1]), chains=chains)
 
 
+def _lock_schema(conn: psycopg.Connection[Any]) -> None:
+    """Hold the schema's lock until the transaction ends: one process at a time creates or
+    upgrades the ledger."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+
+
 def _create(conn: psycopg.Connection[Any], chains: int = POSTGRES_CHAINS) -> None:
     """Create what is missing and record the version, under the schema's lock; the caller
     commits. A ledger without chains gets ``chains`` of them."""
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+    _lock_schema(conn)
     conn.execute(SCHEMA)
     add_columns(conn, POSTGRES, "BIGINT")
     _make_chains(conn, chains)
@@ -259,6 +270,15 @@ def ensure_schema(dsn: str) -> SchemaState:
         with connect(dsn) as conn:
             version = schema_version(conn)
             if version is not None and version >= SCHEMA_VERSION:
+                return _state(conn, version)
+            # Sidecars that start together all find the ledger behind. The first to hold the
+            # lock brings it up; the others find it current once they hold it, and change
+            # nothing: their DDL on the events table would wait on (and deadlock with) the
+            # first one's appends.
+            _lock_schema(conn)
+            version = schema_version(conn)
+            if version is not None and version >= SCHEMA_VERSION:
+                conn.commit()
                 return _state(conn, version)
             try:
                 _create(conn)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ import grpc
 import psycopg
 import pytest
 
+from sidecar.ledger import pgschema
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.pgschema import SCHEMA_VERSION, connect, schema_version
+from tests.faults.support import wait_for
 from tests.harness import refusal, sidecar_config, start_sidecar
 from tests.helpers import postgres as pg
 from tests.ledger.support import LedgerPlace
@@ -87,3 +90,52 @@ def test_a_ledger_of_the_release_before_verifies_upgrades_and_keeps_its_runs_rul
         assert [e.event.rule for e in reader.events(run_id="pay-7781")][-1] == "payments"
     finally:
         reader.close()
+
+
+def test_a_sidecar_that_finds_the_ledger_brought_up_once_it_holds_the_lock_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A fleet rolled out onto a ledger of an older schema: every sidecar finds it behind and
+    waits for the schema's lock. The first brings it up and appends; the next, once it holds
+    the lock, must not run the upgrade's DDL again, which waits on that append's lock on the
+    events table (and, with the first sidecar wanting more, deadlocked one of them)."""
+    place = _load("postgres", tmp_path)
+    assert place.dsn is not None
+    dsn = place.dsn
+    try:
+        with psycopg.connect(dsn) as first:
+            first.execute("SELECT pg_advisory_lock(%s)", (pgschema._SCHEMA_LOCK,))
+            first.commit()
+            opened: dict[str, Any] = {}
+
+            def open_second() -> None:
+                try:
+                    opened["state"] = pgschema.ensure_schema(dsn)
+                except Exception as exc:
+                    opened["error"] = exc
+
+            second = threading.Thread(target=open_second)
+            second.start()
+            assert wait_for(lambda: _waits_for_an_advisory_lock(first), timeout=30)
+            pgschema._create(first)  # the first sidecar brings it up, under the lock it holds
+            first.commit()
+            with psycopg.connect(dsn) as appending:
+                appending.execute("LOCK TABLE audit_events IN ROW EXCLUSIVE MODE")
+                first.execute("SELECT pg_advisory_unlock(%s)", (pgschema._SCHEMA_LOCK,))
+                first.commit()
+                # While the first sidecar's append holds the events table, the second opens.
+                second.join(timeout=60)
+                assert not second.is_alive(), "the second sidecar waits on the events table"
+                appending.rollback()
+        assert "error" not in opened, opened
+        assert opened["state"].version == SCHEMA_VERSION
+    finally:
+        pg.drop_database(dsn)
+
+
+def _waits_for_an_advisory_lock(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    conn.commit()
+    return bool(row and row[0])
