@@ -54,7 +54,7 @@ class ToolCall:
         args: Any,
         call: Callable[[str], T],
         *,
-        effect: Effect = Effect.NON_IDEMPOTENT_WRITE,
+        effect: Effect | str = Effect.NON_IDEMPOTENT_WRITE,
         not_made: tuple[type[BaseException], ...] = (),
     ) -> T:
         """``call(idempotency_key)``, made at most once across the run's tries.
@@ -103,7 +103,7 @@ class AsyncToolCall:
         args: Any,
         call: Callable[[str], Awaitable[T]],
         *,
-        effect: Effect = Effect.NON_IDEMPOTENT_WRITE,
+        effect: Effect | str = Effect.NON_IDEMPOTENT_WRITE,
         not_made: tuple[type[BaseException], ...] = (),
     ) -> T:
         """``await call(idempotency_key)``, made at most once across the run's tries, as
