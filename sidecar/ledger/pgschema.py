@@ -191,13 +191,14 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
 def schema_version(conn: psycopg.Connection[Any]) -> int | None:
     """The version the ledger was brought up to: None when it has no events table, 1 for
     a ledger of the releases before versions were recorded."""
-    # Read from pg_class, as of this statement: to_regclass answers from the session's
-    # cache, which still says "no such table" for one another session has made since this
-    # transaction looked (the version is read again once the schema's lock is held).
+    # Read from pg_class, as of this statement, the tables the search path finds (as
+    # to_regclass would): to_regclass answers from the session's cache, which still says "no
+    # such table" for one another session has made since this transaction looked (the
+    # version is read again once the schema's lock is held).
     found = conn.execute(
         "SELECT bool_or(relname = 'audit_events'), bool_or(relname = 'audit_schema') "
-        "FROM pg_class WHERE relnamespace = current_schema()::regnamespace "
-        "AND relname IN ('audit_events', 'audit_schema')"
+        "FROM pg_class WHERE relname IN ('audit_events', 'audit_schema') "
+        "AND pg_table_is_visible(oid)"
     ).fetchone()
     if found is None or not found[0]:
         return None

@@ -139,3 +139,24 @@ def _waits_for_an_advisory_lock(conn: psycopg.Connection[Any]) -> bool:
     ).fetchone()
     conn.commit()
     return bool(row and row[0])
+
+
+def test_a_ledger_the_search_path_finds_in_a_later_schema_is_found_current() -> None:
+    """PostgreSQL's default search path puts the role's own schema first: a ledger in
+    ``public`` beside an empty schema of the role's name is the ledger, current, and opening it
+    makes no second one there."""
+    dsn = pg.fresh_database("search_path")
+    try:
+        pgschema.migrate(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            role = conn.execute("SELECT current_user").fetchone()
+            assert role is not None
+            conn.execute(f'CREATE SCHEMA "{role[0]}"')
+        assert pgschema.ensure_schema(dsn).version == SCHEMA_VERSION
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            made = conn.execute(
+                "SELECT COUNT(*) FROM pg_tables WHERE schemaname = current_user"
+            ).fetchone()
+        assert made == (0,)
+    finally:
+        pg.drop_database(dsn)
