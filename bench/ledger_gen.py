@@ -1,6 +1,6 @@
 """A generator of large ledgers: valid, chained events written straight into a ledger file.
 
-It lays events down with the ledger's own code (``schema.chain``: the same numbering, hash
+It lays events down with the ledger's own code (``sql.chain``: the same numbering, hash
 chain and rows the sidecar writes) in large transactions with no sync, which is what makes
 millions of events take seconds rather than hours: runs of a few attempts each, writes as
 intent and outcome, retries that find their writes already applied, steps, a few steps in
@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sidecar.ledger import schema
+from sidecar.ledger import schema, sql
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, Phase
 from sidecar.ledger.sqlite import connect
 
@@ -120,8 +120,8 @@ def generate(path: Path, count: int, seed: int = 7, *, days: float = 1.0) -> int
     rng = random.Random(seed)
     conn = connect(path, busy_timeout_ms=5000)
     conn.execute("PRAGMA synchronous = OFF")  # a generator, not a ledger in service
-    original = schema.now
-    schema.now = _Clock(rng, days)  # chain() stamps each event; give them a spread
+    original = sql.now
+    sql.now = _Clock(rng, days)  # chain() stamps each event; give them a spread
     try:
         seq, head = conn.execute("SELECT seq, hash FROM audit_chains WHERE chain = 0").fetchone()
         seq, head = int(seq), str(head or GENESIS_HASH)
@@ -131,7 +131,7 @@ def generate(path: Path, count: int, seed: int = 7, *, days: float = 1.0) -> int
             while len(batch) < BATCH and written + len(batch) < count:
                 batch.extend(run_events(n, rng))
                 n += 1
-            chained = schema.chain(batch, seq, head, {})
+            chained = sql.chain(batch, seq, head, {})
             conn.execute("BEGIN")
             conn.executemany(_INSERT, chained.rows)
             conn.executemany(
@@ -146,7 +146,7 @@ def generate(path: Path, count: int, seed: int = 7, *, days: float = 1.0) -> int
             conn.execute("COMMIT")
             seq, head, written = chained.seq, chained.head, written + len(chained.rows)
     finally:
-        schema.now = original
+        sql.now = original
         conn.close()
     return written
 

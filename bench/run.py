@@ -256,7 +256,8 @@ def _median(results: list[Measured]) -> dict[str, Any]:
 def ledger_statements() -> dict[str, dict[str, int]]:
     """Statements a ledger batch costs on each dialect, for a batch of 6 events and one of
     1,200 (new attempts, intents to fence, outcomes): on PostgreSQL each is a round trip."""
-    from sidecar.ledger.sql import POSTGRES, SQLITE, Queries, append
+    from sidecar.ledger.schema import POSTGRES, SQLITE
+    from sidecar.ledger.sql import Queries, append
     from tests.ledger.test_round_trips import CountingCursor, _batch
 
     counted: dict[str, dict[str, int]] = {}

@@ -21,7 +21,8 @@ from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent
 from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.pgsnapshot import SharedPostgresSnapshot, SharingReader
-from sidecar.ledger.sql import POSTGRES, Queries, append
+from sidecar.ledger.schema import POSTGRES
+from sidecar.ledger.sql import Queries, append
 from tests.helpers import postgres as pg
 
 # Events per transaction while laying the ledger down.

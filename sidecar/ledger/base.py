@@ -142,7 +142,7 @@ class StoredEvent:
     event: AuditEvent
     prev_hash: str
     hash: str
-    # The chain the event was appended to (sidecar.ledger.schema.chain_of): prev_hash links to the
+    # The chain the event was appended to (sidecar.ledger.sql.chain_of): prev_hash links to the
     # event before it in that chain.
     chain: int = 0
 

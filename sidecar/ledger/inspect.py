@@ -161,7 +161,7 @@ def verify(
     ``decisions`` is shown every event walked, in order, once it fits the chain (in a walk
     by several workers, the decisions among them, after the walk, in the same order).
 
-    A ledger of many chains (sidecar.ledger.schema.chain_of) is walked chain by chain, each against
+    A ledger of many chains (sidecar.ledger.sql.chain_of) is walked chain by chain, each against
     its own head and checkpoints, all in the one snapshot; the first chain that does not
     fit is named. With ``jobs`` above 1 and ``shared``, ``jobs`` workers walk the chains at
     once, each reader in the snapshot of ``reader`` (see _walk_in_parallel); the verdict is

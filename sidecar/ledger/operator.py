@@ -36,8 +36,8 @@ from sidecar.ledger.operator_queries import (
     RunsPage,
 )
 from sidecar.ledger.pending import DecisionRefused
-from sidecar.ledger.schema import chain_of
-from sidecar.ledger.sql import POSTGRES, SQLITE, Queries, ledger_clock
+from sidecar.ledger.schema import POSTGRES, SQLITE
+from sidecar.ledger.sql import Queries, chain_of, ledger_clock
 
 # The queries' names stay importable from here, beside the backends that run them.
 __all__ = [
@@ -219,7 +219,7 @@ class PostgresOperatorLedger(OperatorLedger):
                     assert head is not None
                     chain, seq, hash_, newest, now = head
                     number = int(seq) + 1
-                    if chains > 1:  # the chains share one sequence (sidecar.ledger.schema.chain_of)
+                    if chains > 1:  # the chains share one sequence (sidecar.ledger.sql.chain_of)
                         assert self._queries.dialect.numbers is not None
                         taken = conn.execute(self._queries.dialect.numbers, (1,)).fetchone()
                         number = int(taken[0])

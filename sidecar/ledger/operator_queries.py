@@ -6,7 +6,7 @@ of SQL with ``?`` placeholders; each backend (:mod:`sidecar.ledger.operator`)
 supplies the primitives: run a statement, and hold the chain's head locked for a
 transaction that appends. Every query pages or narrows in SQL through the ledger's
 indexes; none reads the ledger whole. A decision is appended inside the lock of its run's
-chain (sidecar.ledger.schema.chain_of), after re-reading its id's events there, so that two
+chain (sidecar.ledger.sql.chain_of), after re-reading its id's events there, so that two
 operators deciding at once cannot both win, and the sidecars' own appends to that run
 serialize with it as with each other.
 """
@@ -46,13 +46,16 @@ from sidecar.ledger.pending import (
     decision_event,
     pending_item,
 )
-from sidecar.ledger.schema import EventClock, chain, readable_columns, row_to_event
+from sidecar.ledger.schema import readable_columns
 from sidecar.ledger.sql import (
     RUN_SUMMARY,
+    EventClock,
     Queries,
+    chain,
     marks,
     newest_head,
     phase,
+    row_to_event,
     run_summary,
 )
 
@@ -483,7 +486,7 @@ class PendingTracker:
         self.ledger = ledger
         self._full_after = full_after
         # Each chain's head when last asked: a cursor per chain, since across chains the
-        # numbers need not commit in order (sidecar.ledger.schema.chain_of).
+        # numbers need not commit in order (sidecar.ledger.sql.chain_of).
         self._heads: dict[int, int] | None = None
         self._items: dict[str, PendingItem] = {}
         self._lock = threading.Lock()

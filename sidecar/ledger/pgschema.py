@@ -33,8 +33,10 @@ from sidecar.ledger.schema import (
     INSERT_CHAIN,
     MAX_CHAINS,
     OLD_HEAD,
+    POSTGRES,
     POSTGRES_CHAINS,
     RECORD_VERSION,
+    add_columns,
     chain_rows,
     chains_table,
     checkpoints_table,
@@ -42,12 +44,12 @@ from sidecar.ledger.schema import (
     schema_table,
     tables,
 )
-from sidecar.ledger.sql import POSTGRES, add_columns, phase
+from sidecar.ledger.sql import phase
 from sidecar.ops import pgbounds
 
 # The PostgreSQL ledger's version: the shared schema's (sidecar.ledger.schema), then 3: every
 # event's author, the operator roles, the decision trigger and the fencing functions; 4:
-# chains (sidecar.ledger.schema.chain_of), numbered from one sequence, which replace ``audit_head``.
+# chains (sidecar.ledger.sql.chain_of), numbered from one sequence, which replace ``audit_head``.
 # A SQLite ledger has no roles and stays at the shared version.
 SCHEMA_VERSION = 4
 
@@ -181,7 +183,7 @@ class SchemaState:
     role: str
     owner: bool  # the role owns the tables (or is a superuser): it can rewrite the audit
     migrated_from: int | None = None  # the version before this call brought it up to date
-    chains: int = 1  # the chains the ledger is partitioned into (sidecar.ledger.schema.chain_of)
+    chains: int = 1  # the chains the ledger is partitioned into (sidecar.ledger.sql.chain_of)
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:

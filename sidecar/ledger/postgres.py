@@ -39,8 +39,8 @@ import structlog
 from sidecar.ledger import liveness
 from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
 from sidecar.ledger.pgschema import ensure_schema, one_line
-from sidecar.ledger.schema import readable_columns, row_to_event
-from sidecar.ledger.sql import POSTGRES, SqlLedger, SqlLedgerReader, append, present_columns
+from sidecar.ledger.schema import POSTGRES, present_columns, readable_columns
+from sidecar.ledger.sql import SqlLedger, SqlLedgerReader, row_to_event
 from sidecar.ops import pgbounds
 
 _CONNECT_TIMEOUT_SECONDS = 5
@@ -130,7 +130,7 @@ class PostgresLedger(SqlLedger):
                     conn.cursor() as cur,
                 ):
                     cur.execute(_BOUNDED, self._bounds)
-                    results = append(cur, self._sql, events, self._chains)
+                    results = self.append_in(cur, events)
                     committing = True
                 self._committed_at = time.monotonic()
                 return results

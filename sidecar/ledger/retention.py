@@ -33,7 +33,7 @@ prune moved it since the plan, and no append waits for more than one batch. Veri
 reads only what follows the checkpoint, so a deletion cut short leaves a ledger that
 verifies, and the next prune removes the rest.
 
-A ledger of many chains (sidecar.ledger.schema.chain_of) is pruned chain by chain, in the same one
+A ledger of many chains (sidecar.ledger.sql.chain_of) is pruned chain by chain, in the same one
 snapshot and into the same export: each chain has its own cut, moved back by the rules
 above among its own runs only, so that a run with something pending holds back its chain
 alone, and the others are pruned (the runs kept are reported, and the command exits 3).
@@ -58,7 +58,8 @@ from typing import IO, Any
 from sidecar.ledger.base import GENESIS_HASH, LedgerError
 from sidecar.ledger.inspect import _Chain, export_line
 from sidecar.ledger.operator import OperatorLedger, PostgresOperatorLedger, SqliteOperatorLedger
-from sidecar.ledger.schema import CHECKPOINT_QUERY, COLUMNS, row_to_event
+from sidecar.ledger.schema import CHECKPOINT_QUERY, COLUMNS
+from sidecar.ledger.sql import row_to_event
 from sidecar.ledger.sqlite import read_snapshot
 from sidecar.ops import files
 

@@ -1,107 +1,70 @@
-"""The audit ledger's SQL, each statement written once for SQLite and PostgreSQL.
+"""The audit ledger's SQL, each statement written once for SQLite and PostgreSQL, and the
+one way a batch is appended on either: :func:`append`.
 
 A statement is written here with ``?`` placeholders; :class:`Queries` puts it in one
 database's words (its placeholder, the lock an append takes on its chains' head rows, where
-numbers come from). Phases are named by :class:`~sidecar.ledger.base.Phase`, never spelled
-again in SQL. :func:`append` is the one way a batch joins its chains (``chain_of``),
-on either database; :class:`SqlLedger` and :class:`SqlLedgerReader` hold what the sidecar's
-ledger and ``actonce audit``'s reader ask of it the same way on both.
+numbers come from: :class:`~sidecar.ledger.schema.Dialect`). Phases are named by
+:class:`~sidecar.ledger.base.Phase`, never spelled again in SQL. :func:`append` locks the
+batch's chains (``chain_of``), reads what fences, binds and permits its events, and lays
+them onto their chains (:func:`chain`: numbers, times, hashes, rows); :class:`SqlLedger`
+and :class:`SqlLedgerReader` hold what the sidecar's ledger and ``actonce audit``'s reader
+ask of it the same way on both. The tables themselves are :mod:`sidecar.ledger.schema`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 from sidecar.ledger import permits
 from sidecar.ledger.base import (
+    FENCED_END,
     GENESIS_HASH,
     AuditEvent,
     Checkpoint,
     LedgerError,
     Phase,
+    RunScope,
     RunSummary,
     StoredEvent,
+    event_hash,
+    fenced,
+    fencing_keys,
+    other_rule,
 )
 from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import (
-    ADDED_COLUMNS,
-    CHAIN_INDEX,
-    CHECKPOINT_COLUMNS,
     CHECKPOINTS_QUERY,
     COLUMNS,
     HEADS_QUERY,
     OLD_HEAD,
-    EventClock,
-    chain,
-    chain_of,
-    fenced_keys,
-    newest_attempts,
-    row_to_event,
+    Connection,
+    Dialect,
 )
 
 __all__ = [
-    "POSTGRES",
     "RUN_SUMMARY",
-    "SQLITE",
-    "Dialect",
+    "ChainedBatch",
+    "EventClock",
     "Queries",
     "SqlLedger",
     "SqlLedgerReader",
-    "add_columns",
     "append",
+    "chain",
+    "chain_of",
+    "event_row",
     "marks",
     "phase",
-    "present_columns",
+    "row_to_event",
     "run_summary",
 ]
 
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """The words of SQL in which the ledger's databases differ."""
-
-    placeholder: str
-    head_lock: str  # what an append adds to its read of its chains' heads, to hold them
-    # How a ledger of many chains numbers a batch's events, ``?`` of them: one sequence
-    # shared by the chains. None where a ledger has one chain (SQLite).
-    numbers: str | None
-    columns: str  # the statement that names a ``{table}``'s columns
-    # A list goes as one array parameter: one statement for any number of runs, which the
-    # driver prepares once, rather than one per count.
-    array_parameter: bool
-    # The database's own clock, read with the head: the one time every sidecar sharing the
-    # ledger stamps its events with. SQLite has none apart from its writer's: a ledger file
-    # lives on one host, whose clock each process writing it reads.
-    clock: str = "NULL"
-    # Fencing rows and runs' rules are written through the ledger's functions, which check
-    # the run's rule (sidecar.ledger.pgschema.GUARDS): a writer role may not write them.
-    guarded: bool = False
-
-
-# SQLite's BEGIN IMMEDIATE already holds the whole file for the writer.
-SQLITE = Dialect(
-    placeholder="?",
-    head_lock="",
-    numbers=None,
-    columns="SELECT name FROM pragma_table_info('{table}')",
-    array_parameter=False,
-)
-# Batches from several sidecars serialize on the head rows of the chains they append to,
-# locked in the chains' order so that two batches never wait on each other in a circle.
-POSTGRES = Dialect(
-    placeholder="%s",
-    head_lock=" FOR UPDATE",
-    numbers="SELECT nextval('audit_events_seq') FROM generate_series(1, %s)",
-    columns="SELECT column_name FROM information_schema.columns "
-    "WHERE table_schema = current_schema() AND table_name = '{table}'",
-    array_parameter=True,
-    clock="clock_timestamp()",
-    guarded=True,
-)
 
 # A run's summary, as `audit runs` and the console's runs page show it.
 RUN_SUMMARY = "run_id, MAX(rule), COUNT(DISTINCT attempt_id), COUNT(*), MIN(ts), MAX(ts)"
@@ -119,27 +82,6 @@ def phase(name: str) -> str:
     on (phase, run_id, seq) as it did when the names were written out.
     """
     return f"'{name}'"
-
-
-def present_columns(db: Connection, dialect: Dialect, table: str = "audit_events") -> set[str]:
-    """The columns ``table`` has: a ledger not yet migrated lacks the newest."""
-    query = dialect.columns.format(table=table)
-    return {str(row[0]) for row in db.execute(query).fetchall()}
-
-
-def add_columns(db: Connection, dialect: Dialect, seq_type: str) -> None:
-    """Give a ledger written before a column came each column it lacks, in place, and the
-    index on events' chains; the caller holds the lock that keeps two sidecars from both
-    adding one. Earlier sidecars name their columns, so the defaults fill them."""
-    for table, added in (
-        ("audit_events", ADDED_COLUMNS),
-        ("audit_checkpoints", CHECKPOINT_COLUMNS),
-    ):
-        present = present_columns(db, dialect, table)
-        for name, statement, *_ in added:
-            if name not in present:
-                db.execute(statement.format(seq_type=seq_type))
-    db.execute(CHAIN_INDEX)
 
 
 def marks(count: int) -> str:
@@ -195,7 +137,7 @@ class Queries:
     def lock_heads(self, chains: list[int]) -> tuple[str, Sequence[object]]:
         """The heads of ``chains``, in the chains' order, each with what a batch stamps its
         events from: the chain's newest event's time, and the database's clock
-        (sidecar.ledger.schema.EventClock); locked, where the dialect says, until commit."""
+        (sidecar.ledger.sql.EventClock); locked, where the dialect says, until commit."""
         params: list[object] = [chains]
         where = "chain = ANY(?)"
         if not self.dialect.array_parameter:
@@ -403,6 +345,14 @@ class SqlLedger(GroupCommitLedger):
     def __init__(self, dialect: Dialect, *, append_timeout_seconds: float | None = None) -> None:
         super().__init__(append_timeout_seconds=append_timeout_seconds)
         self._sql = Queries(dialect)
+        self._chains = 1  # a backend whose ledger records more sets them
+
+    def append_in(self, db: Cursor, events: Sequence[AuditEvent]) -> list[int | LedgerError]:
+        """Append ``events`` in the transaction open on ``db``: durable with that
+        transaction's commit. Per event, its number or its refusal. Each backend's batches
+        are appended so, and an embedded store sharing a SQLite ledger's file appends a
+        write's audit in its own transaction so (sidecar.upstream.inprocess)."""
+        return append(db, self._sql, list(events), self._chains)
 
     def _read(self, query: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         """Rows of a read, in a worker thread; LedgerError when the ledger does not answer."""
@@ -428,10 +378,6 @@ def checkpoint_of(row: Sequence[Any]) -> Checkpoint:
     return Checkpoint(
         int(seq), str(hash_), int(events), int(chain), None if follows is None else int(follows)
     )
-
-
-class Connection(Protocol):
-    def execute(self, query: str, params: Sequence[Any] = (), /) -> Any: ...
 
 
 _C = TypeVar("_C", bound=Connection)
@@ -512,3 +458,224 @@ class SqlLedgerReader(Generic[_C]):
     def _has_table(self, name: str) -> bool:
         """Whether the ledger has table ``name``, without touching it."""
         raise NotImplementedError
+
+
+# -- a batch laid onto its chain --------------------------------------------------------
+
+
+def chain_of(run_id: str, chains: int) -> int:
+    """The chain of ``run_id``'s events in a ledger of ``chains`` chains.
+
+    A ledger holds a fixed number of hash chains, recorded in it (one head row per chain in
+    ``audit_chains``) when it is created or migrated, so that every sidecar sharing it
+    agrees. A run's events all go to one chain, picked by a stable hash of its run id:
+    everything an append reads under its chain's lock (the run's fencing rows, its rule, a
+    step's decisions before its send permit) concerns that one run, so the chain's lock
+    serializes it as the single head once did, while runs of other chains append at the same
+    time.
+
+    SQLite keeps one chain: its file has one writer, so more would gain nothing. A ledger of
+    one chain numbers its events from its head, without gaps; a ledger of many takes numbers
+    from one sequence, unique, increasing along each chain, but neither gap-free nor in
+    commit order across chains: whoever follows the ledger keeps a cursor per chain.
+    """
+    if chains <= 1:
+        return 0
+    digest = hashlib.sha256(run_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % chains
+
+
+# The row's columns by name, and those that hold an event's field under the field's name.
+_COLUMN_NAMES = tuple(COLUMNS.split(", "))
+_EVENT_COLUMNS = tuple(name for name in _COLUMN_NAMES if name in AuditEvent.__dataclass_fields__)
+
+
+def event_row(
+    seq: int, ts: str, event: AuditEvent, prev: str, digest: str, chain: int = 0
+) -> tuple[object, ...]:
+    """An event as the row both SQL backends store (in COLUMNS order)."""
+    row: dict[str, object] = {name: getattr(event, name) for name in _EVENT_COLUMNS}
+    row.update(
+        seq=seq,
+        ts=ts,
+        prev_hash=prev,
+        hash=digest,
+        chain=chain,
+        detail=json.dumps(event.detail, sort_keys=True, separators=(",", ":")),
+        # No trace is NULL, as the columns' stand-in for a ledger from before them says.
+        trace_id=event.trace_id or None,
+        span_id=event.span_id or None,
+    )
+    return tuple(row[name] for name in _COLUMN_NAMES)
+
+
+def row_to_event(row: tuple[object, ...] | list[object]) -> StoredEvent:
+    """Decode one ``audit_events`` row (in COLUMNS order)."""
+    stored = dict(zip(_COLUMN_NAMES, row, strict=True))
+    text: dict[str, Any] = {name: str(stored[name]) for name in _EVENT_COLUMNS}
+    text.update(
+        occurrence=int(text["occurrence"]),
+        detail=json.loads(text["detail"]),
+        trace_id=str(stored["trace_id"] or ""),
+        span_id=str(stored["span_id"] or ""),
+    )
+    event = AuditEvent(**text)
+    return StoredEvent(
+        int(str(stored["seq"])),
+        str(stored["ts"]),
+        event,
+        str(stored["prev_hash"]),
+        str(stored["hash"]),
+        int(str(stored["chain"] or 0)),
+    )
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class FencedKeys:
+    """What a batch must read to fence its intents: unscoped runs, scoped pairs."""
+
+    runs: list[str]
+    scoped: list[RunScope]
+
+    @property
+    def scoped_runs(self) -> list[str]:
+        return sorted({run for run, _ in self.scoped})
+
+
+def fenced_keys(events: list[AuditEvent]) -> FencedKeys:
+    """The (run, scope) pairs whose newest attempt a batch must read, to fence its intents
+    (and a delivery's tool calls: the run's newest unscoped attempt)."""
+    keys = {key for e in events for key in fencing_keys(e)}
+    return FencedKeys(
+        runs=sorted(run for run, scope in keys if not scope),
+        scoped=sorted((run, scope) for run, scope in keys if scope),
+    )
+
+
+def newest_attempts(
+    keys: FencedKeys,
+    unscoped: list[tuple[object, object]],
+    scoped: list[tuple[object, object, object]],
+) -> dict[RunScope, str]:
+    """The newest attempt of each (run, scope) a batch fences, from the rows of
+    audit_runs (run, attempt) and audit_scopes (run, scope, attempt) it read."""
+    newest = {(str(run), ""): str(attempt) for run, attempt in unscoped}
+    wanted = set(keys.scoped)
+    for run, scope, attempt in scoped:
+        if (str(run), str(scope)) in wanted:
+            newest[(str(run), str(scope))] = str(attempt)
+    return newest
+
+
+@dataclass
+class ChainedBatch:
+    """A batch laid onto the chain: the rows to insert, the new newest attempts
+    of unscoped runs and of scoped (run, scope) pairs, each event's sequence
+    number or refusal, and the chain's new head."""
+
+    seq: int
+    head: str
+    rows: list[tuple[object, ...]] = field(default_factory=list)
+    begun: list[tuple[str, str]] = field(default_factory=list)
+    begun_scoped: list[tuple[str, str, str]] = field(default_factory=list)
+    results: list[int | LedgerError] = field(default_factory=list)
+    # Runs the batch binds to a rule: (run, rule), for audit_run_rules.
+    bound: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EventClock:
+    """Where a batch's times come from: ``now``, the ledger's own time when its database
+    keeps one (PostgreSQL's), else this process's; never earlier than ``floor``, the
+    newest event's time, so that the chain's times never go back."""
+
+    now: str | None = None
+    floor: str = ""
+
+    def stamp(self) -> str:
+        return max(self.now or now(), self.floor)
+
+
+def chain(
+    events: list[AuditEvent],
+    seq: int,
+    head: str,
+    newest: dict[RunScope, str],
+    *,
+    run_rules: dict[str, str] | None = None,
+    clock: EventClock = EventClock(),
+    not_granted: Mapping[int, LedgerError] | None = None,
+    chain_id: int = 0,
+    numbers: Iterator[int] | None = None,
+) -> ChainedBatch:
+    """Number, timestamp and hash a batch onto chain ``chain_id`` after (seq, head).
+
+    Each event takes the number after the one before it, or, in a ledger of many chains,
+    the next of ``numbers`` (the ledger's sequence, increasing).
+
+    ``newest`` holds the newest attempt of each (run, scope) the batch fences; an
+    attempt begun earlier in the same batch counts, as it would had each event
+    been written alone. A fenced event (an intent, a step's begin or end, the begin
+    of a scoped attempt of a stale delivery) is refused and takes no number. Each
+    scope fences alone: a new attempt of one scope, or an unscoped one, leaves the
+    attempts of every other scope of the run as they were, but for those that name
+    an older delivery of the run.
+
+    ``not_granted`` holds, by position in ``events``, the refusals decided before the chain
+    (a send permit the ledger does not grant): those events take no number.
+
+    ``run_rules`` holds the rule of each run the batch begins attempts of, where the
+    ledger has bound one: a begin under another rule is refused and changes nothing
+    (neither the run's fencing nor its rule); the first begin of a run binds it.
+    """
+    out = ChainedBatch(seq, head)
+    not_granted = not_granted or {}
+    for index, event in enumerate(events):
+        if index in not_granted:
+            out.results.append(not_granted[index])
+            continue
+        refusal = fenced(event, newest.get)
+        if refusal is not None and event.phase != Phase.STEP_END:
+            out.results.append(refusal)
+            continue
+        if refusal is not None:
+            # A step's end is what happened: its tool acted. It is recorded as it came,
+            # marked, and its attempt is still told it was fenced; later attempts do not
+            # replay a fenced end's result (sidecar.core.step_history).
+            event = dataclasses.replace(event, detail={**event.detail, FENCED_END: True})
+        if event.phase == Phase.ATTEMPT_BEGIN:
+            refused = _bind_rule(event, run_rules, out)
+            if refused is not None:
+                out.results.append(refused)
+                continue
+            if event.scope:
+                out.begun_scoped.append((event.run_id, event.scope, event.attempt_id))
+            else:
+                out.begun.append((event.run_id, event.attempt_id))
+            newest[(event.run_id, event.scope)] = event.attempt_id
+        out.seq = out.seq + 1 if numbers is None else next(numbers)
+        ts = clock.stamp()
+        clock = EventClock(clock.now, ts)
+        digest = event_hash(out.seq, ts, event, out.head, chain_id)
+        out.rows.append(event_row(out.seq, ts, event, out.head, digest, chain_id))
+        out.head = digest
+        out.results.append(out.seq if refusal is None else refusal)
+    return out
+
+
+def _bind_rule(
+    event: AuditEvent, run_rules: dict[str, str] | None, out: ChainedBatch
+) -> LedgerError | None:
+    """The refusal of a begin whose run belongs to another rule; a run not bound yet is
+    bound to the begin's rule (in ``run_rules``, and for the batch to record)."""
+    if run_rules is None:
+        return None
+    known = event.run_id in run_rules
+    refusal = other_rule(event, run_rules)
+    if refusal is None and not known:
+        out.bound.append((event.run_id, event.rule))
+    return refusal

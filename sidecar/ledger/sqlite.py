@@ -7,14 +7,14 @@ In a data folder of one file, the embedded store's tables are in the ledger's fi
 store's connection is the file's one writer (two writers on one file would wait on SQLite's
 busy handler): the ledger then writes ``through`` the store's transactions, where its batches
 share the store's group commit, and a write's intent, its store call and its outcome can be
-one transaction (:meth:`SqliteLedger.append_in`, made by the store's client).
+one transaction (:meth:`~sidecar.ledger.sql.SqlLedger.append_in`, made by the store's client).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -26,22 +26,18 @@ from sidecar.ledger.schema import (
     OLD_HEAD,
     RECORD_VERSION,
     SCHEMA_VERSION,
+    SQLITE,
+    add_columns,
     chain_rows,
     chains_table,
     checkpoints_table,
+    present_columns,
     readable_columns,
     run_rules_table,
     schema_table,
     tables,
 )
-from sidecar.ledger.sql import (
-    SQLITE,
-    SqlLedger,
-    SqlLedgerReader,
-    add_columns,
-    append,
-    present_columns,
-)
+from sidecar.ledger.sql import SqlLedger, SqlLedgerReader
 from sidecar.ops import files
 
 _T = TypeVar("_T")
@@ -130,20 +126,13 @@ class SqliteLedger(SqlLedger):
         self._through = through
         self._start_writer()
 
-    def append_in(
-        self, db: sqlite3.Connection, events: Sequence[AuditEvent]
-    ) -> list[int | LedgerError]:
-        """Append ``events`` in the transaction open on ``db`` (the file's one writer's):
-        durable with that transaction's commit. Per event, its number or its refusal."""
-        return append(db, self._sql, list(events))
-
     def _write_batch(self, events: list[AuditEvent]) -> list[int | LedgerError]:
         if self._through is not None:
             return self._through.in_one_transaction(lambda db: self.append_in(db, events))
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            results = append(conn, self._sql, events)
+            results = self.append_in(conn, events)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

@@ -32,7 +32,7 @@ where the core making them itself hands off three times.
 
 A backend that can run a batch of calls in one transaction (the SQLite one, and the
 PostgreSQL one) gets them from one batch thread of this client's
-(:class:`~sidecar.ops.scheduling.BatchThread`): calls queue while it works, it hands the whole
+(:class:`~sidecar.ledger.group_commit.BatchThread`): calls queue while it works, it hands the whole
 queue over at once, and it wakes the event loop once per batch with every answer.
 """
 
@@ -55,7 +55,7 @@ import structlog
 from sidecar import defaults
 from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, LedgerError
-from sidecar.ops.scheduling import BatchThread
+from sidecar.ledger.group_commit import BatchThread
 from sidecar.refstore import backend as store
 from sidecar.refstore.sql import StoreBackend
 from sidecar.store_contract import Refusal

@@ -1,6 +1,6 @@
 """A PostgreSQL ledger of many chains: runs spread over them, each chain verifies on its own,
 a follower misses no event a chain commits late, prune goes chain by chain, and a ledger
-of one chain migrates in place (sidecar.ledger.schema.chain_of)."""
+of one chain migrates in place (sidecar.ledger.sql.chain_of)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from sidecar.ledger.base import GENESIS_HASH, AuditEvent, Phase
 from sidecar.ledger.operator import PendingTracker, PostgresOperatorLedger
 from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.postgres import PostgresLedgerReader
-from sidecar.ledger.schema import POSTGRES_CHAINS, chain_of
-from sidecar.ledger.sql import POSTGRES, Queries, append
+from sidecar.ledger.schema import POSTGRES, POSTGRES_CHAINS
+from sidecar.ledger.sql import Queries, append, chain_of
 from tests.helpers import postgres as pg
 from tests.ledger.support import LedgerPlace, audit_cli
 from tests.ledger.test_upgrade import RELEASE, _load

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from sidecar.config import Config
-from sidecar.ledger import inspect, schema
+from sidecar.ledger import inspect, schema, sql
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import (
     GENESIS_HASH,
@@ -376,11 +376,11 @@ def test_a_ledger_written_before_scopes_is_migrated_in_place_and_still_verifies(
     for seq, event in enumerate(
         [_event(0, "attempt_begin", attempt="old"), _event(1, "intent", attempt="old")], start=1
     ):
-        ts = schema.now()
+        ts = sql.now()
         digest = _hash_before_scopes(seq, ts, event, prev)
         assert digest == event_hash(seq, ts, event, prev)
         # No scope column then, nor the trace columns that came after it.
-        row = schema.event_row(seq, ts, event, prev, digest)[: -len(schema.ADDED_COLUMNS)]
+        row = sql.event_row(seq, ts, event, prev, digest)[: -len(schema.ADDED_COLUMNS)]
         ledger_backend.sql(
             f"INSERT INTO audit_events VALUES ({', '.join('?' * len(row))})", tuple(row)
         )

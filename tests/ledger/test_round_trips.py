@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, Phase
-from sidecar.ledger.sql import POSTGRES, SQLITE, Dialect, Queries, append
+from sidecar.ledger.schema import POSTGRES, SQLITE, Dialect
+from sidecar.ledger.sql import Queries, append
 
 
 class _Rows:

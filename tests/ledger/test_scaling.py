@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sidecar.ledger import inspect, schema
+from sidecar.ledger import inspect, schema, sql
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import GENESIS_HASH, AuditEvent, Phase
 from sidecar.ledger.operator import SqliteOperatorLedger
@@ -53,7 +53,7 @@ def runs(first: int, count: int) -> Iterator[AuditEvent]:
 def fill(db: Any, placeholder: str, events: Iterator[AuditEvent]) -> int:
     """Lay ``events`` onto the chain of an empty ledger with the ledger's own rows, in one
     transaction (``db`` is a DB-API connection); the count written."""
-    batch = schema.chain(list(events), 0, GENESIS_HASH, {})
+    batch = sql.chain(list(events), 0, GENESIS_HASH, {})
     marks = ", ".join([placeholder] * len(schema.COLUMNS.split(",")))
     cur = db.cursor()
     cur.executemany(f"INSERT INTO audit_events ({schema.COLUMNS}) VALUES ({marks})", batch.rows)

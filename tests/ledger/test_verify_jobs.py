@@ -15,8 +15,8 @@ from sidecar.ledger import inspect
 from sidecar.ledger.base import AuditEvent, LedgerReader, Phase, StoredEvent
 from sidecar.ledger.pgschema import migrate
 from sidecar.ledger.pgsnapshot import SharedPostgresSnapshot, SharingReader
-from sidecar.ledger.schema import POSTGRES_CHAINS, chain_of
-from sidecar.ledger.sql import POSTGRES, Queries, append
+from sidecar.ledger.schema import POSTGRES, POSTGRES_CHAINS
+from sidecar.ledger.sql import Queries, append, chain_of
 from tests.helpers import pgbouncer
 from tests.helpers import postgres as pg
 from tests.ledger.test_chains import (
