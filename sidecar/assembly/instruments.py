@@ -7,7 +7,7 @@ every metric and counts none), and each is what its seam asks for and nothing mo
 :class:`~sidecar.fronts.grpc.interceptors.RunActionsInterceptor`, around every
 RunActionsService call (writes by RPC and outcome, refusals by reason and failure class,
 calls in flight, call latency); :class:`TimedAppends` is an
-:class:`~sidecar.ledger.group_commit.AppendHook`, around each append and each commit;
+:class:`~sidecar.ledger.base.AppendHook`, around each append and each commit;
 :class:`TimedStore` is a :class:`~sidecar.upstream.base.StoreClient`, around each call.
 Every latency goes through :func:`observe`.
 """
@@ -34,8 +34,7 @@ from sidecar.fronts.grpc.interceptors import (
     RunActionsInterceptor,
     behavior_of,
 )
-from sidecar.ledger.base import AuditEvent, FencedError, LedgerError
-from sidecar.ledger.group_commit import Append
+from sidecar.ledger.base import Append, AuditEvent, FencedError, LedgerError
 from sidecar.ops.metrics import WRITE_RPCS, Metrics
 from sidecar.store_contract import Refusal
 from sidecar.upstream.base import AUDITED, Committed, InTurn, OneCommit, StoreCall, StoreClient

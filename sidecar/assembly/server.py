@@ -43,8 +43,7 @@ from sidecar.fronts.grpc.interceptors import (
     RequestDecodingInterceptor,
 )
 from sidecar.fronts.grpc.status import to_grpc_status
-from sidecar.ledger.base import AuditLedger
-from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.base import AuditLedger, GroupCommitLedger
 from sidecar.ledger.liveness import Heartbeat, open_heartbeat
 from sidecar.ledger.operator import OperatorLedger, open_operator_ledger
 from sidecar.ledger.sqlite import SqliteLedger

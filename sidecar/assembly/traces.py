@@ -1,7 +1,7 @@
 """The spans on the seams, when the sidecar traces (imported only then): a hook of the
 ledger's appends and middleware of the store client.
 
-:class:`TracedAppends` is an :class:`~sidecar.ledger.group_commit.AppendHook`: a
+:class:`TracedAppends` is an :class:`~sidecar.ledger.base.AppendHook`: a
 ``ledger.append`` span per audit event, whose attributes say what the event says (run,
 attempt, write type, derived id, outcome, reason, failure class), never a payload; the call's
 span gets the same attributes, and each event records the trace and span ids of the call
@@ -27,8 +27,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import format_span_id, format_trace_id
 
-from sidecar.ledger.base import AuditEvent
-from sidecar.ledger.group_commit import Append
+from sidecar.ledger.base import Append, AuditEvent
 from sidecar.ops.tracing import (
     ATTEMPT_ID,
     BATCH_SIZE,

@@ -28,6 +28,7 @@ from sidecar.ledger.base import (
     GENESIS_HASH,
     AuditEvent,
     Checkpoint,
+    GroupCommitLedger,
     LedgerError,
     Phase,
     RunScope,
@@ -38,7 +39,6 @@ from sidecar.ledger.base import (
     fencing_keys,
     other_rule,
 )
-from sidecar.ledger.group_commit import GroupCommitLedger
 from sidecar.ledger.schema import (
     CHECKPOINTS_QUERY,
     COLUMNS,

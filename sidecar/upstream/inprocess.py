@@ -32,7 +32,7 @@ where the core making them itself hands off three times.
 
 A backend that can run a batch of calls in one transaction (the SQLite one, and the
 PostgreSQL one) gets them from one batch thread of this client's
-(:class:`~sidecar.ledger.group_commit.BatchThread`): calls queue while it works, it hands the whole
+(:class:`~sidecar.ledger.base.BatchThread`): calls queue while it works, it hands the whole
 queue over at once, and it wakes the event loop once per batch with every answer.
 """
 
@@ -54,8 +54,7 @@ import structlog
 
 from sidecar import defaults
 from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
-from sidecar.ledger.base import AuditEvent, LedgerError
-from sidecar.ledger.group_commit import BatchThread
+from sidecar.ledger.base import AuditEvent, BatchThread, LedgerError
 from sidecar.refstore import backend as store
 from sidecar.refstore.sql import StoreBackend
 from sidecar.store_contract import Refusal
@@ -362,7 +361,7 @@ LEDGER_GRACE_SECONDS = 0.1
 
 class SeparateLedger(Protocol):
     """The ledger of a store that does not share its file: it commits in the calling thread
-    (sidecar.ledger.group_commit)."""
+    (sidecar.ledger.base)."""
 
     def append_now(
         self, events: Sequence[AuditEvent], contexts: Sequence[contextvars.Context | None]

@@ -13,8 +13,7 @@ from pathlib import Path
 from sidecar.cli import main
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
-from sidecar.ledger.base import AuditEvent
-from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.base import AuditEvent, GroupCommitLedger
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
 

@@ -7,8 +7,7 @@ import threading
 
 import pytest
 
-from sidecar.ledger.base import AuditEvent, LedgerError
-from sidecar.ledger.group_commit import GroupCommitLedger
+from sidecar.ledger.base import AuditEvent, GroupCommitLedger, LedgerError
 
 
 class Recording(GroupCommitLedger):

@@ -24,14 +24,15 @@ from sidecar.ledger import inspect, schema, sql
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import (
     GENESIS_HASH,
+    Append,
     AuditEvent,
     FencedError,
+    GroupCommitLedger,
     LedgerError,
     LedgerReader,
     StoredEvent,
     event_hash,
 )
-from sidecar.ledger.group_commit import Append, GroupCommitLedger
 from sidecar.ledger.operator import open_operator_ledger
 from sidecar.ledger.postgres import PostgresLedger, PostgresLedgerReader
 from sidecar.ledger.sqlite import SqliteLedger

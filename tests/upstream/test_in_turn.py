@@ -27,8 +27,14 @@ from sidecar.core.attempts import AttemptRegistry
 from sidecar.core.audit import InOrder, InTheStoresThread, LandsFor
 from sidecar.core.types import Outcome, Settings
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
-from sidecar.ledger.base import AuditEvent, FencedError, LedgerError, Phase
-from sidecar.ledger.group_commit import Append, GroupCommitLedger
+from sidecar.ledger.base import (
+    Append,
+    AuditEvent,
+    FencedError,
+    GroupCommitLedger,
+    LedgerError,
+    Phase,
+)
 from sidecar.ledger.postgres import PostgresLedger
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.refstore.backend import StoredThread, StoreUnavailableError
