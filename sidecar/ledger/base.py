@@ -50,12 +50,9 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import structlog
-
-if TYPE_CHECKING:
-    from sidecar.ledger.liveness import Beats
 
 GENESIS_HASH = "0" * 64
 
@@ -288,6 +285,14 @@ def other_rule(event: AuditEvent, run_rules: dict[str, str]) -> RunRuleError | N
     a run the ledger has not bound yet is bound to the event's rule in ``run_rules``."""
     bound = run_rules.setdefault(event.run_id, event.rule)
     return None if bound == event.rule else RunRuleError(event.run_id, event.rule, bound)
+
+
+class Beats(Protocol):
+    """A connection a heartbeat may borrow from its ledger rather than open its own."""
+
+    def execute(self, statement: str, params: tuple[object, ...]) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class AuditLedger(Protocol):

@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
-from sidecar.ledger.base import Phase
+from sidecar.ledger.base import Beats, Phase
 
 log = structlog.get_logger()
 
@@ -179,14 +179,6 @@ def postgres_heartbeat(sidecar_id: str, dsn: str) -> Heartbeat:
     return Heartbeat(
         sidecar_id, connect, POSTGRES_CLOCK, bound=lambda conn: watchdog.bound(conn, CALL_SECONDS)
     )
-
-
-class Beats(Protocol):
-    """A connection a heartbeat may borrow from its ledger rather than open its own."""
-
-    def execute(self, statement: str, params: tuple[object, ...]) -> Any: ...
-
-    def close(self) -> None: ...
 
 
 def ledger_heartbeat(sidecar_id: str, beats: Beats) -> Heartbeat:

@@ -37,7 +37,7 @@ import psycopg
 import structlog
 
 from sidecar.ledger import liveness
-from sidecar.ledger.base import AuditEvent, LedgerError, StoredEvent
+from sidecar.ledger.base import AuditEvent, Beats, LedgerError, StoredEvent
 from sidecar.ledger.pgschema import ensure_schema, one_line
 from sidecar.ledger.schema import POSTGRES, present_columns, readable_columns
 from sidecar.ledger.sql import SqlLedger, SqlLedgerReader, row_to_event
@@ -163,7 +163,7 @@ class PostgresLedger(SqlLedger):
     ) -> list[tuple[Any, ...]]:
         return self._readers.run(lambda conn: list(conn.execute(query, params).fetchall()), seconds)
 
-    def beats(self) -> liveness.Beats:
+    def beats(self) -> Beats:
         """What the sidecar's heartbeat writes through: a connection of the pool's readers,
         not one of its own (sidecar.ledger.liveness.Heartbeat)."""
         return _Beats(self._readers)
