@@ -1,7 +1,8 @@
 """How the sidecar's background threads take their work, and how the kernel runs them.
 
 :class:`BatchThread` is the one batch thread: the ledger's writer and the embedded store's
-batch threads (its calls', and its writes made in turn with their audit) are each one of them.
+batch threads (its calls', and its writes made in three commits with their audit) are each one
+of them.
 
 The ledger's writer and the embedded store's batch thread wake up for every commit, and a
 write's answer waits for each of those wake-ups. They run under the kernel's normal policy
