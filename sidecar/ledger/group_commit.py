@@ -115,7 +115,7 @@ class GroupCommitLedger:
         # A caller that goes away (its call cancelled) cancels the future with it, and leaves
         # its event to be written all the same, as a write that may have landed needs: the
         # writer skips only what timed out. Awaited as it is, not shielded: a shield's
-        # second future costs each append another turn of the event loop.
+        # second future costs each append another iteration of the event loop.
         if self._append_timeout is None:
             return await future
         try:
