@@ -4,7 +4,7 @@ commits per write and nothing else.
 It serves the sidecar's own calls (``actonce.v1.RunActionsService``: BeginAttempt,
 CreateThread, Create, Notice; ``grpc.health.v1.Health/Check``; server reflection), so the
 same ghz scenarios and the same setup (bench/setup.py) drive it as drive ``actonce serve``.
-A write is ``--commits`` transactions in turn on one SQLite file in WAL mode with
+A write is ``--commits`` transactions, one after another, on one SQLite file in WAL mode with
 ``synchronous=FULL``, each one row and its own sync, made in the handler itself: no thread
 hand-off, no batching, no id derivation, no validation. floor1 is one commit per write,
 floor3 three (as an audited write's intent, the store's row and its outcome are).
@@ -31,7 +31,8 @@ SCHEMA = "CREATE TABLE IF NOT EXISTS rows (n INTEGER PRIMARY KEY, part INTEGER, 
 
 
 class Floor(pb_grpc.RunActionsServiceServicer):
-    """Each write: ``commits`` one-row transactions in turn, each synced before the next."""
+    """Each write: ``commits`` one-row transactions one after another, each synced before the
+    next."""
 
     def __init__(self, path: Path, commits: int) -> None:
         self._db = sqlite3.connect(path, isolation_level=None)

@@ -39,7 +39,7 @@ BEFORE_REF = os.environ.get("BENCH_BEFORE_REF", "1bb115c338680079ef36847b7743506
 
 SIDECAR_SCENARIOS = ("create", "storm", "notice", "edit", "read")
 # The floors (bench/floor.py): a bare grpcio aio server making one SQLite commit per write
-# (floor1) or three in turn (floor3), serving the sidecar's calls, so that every goal is a
+# (floor1) or three one after another (floor3), serving the sidecar's calls, so that every goal is a
 # ratio to a floor measured in the same run, on the same disk, by the same client.
 FLOOR_TARGETS = ("floor1", "floor3")
 FLOOR_SCENARIOS = ("create", "notice")

@@ -62,12 +62,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 # What limits each family of goals when one is missed: what the profiles in the report's
 # folder show (profile-*.txt), written from them. Keyed by the goal's family.
 LIMITS = {
-    "c1": "a write's three commits in turn (its intent, the store's, its outcome: see the "
-    "disk's fsync under the concurrency-1 table), each a hand-off to a thread and back that "
+    "c1": "a write's three commits one after another (its intent, the store's, its outcome: see "
+    "the disk's fsync under the concurrency-1 table), each a hand-off to a thread and back that "
     "waits for the scheduler on a shared core, and the event loop's own work per write "
     "(gRPC's server path and the write's phases in Python): see profile-c1-notice.txt",
     "saturation": "one core of Python: the interpreter runs the gRPC server, the write's "
-    "phases and both commits' threads in turn; see profile-saturated-notice.txt",
+    "phases and both commits' threads, one at a time; see profile-saturated-notice.txt",
     "cpu": "CPU per write in the interpreter (gRPC's server path, the write's phases, the two "
     "commits); see profile-saturated-notice.txt",
     "half": "a commit's sync: the p99 is a call that waits for a batch and then its own",
@@ -76,15 +76,15 @@ LIMITS = {
     "four B-trees): more rounds (--rounds) tell them apart",
     "tracing": "the spans made for a sampled call and their export, on the same core",
     "earlier": "see the saturation goals' profile",
-    "floor1": "a write's three commits in turn (the embedded store in a file of its own) and "
-    "its Python: see the concurrency-1 table and profile-c1-notice.txt",
+    "floor1": "a write's three commits one after another (the embedded store in a file of its "
+    "own) and its Python: see the concurrency-1 table and profile-c1-notice.txt",
     "floor3": "the write path's Python and its hand-offs to the commit threads beyond the "
     "three commits themselves: see profile-c1-notice.txt",
     "contended": "each hand-off to a writer thread and back waits for the scheduler beside "
     "the busy loops; the SCHED_BATCH row shows what a batch policy adds to each: see "
     "profile-c1-notice.txt for the hand-offs",
     "floor-saturation": "one core of Python: gRPC's server path, the write's phases and the "
-    "commits' threads in turn; see profile-saturated-notice.txt",
+    "commits' threads, one at a time; see profile-saturated-notice.txt",
     "postgres-notice": "a notice's store call on PostgreSQL locks its thread's row: notices "
     "to one thread commit one after another",
     "peers": "see the peers' table",
@@ -107,7 +107,7 @@ def c1_limit(data: dict[str, Any], scenario: str, key: str) -> str:
         f"the same sidecar with no audit at all (a ledger that keeps nothing, bench only) "
         f"already adds {unaudited:.2f} ms here: gRPC's server path, the write's phases in "
         "Python and the store's one commit; the audit adds its intent's and its outcome's "
-        f"commits in turn, each a sync ({fsync:.2f} ms at {key[:3]} on this disk) and a "
+        f"commits one after another, each a sync ({fsync:.2f} ms at {key[:3]} on this disk) and a "
         "hand-off to the ledger's thread and back: see profile-c1-notice.txt"
     )
 
@@ -538,9 +538,9 @@ def c1_section(data: dict[str, Any]) -> list[str]:
     if disk.get("p50") is not None:
         lines += ["", f"The disk under it: a 4 KiB write and fsync took {disk['p50']:.2f} ms at "
                   f"p50 and {disk['p99']:.2f} ms at p99 (measured before each round, in the "
-                  "servers' folder); a write waits for three commits in turn (its intent, the "
-                  "store's, its outcome), each with its own sync. The unaudited sidecar (bench "
-                  "only) waits for the store's alone."]  # fmt: skip
+                  "servers' folder); a write waits for three commits one after another (its "
+                  "intent, the store's, its outcome), each with its own sync. The unaudited "
+                  "sidecar (bench only) waits for the store's alone."]  # fmt: skip
     return [*lines, "", "![concurrency 1](c1.png)"]
 
 

@@ -1,7 +1,7 @@
 """`actonce audit verify` of a PostgreSQL ledger of many chains, one worker beside several.
 
 It lays down a ledger of ``events`` events (bench.ledger_gen's runs) over ``chains`` chains
-with the ledger's own append, then verifies it with ``--jobs 1`` and ``--jobs N`` in turn,
+with the ledger's own append, then verifies it with ``--jobs 1`` and ``--jobs N`` alternately,
 ``rounds`` times each, in one run, and prints each time and the ratio of the medians.
 
     .venv/bin/python -m bench.verify_jobs 200000 --chains 128 --jobs 4

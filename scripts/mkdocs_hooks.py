@@ -5,7 +5,7 @@ file it is in: the README links `docs/x.md`, a page under `docs/` links `../CHAN
 `../clients/python/README.md`. The site keeps those pages unchanged and
 - serves the README as its home page (`index.md`), so the front page is written once;
 - adds every file outside `docs/` that a page links to, under `_repo/` (a Markdown file as a
-  page, anything else as it is), and the files those pages link to in turn;
+  page, anything else as it is), and the files those pages link to, and so on;
 - rewrites each link of each page from "relative to this file in the repository" to
   "relative to this page on the site", so that MkDocs checks every link and anchor strictly.
 

@@ -30,7 +30,7 @@ AUDIT_BUSY_TIMEOUT_MS = 5000
 # them across the fleet (docs/ledger.md).
 AUDIT_POOL_SIZE = 2
 # Server connections of the embedded store on PostgreSQL: its batches and its writes made in
-# turn with the ledger's, each on one.
+# three commits with the ledger's, each on one.
 STORE_POOL_SIZE = 2
 # The derived-id scheme of new runs; a run keeps the one it began with.
 ID_SCHEME = ids.SCHEME_VERSION

@@ -64,7 +64,7 @@ TABLE = (
 )
 LABELS = {
     "floor1": "floor1: bare grpcio aio server, one SQLite WAL `synchronous=FULL` commit per call",
-    "floor3": "floor3: the same, three commits in turn",
+    "floor3": "floor3: the same, three commits one after another",
     "sqlite-audited": "actonce (defaults)",
     "restate": f"Restate {RESTATE_VERSION} (`ctx.run`, its server's WAL fsync'd)",
     "dbos-sqlite": "DBOS on SQLite (workflow + one step)",

@@ -37,7 +37,14 @@ from sidecar.fronts.grpc.interceptors import (
 from sidecar.ledger.base import Append, AuditEvent, FencedError, LedgerError
 from sidecar.ops.metrics import WRITE_RPCS, Metrics
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import AUDITED, Committed, InTurn, OneCommit, StoreCall, StoreClient
+from sidecar.upstream.base import (
+    AUDITED,
+    Committed,
+    OneCommit,
+    StoreCall,
+    StoreClient,
+    ThreeCommits,
+)
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -212,12 +219,13 @@ def _result_of(error: BaseException) -> str:
     return "error"
 
 
-def _store_not_called(op: OneCommit[Any] | InTurn[Any], error: Exception) -> bool:
+def _store_not_called(op: OneCommit[Any] | ThreeCommits[Any], error: Exception) -> bool:
     """Whether a write's job failed with ``error`` before its store call: fenced, its lease
-    run out, or (in turn) its intent not durable or its turn never come."""
+    run out, or (in three commits) its intent not durable or its wait for the store's thread
+    past its deadline."""
     if isinstance(error, FencedError | LeaseExpired):
         return True
-    if isinstance(op, InTurn):
+    if isinstance(op, ThreeCommits):
         return isinstance(error, LedgerError) or (
             isinstance(error, ActonceError) and error.nothing_sent
         )
@@ -246,7 +254,7 @@ class TimedStore:
             self._observe(op.operation, result, time.perf_counter() - started)
 
     async def _with_audit(
-        self, op: OneCommit[_R] | InTurn[_R], timeout: float | None
+        self, op: OneCommit[_R] | ThreeCommits[_R], timeout: float | None
     ) -> Committed[_R]:
         """The write's store call is timed as any other, by the store's own answer inside the
         job; its two events are durable with the job's commits, so each is an append of the

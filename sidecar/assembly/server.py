@@ -286,7 +286,7 @@ def _lands(store: _Store) -> LandsFor:
 
 _LANDS: dict[AuditedWrites, LandsFor] = {
     AuditedWrites.AS_ONE: InOneCommit,
-    AuditedWrites.IN_TURN: InTheStoresThread,
+    AuditedWrites.THREE_COMMITS: InTheStoresThread,
     AuditedWrites.APART: InOrder,
 }
 

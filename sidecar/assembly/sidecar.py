@@ -90,7 +90,7 @@ class Sidecar:
         """SERVING only when both the ledger and the store answer."""
         try:
             # Bounded here as well as in each backend: a ledger or store that stopped
-            # answering turns readiness NOT_SERVING within one probe period.
+            # answering makes readiness NOT_SERVING within one probe period.
             async with asyncio.timeout(HEALTH_CHECK_SECONDS):
                 await self.ledger.ping()
                 await ping(self.upstream)
@@ -143,7 +143,7 @@ class Sidecar:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
-        # Readiness turns NOT_SERVING; liveness stays SERVING until the end, so that
+        # Readiness becomes NOT_SERVING; liveness stays SERVING until the end, so that
         # the kubelet does not restart the sidecar in the middle of its drain.
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -217,7 +217,7 @@ class _DrainPlan:
         return cls(began, calls_deadline, closing_at, closed_by)
 
 
-# A health check answers within this, or readiness turns NOT_SERVING: well within the
+# A health check answers within this, or readiness becomes NOT_SERVING: well within the
 # manifest's readiness period (5 s), and longer than the ledger's own bound on a ping.
 HEALTH_CHECK_SECONDS = 3.0
 # Of the grace period, up to this much (and at most half) is kept for closing: the

@@ -46,7 +46,14 @@ from sidecar.ops.tracing import (
     WRITE_TYPE,
 )
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import AUDITED, Committed, InTurn, OneCommit, StoreCall, StoreClient
+from sidecar.upstream.base import (
+    AUDITED,
+    Committed,
+    OneCommit,
+    StoreCall,
+    StoreClient,
+    ThreeCommits,
+)
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -156,7 +163,7 @@ class TracedStore:
                 raise
 
     async def _with_audit(
-        self, op: OneCommit[_R] | InTurn[_R], timeout: float | None
+        self, op: OneCommit[_R] | ThreeCommits[_R], timeout: float | None
     ) -> Committed[_R]:
         call = trace.get_current_span()
         context = call.get_span_context()

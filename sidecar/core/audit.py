@@ -23,8 +23,8 @@ that takes:
   in one transaction of the store's batch thread, one durable commit, all or none (a
   :class:`~sidecar.upstream.base.OneCommit`);
 - :class:`InTheStoresThread`: beside an embedded store whose ledger has a file or a database
-  of its own, the three committed in turn by a thread of the store client's, one hand-off
-  from the event loop and back (an :class:`~sidecar.upstream.base.InTurn`).
+  of its own, the three committed one after another by a thread of the store client's, one
+  hand-off from the event loop and back (a :class:`~sidecar.upstream.base.ThreeCommits`).
 """
 
 from __future__ import annotations
@@ -58,11 +58,11 @@ from sidecar.ledger.base import (
 from sidecar.ledger.permits import PermitRefused
 from sidecar.upstream.base import (
     Committed,
-    InTurn,
     OneCommit,
     Settle,
     StoreClient,
     StoreWrite,
+    ThreeCommits,
 )
 
 log = structlog.get_logger()
@@ -324,13 +324,14 @@ class InOneCommit(_OneJob):
 
 
 class InTheStoresThread(_OneJob):
-    """A write of one store call committed in turn with its audit by the store client's
-    thread: the intent durable before the store is called, the outcome after it answers."""
+    """A write of one store call committed with its audit, one commit after another, by the
+    store client's thread: the intent durable before the store is called, the outcome after it
+    answers."""
 
     async def send(self, job: Job, call: StoreWrite, seconds: float) -> Landed:
-        in_turn = InTurn(job.intent, call, job.settle(job.failure), job.check_lease)
+        three_commits = ThreeCommits(job.intent, call, job.settle(job.failure), job.check_lease)
         try:
-            done = await self.store.call(in_turn, seconds)
+            done = await self.store.call(three_commits, seconds)
         except LeaseExpired as expired:  # refused before anything was written
             return Landed(error=expired)
         except LedgerError as refused:  # the intent is not durable: the store was not called
@@ -354,7 +355,7 @@ class InTheStoresThread(_OneJob):
 
 
 def _kept(job: Job, done: Committed[WriteResult | ActonceError]) -> Landed:
-    """What a job committed in turn answers: its result once its outcome is durable. A
+    """What a job of three commits answers: its result once its outcome is durable. A
     failure's outcome is best effort, as in order; a success whose outcome was lost fails
     closed, though it landed."""
     result, lost = done.result, done.outcome_lost

@@ -18,8 +18,8 @@ error that refused that event alone (a fenced attempt's intent, say).
 
 Another thread may commit on the writer's connection too (:meth:`GroupCommitLedger.append_now`):
 the embedded store's batch thread, which makes a write's intent, its store call and its outcome
-in turn as one job, without a hand-off to the writer and back for each event. The two take
-turns on the connection.
+one after another as one job, without a hand-off to the writer and back for each event. The two
+commit on the connection one at a time.
 
 What watches the appends (the metrics' timing, the traces' spans) is an :class:`AppendHook`,
 given to the ledger with :meth:`GroupCommitLedger.watch`: one kind of hook, called at the
@@ -450,7 +450,7 @@ class GroupCommitLedger:
         # A caller that goes away (its call cancelled) cancels the future with it, and leaves
         # its event to be written all the same, as a write that may have landed needs: the
         # writer skips only what timed out. Awaited as it is, not shielded: a shield's
-        # second future costs each append another turn of the event loop.
+        # second future costs each append another iteration of the event loop.
         if self._append_timeout is None:
             return await future
         try:

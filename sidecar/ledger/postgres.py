@@ -44,7 +44,7 @@ from sidecar.ledger.sql import SqlLedger, SqlLedgerReader, row_to_event
 from sidecar.ops import pgbounds
 
 _CONNECT_TIMEOUT_SECONDS = 5
-# A health check, and the connection it may open, answer within this: readiness turns
+# A health check, and the connection it may open, answer within this: readiness becomes
 # NOT_SERVING within one probe period of the manifest's (5 s) when PostgreSQL does not.
 PING_SECONDS = 2.0
 # A read of the ledger by the sidecar (a step's earlier events) gets this long.

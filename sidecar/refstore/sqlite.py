@@ -122,8 +122,9 @@ class SqliteStoreBackend(StoreBackend):
         files.private_database(Path(path))
         self._lock = threading.Lock()
         # Group commit (see the module's docstring). Calls count themselves in before they
-        # wait for the connection, so the one holding it knows whether others will join.
-        self._turn = threading.Condition(self._lock)
+        # wait for the connection, so the one holding it knows whether others will join; they
+        # wait on ``_progress`` for the group's transaction to move on (a commit, a batch done).
+        self._progress = threading.Condition(self._lock)
         self._arrivals = threading.Lock()
         self._arrived = 0
         self._entered = 0
@@ -193,7 +194,7 @@ class SqliteStoreBackend(StoreBackend):
     def _idle(self) -> bool:
         # No transaction open, none committing, no call on its way in: nothing a read could
         # see that is not durable yet, so it needs no writer's lock.
-        with self._turn:
+        with self._progress:
             return not (self._batch_calls or self._committing or self._arrived != self._entered)
 
     def _read_alone(self, work: Callable[[Connection], _T]) -> _T:
@@ -232,9 +233,9 @@ class SqliteStoreBackend(StoreBackend):
     def _batched(self, *, savepoint: bool) -> Iterator[sqlite3.Connection]:
         with self._arrivals:
             self._arrived += 1
-        with self._turn:
+        with self._progress:
             while self._committing:
-                self._turn.wait()
+                self._progress.wait()
             self._entered += 1
             if not self._batch_calls:
                 # IMMEDIATE takes the write lock up front: the checks a write makes (is the id
@@ -291,9 +292,9 @@ class SqliteStoreBackend(StoreBackend):
         me = threading.get_ident()
         answers: list[_T | Exception] = []
         joined: list[int] = []
-        with self._turn:
+        with self._progress:
             while self._deferring is not None:
-                self._turn.wait()
+                self._progress.wait()
             self._deferring = me
         try:
             for call in calls:
@@ -304,9 +305,9 @@ class SqliteStoreBackend(StoreBackend):
                     answers.append(exc)
                 joined.append(self._deferred_batch)
         finally:
-            with self._turn:
+            with self._progress:
                 self._deferring = None
-                self._turn.notify_all()
+                self._progress.notify_all()
                 last = max(joined, default=0)
                 if last:
                     self._await_commit(last)
@@ -338,7 +339,7 @@ class SqliteStoreBackend(StoreBackend):
                     self._committing = False
                 self._end_batch(batch, failure)
             else:
-                self._turn.wait()
+                self._progress.wait()
 
     def _end_batch(self, batch: int, failure: BaseException | None) -> None:
         if failure is not None:
@@ -347,13 +348,13 @@ class SqliteStoreBackend(StoreBackend):
             self._failures[batch] = failure
         self._finished = batch
         self._batch_calls = 0
-        self._turn.notify_all()
+        self._progress.notify_all()
 
     def close(self) -> None:
-        with self._turn:
+        with self._progress:
             # An open transaction commits first: its calls are waiting for their answers.
             while self._committing or self._batch_calls:
-                self._turn.wait()
+                self._progress.wait()
             self._db.close()
         with self._reading:
             self._reader.close()

@@ -18,9 +18,10 @@ others, so that the middleware sees it go by; the assembly, which knows where th
 tells the core whether to send it.
 
 A transport that is given the ledger of a store it does not share a file with (the embedded
-store in a data folder of two files, or on PostgreSQL) takes :class:`InTurn` instead: the same
-three, committed in turn, but as one job of the transport's batch thread, one hand-off from the
-event loop and back. Everywhere else the core makes the three commits itself, one hand-off each.
+store in a data folder of two files, or on PostgreSQL) takes :class:`ThreeCommits` instead: the
+same three, committed one after another, but as one job of the transport's batch thread, one
+hand-off from the event loop and back. Everywhere else the core makes the three commits itself,
+one hand-off each.
 """
 
 from __future__ import annotations
@@ -204,10 +205,10 @@ Settle = Callable[[object], tuple[AuditEvent, _R]]
 
 @dataclass(frozen=True, slots=True)
 class Committed(Generic[_R]):
-    """What a OneCommit or an InTurn answers once it is durable: the store's own answer to its
-    write (a record, or the Refusal or error it was refused with) and what ``settle`` made of
-    it. ``outcome_lost`` is an InTurn's alone: the error its outcome's commit failed with,
-    after the store's call (which may have landed) was made."""
+    """What a OneCommit or a ThreeCommits answers once it is durable: the store's own answer to
+    its write (a record, or the Refusal or error it was refused with) and what ``settle`` made
+    of it. ``outcome_lost`` is a ThreeCommits' alone: the error its outcome's commit failed
+    with, after the store's call (which may have landed) was made."""
 
     answer: object
     result: _R
@@ -240,11 +241,11 @@ class OneCommit(StoreCall[Committed[_R]], Generic[_R]):
 
 
 @dataclass(frozen=True, slots=True)
-class InTurn(StoreCall[Committed[_R]], Generic[_R]):
+class ThreeCommits(StoreCall[Committed[_R]], Generic[_R]):
     """Append ``intent``, make ``write``, append the event ``settle`` makes of its answer: three
-    commits in turn, each durable before the next begins, made as one job where the transport
-    runs (its batch thread), and answered once the last is durable. ``before`` runs first, as a
-    OneCommit's does: what it raises refuses the write before anything is written.
+    commits one after another, each durable before the next begins, made as one job where the
+    transport runs (its batch thread), and answered once the last is durable. ``before`` runs
+    first, as a OneCommit's does: what it raises refuses the write before anything is written.
 
     FencedError when the intent is fenced, LedgerError when it is not durable: either way the
     store was not called. Once the store is called the write may land, and the job answers a
@@ -263,7 +264,7 @@ class InTurn(StoreCall[Committed[_R]], Generic[_R]):
     write: StoreWrite
     settle: Settle[_R]
     before: Callable[[], None] = nothing
-    operation: ClassVar[str] = "in_turn"
+    operation: ClassVar[str] = "three_commits"
     rpc: ClassVar[str] = ""
 
     @property
@@ -272,7 +273,7 @@ class InTurn(StoreCall[Committed[_R]], Generic[_R]):
 
 
 # The calls that carry a write's audit with it: the middleware handles them alike.
-AUDITED = (OneCommit, InTurn)
+AUDITED = (OneCommit, ThreeCommits)
 
 
 class AuditedWrites(enum.Enum):
@@ -280,7 +281,7 @@ class AuditedWrites(enum.Enum):
     where the store and the ledger are) tells the core."""
 
     APART = "apart"  # the core commits the intent, calls the store, commits the outcome
-    IN_TURN = "in_turn"  # the same three, as one InTurn of the store's transport
+    THREE_COMMITS = "three_commits"  # the same three, as one ThreeCommits of the store's transport
     AS_ONE = "as_one"  # all three in one commit: a OneCommit
 
 

@@ -23,11 +23,11 @@ ledger, and takes a :class:`~sidecar.upstream.base.OneCommit`: a write that is o
 is made as one job of the batch thread, its intent, the store's rows and its outcome in one
 transaction, one sync, and one hand-off from the event loop and back.
 
-Where the ledger has a file (or a database) of its own, the client may be given it too, and
-takes an :class:`~sidecar.upstream.base.InTurn`: the same three commits, in turn, made as one
-job of a batch thread of its own for them (:class:`InTurns`, below). A batch's intents commit
-together on the ledger's connection, then their store calls in one store transaction, then their
-outcomes together: three syncs a batch, and one hand-off from the event loop and back a write,
+Where the ledger has a file (or a database) of its own, the client may be given it too, and takes a
+:class:`~sidecar.upstream.base.ThreeCommits`: the same three commits, one after another, made as one
+job of a batch thread of its own for them (:class:`ThreeCommitBatches`, below). A batch's intents
+commit together on the ledger's connection, then their store calls in one store transaction, then
+their outcomes together: three syncs a batch, and one hand-off from the event loop and back a write,
 where the core making them itself hands off three times.
 
 A backend that can run a batch of calls in one transaction (the SQLite one, and the
@@ -65,7 +65,6 @@ from sidecar.upstream.base import (
     CreateThread,
     GetArtifact,
     GetOwner,
-    InTurn,
     ListMessages,
     OneCommit,
     PatchArtifact,
@@ -74,6 +73,7 @@ from sidecar.upstream.base import (
     ProposePatch,
     StoreCall,
     StoreWrite,
+    ThreeCommits,
 )
 
 log = structlog.get_logger()
@@ -183,7 +183,7 @@ def _made(call: Callable[[], object]) -> object:
         return failed
 
 
-def _answered(job: OneCommit[Any] | InTurn[Any], answer: object) -> object:
+def _answered(job: OneCommit[Any] | ThreeCommits[Any], answer: object) -> object:
     """A backend's answer to a job's write as the contract says it: its record (nothing for
     the calls that answer nothing), or its refusal or failure, mapped."""
     write = job.write
@@ -218,16 +218,18 @@ class InProcessStoreClient:
         self._ledger = ledger if self._one_transaction is not None else None
         self._ledger_wait = ledger_wait_seconds
         self._batches: BatchThread[Callable[[], object], object] | None = None
-        self._turns: BatchThread[TurnJob, object] | None = None
+        self._three_commit_thread: BatchThread[ThreeCommitJob, object] | None = None
         self._executor: ThreadPoolExecutor | None = None
         if isinstance(backend, BatchingBackend):
             self._batches = BatchThread("store-batches", backend.run_batch, most=MAX_BATCH)
             self._batches.start()
             if separate_ledger is not None and self._ledger is None:
                 # Given only where the ledger has a file or a database of its own.
-                in_turns = InTurns(separate_ledger, backend.run_batch, _answered)
-                self._turns = BatchThread("store-turns", in_turns.run, most=MAX_BATCH)
-                self._turns.start()
+                batches = ThreeCommitBatches(separate_ledger, backend.run_batch, _answered)
+                self._three_commit_thread = BatchThread(
+                    "store-3-commits", batches.run, most=MAX_BATCH
+                )
+                self._three_commit_thread.start()
         else:
             # A pool of its own: store calls never wait behind the ledger's reads in the
             # loop's default executor, nor those behind them.
@@ -242,13 +244,15 @@ class InProcessStoreClient:
         assembly tells the core to send it."""
         if self._ledger is not None and self._batches is not None:
             return AuditedWrites.AS_ONE
-        return AuditedWrites.IN_TURN if self._turns is not None else AuditedWrites.APART
+        if self._three_commit_thread is not None:
+            return AuditedWrites.THREE_COMMITS
+        return AuditedWrites.APART
 
     async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
         if isinstance(op, OneCommit):
             return cast(_T, await self._one_commit(op, timeout))
-        if isinstance(op, InTurn):
-            return cast(_T, await self._in_turn(op, timeout))
+        if isinstance(op, ThreeCommits):
+            return cast(_T, await self._three_commits(op, timeout))
         bound = _BACKEND_CALLS[type(op)](self._backend, op)
         with _map_errors(op.rpc):
             try:
@@ -286,8 +290,8 @@ class InProcessStoreClient:
             return Committed(answer, result)
 
         # The store's deadline, and the time the intent may wait for the file as the
-        # ledger's own appends may: the three commits in turn do not bound that wait by the
-        # store's deadline either, and ``before`` checks the lease once it is over.
+        # ledger's own appends may: the three commits made one after another do not bound that
+        # wait by the store's deadline either, and ``before`` checks the lease once it is over.
         bound = (self.timeout_seconds if timeout is None else timeout) + self._ledger_wait
         try:
             async with asyncio.timeout(bound):
@@ -304,14 +308,14 @@ class InProcessStoreClient:
             # The transaction did not commit, or SQLite ended it: none of the job is durable.
             raise LedgerError(f"the write and its audit did not commit: {error}") from error
 
-    async def _in_turn(self, op: InTurn[_R], timeout: float | None) -> Committed[_R]:
-        turns = self._turns
-        if turns is None:
+    async def _three_commits(self, op: ThreeCommits[_R], timeout: float | None) -> Committed[_R]:
+        thread = self._three_commit_thread
+        if thread is None:
             raise TypeError("this store is not given its ledger")
         call = _BACKEND_CALLS[type(op.write)](self._backend, op.write)
         seconds = self.timeout_seconds if timeout is None else timeout
-        job = TurnJob(op, call, contextvars.copy_context(), seconds, self._ledger_wait)
-        future = turns.submit(job)
+        job = ThreeCommitJob(op, call, contextvars.copy_context(), seconds, self._ledger_wait)
+        future = thread.submit(job)
         watch(job, future)
         try:
             return cast(Committed[_R], await future)
@@ -323,36 +327,35 @@ class InProcessStoreClient:
     async def close(self) -> None:
         """Let the calls still running finish (the assembly closes the backend after this,
         once the embedded server stops)."""
-        for thread in (self._turns, self._batches):
+        for thread in (self._three_commit_thread, self._batches):
             if thread is not None:
                 await thread.close()
         if self._executor is not None:
             await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
 
 
-# -- writes in turn ----------------------------------------------------------------
+# -- writes in three commits -------------------------------------------------------
 #
-# A write's three commits in turn, as one job of the embedded store's thread for them.
+# A write's three commits, one after another, as one job of the embedded store's thread for them.
 #
-# Where the ledger has a file or a database of its own, the in-process store client takes an
-# :class:`~sidecar.upstream.base.InTurn`, and a batch thread of its own for these makes each batch
-# of them in three steps (:meth:`InTurns.run`): the intents commit together on the ledger's
-# connection (through the ledger's ``append_now``); their store calls then run in one store
-# transaction; their outcomes commit together last. Three syncs a batch, and one hand-off from
-# the event loop and back a write, where the core making the three itself hands off three times.
-# The store's other calls (reads, an edit's patch) keep a thread of their own: a ledger that
-# stopped answering holds these jobs, not them.
+# Where the ledger has a file or a database of its own, the in-process store client takes a
+# :class:`~sidecar.upstream.base.ThreeCommits`, and a batch thread of its own for these makes each
+# batch of them in three steps (:meth:`ThreeCommitBatches.run`): the intents commit together on the
+# ledger's connection (through the ledger's ``append_now``); their store calls then run in one store
+# transaction; their outcomes commit together last. Three syncs a batch, and one hand-off from the
+# event loop and back a write, where the core making the three itself hands off three times. The
+# store's other calls (reads, an edit's patch) keep a thread of their own: a ledger that stopped
+# answering holds these jobs, not them.
 #
-# Each part keeps the bound it has when the core makes it apart, counted from when that part
-# begins (:meth:`TurnJob.overdue`, watched from the event loop by :func:`watch`): waiting for the
+# Each part keeps the bound it has when the core makes it apart, counted from when that part begins
+# (:meth:`ThreeCommitJob.overdue`, watched from the event loop by :func:`watch`): waiting for the
 # thread counts against the store's deadline (it is the store's thread), the intent against the
-# ledger's wait, the store call against the store's deadline, the outcome against the ledger's
-# wait again. The thread tells the loop nothing as it goes (that would be the hand-offs saved):
-# it stamps each part's start on the job, and the loop reads the stamps when a bound comes. A
-# part whose bound passed is not followed by the next: a job past its bound before its intent
-# began writes nothing, one past it in its intent never calls the store, and one whose store call
-# outlived its deadline leaves its outcome to the core, which records the deadline as the
-# phases apart do.
+# ledger's wait, the store call against the store's deadline, the outcome against the ledger's wait
+# again. The thread tells the loop nothing as it goes (that would be the hand-offs saved): it stamps
+# each part's start on the job, and the loop reads the stamps when a bound comes. A part whose bound
+# passed is not followed by the next: a job past its bound before its intent began writes nothing,
+# one past it in its intent never calls the store, and one whose store call outlived its deadline
+# leaves its outcome to the core, which records the deadline as the phases apart do.
 
 # What the loop's bound on a ledger's part adds to the ledger's own wait: the ledger's own
 # timeout (SQLite's busy handler, PostgreSQL's lock timeout) has the first word.
@@ -377,11 +380,11 @@ class Stage(enum.Enum):
 
 
 @dataclass(slots=True)
-class TurnJob:
-    """An InTurn under way: its store call, bound; the context it was made in (for the
+class ThreeCommitJob:
+    """A ThreeCommits under way: its store call, bound; the context it was made in (for the
     ledger's commit hooks); its bounds; how far it got, and what it answers."""
 
-    op: InTurn[Any]
+    op: ThreeCommits[Any]
     call: Callable[[], object]
     context: contextvars.Context
     store_seconds: float
@@ -450,7 +453,7 @@ class TurnJob:
         )
 
 
-def watch(job: TurnJob, future: asyncio.Future[Any]) -> None:
+def watch(job: ThreeCommitJob, future: asyncio.Future[Any]) -> None:
     """Answer ``future`` from the event loop when the part ``job`` is in passes its bound;
     the job stops in its thread at its next part, and its own answer then finds the future
     done."""
@@ -474,18 +477,18 @@ def watch(job: TurnJob, future: asyncio.Future[Any]) -> None:
 
 
 @dataclass(frozen=True)
-class InTurns:
-    """The work of the thread that makes InTurns: ``ledger`` commits their events,
+class ThreeCommitBatches:
+    """The work of the thread that makes ThreeCommitBatches: ``ledger`` commits their events,
     ``run_batch`` makes their store calls in one transaction (each answer its result or
     exception), and ``answered`` says a call's answer as the contract does."""
 
     ledger: SeparateLedger
     run_batch: Callable[[Sequence[Callable[[], object]]], Sequence[object]]
-    answered: Callable[[InTurn[Any], object], object]
+    answered: Callable[[ThreeCommits[Any], object], object]
 
-    def run(self, jobs: Sequence[TurnJob]) -> list[object]:
+    def run(self, jobs: Sequence[ThreeCommitJob]) -> list[object]:
         """Each job's answer, once its intent, its store call and its outcome have committed
-        in turn, or what stopped it."""
+        one after another, or what stopped it."""
         calling, refused = _checked_again(self._commit_intents(jobs))
         made = self._call(calling)
         answered = [
@@ -494,10 +497,10 @@ class InTurns:
         self._commit_outcomes([*answered, *refused])
         return [job.answer for job in jobs]
 
-    def _commit_intents(self, jobs: Sequence[TurnJob]) -> list[TurnJob]:
+    def _commit_intents(self, jobs: Sequence[ThreeCommitJob]) -> list[ThreeCommitJob]:
         """Check each job, then commit their intents together: the jobs whose intent is
         durable. The others answer what refused them."""
-        checked: list[TurnJob] = []
+        checked: list[ThreeCommitJob] = []
         for job in jobs:
             try:
                 job.op.before()
@@ -509,7 +512,7 @@ class InTurns:
         intended = self.ledger.append_now(
             [job.op.intent for job in checked], [job.context for job in checked]
         )
-        durable: list[TurnJob] = []
+        durable: list[ThreeCommitJob] = []
         for job, seq in zip(checked, intended, strict=True):
             if isinstance(seq, LedgerError):
                 job.answer = seq
@@ -517,7 +520,7 @@ class InTurns:
                 durable.append(job)
         return durable
 
-    def _call(self, calling: list[TurnJob]) -> list[object]:
+    def _call(self, calling: list[ThreeCommitJob]) -> list[object]:
         """The store's answer to each job's call: its record, or what it failed with."""
         if not calling:
             return []
@@ -526,10 +529,10 @@ class InTurns:
         except Exception as failed:  # the batch as a whole failed: each call may have landed
             return [failed] * len(calling)
 
-    def _commit_outcomes(self, answered: list[tuple[TurnJob, object]]) -> None:
+    def _commit_outcomes(self, answered: list[tuple[ThreeCommitJob, object]]) -> None:
         """Settle each job's answer, then commit their outcomes together; a job the loop
         answered past the store's deadline has its outcome recorded by the core."""
-        settled: list[tuple[TurnJob, object, AuditEvent, object]] = []
+        settled: list[tuple[ThreeCommitJob, object, AuditEvent, object]] = []
         for job, answer in answered:
             try:
                 outcome, result = job.op.settle(answer)
@@ -547,14 +550,14 @@ class InTurns:
 
 
 def _checked_again(
-    durable: list[TurnJob],
-) -> tuple[list[TurnJob], list[tuple[TurnJob, object]]]:
+    durable: list[ThreeCommitJob],
+) -> tuple[list[ThreeCommitJob], list[tuple[ThreeCommitJob, object]]]:
     """The jobs whose intent is durable that call the store now, and those refused by their
     check, made again once the intent waited for the ledger (a lease that ran out meanwhile),
     each with what refused it: the answer their outcome records. A job the loop answered past
     its intent's bound is neither: it never calls the store."""
-    calling: list[TurnJob] = []
-    refused: list[tuple[TurnJob, object]] = []
+    calling: list[ThreeCommitJob] = []
+    refused: list[tuple[ThreeCommitJob, object]] = []
     for job in durable:
         try:
             job.op.before()

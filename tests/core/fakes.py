@@ -48,7 +48,6 @@ from sidecar.upstream.base import (
     CreateThread,
     GetArtifact,
     GetOwner,
-    InTurn,
     ListMessages,
     OneCommit,
     PatchArtifact,
@@ -56,6 +55,7 @@ from sidecar.upstream.base import (
     ProposeCreate,
     ProposePatch,
     StoreCall,
+    ThreeCommits,
 )
 
 _T = TypeVar("_T")
@@ -360,8 +360,8 @@ class OneCommitStore(MemoryStore):
         return Committed(answer, result)
 
 
-class InTurnStore(MemoryStore):
-    """A MemoryStore that also takes an InTurn, as a store client given its ledger does: the
+class ThreeCommitsStore(MemoryStore):
+    """A MemoryStore that also takes a ThreeCommits, as a store client given its ledger does: the
     intent appended (the store not called when it is refused), the store called, then the
     outcome appended, each kept when it is made."""
 
@@ -370,12 +370,12 @@ class InTurnStore(MemoryStore):
         self.ledger = ledger
 
     async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
-        if isinstance(op, InTurn):
-            return cast(_T, await self._in_turn(op, timeout))
+        if isinstance(op, ThreeCommits):
+            return cast(_T, await self._three_commits(op, timeout))
         return await super().call(op, timeout)
 
-    async def _in_turn(self, op: InTurn[_R], timeout: float | None) -> Committed[_R]:
-        self.trace.calls.append("store.in_turn")
+    async def _three_commits(self, op: ThreeCommits[_R], timeout: float | None) -> Committed[_R]:
+        self.trace.calls.append("store.three_commits")
         op.before()
         await self.ledger.append(op.intent)
         answer: object
@@ -394,7 +394,7 @@ class InTurnStore(MemoryStore):
 def _lands(store: MemoryStore) -> LandsFor:
     if isinstance(store, OneCommitStore):
         return InOneCommit
-    return InTheStoresThread if isinstance(store, InTurnStore) else InOrder
+    return InTheStoresThread if isinstance(store, ThreeCommitsStore) else InOrder
 
 
 def run_actions(

@@ -1,10 +1,10 @@
 """Every await point of the write path, cancelled.
 
 For each kind of write, a run makes the write with a request_id; its caller gives up
-(the call is cancelled) after the event loop has turned k times, for every k until the
+(the call is cancelled) after k iterations of the event loop, for every k until the
 write ends before it; the caller repeats the call with the same request_id and gives up
-again after j turns, for every j; repeats it once more and waits; and the run is then
-retried on a new attempt. Cutting the call off after every number of turns cuts it off at
+again after j iterations, for every j; repeats it once more and waits; and the run is then
+retried on a new attempt. Cutting the call off after every number of iterations cuts it off at
 every point where it waits, whatever that point is: a new await point added to the write
 path is cut off too, with no change here.
 
@@ -239,8 +239,8 @@ KINDS: dict[str, Kind] = {
 # answer to its request_id, or for its write, which goes on without it.
 WAITING_SITES = frozenset({"before it began", "claim", "to_the_end"})
 
-# More turns than any write takes: a case that needs them is stuck.
-MAX_TURNS = 200
+# More iterations of the event loop than any write takes: a case that needs them is stuck.
+MAX_ITERATIONS = 200
 
 
 def _seeded(trace: Trace) -> MemoryStore:
@@ -276,11 +276,11 @@ def _waiting_in(task: asyncio.Task[Any]) -> str:
     return site
 
 
-async def _cut_off(call: Awaitable[WriteResult], turns: int, trace: Trace) -> Cut:
-    """Run ``call``; if it has not ended after ``turns`` turns of the loop, cancel it.
+async def _cut_off(call: Awaitable[WriteResult], iterations: int, trace: Trace) -> Cut:
+    """Run ``call``; if it has not ended after ``iterations`` iterations of the loop, cancel it.
     The cancelled call is not waited for: a caller that gives up repeats at once."""
     task = asyncio.ensure_future(call)
-    for _ in range(turns):
+    for _ in range(iterations):
         if task.done():
             break
         await asyncio.sleep(0)
@@ -300,7 +300,7 @@ async def _answer(cut: Cut) -> WriteResult | None:
 
 async def _quiet() -> None:
     """Let everything the calls left running (writes whose callers gave up) end."""
-    for _ in range(MAX_TURNS):
+    for _ in range(MAX_ITERATIONS):
         if len(asyncio.all_tasks()) == 1:
             return
         await asyncio.sleep(0)
@@ -309,7 +309,7 @@ async def _quiet() -> None:
 
 @dataclass
 class Played:
-    """One case: the run, cut off at turn k and at turn j of its repeat, then retried."""
+    """One case: the run, cut off at iteration k and at iteration j of its repeat, then retried."""
 
     ledger: MemoryLedger
     store: MemoryStore
@@ -380,15 +380,17 @@ def test_a_write_cut_off_at_any_await_point_lands_once(name: str) -> None:
     kind = KINDS[name]
 
     async def every_case() -> tuple[set[str], set[str], set[str]]:
-        uncut = await _play(kind, MAX_TURNS, MAX_TURNS)
+        uncut = await _play(kind, MAX_ITERATIONS, MAX_ITERATIONS)
         assert uncut.first.reached is None and uncut.repeat.reached is None
         in_flight: set[str] = set()
         sites: set[str] = set()
         repeat_sites: set[str] = set()
-        for k in range(MAX_TURNS):
-            for j in range(MAX_TURNS):
+        for k in range(MAX_ITERATIONS):
+            for j in range(MAX_ITERATIONS):
                 case = await _play(kind, k, j)
-                _check(case, uncut, f"{name}: cut off after {k} turns, its repeat after {j}", kind)
+                _check(
+                    case, uncut, f"{name}: cut off after {k} iterations, its repeat after {j}", kind
+                )
                 if case.first.reached is not None:
                     in_flight.add(case.first.reached.in_flight)
                     sites.add(case.first.reached.site)
@@ -413,7 +415,7 @@ def test_a_write_cut_off_at_any_await_point_lands_once(name: str) -> None:
 def test_the_await_points_are_the_ones_the_table_names(name: str) -> None:
     # A new ledger or store call in the write path changes this list: name it in KINDS,
     # and the test above shows it cut off and harmless.
-    uncut = asyncio.run(_play(KINDS[name], MAX_TURNS, MAX_TURNS))
+    uncut = asyncio.run(_play(KINDS[name], MAX_ITERATIONS, MAX_ITERATIONS))
     assert tuple(uncut.points) == KINDS[name].points
 
 

@@ -9,7 +9,7 @@ import pytest
 from sidecar.core.edit_queue import EditQueue, QueueTooSlow
 
 
-def test_holders_of_one_key_take_turns_in_order_and_other_keys_do_not_wait() -> None:
+def test_holders_of_one_key_hold_it_one_at_a_time_in_order_and_other_keys_do_not_wait() -> None:
     async def run() -> None:
         queue = EditQueue()
         seen: list[str] = []
@@ -36,7 +36,7 @@ def test_holders_of_one_key_take_turns_in_order_and_other_keys_do_not_wait() -> 
     asyncio.run(run())
 
 
-def test_a_turn_that_does_not_come_in_time_is_refused_and_leaves_nothing_behind() -> None:
+def test_a_key_not_free_in_time_is_refused_and_leaves_nothing_behind() -> None:
     async def run() -> None:
         queue = EditQueue()
         held = asyncio.Event()
@@ -51,7 +51,7 @@ def test_a_turn_that_does_not_come_in_time_is_refused_and_leaves_nothing_behind(
         await held.wait()
         with pytest.raises(QueueTooSlow):
             async with queue.of("art-1", wait_seconds=0.05):
-                pytest.fail("the turn was held by another")
+                pytest.fail("the key was held by another")
         release.set()
         await holder
         assert len(queue) == 0

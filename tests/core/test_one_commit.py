@@ -86,7 +86,7 @@ def test_a_refusal_of_the_store_is_the_write_s_recorded_outcome() -> None:
     assert len(ledger.phases(Phase.INTENT)) == 1
 
 
-def test_an_edit_still_makes_its_three_phases_in_turn() -> None:
+def test_an_edit_still_makes_its_three_phases_one_after_another() -> None:
     trace, ledger, store = _fakes()
     actions = run_actions(ledger, store)
 

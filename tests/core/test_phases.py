@@ -257,7 +257,7 @@ def test_each_reread_after_a_version_conflict_is_told_to_the_observer(
     asyncio.run(run())
 
 
-# -- edits of one artifact patch in turn; a turn that does not come fails as a deadline --
+# -- edits of one artifact patch one at a time; one that waits too long fails as a deadline --
 
 
 class _SlowPatch(MemoryStore):
@@ -273,7 +273,7 @@ class _SlowPatch(MemoryStore):
         return await super()._patch_artifact(op, timeout)
 
 
-def test_an_edit_whose_turn_does_not_come_by_its_deadline_fails_retryable_unsent() -> None:
+def test_an_edit_that_waits_for_another_past_its_deadline_fails_retryable_unsent() -> None:
     async def run() -> None:
         store = _SlowPatch()
         store.go = asyncio.Event()

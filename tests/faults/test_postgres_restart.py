@@ -251,7 +251,7 @@ def frozen() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("on", ["ledger", "store"])
-def test_a_frozen_server_fails_writes_in_time_turns_readiness_and_lets_sigterm_exit(
+def test_a_frozen_server_fails_writes_in_time_goes_unready_and_lets_sigterm_exit(
     private_server: str, tmp_path: Path, on: str
 ) -> None:
     busy_ms, store_timeout, grace = 1000, 2.0, 3.0
@@ -291,7 +291,7 @@ def test_a_frozen_server_fails_writes_in_time_turns_readiness_and_lets_sigterm_e
                         "RETRYABLE",
                     )
                     assert failed_after < store_timeout + 0.5, failed_after
-                # Readiness turns within one of the manifest's probe periods (5 s).
+                # Readiness becomes NOT_SERVING within one of the manifest's probe periods (5 s).
                 wait_for_status(probes, "NOT_SERVING", timeout=5 - (time.monotonic() - began))
                 signalled = time.monotonic()
                 sc.process.send_signal(signal.SIGTERM)

@@ -1,4 +1,4 @@
-"""Many edits of one artifact at once, through one sidecar: each patches in its turn.
+"""Many edits of one artifact at once, through one sidecar: they patch one at a time.
 
 The store refuses a patch made against a version someone else has just replaced
 (VERSION_CONFLICT); an edit refused that way reads the artifact again, at most three times in

@@ -13,7 +13,7 @@ import pytest
 from sidecar.ledger.base import AuditEvent
 from sidecar.ledger.sqlite import SqliteLedger
 from sidecar.refstore.sqlite import SqliteStoreBackend
-from sidecar.upstream.base import CreateThread, InTurn, ping
+from sidecar.upstream.base import CreateThread, ThreeCommits, ping
 from sidecar.upstream.inprocess import InProcessStoreClient
 
 pytestmark = pytest.mark.skipif(
@@ -38,18 +38,18 @@ def test_the_ledger_writer_and_the_store_s_threads_keep_the_normal_policy(tmp_pa
             await ledger.append(AuditEvent(run_id="r", attempt_id="a", rpc="X", phase="read"))
             await ping(store)
             intent = AuditEvent(run_id="r", attempt_id="a", rpc="X", phase="intent")
-            await store.call(InTurn(intent, CreateThread("thr-1", "t"), _settled), 5)
+            await store.call(ThreeCommits(intent, CreateThread("thr-1", "t"), _settled), 5)
             return (policy_of("ledger-writer"), policy_of("store-batches"),
-                    policy_of("store-turns"), os.sched_getscheduler(0))  # fmt: skip
+                    policy_of("store-3-commits"), os.sched_getscheduler(0))  # fmt: skip
         finally:
             await store.close()
             await ledger.close()
             backend.close()
 
-    writer, batches, turns, caller = asyncio.run(run())
+    writer, batches, three_commits, caller = asyncio.run(run())
     assert writer == os.SCHED_OTHER
     assert batches == os.SCHED_OTHER
-    assert turns == os.SCHED_OTHER
+    assert three_commits == os.SCHED_OTHER
     assert caller == os.SCHED_OTHER
 
 

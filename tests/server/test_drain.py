@@ -46,7 +46,7 @@ def test_sigterm_lets_the_call_in_flight_finish_refuses_new_ones_and_exits_0(
         signalled = time.monotonic()
         served.process.send_signal(signal.SIGTERM)
 
-        # Readiness turns at once; liveness does not, or the kubelet would cut the drain.
+        # Readiness becomes NOT_SERVING at once; liveness does not, or the kubelet would cut the drain.
         wait_for_status(probes, "NOT_SERVING", timeout=2)
         assert health_answer(probes, "liveness") == "SERVING"
         with pytest.raises(grpc.RpcError) as caught:

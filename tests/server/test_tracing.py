@@ -574,7 +574,7 @@ def test_a_write_with_the_embedded_store_is_one_trace_with_its_audit(
     agent: Agent, traced: OtlpReceiver, tmp_path: Path, files: str
 ) -> None:
     # One file: the write and its audit are one commit; two files (a folder made before the
-    # store moved into the ledger's file): three in turn, as one job of the store's thread.
+    # store moved into the ledger's file): three one after another, as one job of the store's thread.
     data = tmp_path / "data"
     if files == "two files":
         data.mkdir(mode=0o700)

@@ -58,7 +58,7 @@ def test_every_call_of_the_contract_is_data_with_its_names() -> None:
     ]
     assert {call.__name__ for call in calls} == {
         "CreateArtifact", "GetArtifact", "PatchArtifact", "ProposeCreate", "ProposePatch",
-        "CreateThread", "PostMessage", "ListMessages", "OneCommit", "InTurn", "GetOwner",
+        "CreateThread", "PostMessage", "ListMessages", "OneCommit", "ThreeCommits", "GetOwner",
     }  # fmt: skip
     for call in calls:
         assert dataclasses.is_dataclass(call) and call.operation

@@ -394,8 +394,8 @@ class CallGate(RunActionsInterceptor):
             now = loop.time()
             silent = now - self._last_arrival
             if silent >= quiet and not self._running:
-                # A call gRPC accepted a moment ago reaches the gate a few turns of the
-                # event loop later: give it those turns, and go on waiting if one came.
+                # A call gRPC accepted a moment ago reaches the gate a few iterations of the
+                # event loop later: give it those, and go on waiting if one came.
                 seen = self._last_arrival
                 await asyncio.sleep(SETTLE_SECONDS)
                 if self._last_arrival == seen and not self._running:

@@ -1,5 +1,5 @@
-"""A write and its audit committed in turn by the embedded store's client, where the ledger
-has a file (or a database) of its own: one job of the client's batch thread.
+"""A write and its audit committed one after another by the embedded store's client, where
+the ledger has a file (or a database) of its own: one job of the client's batch thread.
 
 Real parts: SQLite files and PostgreSQL databases, the real ledgers and store backends. The
 intent is durable before the store is called, the store's row before the outcome is made; a
@@ -45,10 +45,10 @@ from sidecar.store_contract import Principal, Refusal
 from sidecar.upstream.base import (
     AuditedWrites,
     CreateThread,
-    InTurn,
     ListMessages,
     PostMessage,
     StoreWrite,
+    ThreeCommits,
 )
 from sidecar.upstream.inprocess import InProcessStoreClient
 from tests.helpers import postgres as pg
@@ -127,11 +127,11 @@ def _applied(answer: object) -> tuple[AuditEvent, str]:
     return _event(Phase.OUTCOME), "refused" if isinstance(answer, Exception) else "applied"
 
 
-async def _in_turn(
+async def _three_commits(
     parts: Parts, write: StoreWrite, settle: Any = _applied, seconds: float = 5
 ) -> Any:
     intent = _event(Phase.INTENT, derived=write.store_id)
-    return await parts.client.call(InTurn(intent, write, settle), seconds)
+    return await parts.client.call(ThreeCommits(intent, write, settle), seconds)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
@@ -149,7 +149,7 @@ def test_each_commit_is_durable_before_the_next_part_begins(kind: str, tmp_path:
         async with apart(kind, tmp_path) as parts:
             made.append(parts)
             await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
-            done = await _in_turn(parts, CreateThread("thr-1", "t"), settle)
+            done = await _three_commits(parts, CreateThread("thr-1", "t"), settle)
             return done, parts.events(), parts.threads()
 
     done, events, threads = asyncio.run(run())
@@ -166,7 +166,7 @@ def test_a_fenced_intent_stops_the_job_before_the_store(kind: str, tmp_path: Pat
             await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN, attempt="a1"))
             await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN, attempt="a2"))
             with pytest.raises(FencedError):
-                await _in_turn(parts, CreateThread("thr-1", "t"))
+                await _three_commits(parts, CreateThread("thr-1", "t"))
             return parts.events(), parts.threads()
 
     events, threads = asyncio.run(run())
@@ -180,7 +180,7 @@ def test_a_refusal_is_the_write_s_answer_and_its_outcome_is_kept(kind: str, tmp_
         async with apart(kind, tmp_path) as parts:
             await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
             call = PostMessage("m-1", "no-such-thread", "notice", "x", request_turn=False)
-            return await _in_turn(parts, call), parts.events()
+            return await _three_commits(parts, call), parts.events()
 
     done, events = asyncio.run(run())
     assert isinstance(done.answer, Refusal) and done.answer.code == "NOT_FOUND"
@@ -206,7 +206,7 @@ def test_an_outcome_that_cannot_commit_is_told_once_the_store_has_acted(tmp_path
         try:
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
             return await client.call(
-                InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), settle), 5
+                ThreeCommits(_event(Phase.INTENT), CreateThread("thr-1", "t"), settle), 5
             )
         finally:
             locker.execute("ROLLBACK")
@@ -234,12 +234,14 @@ def test_a_job_whose_intent_waits_past_its_deadline_never_calls_the_store(tmp_pa
             try:
                 with pytest.raises(LedgerError, match="not durable within"):
                     await parts.client.call(
-                        InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied)
+                        ThreeCommits(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied)
                     )
             finally:
                 held.release()
             await parts.client.call(  # the batch thread goes on, and the next job lands
-                InTurn(_event(Phase.INTENT, derived="thr-2"), CreateThread("thr-2", "t"), _applied)
+                ThreeCommits(
+                    _event(Phase.INTENT, derived="thr-2"), CreateThread("thr-2", "t"), _applied
+                )
             )
             return parts.threads()
 
@@ -264,7 +266,7 @@ def test_a_store_past_the_deadline_may_have_landed_and_leaves_its_outcome_to_the
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
             with pytest.raises(StoreDeadlineExceeded, match="may have landed") as late:
                 await client.call(
-                    InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied), 0.1
+                    ThreeCommits(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied), 0.1
                 )
             assert not late.value.nothing_sent
         finally:
@@ -290,12 +292,12 @@ def test_a_job_queued_behind_a_stuck_store_call_is_answered_at_its_deadline_unse
         try:
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
             first = asyncio.ensure_future(client.call(
-                InTurn(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied), 0.2
+                ThreeCommits(_event(Phase.INTENT), CreateThread("thr-1", "t"), _applied), 0.2
             ))  # fmt: skip
             await asyncio.sleep(0.05)  # the first is in the store's call
             began = time.monotonic()
             with pytest.raises(StoreDeadlineExceeded, match="was not sent") as late:
-                await client.call(InTurn(_event(Phase.INTENT, derived="thr-2"),
+                await client.call(ThreeCommits(_event(Phase.INTENT, derived="thr-2"),
                                          CreateThread("thr-2", "t"), _applied), 0.2)  # fmt: skip
             took = time.monotonic() - began
             assert late.value.nothing_sent
@@ -330,7 +332,7 @@ def test_a_batch_that_fails_as_a_whole_is_each_write_s_answer_and_outcome(
         try:
             await ledger.append(_event(Phase.ATTEMPT_BEGIN))
             return list(await asyncio.gather(*(
-                client.call(InTurn(_event(Phase.INTENT, derived=f"thr-{i}"),
+                client.call(ThreeCommits(_event(Phase.INTENT, derived=f"thr-{i}"),
                                    CreateThread(f"thr-{i}", "t"), _applied), 5)
                 for i in range(5)
             )))  # fmt: skip
@@ -350,12 +352,12 @@ def test_a_read_answers_while_a_write_waits_for_the_ledger(tmp_path: Path) -> No
     async def run() -> float:
         async with apart("sqlite", tmp_path) as parts:
             await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
-            await _in_turn(parts, CreateThread("thr-1", "t"))
+            await _three_commits(parts, CreateThread("thr-1", "t"))
             held = parts.ledger._committing  # the ledger stops answering
             held.acquire()
             try:
                 waiting = asyncio.ensure_future(
-                    _in_turn(parts, CreateThread("thr-2", "t"), seconds=30)
+                    _three_commits(parts, CreateThread("thr-2", "t"), seconds=30)
                 )
                 await asyncio.sleep(0.05)
                 began = time.monotonic()
@@ -415,7 +417,7 @@ def test_an_outcome_that_waits_past_the_ledger_s_bound_is_answered_lost_in_time(
                 return _applied(answer)
 
             began = time.monotonic()
-            done = await _in_turn(parts, CreateThread("thr-1", "t"), settle)
+            done = await _three_commits(parts, CreateThread("thr-1", "t"), settle)
             took = time.monotonic() - began
             released.set()
             holding[0].join()
@@ -457,7 +459,7 @@ def test_concurrent_jobs_share_their_commits(kind: str, tmp_path: Path) -> None:
             await parts.ledger.append(_event(Phase.ATTEMPT_BEGIN))
             parts.ledger.watch(commits)
             answers = await asyncio.gather(*(
-                _in_turn(parts, CreateThread(f"thr-{i:02}", "t")) for i in range(40)
+                _three_commits(parts, CreateThread(f"thr-{i:02}", "t")) for i in range(40)
             ))  # fmt: skip
             return [a.result for a in answers], parts.events(), parts.threads()
 
@@ -482,7 +484,7 @@ class _CountingLoop(asyncio.SelectorEventLoop):
 
 @pytest.mark.parametrize("kind", BACKENDS)
 @pytest.mark.parametrize(("lands", "wakes"), [(InTheStoresThread, 1), (InOrder, 3)])
-def test_a_write_in_turn_wakes_the_event_loop_once(
+def test_a_write_s_three_commits_wake_the_event_loop_once(
     kind: str, lands: LandsFor, wakes: int, tmp_path: Path
 ) -> None:
     async def run(loop: _CountingLoop) -> list[int]:
@@ -530,4 +532,8 @@ def test_the_client_says_how_it_takes_a_write_with_its_audit(tmp_path: Path) -> 
             shared_backend.close()
             backend.close()
 
-    assert asyncio.run(run()) == [AuditedWrites.AS_ONE, AuditedWrites.IN_TURN, AuditedWrites.APART]
+    assert asyncio.run(run()) == [
+        AuditedWrites.AS_ONE,
+        AuditedWrites.THREE_COMMITS,
+        AuditedWrites.APART,
+    ]

@@ -1,5 +1,5 @@
-"""A write of one store call made in turn as one job of the store client (an InTurn) is the
-same write as one whose three commits the core makes itself: the same events, the same
+"""A write of one store call whose three commits are one job of the store client (a ThreeCommits)
+is the same write as one whose three commits the core makes itself: the same events, the same
 answers and errors, the same store, in every way it can go."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sidecar.ledger.base import Phase
 from sidecar.rules.canonical import Document
 from sidecar.store_contract import StoredArtifact
 from sidecar.upstream.base import CreateArtifact
-from tests.core.fakes import InTurnStore, MemoryLedger, MemoryStore, Trace, run_actions
+from tests.core.fakes import MemoryLedger, MemoryStore, ThreeCommitsStore, Trace, run_actions
 
 RUN = {"run_id": "run-1", "rule": "triage", "checkpoint": "cp-1"}
 
@@ -29,7 +29,7 @@ class _Unavailable(MemoryStore):
         raise StoreUnavailable("the store went away after it acted")
 
 
-class _UnavailableInTurn(InTurnStore, _Unavailable):
+class _UnavailableThreeCommits(ThreeCommitsStore, _Unavailable):
     pass
 
 
@@ -64,14 +64,16 @@ async def _thread_twice(actions: RunActions, attempt: str, request_id: str) -> o
 Write = Callable[[RunActions, str, str], Awaitable[object]]
 
 
-def _made(write: Write, scenario: Scenario, in_turn: bool) -> tuple[object, ...]:
+def _made(write: Write, scenario: Scenario, three_commits: bool) -> tuple[object, ...]:
     """What ``write`` did under ``scenario``: its answer or error, the events and the store;
     then what a repeat of its request answered."""
     trace = Trace()
     ledger = MemoryLedger(trace)
     store: MemoryStore
-    if in_turn:
-        store = (_UnavailableInTurn if scenario.unavailable else InTurnStore)(ledger, trace)
+    if three_commits:
+        store = (_UnavailableThreeCommits if scenario.unavailable else ThreeCommitsStore)(
+            ledger, trace
+        )
     else:
         store = (_Unavailable if scenario.unavailable else MemoryStore)(trace)
     actions = run_actions(ledger, store, store_timeout_seconds=5.0)
@@ -124,15 +126,17 @@ WRITES: dict[str, Write] = {
 
 @pytest.mark.parametrize("scenario", SCENARIOS.values(), ids=SCENARIOS.keys())
 @pytest.mark.parametrize("write", WRITES.values(), ids=WRITES.keys())
-def test_a_write_in_turn_is_the_same_as_one_made_apart(write: Write, scenario: Scenario) -> None:
-    apart = _made(write, scenario, in_turn=False)
-    assert _made(write, scenario, in_turn=True) == apart
+def test_a_write_in_three_commits_is_the_same_as_one_made_apart(
+    write: Write, scenario: Scenario
+) -> None:
+    apart = _made(write, scenario, three_commits=False)
+    assert _made(write, scenario, three_commits=True) == apart
 
 
-def test_a_write_in_turn_is_one_call_of_the_store_client() -> None:
+def test_a_write_s_three_commits_are_one_call_of_the_store_client() -> None:
     trace = Trace()
     ledger = MemoryLedger(trace)
-    actions = run_actions(ledger, InTurnStore(ledger, trace))
+    actions = run_actions(ledger, ThreeCommitsStore(ledger, trace))
 
     async def run() -> None:
         attempt = (await actions.begin_attempt(**RUN, lease_deadline=None)).attempt_id
@@ -141,6 +145,6 @@ def test_a_write_in_turn_is_one_call_of_the_store_client() -> None:
 
     asyncio.run(run())
     assert trace.calls == [
-        "store.in_turn", f"ledger.append {Phase.INTENT}", "store.create_artifact",
+        "store.three_commits", f"ledger.append {Phase.INTENT}", "store.create_artifact",
         f"ledger.append {Phase.OUTCOME}",
     ]  # fmt: skip
