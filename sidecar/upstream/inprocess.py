@@ -57,7 +57,7 @@ from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, LedgerError
 from sidecar.ops.scheduling import BatchThread
 from sidecar.refstore import backend as store
-from sidecar.refstore.sql import StoreBackend
+from sidecar.refstore.backend import StoreBackend
 from sidecar.store_contract import Refusal
 from sidecar.upstream.base import (
     AuditedWrites,
