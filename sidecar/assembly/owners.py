@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sidecar.ledger.base import AuditEvent, LedgerReader, Phase
-from sidecar.refstore.sql import StoreBackend
+from sidecar.refstore.backend import StoreBackend
 from sidecar.store_contract import Refusal
 
 # The record each create's write type makes, by table (sidecar.refstore.backend.OWNED).

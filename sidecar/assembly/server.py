@@ -51,8 +51,8 @@ from sidecar.ops import auth, files, limits, reflection, security, tracing_setti
 from sidecar.ops.listening import SERVER_OPTIONS, bind
 from sidecar.ops.metrics import Metrics
 from sidecar.ops.probes import create_health_server
+from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.server import create_store_server
-from sidecar.refstore.sql import StoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.upstream.base import AuditedWrites, StoreClient
 from sidecar.upstream.grpc import GrpcStoreClient, connect_store

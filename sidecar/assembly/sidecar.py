@@ -22,7 +22,7 @@ from sidecar.ledger.base import AuditLedger
 from sidecar.ledger.liveness import Heartbeat
 from sidecar.ops.metrics import Metrics, MetricsEndpoint
 from sidecar.ops.probes import LIVENESS_SERVICE
-from sidecar.refstore.sql import StoreBackend
+from sidecar.refstore.backend import StoreBackend
 from sidecar.upstream.base import StoreClient, ping
 from sidecar.upstream.grpc import GrpcStoreClient
 from sidecar.upstream.inprocess import InProcessStoreClient

@@ -8,10 +8,9 @@ whose messages and turn requests commit in one transaction, and every refusal re
 gRPC status with a `google.rpc.ErrorInfo` in domain `store.actonce`.
 
 Modules:
-- `backend`: the storage interface, the records of its own, and rules every backend shares
-  (the refusal, its codes and the records the sidecar reads are the store contract's:
-  `sidecar.store_contract`).
-- `sql`: the rules on SQL (state checks, version bumps, paging, proposals), written once.
+- `backend`: the rules on SQL (state checks, version bumps, paging, proposals), written once,
+  the store's records and the input rules every backend shares (the refusal, its codes and the
+  records the sidecar reads are the store contract's: `sidecar.store_contract`).
 - `queries`: the SQL statements, written once, in either database's words.
 - `sqlite`: the SQLite backend (the default): its file, schema and group commit.
 - `postgres`: the PostgreSQL backend, for a store shared by many sidecars: its schema and pool.

@@ -1,7 +1,7 @@
 """The PostgreSQL backend of the reference store: one database shared by many sidecars.
 
 The rules (what each call checks, refuses and changes, and how each statement stays right
-when several processes write at once) are the shared ones in `sql`; this module supplies the
+when several processes write at once) are the shared ones in `backend`; this module supplies the
 database's words for them (row locks `FOR UPDATE` and `FOR SHARE`, `%s` parameters, tables
 named `store_*`), its schema, and the connection and transaction each call runs in.
 
@@ -43,8 +43,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from sidecar.ops import pgbounds
-from sidecar.refstore.backend import StoreUnavailableError
-from sidecar.refstore.sql import Dialect, StoreBackend
+from sidecar.refstore.backend import Dialect, StoreBackend, StoreUnavailableError
 
 __all__ = ["SCHEMA_VERSION", "PostgresStoreBackend"]
 

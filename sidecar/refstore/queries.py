@@ -2,7 +2,7 @@
 
 A statement names its tables `{artifacts}` and its parameters `?`; a `Dialect` turns them into
 one database's table names and placeholder, and fills in the row locks that database needs.
-The rules that run these statements are in `sql`.
+The rules that run these statements are in `backend`.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from actonce_api.store.v1 import artifact_store_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar.ops import files, reflection, tracing_settings
+from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.servicer import ArtifactStoreServicer
-from sidecar.refstore.sql import StoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 
 if TYPE_CHECKING:

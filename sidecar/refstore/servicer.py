@@ -23,9 +23,9 @@ from grpc_status import rpc_status
 
 from sidecar.refstore.backend import (
     NewMessage,
+    StoreBackend,
     StoreUnavailableError,
 )
-from sidecar.refstore.sql import StoreBackend
 from sidecar.refstore.wire import (
     decode_principal,
     encode_artifact,

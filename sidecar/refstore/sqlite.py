@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from sidecar.ops import files
-from sidecar.refstore.sql import Connection, Dialect, StoreBackend
+from sidecar.refstore.backend import Connection, Dialect, StoreBackend
 
 __all__ = ["SCHEMA_VERSION", "SqliteStoreBackend"]
 

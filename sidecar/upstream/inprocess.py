@@ -56,7 +56,7 @@ from sidecar import defaults
 from sidecar.errors import ActonceError, StoreDeadlineExceeded, StoreUnavailable
 from sidecar.ledger.base import AuditEvent, BatchThread, LedgerError
 from sidecar.refstore import backend as store
-from sidecar.refstore.sql import StoreBackend
+from sidecar.refstore.backend import StoreBackend
 from sidecar.store_contract import Refusal
 from sidecar.upstream.base import (
     AuditedWrites,

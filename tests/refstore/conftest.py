@@ -20,8 +20,8 @@ import psycopg
 import pytest
 
 from sidecar.refstore import postgres
+from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
-from sidecar.refstore.sql import StoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from tests.helpers import postgres as pg
 

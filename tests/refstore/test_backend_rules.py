@@ -18,12 +18,12 @@ from sidecar.refstore.backend import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     NewMessage,
+    StoreBackend,
     StoredArtifact,
     StoredMessage,
     encode_page_token,
     page_size_for,
 )
-from sidecar.refstore.sql import StoreBackend
 from sidecar.store_contract import ARCHIVED, ID_USED, RefusalCode, StoreRefusal
 from tests.refstore.conftest import StorePlace
 

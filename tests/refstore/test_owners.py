@@ -16,9 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sidecar.refstore.backend import NewMessage
+from sidecar.refstore.backend import NewMessage, StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
-from sidecar.refstore.sql import StoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.store_contract import Owner, Principal, RefusalCode, StoreRefusal
 from tests.helpers import postgres as pg

@@ -28,6 +28,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from sidecar.refstore.backend import StoreBackend
 from sidecar.refstore.server import (
     MAX_MESSAGE_BYTES,
     SERVICE_NAME,
@@ -35,7 +36,6 @@ from sidecar.refstore.server import (
     open_store_backend,
 )
 from sidecar.refstore.servicer import ArtifactStoreServicer
-from sidecar.refstore.sql import StoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from tests.helpers.health import AsyncHealthStub, HealthStub
 from tests.refstore.conftest import StorePlace

@@ -17,10 +17,9 @@ import grpc
 import pytest
 
 from sidecar.errors import StoreDeadlineExceeded, StoreUnavailable
-from sidecar.refstore.backend import NewMessage
+from sidecar.refstore.backend import NewMessage, StoreBackend
 from sidecar.refstore.postgres import PostgresStoreBackend
 from sidecar.refstore.server import create_store_server
-from sidecar.refstore.sql import StoreBackend
 from sidecar.refstore.sqlite import SqliteStoreBackend
 from sidecar.store_contract import Refusal
 from sidecar.upstream.base import (
