@@ -11,6 +11,7 @@ Modules:
 - `backend`: the rules on SQL (state checks, version bumps, paging, proposals), written once,
   the store's records and the input rules every backend shares (the refusal, its codes and the
   records the sidecar reads are the store contract's: `sidecar.store_contract`).
+- `patches`: what a valid JSON Patch is, and applying one (VALIDATION_FAILED, PATCH_FAILED).
 - `queries`: the SQL statements, written once, in either database's words.
 - `sqlite`: the SQLite backend (the default): its file, schema and group commit.
 - `postgres`: the PostgreSQL backend, for a store shared by many sidecars: its schema and pool.

@@ -33,7 +33,8 @@ from sidecar.ledger.base import (
     event_hash,
     fenced,
 )
-from sidecar.refstore.backend import apply_patch, parse_patch
+from sidecar.refstore.backend import parse_patch
+from sidecar.refstore.patches import apply_patch
 from sidecar.store_contract import (
     ARCHIVED,
     ID_USED,

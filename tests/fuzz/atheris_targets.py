@@ -32,7 +32,7 @@ with atheris.instrument_imports(include=["sidecar", "jsonpointer", "jsonpatch", 
     import rfc8785
 
     from sidecar.errors import InvalidArgument, PatchDoesNotApply
-    from sidecar.refstore import backend
+    from sidecar.refstore import backend, patches
     from sidecar.rules import canonical, edits
     from sidecar.store_contract import StoreRefusal
 
@@ -88,7 +88,7 @@ def fuzz_pointer(data: bytes) -> None:
         _the_store_refuses_too(normal)
         return
     with contextlib.suppress(StoreRefusal):
-        backend.apply_patch(patch, DOCUMENT)
+        patches.apply_patch(patch, DOCUMENT)
     rfc8785.dumps(normal)
 
 
@@ -97,7 +97,7 @@ def _the_store_refuses_too(path: str) -> None:
     sidecar's early PATCH_FAILED never turns away an edit the store would apply."""
     add = backend.parse_patch(canonical.compact([{"op": "add", "path": path, "value": 1}]))
     try:
-        backend.apply_patch(add, DOCUMENT)
+        patches.apply_patch(add, DOCUMENT)
     except StoreRefusal:
         return
     raise AssertionError(f"{path!r} is refused before the store, which applies it")
