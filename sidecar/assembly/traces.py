@@ -46,14 +46,7 @@ from sidecar.ops.tracing import (
     WRITE_TYPE,
 )
 from sidecar.store_contract import Refusal
-from sidecar.upstream.base import (
-    AUDITED,
-    Committed,
-    OneCommit,
-    StoreCall,
-    StoreClient,
-    ThreeCommits,
-)
+from sidecar.upstream import base as upstream
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -146,14 +139,14 @@ class TracedStore:
     one commit with its audit names the call's trace in its two events, as the traced
     ledger does for events it appends itself."""
 
-    def __init__(self, inner: StoreClient, tracer: trace.Tracer) -> None:
+    def __init__(self, inner: upstream.StoreClient, tracer: trace.Tracer) -> None:
         self._inner = inner
         self._tracer = tracer
 
-    async def call(self, op: StoreCall[_T], timeout: float | None = None) -> _T:
+    async def call(self, op: upstream.StoreCall[_T], timeout: float | None = None) -> _T:
         if not trace.get_current_span().is_recording():
             return await self._inner.call(op, timeout)  # a call not sampled: no span either
-        if isinstance(op, AUDITED):
+        if isinstance(op, upstream.AUDITED):
             return cast(_T, await self._with_audit(op, timeout))
         with self._span(op.operation, op.store_id) as span:
             try:
@@ -163,8 +156,8 @@ class TracedStore:
                 raise
 
     async def _with_audit(
-        self, op: OneCommit[_R] | ThreeCommits[_R], timeout: float | None
-    ) -> Committed[_R]:
+        self, op: upstream.OneCommit[_R] | upstream.ThreeCommits[_R], timeout: float | None
+    ) -> upstream.Committed[_R]:
         call = trace.get_current_span()
         context = call.get_span_context()
         written = [_in_trace(op.intent, context)]
