@@ -14,50 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from bench import tracing_bench
-
-SCENARIOS = ("create", "storm", "notice", "edit", "read", "health")
-WRITES = ("create", "storm", "notice", "edit")
-TARGET_ORDER = (
-    "floor1",
-    "floor3",
-    "floor",
-    "store",
-    "sqlite-before",
-    "sqlite-unaudited",
-    "sqlite-twofilesbefore",
-    "sqlite-twofiles",
-    "sqlite-audited",
-    "store-postgres",
-    "postgres-before",
-    "postgres-unaudited",
-    "postgres-audited",
+from bench.figures import (
+    C1_TARGETS,
+    CONTENDED_TARGETS,
+    LABELS,
+    SCENARIOS,
+    WRITES,
+    _get,
+    _ratio,
+    _targets,
+    c1_added,
+    c1_ratio,
+    peer_rows,
 )
-LABELS = {
-    "floor1": "floor1 (one commit)",
-    "floor3": "floor3 (three commits)",
-    "sqlite-batch": "SQLite, audited, writers under SCHED_BATCH",
-    "sqlite-twofiles": "SQLite, audited, a data folder of two files",
-    "sqlite-twofilesbefore": "SQLite, audited, a data folder of two files, before",
-    "postgres-before": "PostgreSQL, audited, before",
-    "floor": "floor (Health/Check)",
-    "store": "store alone",
-    "store-postgres": "PostgreSQL store alone",
-    "sqlite-before": "SQLite, audited, before",
-    "sqlite-unaudited": "SQLite, unaudited",
-    "sqlite-audited": "SQLite, audited",
-    "postgres-unaudited": "PostgreSQL, unaudited",
-    "postgres-audited": "PostgreSQL, audited",
-}
-
-
-def _get(data: dict[str, Any], scenario: str, target: str, key: str) -> float | None:
-    entry = data["results"].get(scenario, {}).get(target)
-    return None if entry is None else float(entry[key])
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
 
 # What limits each family of goals when one is missed: what the profiles in the report's
 # folder show (profile-*.txt), written from them. Keyed by the goal's family.
@@ -112,26 +81,6 @@ def c1_limit(data: dict[str, Any], scenario: str, key: str) -> str:
     )
 
 
-def c1_added(data: dict[str, Any], scenario: str, target: str, key: str) -> float | None:
-    """What ``scenario`` adds to Health/Check's ``key`` (p50_ms, p99_ms) at concurrency 1."""
-    c1 = data.get("c1", {})
-    write, floor = c1.get(scenario, {}).get(target), c1.get("health", {}).get(target)
-    if write is None or floor is None:
-        return None
-    return float(write[key]) - float(floor[key])
-
-
-def c1_ratio(data: dict[str, Any], part: str, scenario: str, target: str, floor: str
-             ) -> float | None:  # fmt: skip
-    """``target``'s p50 over ``floor``'s for ``scenario``, one call at a time, in the
-    concurrency-1 part (``c1``) or beside busy cores (``contended``)."""
-    results = data.get("c1", {}) if part == "c1" else data.get("contended", {}).get("results", {})
-    by = results.get(scenario, {})
-    if target not in by or floor not in by:
-        return None
-    return _ratio(float(by[target]["p50_ms"]), float(by[floor]["p50_ms"]))
-
-
 def floor_limit(data: dict[str, Any], scenario: str, target: str, floor: str) -> str:
     """What keeps ``target`` above ``floor`` at concurrency 1, in this run's own figures."""
     c1 = data.get("c1", {}).get(scenario, {})
@@ -152,10 +101,6 @@ def floor_limit(data: dict[str, Any], scenario: str, target: str, floor: str) ->
     if disk is not None:
         parts.append(f"a 4 KiB fsync takes {disk:.2f} ms here")
     return "; ".join(parts) + ": see profile-c1-notice.txt"
-
-
-def peer_rows(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return dict((data.get("peers") or {}).get("rows") or {})
 
 
 # The peers' table's columns: the row's key, its title, and whether less is better.
@@ -374,17 +319,6 @@ def _cell(value: float | None, digits: int = 0, *, latency: bool = False) -> str
     if value is None or (latency and value == 0):
         return "n/a"
     return f"{value:,.{digits}f}"
-
-
-def _targets(data: dict[str, Any]) -> list[str]:
-    present = {t for by_target in data["results"].values() for t in by_target}
-    return [t for t in TARGET_ORDER if t in present]
-
-
-C1_TARGETS = ("floor1", "floor3", "store", "sqlite-before", "sqlite-unaudited",
-              "sqlite-twofilesbefore", "sqlite-twofiles", "sqlite-audited",
-              "postgres-before", "postgres-unaudited", "postgres-audited")  # fmt: skip
-CONTENDED_TARGETS = ("floor1", "floor3", "sqlite-audited", "sqlite-batch")
 
 
 def contended_section(data: dict[str, Any]) -> list[str]:
