@@ -55,7 +55,7 @@ from typing import Any
 import google.protobuf
 import grpc
 
-from bench import contended, growth, measuring, peers, profile, report, setup, tracing_bench
+from bench import contended, goals, growth, measuring, peers, profile, report, setup, tracing_bench
 from bench.measuring import (
     ALL_TARGETS,
     C1_SCENARIOS,
@@ -404,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (plan.out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
     problems = report.write(data, plan.out)
     print((plan.out / "report.md").read_text())
-    print(report.goals_text(data))
+    print(goals.goals_text(data))
     print(f"wrote {plan.out}/report.json, report.md and plots "
           f"in {time.monotonic() - started:.0f} s")  # fmt: skip
     for problem in problems:

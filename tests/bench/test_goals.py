@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench import report
+from bench import goals
 
 
 def _latency(p50: float) -> dict[str, float]:
@@ -28,7 +28,7 @@ def _data(*, unaudited: bool) -> dict[str, Any]:
 
 def _notice_p50(data: dict[str, Any]) -> dict[str, Any]:
     wanted = "audited Notice adds to Health/Check's p50"
-    (row,) = [r for r in report.goals(data) if r["goal"].endswith(wanted)]
+    (row,) = [r for r in goals.goals(data) if r["goal"].endswith(wanted)]
     return row
 
 
@@ -39,9 +39,9 @@ def test_a_missed_concurrency_1_goal_cites_the_unaudited_sidecar_and_the_disk() 
     assert "already adds 1.24 ms" in row["limit"]
     assert "the store alone, called directly, adds 1.14 ms" in row["limit"]
     assert "0.28 ms at p50" in row["limit"]
-    assert "1.24 ms" in report.goals_text(_data(unaudited=True))
+    assert "1.24 ms" in goals.goals_text(_data(unaudited=True))
 
 
 def test_without_the_unaudited_sidecar_the_limit_is_the_profile_s_reading() -> None:
     row = _notice_p50(_data(unaudited=False))
-    assert row["limit"] == report.LIMITS["c1"]
+    assert row["limit"] == goals.LIMITS["c1"]
