@@ -57,16 +57,9 @@ from grpc_status import rpc_status
 
 from chaos.gateway import Answer, Unanswered, call_charge
 from chaos.operator import Operator
-from chaos.plan import (
-    Effect,
-    Op,
-    OpKind,
-    RunPlan,
-    Segment,
-    attempt_sidecar,
-    render_json,
-    sidecar_name,
-)
+from chaos.plan import attempt_sidecar
+from chaos.plan_kills import sidecar_name
+from chaos.plan_writes import Effect, Op, OpKind, RunPlan, Segment, render_json
 from chaos.processes import Killer, clock
 from chaos.upstream import charge_id
 

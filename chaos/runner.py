@@ -41,7 +41,9 @@ from chaos.checker import (
     read_sqlite_store,
 )
 from chaos.operator import Operator, settled
-from chaos.plan import FREEZE, GATEWAY_TOOL, OpKind, SeedPlan, make_plan, sidecar_name
+from chaos.plan import SeedPlan, make_plan
+from chaos.plan_kills import FREEZE, sidecar_name
+from chaos.plan_writes import GATEWAY_TOOL, OpKind
 from chaos.processes import (
     HarnessError,
     Killer,

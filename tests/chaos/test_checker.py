@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from chaos.agent import Execution
-from chaos.plan import Effect, make_plan
+from chaos.plan import make_plan
+from chaos.plan_writes import Effect
 from chaos.runner import Played, play
 
 # A seed whose plan makes every kind of write (creates, proposals, edits, threads, notices,

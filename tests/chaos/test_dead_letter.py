@@ -11,7 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from chaos.agent import Agent, Api
-from chaos.plan import OpKind, make_plan
+from chaos.plan import make_plan
+from chaos.plan_writes import OpKind
 from chaos.processes import Killer, Service, seed_ports, sidecar_command
 from chaos.runner import Played
 from sidecar.config import embedded_store_file

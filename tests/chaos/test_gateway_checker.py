@@ -16,7 +16,10 @@ import pytest
 
 from chaos.checker import Findings, GatewayRecord, _check_decisions
 from chaos.operator import DID_NOT_RUN, RAN, Listing
-from chaos.plan import Kill, Op, OpKind, RunPlan, SeedPlan, Segment, TimeFaults, make_plan
+from chaos.plan import SeedPlan, make_plan
+from chaos.plan_kills import Kill
+from chaos.plan_time import TimeFaults
+from chaos.plan_writes import Op, OpKind, RunPlan, Segment
 from chaos.runner import Played, play
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 
