@@ -40,10 +40,10 @@ from typing import Any
 import jsonpointer
 import psycopg
 
-from chaos.agent import ALREADY_APPLIED, APPLIED, RunResult
 from chaos.operator import DID_NOT_RUN, RAN, Decision, Listing
 from chaos.plan import SeedPlan
 from chaos.plan_writes import GATEWAY_TOOL, Effect, Op, OpKind, RunPlan
+from chaos.run_result import ALREADY_APPLIED, APPLIED, RunResult
 from sidecar.ledger.base import LedgerReader, Phase, StoredEvent
 from sidecar.ledger.inspect import verify
 from sidecar.rules import canonical, ids

@@ -41,7 +41,7 @@ class SeedPlan:
     # then), so that the segment is run again from the same checkpoint.
     lost_checkpoint_rate: float
     writes: int = field(default=0)
-    # Chance that a write call meets a caller fault (agent.CallerFault), and that an attempt
+    # Chance that a write call meets a caller fault (sidecar_api.CallerFault), and that an attempt
     # gets a concurrent twin attempt of its run.
     caller_fault_rate: float = 0.0
     # What time does (see the module's docstring); all off in a plan without a gateway

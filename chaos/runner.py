@@ -31,7 +31,8 @@ from pathlib import Path
 
 import psycopg
 
-from chaos.agent import GATEWAY_TIMEOUT_SECONDS, Agent, Api, RunResult
+from chaos.agent import Agent
+from chaos.agent_tools import GATEWAY_TIMEOUT_SECONDS
 from chaos.checker import (
     Findings,
     GatewayRecord,
@@ -54,6 +55,8 @@ from chaos.processes import (
     sidecar_command,
     store_command,
 )
+from chaos.run_result import RunResult
+from chaos.sidecar_api import Api
 from chaos.upstream import NAME, Upstream
 from sidecar.config import embedded_store_file
 from sidecar.ledger.base import LedgerReader
@@ -101,7 +104,7 @@ class SeedResult:
     # once every process had stopped, that the harness waited for before its last listing.
     dead_lettered: int = 0
     settle_waits: int = 0
-    # Caller faults by kind (agent.CallerFault), beside the process kills.
+    # Caller faults by kind (sidecar_api.CallerFault), beside the process kills.
     caller_faults: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
     losses: int = 0

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.agent import Execution
 from chaos.plan import make_plan
 from chaos.plan_writes import Effect
+from chaos.run_result import Execution
 from chaos.runner import Played, play
 
 # A seed whose plan makes every kind of write (creates, proposals, edits, threads, notices,
