@@ -33,14 +33,9 @@ import psycopg
 
 from chaos.agent import Agent
 from chaos.agent_tools import GATEWAY_TIMEOUT_SECONDS
-from chaos.checker import (
-    Findings,
-    GatewayRecord,
-    StoreSnapshot,
-    check,
-    read_postgres_store,
-    read_sqlite_store,
-)
+from chaos.check_gateway import GatewayRecord
+from chaos.checker import check
+from chaos.findings import Findings
 from chaos.operator import Operator, settled
 from chaos.plan import SeedPlan, make_plan
 from chaos.plan_kills import FREEZE, sidecar_name
@@ -57,6 +52,7 @@ from chaos.processes import (
 )
 from chaos.run_result import RunResult
 from chaos.sidecar_api import Api
+from chaos.store_snapshot import StoreSnapshot, read_postgres_store, read_sqlite_store
 from chaos.upstream import NAME, Upstream
 from sidecar.config import embedded_store_file
 from sidecar.ledger.base import LedgerReader

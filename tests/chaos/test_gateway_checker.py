@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker import Findings, GatewayRecord, _check_decisions
+from chaos.check_decisions import _check_decisions
+from chaos.check_gateway import GatewayRecord
+from chaos.findings import Findings
 from chaos.operator import DID_NOT_RUN, RAN, Listing
 from chaos.plan import SeedPlan, make_plan
 from chaos.plan_kills import Kill
