@@ -13,8 +13,8 @@ import pytest
 
 from chaos.plan import make_plan
 from chaos.plan_writes import Effect
+from chaos.play import Played, play
 from chaos.run_result import Execution
-from chaos.runner import Played, play
 
 # A seed whose plan makes every kind of write (creates, proposals, edits, threads, notices,
 # sends, steps; edits of object members, nested members and array elements), in two runs.

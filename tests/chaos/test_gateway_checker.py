@@ -22,7 +22,7 @@ from chaos.plan import SeedPlan, make_plan
 from chaos.plan_kills import Kill
 from chaos.plan_time import TimeFaults
 from chaos.plan_writes import Op, OpKind, RunPlan, Segment
-from chaos.runner import Played, play
+from chaos.play import Played, play
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 
 # One run, a few writes, then its gateway charge (customer c8-0).

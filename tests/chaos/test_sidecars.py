@@ -13,8 +13,8 @@ from actonce_api.v1 import run_actions_pb2 as pb
 
 from chaos.plan import attempt_sidecar, make_plan
 from chaos.plan_kills import FREEZE, sidecar_name
+from chaos.play import _require_chains
 from chaos.processes import HarnessError, seed_ports
-from chaos.runner import _require_chains
 from chaos.sidecar_api import Api
 from tests.helpers import postgres as pg
 from tests.helpers.env import scrubbed_env
