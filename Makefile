@@ -88,7 +88,7 @@ CHECK_TESTS := tests/rules tests/core tests/ops/test_scheduling.py tests/ops/tes
 	tests/chaos/test_plan.py tests/test_generated.py tests/fronts/test_operations.py \
 	tests/fronts/grpc/test_status.py tests/test_store_contract.py \
 	tests/test_config_table.py tests/test_harness_ports.py tests/docs/test_reference_current.py \
-	tests/docs/test_glossary.py tests/fronts/mcp/test_gateway_in_memory.py
+	tests/docs/test_glossary.py tests/fronts/mcp/test_gateway_in_memory.py tests/test_module_size.py
 check: lint typecheck
 	$(PY) -m pytest -q $(CHECK_TESTS)
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.plan import GATEWAY_TOOL
+from chaos.plan_writes import GATEWAY_TOOL
 from chaos.upstream import Upstream, recorded_result
 from tests.helpers.env import scrubbed_env
 

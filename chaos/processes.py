@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from chaos.plan import FREEZE, Kill
+from chaos.plan_kills import FREEZE, Kill
 from tests.helpers.env import scrubbed_env
 from tests.helpers.health import ANY_ANSWER, NeverAnswered, wait_for_health
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from chaos.runner import SeedResult
 
-# The caller faults, in the order the summary lists them (agent.CallerFault's values).
+# The caller faults, in the order the summary lists them (sidecar_api.CallerFault's values).
 FAULT_KINDS = ("deadline", "cancel", "reset", "twin", "repeat", "overlap")
 
 HEADER = (

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker import read_sqlite_store
+from chaos.store_snapshot import read_sqlite_store
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import Phase
 from tests.harness import RunningStore, start_store

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.agent import Execution
-from chaos.plan import Effect, make_plan
-from chaos.runner import Played, play
+from chaos.plan import make_plan
+from chaos.plan_writes import Effect
+from chaos.play import Played, play
+from chaos.run_result import Execution
 
 # A seed whose plan makes every kind of write (creates, proposals, edits, threads, notices,
 # sends, steps; edits of object members, nested members and array elements), in two runs.

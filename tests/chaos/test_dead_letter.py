@@ -10,10 +10,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from chaos.agent import Agent, Api
-from chaos.plan import OpKind, make_plan
+from chaos.agent import Agent
+from chaos.plan import make_plan
+from chaos.plan_writes import OpKind
+from chaos.play import Played
 from chaos.processes import Killer, Service, seed_ports, sidecar_command
-from chaos.runner import Played
+from chaos.sidecar_api import Api
 from sidecar.config import embedded_store_file
 
 

@@ -14,10 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from chaos.checker import Findings, GatewayRecord, _check_decisions
+from chaos.check_decisions import _check_decisions
+from chaos.check_gateway import GatewayRecord
+from chaos.findings import Findings
 from chaos.operator import DID_NOT_RUN, RAN, Listing
-from chaos.plan import Kill, Op, OpKind, RunPlan, SeedPlan, Segment, TimeFaults, make_plan
-from chaos.runner import Played, play
+from chaos.plan import SeedPlan, make_plan
+from chaos.plan_kills import Kill
+from chaos.plan_time import TimeFaults
+from chaos.plan_writes import Op, OpKind, RunPlan, Segment
+from chaos.play import Played, play
 from sidecar.ledger.base import AuditEvent, Phase, StoredEvent
 
 # One run, a few writes, then its gateway charge (customer c8-0).

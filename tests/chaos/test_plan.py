@@ -6,7 +6,9 @@ import json
 import random
 from collections import Counter
 
-from chaos.plan import FREEZE, OpKind, make_plan, render_json
+from chaos.plan import make_plan
+from chaos.plan_kills import FREEZE
+from chaos.plan_writes import OpKind, render_json
 from sidecar.rules import canonical
 
 

@@ -11,10 +11,11 @@ from itertools import pairwise
 import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
 
-from chaos.agent import Api
-from chaos.plan import FREEZE, attempt_sidecar, make_plan, sidecar_name
+from chaos.plan import attempt_sidecar, make_plan
+from chaos.plan_kills import FREEZE, sidecar_name
+from chaos.play import _require_chains
 from chaos.processes import HarnessError, seed_ports
-from chaos.runner import _require_chains
+from chaos.sidecar_api import Api
 from tests.helpers import postgres as pg
 from tests.helpers.env import scrubbed_env
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from chaos.checker import read_postgres_store, read_sqlite_store
+from chaos.store_snapshot import read_postgres_store, read_sqlite_store
 from sidecar.ledger import inspect
 from sidecar.ledger.base import LedgerReader
 from tests.harness import Refusal, ServerProcess, free_port, refusal

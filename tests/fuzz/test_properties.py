@@ -26,7 +26,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from chaos.checker import StoreSnapshot, read_postgres_store, read_sqlite_store
+from chaos.store_snapshot import StoreSnapshot, read_postgres_store, read_sqlite_store
 from sidecar.ledger.audit_command import open_reader
 from sidecar.rules.canonical import MAX_JSON_BYTES, MAX_NAME_BYTES, MAX_TEXT_BYTES
 from tests.harness import RunningSidecar, refusal

@@ -25,7 +25,7 @@ from actonce_api.v1 import types_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaos.checker import read_postgres_store, read_sqlite_store
+from chaos.store_snapshot import read_postgres_store, read_sqlite_store
 from sidecar import defaults
 from sidecar.config import Config
 from tests.conftest import MakeConfig

@@ -16,7 +16,7 @@ from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import run_actions_pb2_grpc as pb_grpc
 from actonce_api.v1 import types_pb2
 
-from chaos.checker import StoreSnapshot, read_postgres_store, read_sqlite_store
+from chaos.store_snapshot import StoreSnapshot, read_postgres_store, read_sqlite_store
 from sidecar.config.serve import Config
 from tests.conftest import MakeConfig
 from tests.harness import RunningSidecar, refusal, spawn_sidecar, start_sidecar

@@ -13,7 +13,7 @@ import pytest
 from actonce_api.v1 import run_actions_pb2 as pb
 from actonce_api.v1 import types_pb2
 
-from chaos.checker import read_postgres_store, read_sqlite_store
+from chaos.store_snapshot import read_postgres_store, read_sqlite_store
 from sidecar.ledger import inspect
 from sidecar.ledger.audit_command import open_reader
 from sidecar.rules import canonical, ids

@@ -20,7 +20,7 @@ from actonce_api.v1 import types_pb2
 from actonce_client import ActonceError, Client
 from grpc_status import rpc_status
 
-from chaos.checker import read_sqlite_store
+from chaos.store_snapshot import read_sqlite_store
 from sidecar.ledger.audit_command import open_reader
 from sidecar.ledger.base import Phase
 from tests.harness import begin, refusal, start_store

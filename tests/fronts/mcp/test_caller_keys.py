@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import StoreSnapshot, read_postgres_store, read_sqlite_store
+from chaos.store_snapshot import StoreSnapshot, read_postgres_store, read_sqlite_store
 from sidecar.config.serve import Config
 from tests.conftest import MakeConfig
 from tests.fronts.mcp.clients import begin_over_http, call, list_tools
