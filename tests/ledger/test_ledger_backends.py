@@ -98,7 +98,7 @@ def _event(i: int, phase: str = "outcome", run: str = "r", attempt: str = "a") -
 
 def _fill(backend: Backend, count: int) -> None:
     async def go() -> None:
-        ledger = backend.open()
+        ledger = _patient(backend)  # filling is not about time
         for i in range(count):
             await ledger.append(_event(i))
         await ledger.close()
