@@ -84,7 +84,7 @@ test: check-gen buf-lint lint typecheck $(TEST_TARGETS)
 
 # The fast loop: lint, types and the unit tests, which start no server and need
 # no Go, Node, Maven or PostgreSQL. Well under a minute.
-CHECK_TESTS := tests/rules tests/core tests/ops/test_scheduling.py tests/ops/test_http_guard.py \
+CHECK_TESTS := tests/rules tests/core tests/ledger/test_scheduling.py tests/ops/test_http_guard.py \
 	tests/chaos/test_plan.py tests/test_generated.py tests/fronts/test_operations.py \
 	tests/fronts/grpc/test_status.py tests/test_store_contract.py \
 	tests/test_config_table.py tests/test_harness_ports.py tests/docs/test_reference_current.py \

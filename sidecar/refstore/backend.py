@@ -14,9 +14,10 @@ It knows nothing of gRPC: it takes and returns plain values and frozen records (
 `StoreRefusal` (`sidecar.store_contract`), and raises `StoreUnavailableError` when its
 database cannot be reached (a store on a local file never is unreachable).
 
-The input rules that do not depend on storage (what valid JSON, a valid JSON Patch, a message
-kind, a stored string, a page size and a page token are) are functions of their own, so that
-every call refuses the same input with the same code.
+The input rules that do not depend on storage (what valid JSON, a message kind, a stored
+string, a page size and a page token are; what a valid JSON Patch is, in
+`sidecar.refstore.patches`) are functions of their own, so that every call refuses the same
+input with the same code.
 
 Refusal order, the same in every write: the input is validated first (VALIDATION_FAILED),
 then whether the call's principal may reach the data's owner (FORBIDDEN, by
